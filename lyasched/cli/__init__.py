@@ -1,0 +1,33 @@
+"""`lyasched` command group. Subcommands live in their own modules and load lazily,
+so `lyasched replay` does not import torch and `lyasched profiles` does not import the simulator."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of a click command
+SUBCOMMANDS: dict[str, str] = {
+    "replay": "lyasched.cli.replay:replay",
+    "profiles": "lyasched.cli.profiles:profiles",
+    "calibrate": "lyasched.cli.calibrate:calibrate",
+    "serve": "lyasched.cli.serve:serve",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(SUBCOMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in SUBCOMMANDS:
+            mod, attr = SUBCOMMANDS[name].split(":")
+            return getattr(importlib.import_module(mod), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="lyasched")
+def main() -> None:
+    """lyasched: Lyapunov scheduling of distributed training jobs on Slurm."""

@@ -1,0 +1,104 @@
+"""Cost model: how long one training job runs on g GPUs.
+
+Run time on g GPUs = iterations x (t(B/g) + comm(g)), with t(b) = alpha + beta*b the
+fitted per-iteration compute time at per-GPU batch b, and comm(g) a ring all-reduce of
+the gradients over the slowest link the g GPUs use. docs/model.md derives every term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one-GPU profiling tells us about a model (units: seconds, samples, bytes)."""
+
+    model: str
+    alpha: float  # fixed per-iteration time (s): kernel launches, optimizer step
+    beta: float  # per-sample time (s/sample)
+    params: int  # number of trainable parameters
+    bytes_per_param: int = 4  # gradient element size (fp32 = 4)
+    mem_base: float = 0.0  # peak memory at batch 0 (bytes): weights, grads, optimizer state
+    mem_per_sample: float = 0.0  # extra peak memory per sample (bytes): activations
+    source: str = "measured"  # "measured" or "estimated"
+
+    def step_time(self, local_batch: float) -> float:
+        """Compute time of one training step at per-GPU batch ``local_batch``."""
+        return self.alpha + self.beta * local_batch
+
+    @property
+    def grad_bytes(self) -> float:
+        return float(self.params * self.bytes_per_param)
+
+    def memory(self, local_batch: float) -> float:
+        return self.mem_base + self.mem_per_sample * local_batch
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of interconnect: ring all-reduce uses bandwidth (bytes/s) and per-step latency (s)."""
+
+    bandwidth: float
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The cluster parameters the cost model and the simulator need."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu_mem: float = 32e9  # bytes per GPU
+    intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))  # NVLink-class
+    inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))  # 100 Gb/s-class
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def gpu_counts(self, max_gpus: int | None = None) -> tuple[int, ...]:
+        """Every GPU count the cluster can ever give one job (capped by ``max_gpus``)."""
+        top = self.total_gpus if max_gpus is None else min(self.total_gpus, max_gpus)
+        return tuple(range(1, top + 1))
+
+
+def ring_allreduce_time(nbytes: float, g: int, link: Link) -> float:
+    """Ring all-reduce of ``nbytes`` over ``g`` ranks: 2(g-1) steps of nbytes/g each."""
+    if g <= 1:
+        return 0.0
+    return 2.0 * (g - 1) / g * nbytes / link.bandwidth + 2.0 * (g - 1) * link.latency
+
+
+class CostModel:
+    """Predicts per-iteration and whole-job run times on a given cluster."""
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+
+    def comm_time(self, profile: Profile, g: int, spans_nodes: bool) -> float:
+        link = self.cluster.inter if spans_nodes else self.cluster.intra
+        return ring_allreduce_time(profile.grad_bytes, g, link)
+
+    def iter_time(self, profile: Profile, global_batch: int, g: int, spans_nodes: bool = False) -> float:
+        return profile.step_time(global_batch / g) + self.comm_time(profile, g, spans_nodes)
+
+    def allowed(self, profile: Profile, global_batch: int, g: int) -> bool:
+        """g is allowed when it divides B, B/g >= 1 and B/g fits in one GPU's memory."""
+        if g < 1 or g > self.cluster.total_gpus or global_batch % g != 0:
+            return False
+        local = global_batch // g
+        return local >= 1 and profile.memory(local) <= self.cluster.gpu_mem
+
+    def allowed_counts(self, profile: Profile, global_batch: int, lo: int = 1, hi: int | None = None) -> list[int]:
+        hi = self.cluster.total_gpus if hi is None else min(hi, self.cluster.total_gpus)
+        return [g for g in range(max(1, lo), hi + 1) if self.allowed(profile, global_batch, g)]
+
+    def run_time(self, profile: Profile, global_batch: int, iterations: int, g: int, spans_nodes: bool = False) -> float:
+        return iterations * self.iter_time(profile, global_batch, g, spans_nodes)
+
+    def best_run_time(self, profile: Profile, global_batch: int, iterations: int, counts: Iterable[int]) -> float:
+        """Shortest run time over ``counts``, packing on one node whenever g fits on one."""
+        gpn = self.cluster.gpus_per_node
+        return min(self.run_time(profile, global_batch, iterations, g, g > gpn) for g in counts)

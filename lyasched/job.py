@@ -1,0 +1,33 @@
+"""A training job as the scheduler sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lyasched.cost import CostModel, Profile
+
+
+@dataclass(frozen=True)
+class Job:
+    """One data-parallel training job: a model profile, a global batch and a length."""
+
+    job_id: str
+    profile: Profile
+    global_batch: int
+    iterations: int
+    submit_time: float = 0.0
+    min_gpus: int = 1
+    max_gpus: int = 8
+    requested_gpus: int = 1  # what the user asked for: what fifo/backfill give it
+    time_limit: float | None = None  # user's wall-clock limit (s), used by backfill
+    user: str = ""
+
+    def allowed_counts(self, cost: CostModel) -> list[int]:
+        return cost.allowed_counts(self.profile, self.global_batch, self.min_gpus, self.max_gpus)
+
+    def work(self) -> float:
+        """Estimated compute time on one GPU at the full batch: the job's size in the actual queue Q."""
+        return self.iterations * self.profile.step_time(self.global_batch)
+
+    def run_time(self, cost: CostModel, g: int, spans_nodes: bool = False) -> float:
+        return cost.run_time(self.profile, self.global_batch, self.iterations, g, spans_nodes)

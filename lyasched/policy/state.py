@@ -1,0 +1,161 @@
+"""What a policy sees and what it returns. Pure data: no I/O, no clocks.
+
+The simulator (`lyasched.sim`) and the live service (`lyasched serve`) both build a
+`SlotState` and call `Policy.decide` on it, so what `replay` measures is what `serve` does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from lyasched.cost import CostModel
+from lyasched.job import Job
+
+Placement = tuple[tuple[int, int], ...]  # ((node index, GPUs on that node), ...)
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """A job waiting to start, with its predicted run time for every GPU count.
+
+    ``run_one_node[k]`` / ``run_multi_node[k]`` is the predicted run time on k+1 GPUs packed on
+    one node / spread over several nodes; ``inf`` where that count is not allowed.
+    """
+
+    job_id: str
+    submit_time: float
+    work: float  # estimated compute time: the job's contribution to the actual queue Q
+    run_one_node: np.ndarray
+    run_multi_node: np.ndarray
+    requested_gpus: int = 1
+    time_limit: float = math.inf
+    user: str = ""
+
+    @property
+    def best_run(self) -> float:
+        return float(min(self.run_one_node.min(), self.run_multi_node.min()))
+
+    def run_time(self, g: int, spans_nodes: bool) -> float:
+        row = self.run_multi_node if spans_nodes else self.run_one_node
+        return float(row[g - 1]) if 1 <= g <= len(row) else math.inf
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding GPUs. ``expected_end`` is what a policy may assume (backfill: the time limit)."""
+
+    job_id: str
+    gpus: int
+    placement: Placement
+    start_time: float
+    expected_end: float
+    attained: float = 0.0  # GPU-seconds received so far (for LAS-style policies)
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """Everything a policy may look at in one slot."""
+
+    now: float
+    slot_len: float
+    free: tuple[int, ...]  # free GPUs per node (GPUs used by jobs lyasched does not own are not free)
+    gpus_per_node: int
+    waiting: tuple[WaitingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+
+    @property
+    def max_gpus(self) -> int:
+        return len(self.waiting[0].run_one_node) if self.waiting else 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Start ``job_id`` on ``gpus`` GPUs placed as ``placement``."""
+
+    job_id: str
+    gpus: int
+    placement: Placement
+    score: float = 0.0
+    reason: str = ""
+
+    @property
+    def spans_nodes(self) -> bool:
+        return len(self.placement) > 1
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    starts: tuple[Decision, ...]
+    preempt: tuple[str, ...] = ()
+    q: float = 0.0  # actual queue after the slot's decisions
+    z: float = 0.0  # virtual queue after the slot's decisions
+    info: dict = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, state: SlotState) -> SlotResult: ...
+
+
+def waiting_job(job: Job, cost: CostModel, max_gpus: int) -> WaitingJob:
+    """Precompute a job's run-time rows for GPU counts 1..max_gpus (done once per job)."""
+    gpn = cost.cluster.gpus_per_node
+    one = np.full(max_gpus, np.inf)
+    multi = np.full(max_gpus, np.inf)
+    for g in job.allowed_counts(cost):
+        if g > max_gpus:
+            continue
+        if g <= gpn:
+            one[g - 1] = job.run_time(cost, g, spans_nodes=False)
+        if g > 1:
+            multi[g - 1] = job.run_time(cost, g, spans_nodes=True)
+    limit = job.time_limit if job.time_limit is not None else math.inf
+    return WaitingJob(
+        job_id=job.job_id,
+        submit_time=job.submit_time,
+        work=job.work(),
+        run_one_node=one,
+        run_multi_node=multi,
+        requested_gpus=min(job.requested_gpus, max_gpus),
+        time_limit=limit,
+        user=job.user,
+    )
+
+
+def place(free: Sequence[int], g: int, one_node: bool) -> Placement | None:
+    """Pick nodes for g GPUs from ``free``; None if impossible.
+
+    One node: best fit (the fullest node that still has g free), which keeps large holes
+    for later multi-GPU jobs. Several nodes: take the nodes with most free GPUs first, so
+    the job spans as few nodes as possible.
+    """
+    if one_node:
+        best = -1
+        for i, f in enumerate(free):
+            if f >= g and (best < 0 or f < free[best]):
+                best = i
+        return ((best, g),) if best >= 0 else None
+    order = sorted(range(len(free)), key=lambda i: (-free[i], i))
+    need, out = g, []
+    for i in order:
+        if need == 0 or free[i] == 0:
+            break
+        take = min(free[i], need)
+        out.append((i, take))
+        need -= take
+    if need > 0 or len(out) < 2:
+        return None
+    return tuple(sorted(out))
+
+
+def apply(free: list[int], placement: Placement) -> None:
+    for node, n in placement:
+        free[node] -= n
+        if free[node] < 0:
+            raise ValueError(f"over-allocated node {node}")

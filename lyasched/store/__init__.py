@@ -1,0 +1,38 @@
+"""Storage: every SQLite file lyasched writes is opened here.
+
+WAL mode and a busy timeout so that many `lyasub` processes and the service can share one
+database without users ever seeing "database is locked"; short transactions are the
+callers' part. Tables live in submodules: `costtable` (profiles), `records` (service state).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import sqlite_utils
+
+DEFAULT_DB_ENV = "LYASCHED_DB"
+BUSY_TIMEOUT_MS = 30_000
+
+
+def default_path() -> Path:
+    """`$LYASCHED_DB`, else `~/.local/share/lyasched/lyasched.db`."""
+    env = os.environ.get(DEFAULT_DB_ENV)
+    if env:
+        return Path(env)
+    return Path.home() / ".local" / "share" / "lyasched" / "lyasched.db"
+
+
+def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
+    """Open (creating if needed) a lyasched database with WAL and a busy timeout."""
+    p = Path(path) if path is not None else default_path()
+    if str(p) != ":memory:":
+        p.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    if str(p) != ":memory:":
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return sqlite_utils.Database(conn)
