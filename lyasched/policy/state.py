@@ -34,6 +34,7 @@ class WaitingJob:
     requested_gpus: int = 1
     time_limit: float = math.inf
     user: str = ""
+    attained: float = 0.0  # GPU-seconds already received (jobs preempted earlier; LAS policies)
 
     @property
     def best_run(self) -> float:

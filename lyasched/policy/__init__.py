@@ -1,0 +1,42 @@
+"""Scheduling policies: the Lyapunov policy and the baselines, all behind one `Policy` protocol.
+
+`make_policy(name, **params)` is how the simulator and the service get one by name.
+A policy class may set ``needs_true_runtimes = True`` (an oracle): the simulator then
+builds its `WaitingJob` rows from true rather than estimated run times.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from lyasched.policy.state import (  # noqa: F401  (re-exported)
+    Decision,
+    Policy,
+    RunningJob,
+    SlotResult,
+    SlotState,
+    WaitingJob,
+    waiting_job,
+)
+
+POLICIES: dict[str, str] = {
+    "lyapunov": "lyasched.policy.lyapunov:LyapunovPolicy",
+    "fixed-1": "lyasched.policy.baselines:FixedOne",
+    "random": "lyasched.policy.baselines:RandomGpus",
+    "fifo": "lyasched.policy.baselines:Fifo",
+    "backfill": "lyasched.policy.baselines:Backfill",
+    "sjf-oracle": "lyasched.policy.baselines:SjfOracle",
+    "optimus": "lyasched.policy.baselines:Optimus",
+    "tiresias": "lyasched.policy.baselines:Tiresias",
+}
+
+PREEMPTIVE = frozenset({"tiresias"})
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """Build a policy by name; every policy accepts ``seed`` (ignored where unused)."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    mod, cls = POLICIES[name].split(":")
+    return getattr(importlib.import_module(mod), cls)(**params)
