@@ -8,7 +8,7 @@ the gradients over the slowest link the g GPUs use. docs/model.md derives every 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,36 @@ class CostModel:
 
     def iter_time(self, profile: Profile, global_batch: int, g: int, spans_nodes: bool = False) -> float:
         return profile.step_time(global_batch / g) + self.comm_time(profile, g, spans_nodes)
+
+    def iter_time_placement(
+        self,
+        profile: Profile,
+        local_batch: float,
+        placement: Sequence[int],
+        overlap: float = 1.0,
+        slowdown: float = 1.0,
+    ) -> float:
+        """Per-iteration time for an explicit placement (GPUs used on each node).
+
+        Every replica computes ``local_batch`` samples; the ring all-reduce runs over the
+        slowest link used (intra when one node, inter otherwise). ``overlap`` is the
+        exponent gamma of (compute^gamma + comm^gamma)^(1/gamma): 1 = no overlap of the
+        all-reduce with the backward pass (= iter_time), large = full overlap.
+        ``slowdown`` scales compute whenever more than one GPU is used (host/PCIe
+        contention). docs/calibration.md fits both from measured placements.
+        """
+        g = int(sum(placement))
+        if g < 1:
+            raise ValueError("a placement needs at least one GPU")
+        compute = profile.step_time(local_batch)
+        if g == 1:
+            return compute
+        link = self.cluster.inter if len(placement) > 1 else self.cluster.intra
+        comm = ring_allreduce_time(profile.grad_bytes, g, link)
+        compute *= slowdown
+        if comm <= 0.0:
+            return compute
+        return (compute**overlap + comm**overlap) ** (1.0 / overlap)
 
     def allowed(self, profile: Profile, global_batch: int, g: int) -> bool:
         """g is allowed when it divides B, B/g >= 1 and B/g fits in one GPU's memory."""
