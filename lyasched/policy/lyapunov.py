@@ -1,0 +1,245 @@
+"""The Lyapunov drift-plus-penalty policy (docs/model.md derives it).
+
+Two queues, both read off the state so the policy keeps no memory (a restarted service
+decides exactly as before):
+
+* actual queue  Q = sum of the estimated compute time (``work``) of waiting jobs;
+* virtual queue Z = sum of the waiting times of waiting jobs: it grows by one slot for
+  every postponed job and drops by a job's whole wait when it starts.
+
+Starting job j in configuration c (g GPUs, one node or several) instead of postponing it
+lowers the drift bound by  Q*e_j + Z*(w_j + slot)  and costs the penalty  V*Theta*p_j(c),
+with Theta = Q + Z making V dimensionless. The penalty is the increase in total job
+completion time the decision causes: the job's own extra run time over its best
+configuration plus the delay its GPU-seconds impose on the other waiting jobs. Doing
+nothing scores 0; a job starts only with a positive score. The slot's choice is a
+multiple-choice knapsack over free GPUs per node: solved exactly by dynamic programming
+over the total free GPUs when that is cheap (and the optimum places), greedily by score per
+GPU otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lyasched.policy.state import Decision, Placement, SlotResult, SlotState
+
+
+class FreeGpus:
+    """Free GPUs per node, bucketed by free count, so best-fit placement costs O(gpus per node)."""
+
+    def __init__(self, free: tuple[int, ...], gpus_per_node: int) -> None:
+        self.free = list(free)
+        self.cap = max([gpus_per_node, *self.free]) if self.free else gpus_per_node
+        self.buckets: list[set[int]] = [set() for _ in range(self.cap + 1)]
+        for i, f in enumerate(self.free):
+            self.buckets[f].add(i)
+        self.total = sum(self.free)
+
+    def _move(self, node: int, new: int) -> None:
+        self.buckets[self.free[node]].discard(node)
+        self.free[node] = new
+        self.buckets[new].add(node)
+
+    def max_on_one_node(self) -> int:
+        for f in range(self.cap, 0, -1):
+            if self.buckets[f]:
+                return f
+        return 0
+
+    def fits(self, g: int, one_node: bool) -> bool:
+        if one_node:
+            return g <= self.max_on_one_node()
+        return g <= self.total and g > self.max_on_one_node()
+
+    def take(self, g: int, one_node: bool) -> Placement | None:
+        """Best fit on one node; or spread over the fewest nodes (most free first)."""
+        if one_node:
+            for f in range(g, self.cap + 1):
+                if self.buckets[f]:
+                    node = min(self.buckets[f])
+                    self._move(node, f - g)
+                    self.total -= g
+                    return ((node, g),)
+            return None
+        if g > self.total:
+            return None
+        need, out = g, []
+        for f in range(self.cap, 0, -1):
+            for node in sorted(self.buckets[f]):
+                if need == 0:
+                    break
+                out.append((node, min(f, need)))
+                need -= min(f, need)
+            if need == 0:
+                break
+        if need > 0 or len(out) < 2:
+            return None
+        for node, n in out:
+            self._move(node, self.free[node] - n)
+        self.total -= g
+        return tuple(sorted(out))
+
+
+@dataclass
+class LyapunovPolicy:
+    """Drift-plus-penalty over (Q, Z); V trades completion time against queue growth."""
+
+    V: float = 1.0
+    externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
+    exact_limit: int = 200_000  # solve exactly when jobs x free GPUs x options is at most this
+    seed: int = 0  # unused: the policy is deterministic
+    name: str = "lyapunov"
+
+    def scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """Score of starting each waiting job on k+1 GPUs on one node / several nodes."""
+        jobs = state.waiting
+        n = len(jobs)
+        one = np.stack([j.run_one_node for j in jobs])
+        multi = np.stack([j.run_multi_node for j in jobs])
+        work = np.fromiter((j.work for j in jobs), float, n)
+        wait = state.now - np.fromiter((j.submit_time for j in jobs), float, n)
+        np.maximum(wait, 0.0, out=wait)
+        q = float(work.sum())
+        z = float(wait.sum())
+        theta = q + z
+        best = np.minimum(one.min(axis=1), multi.min(axis=1))
+        finite_best = np.where(np.isfinite(best), best, 0.0)
+        gain = q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
+        total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        free_now = sum(state.free)
+        g = np.arange(1, one.shape[1] + 1, dtype=float)
+        # Other waiting jobs left without even one GPU if this job takes g of the free ones:
+        # each of them is delayed, roughly by the GPU-seconds this job holds shared over the cluster.
+        blocked = np.maximum(0.0, (n - 1) - (free_now - g))
+
+        def score(run: np.ndarray) -> np.ndarray:
+            with np.errstate(invalid="ignore"):
+                return _score(run)
+
+        def _score(run: np.ndarray) -> np.ndarray:
+            extra = run - finite_best[:, None]
+            imposed = self.externality * blocked[None, :] * g[None, :] * run / total_gpus
+            pen = extra + imposed
+            s = gain[:, None] - self.V * theta * pen
+            return np.where(np.isfinite(run), s, -np.inf)
+
+        return score(one), score(multi), q, z
+
+    def decide(self, state: SlotState) -> SlotResult:
+        if not state.waiting:
+            return SlotResult(starts=(), q=0.0, z=0.0)
+        s_one, s_multi, q, z = self.scores(state)
+        free = FreeGpus(state.free, state.gpus_per_node)
+        if free.total == 0:
+            return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
+        k = s_one.shape[1]
+        # Configurations that can never fit this slot are out.
+        gcol = np.arange(1, k + 1)
+        s_one = np.where(gcol[None, :] <= free.max_on_one_node(), s_one, -np.inf)
+        s_multi = np.where(gcol[None, :] <= free.total, s_multi, -np.inf)
+        best = np.maximum(s_one, s_multi)
+        cand = np.flatnonzero(best.max(axis=1) > 0)
+        solver = "greedy"
+        chosen: list[tuple[int, int]] | None = None
+        if cand.size and cand.size * free.total * k <= self.exact_limit:
+            chosen = _knapsack(best[cand], free.total)
+            if chosen is not None:
+                chosen = [(int(cand[i]), g) for i, g in chosen]
+                solver = "exact"
+        starts: list[Decision] = []
+        if chosen is not None:
+            trial = FreeGpus(state.free, state.gpus_per_node)
+            placed = []
+            for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
+                one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
+                pl = trial.take(g, True) if one_ok and trial.fits(g, True) else None
+                if pl is None and s_multi[j, g - 1] > 0:
+                    pl = trial.take(g, False)
+                if pl is None:
+                    placed = None
+                    break
+                placed.append((j, g, pl))
+            if placed is not None:
+                free = trial
+                for j, g, pl in placed:
+                    sc = s_one[j, g - 1] if len(pl) == 1 else s_multi[j, g - 1]
+                    starts.append(self._decision(state, j, g, pl, float(sc), solver))
+            else:
+                solver = "greedy"
+        if solver == "greedy":
+            starts = self._greedy(state, s_one, s_multi, cand, free)
+        started = {d.job_id for d in starts}
+        q_after = q - sum(j.work for j in state.waiting if j.job_id in started)
+        z_after = z - sum(max(0.0, state.now - j.submit_time) for j in state.waiting if j.job_id in started)
+        return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info={"solver": solver, "Q": q, "Z": z})
+
+    def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus) -> list[Decision]:
+        """Jobs by best score per GPU; each takes its highest-scoring configuration that fits now."""
+        k = s_one.shape[1]
+        g = np.arange(1, k + 1, dtype=float)
+        dens = np.maximum(s_one, s_multi)[cand] / g[None, :]
+        prio = dens.max(axis=1)
+        order = cand[np.lexsort((cand, -prio))]
+        out: list[Decision] = []
+        for j in order:
+            if free.total == 0:
+                break
+            row = np.concatenate([s_one[j], s_multi[j]])
+            for idx in np.argsort(-row, kind="stable"):
+                sc = row[idx]
+                if not sc > 0:
+                    break
+                one_node = idx < k
+                gg = int(idx % k) + 1
+                if not free.fits(gg, one_node):
+                    continue
+                pl = free.take(gg, one_node)
+                if pl is not None:
+                    out.append(self._decision(state, int(j), gg, pl, float(sc), "greedy"))
+                    break
+        return out
+
+    def _decision(self, state: SlotState, j: int, g: int, pl: Placement, score: float, solver: str) -> Decision:
+        job = state.waiting[j]
+        run = job.run_time(g, len(pl) > 1)
+        extra = run - job.best_run
+        why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{extra:.0f}s over best {job.best_run:.0f}s)"
+        return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
+
+
+def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None:
+    """Multiple-choice knapsack: at most one GPU count per job, total GPUs <= capacity.
+
+    ``scores[i, g-1]`` is job i's value on g GPUs (-inf or <= 0: not worth it). Returns the
+    optimal [(job, g)] by dynamic programming over capacity, O(jobs x capacity x counts).
+    """
+    n, k = scores.shape
+    neg = -math.inf
+    best = np.zeros(capacity + 1)
+    choice = np.zeros((n, capacity + 1), dtype=np.int32)  # 0 = skip, else g
+    for i in range(n):
+        new = best.copy()
+        pick = np.zeros(capacity + 1, dtype=np.int32)
+        for g in range(1, min(k, capacity) + 1):
+            v = scores[i, g - 1]
+            if not v > 0:
+                continue
+            cand = np.full(capacity + 1, neg)
+            cand[g:] = best[: capacity + 1 - g] + v
+            better = cand > new
+            new = np.where(better, cand, new)
+            pick = np.where(better, g, pick)
+        best = new
+        choice[i] = pick
+    c = int(np.argmax(best))
+    out = []
+    for i in range(n - 1, -1, -1):
+        g = int(choice[i, c])
+        if g:
+            out.append((i, g))
+            c -= g
+    return out
