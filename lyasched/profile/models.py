@@ -1,0 +1,229 @@
+"""The model protocol (`ModelSpec`) and a small library of example models in plain torch.
+
+A profiled model is anything a factory turns into a `ModelSpec`: the module, a way to make a
+synthetic batch of any size, and the loss. The examples are CIFAR-sized (32x32 images, 10
+classes) so that they profile on a CPU in seconds; each has size knobs (``width``, ``depth``,
+...) passed as factory keyword arguments (`--arg width=32` on the command line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class ModelSpec:
+    """What the profiler and `jobscripts/train_example.py` need to run training steps.
+
+    ``make_batch(b, device)`` returns ``(inputs, target)`` for a batch of ``b`` samples;
+    ``loss(model(inputs), target)`` returns a scalar tensor; ``optimizer(params)`` builds the
+    optimizer whose step is part of the timed training step (default: SGD with momentum).
+    """
+
+    name: str
+    model: nn.Module
+    make_batch: Callable[[int, Any], Batch]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy
+    optimizer: Callable[[Any], torch.optim.Optimizer] | None = None
+    args: dict[str, Any] = field(default_factory=dict)  # factory keyword arguments, for the record
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is not None:
+            return self.optimizer(self.model.parameters())
+        return torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one input sample (part of the model signature: it changes the cost)."""
+        x, _ = self.make_batch(1, "cpu")
+        return tuple(x.shape[1:])
+
+
+def image_batches(channels: int, size: int, classes: int) -> Callable[[int, Any], Batch]:
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        x = torch.randn(b, channels, size, size, device=device)
+        y = torch.randint(0, classes, (b,), device=device)
+        return x, y
+
+    return make_batch
+
+
+def vector_batches(dim: int, classes: int) -> Callable[[int, Any], Batch]:
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        return torch.randn(b, dim, device=device), torch.randint(0, classes, (b,), device=device)
+
+    return make_batch
+
+
+# ---------------------------------------------------------------- ResNet-style (CIFAR ResNet)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """CIFAR ResNet (He et al.): 3 stages of ``depth`` basic blocks, widths w, 2w, 4w.
+    depth=3, width=16 is ResNet-20."""
+
+    def __init__(self, width: int = 16, depth: int = 1, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        layers: list[nn.Module] = []
+        cin = width
+        for stage, mult in enumerate((1, 2, 4)):
+            for i in range(depth):
+                cout = width * mult
+                layers.append(BasicBlock(cin, cout, 2 if (stage > 0 and i == 0) else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# ---------------------------------------------------------------- VGG-style
+
+
+class VGG(nn.Module):
+    """VGG-style: conv3x3-BN-ReLU stacks with max-pooling, widths w, 2w, 4w, 8w, 8w.
+    ``layers`` picks how many convs per stage (1 = VGG-11 layout)."""
+
+    def __init__(self, width: int = 16, layers: int = 1, image_size: int = 32, classes: int = 10) -> None:
+        super().__init__()
+        feats: list[nn.Module] = []
+        cin, size = 3, image_size
+        per_stage = (1, 1, 1 + layers, 1 + layers, 1 + layers)
+        for mult, n in zip((1, 2, 4, 8, 8), per_stage):
+            for _ in range(n):
+                feats += [nn.Conv2d(cin, width * mult, 3, padding=1, bias=False), nn.BatchNorm2d(width * mult), nn.ReLU()]
+                cin = width * mult
+            if size >= 2:
+                feats.append(nn.MaxPool2d(2))
+                size //= 2
+        self.features = nn.Sequential(*feats)
+        hidden = 8 * width * 4
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(cin * size * size, hidden), nn.ReLU(), nn.Linear(hidden, classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+# ---------------------------------------------------------------- MobileNet-style (v1)
+
+
+def _dw_separable(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin), nn.ReLU(),
+        nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+    )
+
+
+class MobileNet(nn.Module):
+    """MobileNet-v1-style: depthwise-separable blocks; ``width`` scales every channel count."""
+
+    # (output channels at width 32, stride) — v1's stack, shortened for 32x32 inputs
+    PLAN = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (1024, 2))
+
+    def __init__(self, width: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        scale = width / 32
+        cin = width
+        blocks: list[nn.Module] = [nn.Conv2d(3, cin, 3, 1, 1, bias=False), nn.BatchNorm2d(cin), nn.ReLU()]
+        for c, s in self.PLAN:
+            cout = max(8, int(c * scale))
+            blocks.append(_dw_separable(cin, cout, s))
+            cin = cout
+        self.features = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+# ---------------------------------------------------------------- MLP
+
+
+class MLP(nn.Module):
+    def __init__(self, input_dim: int = 784, width: int = 512, depth: int = 2, classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        d = input_dim
+        for _ in range(depth):
+            layers += [nn.Linear(d, width), nn.ReLU()]
+            d = width
+        layers.append(nn.Linear(d, classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+# ---------------------------------------------------------------- factories (the library)
+
+
+def resnet(width: int = 16, depth: int = 1, image_size: int = 32, classes: int = 10, name: str = "resnet") -> ModelSpec:
+    """ResNet-style CNN; default is ResNet-8 (depth=1), ``resnet20`` is depth=3."""
+    return ModelSpec(name, ResNet(width, depth, classes), image_batches(3, image_size, classes),
+                     args=dict(width=width, depth=depth, image_size=image_size, classes=classes))
+
+
+def vgg(width: int = 16, layers: int = 1, image_size: int = 32, classes: int = 10, name: str = "vgg") -> ModelSpec:
+    """VGG-style CNN; width=64 is VGG-11's channel plan."""
+    return ModelSpec(name, VGG(width, layers, image_size, classes), image_batches(3, image_size, classes),
+                     args=dict(width=width, layers=layers, image_size=image_size, classes=classes))
+
+
+def mobilenet(width: int = 16, image_size: int = 32, classes: int = 10, name: str = "mobilenet") -> ModelSpec:
+    """MobileNet-v1-style CNN; width=32 is v1's width multiplier 1.0."""
+    return ModelSpec(name, MobileNet(width, classes), image_batches(3, image_size, classes),
+                     args=dict(width=width, image_size=image_size, classes=classes))
+
+
+def mlp(input_dim: int = 784, width: int = 512, depth: int = 2, classes: int = 10, name: str = "mlp") -> ModelSpec:
+    """Multi-layer perceptron over flattened 28x28 inputs."""
+    return ModelSpec(name, MLP(input_dim, width, depth, classes), vector_batches(input_dim, classes),
+                     args=dict(input_dim=input_dim, width=width, depth=depth, classes=classes))
+
+
+# name -> (factory, default keyword arguments); `--arg k=v` overrides the defaults.
+EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
+    "mlp": (mlp, {}),
+    "mlp-large": (mlp, dict(width=2048, depth=3)),
+    "resnet": (resnet, {}),
+    "resnet20": (resnet, dict(depth=3)),
+    "vgg": (vgg, {}),
+    "vgg11": (vgg, dict(width=64)),
+    "mobilenet": (mobilenet, {}),
+}
+
+
+def example(name: str, **kwargs: Any) -> ModelSpec:
+    """Build the library model ``name`` (see `EXAMPLES`), overriding its knobs with ``kwargs``."""
+    if name not in EXAMPLES:
+        raise KeyError(f"unknown example model {name!r} (known: {', '.join(EXAMPLES)})")
+    factory, defaults = EXAMPLES[name]
+    return factory(**{**defaults, **kwargs, "name": name})
