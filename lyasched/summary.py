@@ -1,0 +1,221 @@
+"""The cost summary a lyasched job carries in its Slurm comment (docs/cost-summary.md).
+
+One line, ``lyasched:v1;key=value;...``: `lyasub` encodes it, the job_submit.lua plugin
+validates it at submission and `lyasched serve` decodes it. Python and Lua enforce the same
+grammar and bounds, so anything `encode` writes the plugin accepts, and anything `decode`
+accepts is safe to feed the cost model. Every key is required.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from lyasched.cost import Profile
+
+PREFIX = "lyasched:v1;"
+MAX_LEN = 1024
+
+_KEY_RE = re.compile(r"[a-z0-9_]+\Z")
+_UID_RE = re.compile(r"[A-Za-z0-9-]{8,64}\Z")
+_SIG_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
+_INT_RE = re.compile(r"-?[0-9]{1,20}\Z")
+# plain or exponent notation; no nan/inf/hex, no underscores, no leading '+'
+_FLOAT_RE = re.compile(r"-?[0-9]{1,40}(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?\Z")
+
+
+def new_uid() -> str:
+    """A fresh lyasched job uid (32 hex digits; matches the ``id`` grammar)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class _Field:
+    key: str  # key in the encoded summary
+    attr: str  # CostSummary attribute
+    kind: str  # "int", "float", "uid", "sig", "src"
+    lo: float = 0
+    hi: float = 0
+
+
+_FIELDS: tuple[_Field, ...] = (
+    _Field("id", "uid", "uid"),
+    _Field("sig", "sig", "sig"),
+    _Field("b", "global_batch", "int", 1, 1_048_576),
+    _Field("it", "iterations", "int", 1, 1_000_000_000),
+    _Field("gmin", "min_gpus", "int", 1, 1024),
+    _Field("gmax", "max_gpus", "int", 1, 1024),
+    _Field("a", "alpha", "float", 0, 1000),
+    _Field("bt", "beta", "float", 0, 1000),
+    _Field("p", "params", "int", 1, 1_000_000_000_000),
+    _Field("bpp", "bytes_per_param", "int", 1, 8),
+    _Field("m0", "mem_base", "float", 0, 1e13),
+    _Field("m1", "mem_per_sample", "float", 0, 1e12),
+    _Field("src", "source", "src"),
+)
+_BY_KEY = {f.key: f for f in _FIELDS}
+_SOURCES = {"m": "measured", "e": "estimated"}
+
+
+def _parse_int(f: _Field, raw: str) -> int:
+    if not _INT_RE.match(raw):
+        raise ValueError(f"cost summary: {f.key}={raw!r} is not an integer")
+    return int(raw)
+
+
+def _parse_float(f: _Field, raw: str) -> float:
+    if not _FLOAT_RE.match(raw):
+        raise ValueError(f"cost summary: {f.key}={raw!r} is not a plain decimal number")
+    return float(raw)
+
+
+def _parse_text(pattern: re.Pattern[str], what: str) -> Callable[[_Field, str], str]:
+    def parse(f: _Field, raw: str) -> str:
+        if not pattern.match(raw):
+            raise ValueError(f"cost summary: {f.key}={raw!r} is not a valid {what}")
+        return raw
+
+    return parse
+
+
+_PARSERS: dict[str, Callable[[_Field, str], Any]] = {
+    "int": _parse_int,
+    "float": _parse_float,
+    "uid": _parse_text(_UID_RE, "job uid ([A-Za-z0-9-]{8,64})"),
+    "sig": _parse_text(_SIG_RE, "model signature ([A-Za-z0-9_.:-]{1,128})"),
+    "src": _parse_text(re.compile(r"[me]\Z"), "source (m or e)"),
+}
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    """A job's cost as lyasched schedules it: its profile, batch, length and GPU bounds.
+
+    Construction validates every bound, so an invalid summary cannot be encoded.
+    """
+
+    uid: str
+    sig: str
+    global_batch: int
+    iterations: int
+    min_gpus: int
+    max_gpus: int
+    alpha: float
+    beta: float
+    params: int
+    bytes_per_param: int = 4
+    mem_base: float = 0.0
+    mem_per_sample: float = 0.0
+    source: str = "m"  # "m" measured, "e" estimated
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field outside the grammar or its bounds."""
+        for f in _FIELDS:
+            v = getattr(self, f.attr)
+            if f.kind == "int":
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"cost summary: {f.key} must be an integer, got {v!r}")
+            elif f.kind == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"cost summary: {f.key} must be a number, got {v!r}")
+                if not math.isfinite(v):
+                    raise ValueError(f"cost summary: {f.key} must be finite, got {v!r}")
+            else:
+                if not isinstance(v, str):
+                    raise ValueError(f"cost summary: {f.key} must be a string, got {v!r}")
+                _PARSERS[f.kind](f, v)
+                continue
+            if not f.lo <= v <= f.hi:
+                raise ValueError(f"cost summary: {f.key}={v!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
+        if self.max_gpus < self.min_gpus:
+            raise ValueError(f"cost summary: gmax={self.max_gpus} is below gmin={self.min_gpus}")
+        if len(self._encode_unchecked()) > MAX_LEN:
+            raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
+
+    def _encode_unchecked(self) -> str:
+        parts = []
+        for f in _FIELDS:
+            v = getattr(self, f.attr)
+            # repr of a float round-trips exactly and is plain or exponent notation
+            parts.append(f"{f.key}={float(v)!r}" if f.kind == "float" else f"{f.key}={v}")
+        return PREFIX + ";".join(parts)
+
+    def encode(self) -> str:
+        """The one-line summary for ``sbatch --comment``."""
+        return self._encode_unchecked()
+
+    @classmethod
+    def decode(cls, text: str) -> "CostSummary":
+        """Parse and validate a summary; ValueError with a readable message otherwise."""
+        if not isinstance(text, str):
+            raise ValueError("cost summary: not a string")
+        text = text.strip()
+        if not text.startswith(PREFIX):
+            raise ValueError(f"cost summary: does not start with {PREFIX!r}")
+        if len(text) > MAX_LEN:
+            raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
+        body = text[len(PREFIX) :]
+        values: dict[str, Any] = {}
+        for item in body.split(";"):
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise ValueError(f"cost summary: field {item!r} is not key=value")
+            if not _KEY_RE.match(key):
+                raise ValueError(f"cost summary: bad key {key!r}")
+            f = _BY_KEY.get(key)
+            if f is None:
+                raise ValueError(f"cost summary: unknown key {key!r}")
+            if f.attr in values:
+                raise ValueError(f"cost summary: key {key!r} given twice")
+            values[f.attr] = _PARSERS[f.kind](f, raw)
+        missing = [f.key for f in _FIELDS if f.attr not in values]
+        if missing:
+            raise ValueError(f"cost summary: missing {', '.join(missing)}")
+        return cls(**values)
+
+    @classmethod
+    def is_lyasched(cls, comment: str | None) -> bool:
+        """Whether a Slurm comment claims to be a lyasched summary (it may still be invalid)."""
+        return bool(comment) and comment.strip().startswith(PREFIX)
+
+    @classmethod
+    def from_profile(
+        cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int
+    ) -> "CostSummary":
+        return cls(
+            uid=uid,
+            sig=sig,
+            global_batch=global_batch,
+            iterations=iterations,
+            min_gpus=min_gpus,
+            max_gpus=max_gpus,
+            alpha=float(profile.alpha),
+            beta=float(profile.beta),
+            params=int(profile.params),
+            bytes_per_param=int(profile.bytes_per_param),
+            mem_base=float(profile.mem_base),
+            mem_per_sample=float(profile.mem_per_sample),
+            source="e" if profile.source == "estimated" else "m",
+        )
+
+    def to_profile(self) -> Profile:
+        return Profile(
+            model=self.sig,
+            alpha=self.alpha,
+            beta=self.beta,
+            params=self.params,
+            bytes_per_param=self.bytes_per_param,
+            mem_base=self.mem_base,
+            mem_per_sample=self.mem_per_sample,
+            source=_SOURCES[self.source],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Attribute names to values (for --json)."""
+        return asdict(self)
