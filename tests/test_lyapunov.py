@@ -1,0 +1,185 @@
+"""Properties of the Lyapunov policy (issue 2 §2), on hand-built and hypothesis-generated states."""
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lyasched.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.job import Job
+from lyasched.policy import make_policy
+from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
+from lyasched.policy.state import SlotState, waiting_job
+
+MODELS = [
+    Profile("small", 0.005, 0.0004, 3_000_000, mem_base=0.5e9, mem_per_sample=20e6),
+    Profile("resnet", 0.02, 0.0015, 25_000_000, mem_base=2e9, mem_per_sample=80e6),
+    Profile("vgg", 0.03, 0.004, 138_000_000, mem_base=4e9, mem_per_sample=120e6),
+]
+
+
+def cluster(nodes=2, gpn=4):
+    return ClusterSpec(nodes=nodes, gpus_per_node=gpn, intra=Link(50e9, 1e-5), inter=Link(5e9, 5e-5))
+
+
+def make_state(jobs, free, gpn, now=0.0, slot=30.0, max_gpus=8):
+    cm = CostModel(cluster(len(free), gpn))
+    ws = tuple(waiting_job(j, cm, max_gpus) for j in jobs)
+    return SlotState(now=now, slot_len=slot, free=tuple(free), gpus_per_node=gpn, waiting=ws)
+
+
+@st.composite
+def states(draw):
+    gpn = draw(st.sampled_from([1, 2, 4, 8]))
+    nodes = draw(st.integers(1, 6))
+    free = [draw(st.integers(0, gpn)) for _ in range(nodes)]
+    n = draw(st.integers(1, 25))
+    jobs = []
+    for i in range(n):
+        p = draw(st.sampled_from(MODELS))
+        b = draw(st.sampled_from([16, 32, 64, 128, 256]))
+        lo = draw(st.integers(1, 4))
+        hi = draw(st.integers(lo, 16))
+        jobs.append(
+            Job(f"j{i}", p, b, draw(st.integers(1, 100_000)), submit_time=-draw(st.floats(0, 1e5)), min_gpus=lo, max_gpus=hi)
+        )
+    V = draw(st.sampled_from([0.0, 1e-3, 0.1, 1.0, 10.0]))
+    return make_state(jobs, free, gpn, max_gpus=16), V
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans())
+def test_never_over_capacity_and_only_allowed_configs(sv, force_greedy):
+    state, V = sv
+    pol = LyapunovPolicy(V=V, exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    free = list(state.free)
+    seen = set()
+    by_id = {w.job_id: w for w in state.waiting}
+    for d in res.starts:
+        assert d.job_id in by_id and d.job_id not in seen
+        seen.add(d.job_id)
+        assert sum(n for _, n in d.placement) == d.gpus
+        assert len({node for node, _ in d.placement}) == len(d.placement)
+        for node, n in d.placement:
+            assert n > 0
+            free[node] -= n
+        assert math.isfinite(by_id[d.job_id].run_time(d.gpus, d.spans_nodes))
+        assert d.score > 0
+    assert min(free, default=0) >= 0
+    # deterministic for a given state
+    again = pol.decide(state)
+    assert [(d.job_id, d.gpus, d.placement) for d in again.starts] == [(d.job_id, d.gpus, d.placement) for d in res.starts]
+
+
+@settings(max_examples=100, deadline=None)
+@given(states(), st.booleans())
+def test_small_v_is_work_conserving(sv, force_greedy):
+    """V -> 0 behaves like start-as-soon-as-possible: nothing left waiting could start now."""
+    state, _ = sv
+    res = LyapunovPolicy(V=0.0, exact_limit=0 if force_greedy else 200_000).decide(state)
+    free = list(state.free)
+    for d in res.starts:
+        for node, n in d.placement:
+            free[node] -= n
+    started = {d.job_id for d in res.starts}
+    for w in state.waiting:
+        if w.job_id in started or w.work <= 0:
+            continue
+        for g in range(1, len(w.run_one_node) + 1):
+            if math.isfinite(w.run_one_node[g - 1]):
+                assert max(free) < g, f"{w.job_id} could start on {g} GPUs of one node"
+            if math.isfinite(w.run_multi_node[g - 1]) and max(free) < g:
+                assert sum(free) < g, f"{w.job_id} could start on {g} GPUs across nodes"
+
+
+def test_large_v_waits_for_better_configuration():
+    # one job that scales well; only 1 GPU is free now (3 busy on the only node)
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4)
+    busy = make_state([job], [1], 4, now=0.0)
+    assert [d.gpus for d in LyapunovPolicy(V=1e-4).decide(busy).starts] == [1]
+    assert LyapunovPolicy(V=10.0).decide(busy).starts == ()
+    # when its best configuration is free, even a large V starts it there
+    idle = make_state([job], [4], 4, now=0.0)
+    (d,) = LyapunovPolicy(V=10.0).decide(idle).starts
+    assert d.gpus == 4 and d.placement == ((0, 4),)
+
+
+def test_postponed_job_eventually_starts_on_what_is_free():
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4)
+    pol = LyapunovPolicy(V=10.0)
+    started_at = None
+    for slot in range(1, 100_000):
+        s = make_state([job], [1], 4, now=slot * 30.0)
+        if pol.decide(s).starts:
+            started_at = slot
+            break
+    assert started_at is not None and started_at > 1
+
+
+def test_queues_reported():
+    jobs = [Job(f"j{i}", MODELS[0], 64, 1000, submit_time=-10.0 * i) for i in range(3)]
+    s = make_state(jobs, [0, 0], 4)
+    res = LyapunovPolicy().decide(s)
+    assert res.starts == ()
+    assert res.q == sum(w.work for w in s.waiting)
+    assert res.z == 0 + 10 + 20
+
+
+def test_knapsack_is_optimal_on_small_instances():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        n, k, cap = rng.integers(1, 5), rng.integers(1, 4), rng.integers(0, 6)
+        s = rng.normal(size=(n, k))
+        got = _knapsack(s, int(cap))
+        val = sum(s[i, g - 1] for i, g in got)
+        assert sum(g for _, g in got) <= cap
+        # brute force
+        best = 0.0
+        import itertools
+
+        for combo in itertools.product(range(k + 1), repeat=n):
+            if sum(combo) <= cap and all(c == 0 or s[i, c - 1] > 0 for i, c in enumerate(combo)):
+                best = max(best, sum(s[i, c - 1] for i, c in enumerate(combo) if c))
+        assert val == np.float64(best) or abs(val - best) < 1e-9
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 0.1, 1.0, 10.0]))
+def test_every_job_starts_within_bounded_slots(seed, V):
+    """Finite load: a slot loop where started jobs run their predicted time; all jobs start."""
+    rng = np.random.default_rng(seed)
+    gpn, nodes, slot = 4, 2, 30.0
+    cm = CostModel(cluster(nodes, gpn))
+    jobs = [
+        Job(f"j{i}", MODELS[rng.integers(3)], int(rng.choice([32, 64, 128])), int(rng.integers(100, 5000)),
+            submit_time=float(rng.integers(0, 600)), max_gpus=int(rng.integers(1, 9)))
+        for i in range(12)
+    ]
+    rows = {j.job_id: waiting_job(j, cm, 8) for j in jobs}
+    worst = sum(float(np.nanmax(np.where(np.isfinite(r.run_one_node), r.run_one_node, 0))) +
+                float(np.nanmax(np.where(np.isfinite(r.run_multi_node), r.run_multi_node, 0))) for r in rows.values())
+    bound = int((worst + 600) / slot) + 10
+    pol = make_policy("lyapunov", V=V)
+    running: list[tuple[float, tuple]] = []
+    waiting = {j.job_id for j in jobs}
+    free = [gpn] * nodes
+    for k in range(bound + 1):
+        now = k * slot
+        for end, pl in [r for r in running if r[0] <= now]:
+            for node, n in pl:
+                free[node] += n
+        running = [r for r in running if r[0] > now]
+        ready = tuple(rows[j.job_id] for j in jobs if j.job_id in waiting and j.submit_time <= now)
+        if ready:
+            res = pol.decide(SlotState(now, slot, tuple(free), gpn, ready))
+            for d in res.starts:
+                for node, n in d.placement:
+                    free[node] -= n
+                    assert free[node] >= 0
+                running.append((now + rows[d.job_id].run_time(d.gpus, d.spans_nodes), d.placement))
+                waiting.discard(d.job_id)
+        if not waiting:
+            break
+    assert not waiting, f"jobs never started within {bound} slots: {sorted(waiting)}"
