@@ -1,0 +1,84 @@
+"""Time one Lyapunov decision with 10,000 waiting jobs on 1,024 nodes x 4 GPUs (target: <= 50 ms median, one core).
+
+    python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
+
+Builds the WaitingJob rows once (the simulator and the service cache them per job), then
+times `LyapunovPolicy.decide` alone. A third of the GPUs are free, spread unevenly.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")  # one core, as the target says
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from lyasched.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.job import Job
+from lyasched.policy.lyapunov import LyapunovPolicy
+from lyasched.policy.state import SlotState, waiting_job
+
+MODELS = [
+    Profile("resnet50", 0.03, 0.0012, 25_600_000, mem_base=1.5e9, mem_per_sample=90e6),
+    Profile("vgg16", 0.04, 0.0030, 138_000_000, mem_base=3.0e9, mem_per_sample=120e6),
+    Profile("mobilenet", 0.01, 0.0005, 3_500_000, mem_base=0.5e9, mem_per_sample=40e6),
+    Profile("alexnet", 0.01, 0.0004, 61_000_000, mem_base=1.0e9, mem_per_sample=20e6),
+]
+
+
+def build(n_jobs: int, nodes: int, gpn: int, max_gpus: int, seed: int) -> SlotState:
+    rng = np.random.default_rng(seed)
+    cl = ClusterSpec(nodes=nodes, gpus_per_node=gpn, intra=Link(100e9, 1e-5), inter=Link(10e9, 5e-5))
+    cm = CostModel(cl)
+    now = 100_000.0
+    rows = []
+    for i in range(n_jobs):
+        job = Job(f"j{i}", MODELS[rng.integers(len(MODELS))], int(rng.choice([64, 128, 256, 512])),
+                  int(rng.integers(500, 50_000)), submit_time=float(rng.uniform(0, now)),
+                  max_gpus=int(rng.choice([1, 2, 4, 8, 16])), requested_gpus=int(rng.choice([1, 2, 4])))
+        rows.append(waiting_job(job, cm, max_gpus))
+    free = tuple(int(x) for x in rng.choice([0, 0, 0, 1, 2, 4], size=nodes))
+    return SlotState(now=now, slot_len=30.0, free=free, gpus_per_node=gpn, waiting=tuple(rows))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--gpus-per-node", type=int, default=4)
+    ap.add_argument("--max-gpus", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--V", type=float, default=LyapunovPolicy().V)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    state = build(a.jobs, a.nodes, a.gpus_per_node, a.max_gpus, 0)
+    build_s = time.perf_counter() - t0
+    pol = LyapunovPolicy(V=a.V)
+    times, res = [], None
+    for _ in range(a.repeats):
+        t = time.perf_counter()
+        res = pol.decide(state)
+        times.append(time.perf_counter() - t)
+    out = {
+        "jobs": a.jobs, "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "free_gpus": sum(state.free),
+        "median_ms": statistics.median(times) * 1e3, "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,
+        "started": len(res.starts), "solver": res.info.get("solver"), "rows_build_s": build_s, "target_ms": 50.0,
+    }
+    if a.json:
+        print(json.dumps(out))
+    else:
+        print(f"decision with {a.jobs} waiting jobs on {a.nodes}x{a.gpus_per_node} GPUs ({out['free_gpus']} free): "
+              f"median {out['median_ms']:.1f} ms, p90 {out['p90_ms']:.1f} ms over {a.repeats} runs "
+              f"[{out['solver']}, {out['started']} started] (target <= 50 ms)")
+
+
+if __name__ == "__main__":
+    main()
