@@ -1,0 +1,299 @@
+"""Calibrating the cost model's communication terms from measured per-iteration times.
+
+Pure functions, no torch. The inputs are rows of measured (placement, local batch,
+step time, sync time); the outputs are a compute Profile (from single-GPU rows), a
+``CommFit`` (links + overlap + multi-GPU slowdown, from ONE multi-GPU placement), and
+predictions / errors for every other row. docs/calibration.md explains the model.
+
+Why the fit is in "gradient volumes": the measured data carry no parameter count, so
+the gradient size V and the link bandwidth bw cannot be told apart -- only V/bw
+enters the ring all-reduce time. We therefore fit profiles with ``params=1,
+bytes_per_param=1`` (grad_bytes = 1 "volume") and links whose bandwidth is in volumes
+per second. With a known V, multiply the bandwidth by V to get bytes/s.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from lyasched.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.fit import fit_linear
+
+# Prior for the intra/inter bandwidth ratio when only one kind of link was measured:
+# the ratio of ClusterSpec's defaults (NVLink-class vs 100 Gb/s-class).
+_DEFAULT = ClusterSpec(nodes=1, gpus_per_node=1)
+INTRA_INTER_RATIO = _DEFAULT.intra.bandwidth / _DEFAULT.inter.bandwidth
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    """One measured configuration: GPUs per node, per-GPU batch, iteration time (s)."""
+
+    placement: tuple[int, ...]
+    local_bsz: float
+    step_time: float
+    sync_time: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.placement)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+    @property
+    def label(self) -> str:
+        return "".join(str(k) for k in self.placement) if max(self.placement) < 10 else "-".join(
+            str(k) for k in self.placement
+        )
+
+
+@dataclass(frozen=True)
+class CommFit:
+    """Fitted communication model of one application on one cluster.
+
+    ``intra``/``inter`` are links in gradient volumes per second (see module doc);
+    ``overlap`` is gamma in (compute^g + comm^g)^(1/g); ``slowdown`` multiplies compute
+    when more than one GPU runs. ``fitted_on`` names the placement used; ``derived``
+    says which link was not measured but set from the other by INTRA_INTER_RATIO.
+    """
+
+    intra: Link
+    inter: Link
+    overlap: float
+    slowdown: float
+    fitted_on: str
+    derived: str
+    residual_median: float = 0.0
+
+    def cost_model(self, nodes: int = 1, gpus_per_node: int = 1) -> CostModel:
+        return CostModel(ClusterSpec(nodes=nodes, gpus_per_node=gpus_per_node, intra=self.intra, inter=self.inter))
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    rows: int
+    median_abs_rel_err: float
+    p90_abs_rel_err: float
+
+    def as_dict(self) -> dict:
+        return {"median_abs_rel_err": self.median_abs_rel_err, "p90_abs_rel_err": self.p90_abs_rel_err, "rows": self.rows}
+
+
+@dataclass
+class AppReport:
+    """Everything `benchmarks/cost_accuracy.py` prints for one application."""
+
+    app: str
+    profile: Profile
+    comm: CommFit
+    placements: Accuracy
+    errors: list[float] = field(default_factory=list)
+    scalability: Accuracy | None = None
+    scal_errors: list[float] = field(default_factory=list)
+    by_nodes: dict[int, Accuracy] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_placement(text: str) -> tuple[int, ...]:
+    """'1234' -> (1, 2, 3, 4): one digit per node, each the GPUs used there (1-9)."""
+    s = text.strip()
+    if not s or not s.isdigit() or "0" in s:
+        raise ValueError(f"bad placement {text!r}: expected digits 1-9, one per node")
+    return tuple(int(c) for c in s)
+
+
+def balanced_placement(nodes: int, replicas: int) -> tuple[int, ...]:
+    """Spread ``replicas`` GPUs over ``nodes`` nodes as evenly as possible (scalability.csv
+    gives only the two counts)."""
+    if nodes < 1 or replicas < nodes:
+        raise ValueError(f"cannot place {replicas} replicas on {nodes} nodes with >= 1 each")
+    q, r = divmod(replicas, nodes)
+    return tuple(q + 1 if i < r else q for i in range(nodes))
+
+
+def _data_lines(fh) -> Iterable[str]:
+    """Skip '#' comment lines (test fixtures name their source that way)."""
+    return (line for line in fh if not line.startswith("#"))
+
+
+def _floats(rec: dict, path: Path, line: int, *names: str) -> list[float]:
+    try:
+        vals = [float(rec[n]) for n in names]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}:{line}: expected numeric columns {', '.join(names)}") from None
+    if any(not math.isfinite(v) or v < 0 for v in vals):
+        raise ValueError(f"{path}:{line}: negative or non-finite value")
+    return vals
+
+
+def read_placements_csv(path: str | Path) -> list[PlacementRow]:
+    """Rows of a `placements.csv` (placement,local_bsz,step_time,sync_time)."""
+    p = Path(path)
+    out: list[PlacementRow] = []
+    with p.open(newline="") as fh:
+        for i, rec in enumerate(csv.DictReader(_data_lines(fh)), start=2):
+            try:
+                placement = parse_placement(rec.get("placement") or "")
+            except ValueError as e:
+                raise ValueError(f"{p}:{i}: {e}") from None
+            b, t, s = _floats(rec, p, i, "local_bsz", "step_time", "sync_time")
+            out.append(PlacementRow(placement, b, t, s))
+    if not out:
+        raise ValueError(f"{p}: no rows")
+    return out
+
+
+def read_scalability_csv(path: str | Path) -> list[PlacementRow]:
+    """Rows of a `scalability.csv` (num_nodes,num_replicas,local_bsz,step_time,sync_time),
+    as balanced placements."""
+    p = Path(path)
+    out: list[PlacementRow] = []
+    with p.open(newline="") as fh:
+        for i, rec in enumerate(csv.DictReader(_data_lines(fh)), start=2):
+            n, g, b, t, s = _floats(rec, p, i, "num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
+            try:
+                placement = balanced_placement(int(n), int(g))
+            except ValueError as e:
+                raise ValueError(f"{p}:{i}: {e}") from None
+            out.append(PlacementRow(placement, b, t, s))
+    if not out:
+        raise ValueError(f"{p}: no rows")
+    return out
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def fit_compute(model: str, rows: Iterable[PlacementRow]) -> Profile:
+    """t(b) = alpha + beta*b from the single-GPU rows (sync_time there is ~0: nothing to
+    all-reduce, so the whole step is compute)."""
+    single = [r for r in rows if r.gpus == 1]
+    if len(single) < 2:
+        raise ValueError(f"{model}: need at least 2 single-GPU rows to fit t(b), found {len(single)}")
+    f = fit_linear([r.local_bsz for r in single], [r.step_time for r in single])
+    return Profile(model=model, alpha=f.intercept, beta=f.slope, params=1, bytes_per_param=1, source="measured")
+
+
+def _predict(profile: Profile, comm_volume_time: float, overlap: float, slowdown: float, b: np.ndarray, g: int) -> np.ndarray:
+    """Vectorised iter_time_placement for one placement: comm = 2(g-1)/g * V/bw."""
+    compute = profile.alpha + profile.beta * b
+    if g == 1:
+        return compute
+    comm = 2.0 * (g - 1) / g * comm_volume_time
+    return ((slowdown * compute) ** overlap + comm**overlap) ** (1.0 / overlap)
+
+
+def fit_comm(
+    profile: Profile,
+    rows: Sequence[PlacementRow],
+    intra_inter_ratio: float = INTRA_INTER_RATIO,
+    max_overlap: float = 20.0,
+) -> CommFit:
+    """Fit the link of ONE multi-GPU placement, the overlap gamma and the slowdown.
+
+    All ``rows`` must share one placement; their local batches vary, which is what
+    separates the constant all-reduce from the batch-proportional compute and lets the
+    overlap exponent be identified. Latency is not identifiable from one placement (one
+    g), so it is set to 0 and the whole all-reduce time is carried by V/bw; the other
+    link is derived with ``intra_inter_ratio``.
+    """
+    from scipy.optimize import least_squares
+
+    labels = {r.placement for r in rows}
+    if len(labels) != 1:
+        raise ValueError(f"fit_comm needs the rows of exactly one placement, got {len(labels)}")
+    placement = next(iter(labels))
+    g = sum(placement)
+    if g < 2:
+        raise ValueError("fit_comm needs a multi-GPU placement")
+    if len(rows) < 3:
+        raise ValueError(f"fit_comm needs at least 3 batch sizes of placement {rows[0].label}, got {len(rows)}")
+    b = np.array([r.local_bsz for r in rows], dtype=float)
+    t = np.array([r.step_time for r in rows], dtype=float)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        v, s, gam = x
+        return _predict(profile, v, gam, s, b, g) / t - 1.0
+
+    best = None
+    # a few starts: the overlap exponent makes the problem mildly non-convex
+    for gam0 in (1.5, 3.0, 8.0):
+        x0 = [max(float(np.median(t)) * 0.3, 1e-9), 1.0, gam0]
+        res = least_squares(resid, x0, bounds=([0.0, 0.5, 1.0], [np.inf, 3.0, max_overlap]))
+        if best is None or res.cost < best.cost:
+            best = res
+    v, s, gam = (float(x) for x in best.x)
+    bw = 1.0 / v if v > 0 else float("inf")  # volumes per second
+    measured = Link(bandwidth=bw, latency=0.0)
+    if len(placement) > 1:
+        inter, intra, derived = measured, Link(bandwidth=bw * intra_inter_ratio, latency=0.0), "intra"
+    else:
+        intra, inter, derived = measured, Link(bandwidth=bw / intra_inter_ratio, latency=0.0), "inter"
+    label = PlacementRow(placement, 0, 0).label
+    return CommFit(intra, inter, gam, s, label, derived, float(np.median(np.abs(best.fun))))
+
+
+def predict(profile: Profile, comm: CommFit, row: PlacementRow) -> float:
+    """Predicted step time of ``row`` through CostModel.iter_time_placement."""
+    return comm.cost_model().iter_time_placement(profile, row.local_bsz, row.placement, comm.overlap, comm.slowdown)
+
+
+def abs_rel_errors(profile: Profile, comm: CommFit, rows: Iterable[PlacementRow]) -> list[float]:
+    return [abs(predict(profile, comm, r) / r.step_time - 1.0) for r in rows if r.step_time > 0]
+
+
+def summarize(errors: Sequence[float]) -> Accuracy:
+    if not errors:
+        return Accuracy(0, float("nan"), float("nan"))
+    e = np.asarray(errors, dtype=float)
+    return Accuracy(int(e.size), float(np.median(e)), float(np.percentile(e, 90)))
+
+
+def default_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
+    """The placement we fit on when none is named: a homogeneous multi-node one with 2 GPUs
+    per node and the most nodes available (it crosses both kinds of link and sits in the
+    middle of the GPU counts), else the multi-node placement with the most rows."""
+    present = {r.placement for r in rows}
+    two_per_node = sorted((p for p in present if len(p) > 1 and set(p) == {2}), key=len)
+    if two_per_node:
+        return two_per_node[-1]
+    multi = [p for p in present if len(p) > 1] or [p for p in present if sum(p) > 1]
+    if not multi:
+        raise ValueError("no multi-GPU placement to fit the communication model on")
+    counts = {p: sum(1 for r in rows if r.placement == p) for p in multi}
+    return max(multi, key=lambda p: (counts[p], sum(p)))
+
+
+def calibrate_app(
+    app: str,
+    rows: Sequence[PlacementRow],
+    fit_placement: tuple[int, ...] | None = None,
+    scalability: Sequence[PlacementRow] = (),
+) -> AppReport:
+    """Fit compute on the single-GPU rows and comm on one placement; score every other
+    multi-GPU row (and the scalability rows, if given)."""
+    profile = fit_compute(app, rows)
+    fp = fit_placement if fit_placement is not None else default_fit_placement(rows)
+    fit_rows = [r for r in rows if r.placement == fp]
+    if not fit_rows:
+        raise ValueError(f"{app}: placement {''.join(map(str, fp))} not in the data")
+    comm = fit_comm(profile, fit_rows)
+    held_out = [r for r in rows if r.gpus > 1 and r.placement != fp]
+    errors = abs_rel_errors(profile, comm, held_out)
+    report = AppReport(app, profile, comm, summarize(errors), errors)
+    for n in sorted({r.nodes for r in held_out}):
+        report.by_nodes[n] = summarize(abs_rel_errors(profile, comm, [r for r in held_out if r.nodes == n]))
+    if scalability:
+        report.scal_errors = abs_rel_errors(profile, comm, scalability)
+        report.scalability = summarize(report.scal_errors)
+    return report

@@ -1,0 +1,132 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lyasched.calibration import (
+    PlacementRow,
+    balanced_placement,
+    calibrate_app,
+    fit_comm,
+    fit_compute,
+    parse_placement,
+    predict,
+    read_placements_csv,
+    read_scalability_csv,
+)
+from lyasched.cost import ClusterSpec, CostModel, Link, Profile
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).parent.parent
+
+
+def test_parse_placement():
+    assert parse_placement("1234") == (1, 2, 3, 4)
+    assert parse_placement("1") == (1,)
+    for bad in ["", "12a", "102", " "]:
+        with pytest.raises(ValueError):
+            parse_placement(bad)
+
+
+def test_balanced_placement():
+    assert balanced_placement(4, 10) == (3, 3, 2, 2)
+    assert balanced_placement(6, 6) == (1,) * 6
+    with pytest.raises(ValueError):
+        balanced_placement(4, 3)
+
+
+def _synthetic(alpha, beta, v, slowdown, gamma, placements, batches):
+    prof = Profile("syn", alpha, beta, params=1, bytes_per_param=1)
+    cm = CostModel(ClusterSpec(1, 1, intra=Link(10.0 / v), inter=Link(1.0 / v)))
+    rows = [PlacementRow((1,), b, alpha + beta * b) for b in batches]
+    for p in placements:
+        rows += [PlacementRow(p, b, cm.iter_time_placement(prof, b, p, gamma, slowdown)) for b in batches]
+    return rows
+
+
+def test_fit_recovers_synthetic_parameters():
+    batches = [16, 32, 64, 128, 256, 512, 1024]
+    rows = _synthetic(0.02, 0.0007, 0.08, 1.1, 3.0, [(2, 2, 2, 2), (1, 3), (4, 4, 4)], batches)
+    prof = fit_compute("syn", rows)
+    assert prof.alpha == pytest.approx(0.02) and prof.beta == pytest.approx(0.0007)
+    comm = fit_comm(prof, [r for r in rows if r.placement == (2, 2, 2, 2)])
+    assert 1.0 / comm.inter.bandwidth == pytest.approx(0.08, rel=1e-3)
+    assert comm.slowdown == pytest.approx(1.1, rel=1e-3)
+    assert comm.overlap == pytest.approx(3.0, rel=1e-2)
+    assert comm.derived == "intra" and comm.intra.bandwidth == pytest.approx(10 * comm.inter.bandwidth)
+    for r in rows:
+        assert predict(prof, comm, r) == pytest.approx(r.step_time, rel=1e-3)
+
+
+def test_no_overlap_model_is_plain_ring():
+    # gamma = 1, slowdown = 1: iter_time_placement must equal CostModel.iter_time
+    rows = _synthetic(0.01, 0.001, 0.05, 1.0, 1.0, [(2, 2)], [8, 32, 128, 512])
+    prof = fit_compute("syn", rows)
+    comm = fit_comm(prof, [r for r in rows if r.placement == (2, 2)])
+    assert comm.overlap == pytest.approx(1.0, abs=1e-3)
+    cm = comm.cost_model(nodes=2, gpus_per_node=2)
+    assert predict(prof, comm, PlacementRow((2, 2), 64, 1.0)) == pytest.approx(
+        cm.iter_time(prof, 64 * 4, 4, spans_nodes=True), rel=1e-3
+    )
+
+
+def test_fit_comm_rejects_mixed_or_single_gpu_rows():
+    prof = Profile("x", 0.01, 0.001, 1, 1)
+    with pytest.raises(ValueError):
+        fit_comm(prof, [PlacementRow((2,), 1, 1), PlacementRow((1, 1), 1, 1), PlacementRow((2,), 2, 1)])
+    with pytest.raises(ValueError):
+        fit_comm(prof, [PlacementRow((1,), b, 1) for b in (1, 2, 3)])
+
+
+@pytest.mark.parametrize("app", ["cifar10", "imagenet"])
+def test_recorded_rows_predict_held_out_placements(app):
+    rows = read_placements_csv(DATA / f"placements_{app}_subset.csv")
+    rep = calibrate_app(app, rows)
+    assert rep.comm.fitted_on == "2222"
+    # held out: every multi-GPU placement except 2222
+    held = {r.placement for r in rows if r.gpus > 1} - {(2, 2, 2, 2)}
+    assert rep.placements.rows == sum(1 for r in rows if r.placement in held)
+    assert rep.placements.median_abs_rel_err < 0.10
+    assert rep.placements.p90_abs_rel_err < 0.30
+    # overlap is real in this data: the no-overlap model (gamma=1) would be far off at small batch
+    assert rep.comm.overlap > 1.5
+
+
+def test_fitting_on_the_wrong_thing_is_worse():
+    rows = read_placements_csv(DATA / "placements_cifar10_subset.csv")
+    good = calibrate_app("cifar10", rows, (2, 2, 2, 2))
+    worse = calibrate_app("cifar10", rows, (2,))  # single-node: inter link only guessed
+    assert worse.placements.median_abs_rel_err > good.placements.median_abs_rel_err
+
+
+def test_bad_csv_is_one_clear_error(tmp_path):
+    p = tmp_path / "placements.csv"
+    p.write_text("placement,local_bsz,step_time,sync_time\n1,32,0.1,0\n1x,32,0.1,0\n")
+    with pytest.raises(ValueError, match="placements.csv:3"):
+        read_placements_csv(p)
+    s = tmp_path / "scalability.csv"
+    s.write_text("num_nodes,num_replicas,local_bsz,step_time,sync_time\n4,2,32,0.1,0\n")
+    with pytest.raises(ValueError, match="cannot place"):
+        read_scalability_csv(s)
+
+
+def test_benchmark_script_json(tmp_path):
+    app = tmp_path / "cifar10"
+    app.mkdir()
+    (app / "placements.csv").write_text((DATA / "placements_cifar10_subset.csv").read_text())
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(tmp_path), "--json"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    )
+    doc = json.loads(out.stdout)
+    assert set(doc["apps"]) == {"cifar10"}
+    assert doc["overall"]["rows"] == doc["apps"]["cifar10"]["rows"] > 100
+    assert 0 < doc["overall"]["median_abs_rel_err"] < 0.10
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(tmp_path / "none")],
+        capture_output=True, text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")
