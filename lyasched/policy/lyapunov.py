@@ -94,7 +94,15 @@ class LyapunovPolicy:
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
+    def __post_init__(self) -> None:
+        self._started: list[int] = []  # scratch for one decide() call
+        self._best = np.zeros(0)
+
     def scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float]:
+        s_one, s_multi, q, z, _ = self._scores(state)
+        return s_one, s_multi, q, z
+
+    def _scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes."""
         jobs = state.waiting
         n = len(jobs)
@@ -127,12 +135,13 @@ class LyapunovPolicy:
             s = gain[:, None] - self.V * theta * pen
             return np.where(np.isfinite(run), s, -np.inf)
 
-        return score(one), score(multi), q, z
+        return score(one), score(multi), q, z, {"work": work, "wait": wait, "best": best}
 
     def decide(self, state: SlotState) -> SlotResult:
         if not state.waiting:
             return SlotResult(starts=(), q=0.0, z=0.0)
-        s_one, s_multi, q, z = self.scores(state)
+        s_one, s_multi, q, z, arr = self._scores(state)
+        self._best, self._started = arr["best"], []
         free = FreeGpus(state.free, state.gpus_per_node)
         if free.total == 0:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
@@ -172,9 +181,10 @@ class LyapunovPolicy:
                 solver = "greedy"
         if solver == "greedy":
             starts = self._greedy(state, s_one, s_multi, cand, free)
-        started = {d.job_id for d in starts}
-        q_after = q - sum(j.work for j in state.waiting if j.job_id in started)
-        z_after = z - sum(max(0.0, state.now - j.submit_time) for j in state.waiting if j.job_id in started)
+        idx = list(self._started)
+        q_after = q - float(arr["work"][idx].sum())
+        z_after = z - float(arr["wait"][idx].sum())
+        self._started = []
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info={"solver": solver, "Q": q, "Z": z})
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus) -> list[Decision]:
@@ -205,9 +215,10 @@ class LyapunovPolicy:
 
     def _decision(self, state: SlotState, j: int, g: int, pl: Placement, score: float, solver: str) -> Decision:
         job = state.waiting[j]
+        self._started.append(j)
         run = job.run_time(g, len(pl) > 1)
-        extra = run - job.best_run
-        why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{extra:.0f}s over best {job.best_run:.0f}s)"
+        best = float(self._best[j])
+        why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{run - best:.0f}s over best {best:.0f}s)"
         return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
 
 
