@@ -1,0 +1,480 @@
+"""Baseline scheduling policies the Lyapunov policy is compared against.
+
+Every policy is pure: it reads a `SlotState` and returns a `SlotResult`, with no I/O and no
+clock, so the simulator and the live service get the same decisions for the same state.
+Starts never use more than ``state.free`` on any node; placement goes through
+`lyasched.policy.state.place` (one node first, then several). docs/baselines.md describes
+each rule, its parameters and where it departs from the system it imitates.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from lyasched.policy.state import (
+    Decision,
+    Placement,
+    RunningJob,
+    SlotResult,
+    SlotState,
+    WaitingJob,
+    apply,
+    place,
+)
+
+__all__ = [
+    "FixedOne",
+    "RandomGpus",
+    "Fifo",
+    "Backfill",
+    "SjfOracle",
+    "Optimus",
+    "Tiresias",
+    "allowed_counts",
+    "fit",
+    "nearest_allowed",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def allowed_counts(w: WaitingJob) -> list[int]:
+    """GPU counts the job may run on: the finite entries of either run row."""
+    ok = np.isfinite(w.run_one_node) | np.isfinite(w.run_multi_node)
+    return [int(i) + 1 for i in np.flatnonzero(ok)]
+
+
+def nearest_allowed(w: WaitingJob, g: int) -> int | None:
+    """``g`` if allowed, else the nearest allowed count (the smaller one on a tie); None if none."""
+    counts = allowed_counts(w)
+    if not counts:
+        return None
+    return min(counts, key=lambda c: (abs(c - g), c))
+
+
+@dataclass(frozen=True)
+class Fit:
+    placement: Placement
+    run_time: float  # predicted run time for this placement (one-node or multi-node row)
+
+
+def fit(w: WaitingJob, g: int, free: Sequence[int]) -> Fit | None:
+    """Place ``w`` on ``g`` GPUs in ``free``: packed on one node if possible, else over several."""
+    if not 1 <= g <= len(w.run_one_node):
+        return None
+    t1 = float(w.run_one_node[g - 1])
+    if math.isfinite(t1):
+        p = place(free, g, one_node=True)
+        if p is not None:
+            return Fit(p, t1)
+    tm = float(w.run_multi_node[g - 1])
+    if math.isfinite(tm):
+        p = place(free, g, one_node=False)
+        if p is not None:
+            return Fit(p, tm)
+    return None
+
+
+def _release(free: list[int], placement: Placement) -> None:
+    for node, n in placement:
+        free[node] += n
+
+
+def fifo_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
+    return sorted(waiting, key=lambda w: (w.submit_time, w.job_id))
+
+
+def _result(state: SlotState, starts: list[Decision], preempt: Sequence[str] = (), **info) -> SlotResult:
+    """Fill q (work left waiting) and z (waiting time of jobs left waiting) after this slot."""
+    started = {d.job_id for d in starts}
+    left = [w for w in state.waiting if w.job_id not in started]
+    q = float(sum(w.work for w in left))
+    z = float(sum(state.now - w.submit_time for w in left))
+    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=dict(info))
+
+
+def _decision(w: WaitingJob, f: Fit, g: int, reason: str, score: float = 0.0) -> Decision:
+    return Decision(job_id=w.job_id, gpus=g, placement=f.placement, score=score, reason=reason)
+
+
+class _Base:
+    name = ""
+    needs_true_runtimes = False
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(seed={self.seed})"
+
+
+# --------------------------------------------------------------------------- strict FIFO family
+
+
+class _StrictFifo(_Base):
+    """Start jobs in submit order on ``count(w)`` GPUs; stop at the first that does not fit."""
+
+    def count(self, w: WaitingJob) -> int | None:
+        raise NotImplementedError
+
+    def why(self, w: WaitingJob, g: int) -> str:
+        raise NotImplementedError
+
+    def decide(self, state: SlotState) -> SlotResult:
+        free = list(state.free)
+        starts: list[Decision] = []
+        blocked = None
+        for w in fifo_order(state.waiting):
+            g = self.count(w)
+            if g is None:  # no allowed count at all: it can never run, so it must not block
+                continue
+            f = fit(w, g, free)
+            if f is None:
+                blocked = w.job_id
+                break
+            apply(free, f.placement)
+            starts.append(_decision(w, f, g, self.why(w, g)))
+        return _result(state, starts, blocked_by=blocked)
+
+
+class FixedOne(_StrictFifo):
+    """Every job on one GPU, FIFO: the seed talk's baseline."""
+
+    name = "fixed-1"
+
+    def count(self, w: WaitingJob) -> int | None:
+        counts = allowed_counts(w)
+        return counts[0] if counts else None  # 1, unless memory forbids it
+
+    def why(self, w: WaitingJob, g: int) -> str:
+        return "fifo, 1 gpu" if g == 1 else f"fifo, 1 gpu not allowed, smallest allowed {g}"
+
+
+def _hash_index(seed: int, job_id: str, n: int) -> int:
+    """Uniform index in [0, n) from (seed, job_id): stable across processes (unlike hash())."""
+    digest = hashlib.sha256(f"{seed}\x00{job_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n
+
+
+class RandomGpus(_StrictFifo):
+    """FIFO on a GPU count drawn uniformly from the job's allowed counts, once per job."""
+
+    name = "random"
+
+    def count(self, w: WaitingJob) -> int | None:
+        counts = allowed_counts(w)
+        return counts[_hash_index(self.seed, w.job_id, len(counts))] if counts else None
+
+    def why(self, w: WaitingJob, g: int) -> str:
+        return f"fifo, random count {g}"
+
+
+class Fifo(_StrictFifo):
+    """FIFO on the requested count, no skipping: Slurm without backfill."""
+
+    name = "fifo"
+
+    def count(self, w: WaitingJob) -> int | None:
+        return nearest_allowed(w, w.requested_gpus)
+
+    def why(self, w: WaitingJob, g: int) -> str:
+        if g == w.requested_gpus:
+            return f"fifo, requested {g}"
+        return f"fifo, requested {w.requested_gpus} not allowed, nearest {g}"
+
+
+# --------------------------------------------------------------------------- EASY backfill
+
+
+class Backfill(_Base):
+    """EASY backfill on the requested count, planning with users' time limits.
+
+    Jobs start in FIFO order while they fit. The first that does not fit (the head) gets a
+    reservation at the shadow time: the earliest expected end of running jobs after which it
+    fits. A later job may start now if it fits now and either ends (now + time limit) by the
+    shadow time, or leaves enough GPUs at the shadow time for the head (the "extra" GPUs).
+    """
+
+    name = "backfill"
+
+    def decide(self, state: SlotState) -> SlotResult:
+        now = state.now
+        free = list(state.free)
+        ends: list[tuple[float, Placement]] = [(max(r.expected_end, now), r.placement) for r in state.running]
+        queue = [(w, g) for w in fifo_order(state.waiting) if (g := nearest_allowed(w, w.requested_gpus))]
+        starts: list[Decision] = []
+        head = len(queue)
+        for i, (w, g) in enumerate(queue):
+            f = fit(w, g, free)
+            if f is None:
+                head = i
+                break
+            apply(free, f.placement)
+            ends.append((now + w.time_limit, f.placement))
+            starts.append(_decision(w, f, g, f"fifo, requested {g}"))
+        if head == len(queue):
+            return _result(state, starts, head=None, shadow=None)
+
+        hw, hg = queue[head]
+        shadow, future = self._reservation(hw, hg, free, ends)
+        for w, g in queue[head + 1 :]:
+            f = fit(w, g, free)
+            if f is None:
+                continue
+            end = now + w.time_limit
+            if future is None:
+                reason = f"backfill, head {hw.job_id} cannot start even when all running jobs end"
+            elif math.isfinite(end) and end <= shadow:
+                reason = f"backfill, ends by shadow time {shadow:.0f}"
+            else:
+                after = list(future)  # future >= free on every node, so this never goes negative
+                apply(after, f.placement)
+                if fit(hw, hg, after) is None:
+                    continue  # would delay the head's reservation
+                future = after
+                reason = f"backfill, uses extra gpus beyond head {hw.job_id}'s reservation"
+            apply(free, f.placement)
+            starts.append(_decision(w, f, g, reason))
+        return _result(state, starts, head=hw.job_id, shadow=shadow if future is not None else None)
+
+    @staticmethod
+    def _reservation(
+        w: WaitingJob, g: int, free: Sequence[int], ends: list[tuple[float, Placement]]
+    ) -> tuple[float, list[int] | None]:
+        """Shadow time and the free GPUs per node at that time; (inf, None) if it never fits."""
+        future = list(free)
+        for end, placement in sorted(ends, key=lambda e: e[0]):
+            _release(future, placement)
+            if fit(w, g, future) is not None:
+                return end, future
+        return math.inf, None
+
+
+# --------------------------------------------------------------------------- SJF oracle
+
+
+class SjfOracle(_Base):
+    """Shortest true run time first on the requested count, skipping jobs that do not fit."""
+
+    name = "sjf-oracle"
+    needs_true_runtimes = True  # the simulator builds this policy's rows from true run times
+
+    @staticmethod
+    def _time(w: WaitingJob, g: int) -> float:
+        t = float(w.run_one_node[g - 1])
+        return t if math.isfinite(t) else float(w.run_multi_node[g - 1])
+
+    def decide(self, state: SlotState) -> SlotResult:
+        free = list(state.free)
+        keyed = []
+        for w in state.waiting:
+            g = nearest_allowed(w, w.requested_gpus)
+            if g is not None:
+                keyed.append((self._time(w, g), w.submit_time, w.job_id, w, g))
+        keyed.sort(key=lambda k: k[:3])
+        starts: list[Decision] = []
+        for t, _, _, w, g in keyed:
+            f = fit(w, g, free)
+            if f is None:
+                continue
+            apply(free, f.placement)
+            starts.append(_decision(w, f, g, f"sjf, true time {t:.0f}s on {g}", score=t))
+        return _result(state, starts)
+
+
+# --------------------------------------------------------------------------- Optimus-style greedy
+
+
+class Optimus(_Base):
+    """Greedy GPU counts by marginal speed-up, as Optimus allocates by marginal gain.
+
+    Each slot: in FIFO order start every waiting job that fits on its smallest allowed count;
+    then, while GPUs remain, move the started job with the largest marginal gain to its next
+    allowed count. Gain is ``(T(g) - T(g')) / (g' - g)``: seconds of predicted run time saved per
+    extra GPU (``gain="absolute"``, the default, because the sum of completion times falls by
+    exactly the seconds saved) or that divided by ``T(g)`` (``gain="relative"``). Stops when no
+    step has a positive gain. Running jobs are never resized (no preemption).
+    """
+
+    name = "optimus"
+
+    def __init__(self, seed: int = 0, gain: str = "absolute") -> None:
+        super().__init__(seed)
+        if gain not in ("absolute", "relative"):
+            raise ValueError(f"gain must be 'absolute' or 'relative', not {gain!r}")
+        self.gain = gain
+
+    def decide(self, state: SlotState) -> SlotResult:
+        free = list(state.free)
+        # per started job: [w, allowed counts, index into counts, Fit]
+        alloc: list[list] = []
+        for w in fifo_order(state.waiting):
+            counts = allowed_counts(w)
+            if not counts:
+                continue
+            f = fit(w, counts[0], free)
+            if f is None:
+                continue
+            apply(free, f.placement)
+            alloc.append([w, counts, 0, f])
+
+        steps = 0
+        while any(free):
+            best = None  # (gain, fifo rank, new Fit, free after the step); ties go to the earlier job
+            for rank, (w, counts, k, f) in enumerate(alloc):
+                if k + 1 >= len(counts):
+                    continue
+                g0, g1 = counts[k], counts[k + 1]
+                trial = list(free)
+                _release(trial, f.placement)
+                nf = fit(w, g1, trial)
+                if nf is None:
+                    continue
+                gain = (f.run_time - nf.run_time) / (g1 - g0)
+                if self.gain == "relative":
+                    gain /= f.run_time
+                if gain > 0 and (best is None or gain > best[0]):
+                    apply(trial, nf.placement)
+                    best = (gain, rank, nf, trial)
+            if best is None:
+                break
+            gain, rank, nf, trial = best
+            free = trial
+            alloc[rank][2] += 1
+            alloc[rank][3] = nf
+            steps += 1
+
+        starts = []
+        for w, counts, k, f in alloc:
+            g = counts[k]
+            why = "optimus, smallest count" if k == 0 else f"optimus, grown to {g} by marginal gain"
+            starts.append(_decision(w, f, g, why, score=f.run_time))
+        return _result(state, starts, growth_steps=steps)
+
+
+# --------------------------------------------------------------------------- Tiresias (2D-LAS)
+
+
+class Tiresias(_Base):
+    """Discretised two-dimensional least-attained-service, preemptive.
+
+    Attained service is GPU-seconds (``WaitingJob.attained``; for a running job
+    ``RunningJob.attained`` at its start plus elapsed x gpus). Queue k holds jobs with
+    ``thresholds[k-1] <= attained < thresholds[k]``; lower k is higher priority; FIFO by submit
+    time within a queue. Jobs run on their requested count. A waiting job that does not fit may
+    preempt running jobs of strictly lower-priority queues that are ``preemptible`` and have run
+    at least ``min_run_s``. Its GPUs are held for it: it starts in the next slot, when the
+    preempted jobs' GPUs appear in ``state.free`` (starts never exceed ``state.free``).
+    """
+
+    name = "tiresias"
+    restart_overhead_s = 30.0  # what the simulator charges a preempted job when it restarts
+
+    def __init__(
+        self,
+        seed: int = 0,
+        thresholds: Sequence[float] = (3600.0, 36000.0),
+        min_run_s: float = 600.0,
+        restart_overhead_s: float | None = None,
+    ) -> None:
+        super().__init__(seed)
+        th = tuple(float(t) for t in thresholds)
+        if any(b <= a for a, b in zip(th, th[1:])) or any(t <= 0 for t in th):
+            raise ValueError("thresholds must be positive and increasing")
+        if min_run_s < 0:
+            raise ValueError("min_run_s must be >= 0")
+        self.thresholds = th
+        self.min_run_s = float(min_run_s)
+        if restart_overhead_s is not None:
+            self.restart_overhead_s = float(restart_overhead_s)
+
+    def queue_of(self, attained: float) -> int:
+        return bisect.bisect_right(self.thresholds, attained)
+
+    def running_attained(self, r: RunningJob, now: float) -> float:
+        return r.attained + max(0.0, now - r.start_time) * r.gpus
+
+    def decide(self, state: SlotState) -> SlotResult:
+        now = state.now
+        free = list(state.free)  # usable now
+        pending = [0] * len(free)  # freed by this slot's preemptions: usable from next slot
+        victims_q = {r.job_id: self.queue_of(self.running_attained(r, now)) for r in state.running}
+        preemptable = sorted(
+            (r for r in state.running if r.preemptible and now - r.start_time >= self.min_run_s),
+            key=lambda r: (-victims_q[r.job_id], -self.running_attained(r, now), r.job_id),
+        )
+        preempted: list[str] = []
+        taken: set[str] = set()
+        held: dict[str, int] = {}
+        starts: list[Decision] = []
+
+        order = sorted(state.waiting, key=lambda w: (self.queue_of(w.attained), w.submit_time, w.job_id))
+        for w in order:
+            qw = self.queue_of(w.attained)
+            g = nearest_allowed(w, w.requested_gpus)
+            if g is None:
+                continue
+            f = fit(w, g, free)
+            if f is not None:
+                apply(free, f.placement)
+                starts.append(_decision(w, f, g, f"tiresias queue {qw}, requested {g}", score=qw))
+                continue
+            victims = self._victims(w, g, qw, free, pending, preemptable, victims_q, taken)
+            if victims is None:
+                continue
+            self._hold(w, g, free, pending, victims)
+            for r in victims:
+                taken.add(r.job_id)
+                preempted.append(r.job_id)
+            held[w.job_id] = g
+        return _result(state, starts, preempted, held=held)
+
+    def _victims(self, w, g, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
+        """Fewest lowest-priority preemptable jobs whose GPUs let ``w`` fit; None if none do."""
+        avail = [f + p for f, p in zip(free, pending)]
+        chosen: list[RunningJob] = []
+        for r in preemptable:
+            if r.job_id in taken or queues[r.job_id] <= qw:
+                continue
+            chosen.append(r)
+            _release(avail, r.placement)
+            if fit(w, g, avail) is not None:
+                break
+        else:
+            return None
+        # drop victims the job does not need after all (keep the last one, it completed the fit)
+        for r in list(chosen[:-1]):
+            trial = list(avail)
+            for node, n in r.placement:
+                trial[node] -= n
+            if fit(w, g, trial) is not None:
+                chosen.remove(r)
+                avail = trial
+        return chosen
+
+    @staticmethod
+    def _hold(w, g, free, pending, victims) -> None:
+        """Reserve the job's future placement: from victims' GPUs first, then earlier frees, then free ones."""
+        freed = [0] * len(free)
+        for r in victims:
+            _release(freed, r.placement)
+        avail = [a + b + c for a, b, c in zip(free, pending, freed)]
+        f = fit(w, g, avail)
+        assert f is not None
+        for node, n in f.placement:
+            take = min(n, freed[node])
+            freed[node] -= take
+            n -= take
+            take = min(n, pending[node])
+            pending[node] -= take
+            n -= take
+            free[node] -= n
+        for node, n in enumerate(freed):
+            pending[node] += n
