@@ -1,0 +1,181 @@
+"""Service configuration: one TOML file, every key optional, checked before anything runs.
+
+```toml
+[service]
+slot_seconds = 30          # one scheduling decision every slot
+db = "/var/lib/lyasched/lyasched.db"
+release_grace = 60         # a released job Slurm has not started by then is held again
+slurm_timeout = 30         # seconds per Slurm command
+partition = ""             # only nodes of this partition ("" = all GPU nodes)
+log_level = "INFO"
+
+[policy]
+name = "lyapunov"
+[policy.params]            # passed to make_policy(name, **params)
+V = 10.0
+
+[cluster]                  # what the cost model assumes about the hardware
+gpu_mem = 32e9
+intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
+inter = { bandwidth = 10e9, latency = 5e-5 }    # between nodes
+```
+
+A bad file is a `ConfigError` with a one-line message naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from lyasched.cost import Link
+
+DEFAULT_PATH = Path("/etc/lyasched/config.toml")
+CONFIG_ENV = "LYASCHED_CONFIG"
+DEFAULT_DB = Path("/var/lib/lyasched/lyasched.db")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid (message is one line)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    slot_seconds: float = 30.0
+    db: Path = DEFAULT_DB
+    release_grace: float = 60.0
+    slurm_timeout: float = 30.0
+    partition: str = ""
+    log_level: str = "INFO"
+    policy: str = "lyapunov"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    gpu_mem: float = 32e9
+    intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))
+    inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))
+    source: str = "<defaults>"
+
+
+_SERVICE_KEYS = {
+    "slot_seconds": float,
+    "db": str,
+    "release_grace": float,
+    "slurm_timeout": float,
+    "partition": str,
+    "log_level": str,
+}
+_LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+
+
+def _number(where: str, key: str, value: Any, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ConfigError(f"{where}: {key} must be finite, got {value!r}")
+    if positive and v <= 0:
+        raise ConfigError(f"{where}: {key} must be > 0, got {value!r}")
+    if not positive and v < 0:
+        raise ConfigError(f"{where}: {key} must be >= 0, got {value!r}")
+    return v
+
+
+def _table(where: str, name: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: [{name}] must be a table")
+    return value
+
+
+def _link(where: str, name: str, value: Any, default: Link) -> Link:
+    t = _table(where, name, value)
+    unknown = set(t) - {"bandwidth", "latency"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {name}.{sorted(unknown)[0]}")
+    bw = _number(where, f"{name}.bandwidth", t.get("bandwidth", default.bandwidth))
+    lat = _number(where, f"{name}.latency", t.get("latency", default.latency), positive=False)
+    return Link(bandwidth=bw, latency=lat)
+
+
+def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Path | None = None) -> Config:
+    """Validate a parsed TOML document and build a Config (relative db paths resolve against
+    ``base_dir``, the config file's directory)."""
+    where = source
+    unknown = set(data) - {"service", "policy", "cluster"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster)")
+    d = Config()
+    kw: dict[str, Any] = {"source": source}
+
+    svc = _table(where, "service", data.get("service", {}))
+    for key in svc:
+        if key not in _SERVICE_KEYS:
+            raise ConfigError(f"{where}: unknown key service.{key} (known: {', '.join(_SERVICE_KEYS)})")
+    for key in ("slot_seconds", "release_grace", "slurm_timeout"):
+        if key in svc:
+            kw[key] = _number(where, f"service.{key}", svc[key], positive=key != "release_grace")
+    for key in ("db", "partition", "log_level"):
+        if key in svc and not isinstance(svc[key], str):
+            raise ConfigError(f"{where}: service.{key} must be a string, got {svc[key]!r}")
+    if "db" in svc:
+        if not svc["db"]:
+            raise ConfigError(f"{where}: service.db must not be empty")
+        p = Path(svc["db"]).expanduser()
+        if not p.is_absolute() and base_dir is not None:
+            p = base_dir / p
+        kw["db"] = p
+    if "partition" in svc:
+        kw["partition"] = svc["partition"]
+    if "log_level" in svc:
+        lvl = svc["log_level"].upper()
+        if lvl not in _LEVELS:
+            raise ConfigError(f"{where}: service.log_level must be one of {', '.join(sorted(_LEVELS))}")
+        kw["log_level"] = lvl
+
+    pol = _table(where, "policy", data.get("policy", {}))
+    for key in pol:
+        if key not in {"name", "params"}:
+            raise ConfigError(f"{where}: unknown key policy.{key} (known: name, params)")
+    if "name" in pol:
+        from lyasched.policy import POLICIES
+
+        if not isinstance(pol["name"], str) or pol["name"] not in POLICIES:
+            raise ConfigError(f"{where}: policy.name must be one of {', '.join(POLICIES)}, got {pol['name']!r}")
+        kw["policy"] = pol["name"]
+    if "params" in pol:
+        kw["params"] = dict(_table(where, "policy.params", pol["params"]))
+
+    cl = _table(where, "cluster", data.get("cluster", {}))
+    for key in cl:
+        if key not in {"gpu_mem", "intra", "inter"}:
+            raise ConfigError(f"{where}: unknown key cluster.{key} (known: gpu_mem, intra, inter)")
+    if "gpu_mem" in cl:
+        kw["gpu_mem"] = _number(where, "cluster.gpu_mem", cl["gpu_mem"])
+    if "intra" in cl:
+        kw["intra"] = _link(where, "cluster.intra", cl["intra"], d.intra)
+    if "inter" in cl:
+        kw["inter"] = _link(where, "cluster.inter", cl["inter"], d.inter)
+    return Config(**kw)
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load ``path``; without one, `$LYASCHED_CONFIG` or /etc/lyasched/config.toml, and the
+    defaults when that default file does not exist. A named file that is missing is an error."""
+    explicit = path is not None or bool(os.environ.get(CONFIG_ENV))
+    p = Path(path if path is not None else os.environ.get(CONFIG_ENV) or DEFAULT_PATH)
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"{p}: no such config file")
+        return Config()
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    return from_mapping(data, source=str(p), base_dir=p.parent)

@@ -1,0 +1,580 @@
+"""Reading cluster state from Slurm and building the commands that change a held job.
+
+Pure functions only: argv builders and parsers of `squeue` / `scontrol show node|job|config`
+output, tested by feeding recorded strings (tests/data/). `SlurmCLI.run` executes the argv.
+
+Why `squeue -o` with a fixed format rather than `--json`: Slurm 22.05's `--json` goes through
+the openapi v0.0.38 plugin, whose schema changes between releases; the fixed `-o` format is
+stable from 20.x to 24.x and cheap to parse. The free-text fields go last: the comment (a
+lyasched cost summary never contains ``|``), then the job name (anything, so it is the rest).
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+TAG = "lyasched:v1;"
+
+# squeue -o fields, in order; the last two (comment, name) are free text.
+SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("job_id", "%i"),
+    ("user", "%u"),
+    ("uid", "%U"),
+    ("state", "%T"),
+    ("reason", "%r"),
+    ("priority", "%Q"),
+    ("submit_time", "%V"),
+    ("start_time", "%S"),
+    ("end_time", "%e"),
+    ("time_limit", "%l"),
+    ("num_nodes", "%D"),
+    ("tres_per_node", "%b"),
+    ("nodes", "%N"),
+    ("partition", "%P"),
+    ("comment", "%k"),
+    ("name", "%j"),
+)
+SEP = "|"
+SQUEUE_FORMAT = SEP.join(code for _, code in SQUEUE_FIELDS)
+
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+# A node in any of these states gives no GPUs to new jobs (they are flags in "IDLE+DRAIN" etc.).
+UNUSABLE_NODE_FLAGS = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "MAINT",
+        "NO_RESPOND",
+        "NOT_RESPONDING",
+        "POWER_DOWN",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "REBOOT_ISSUED",
+        "REBOOT_REQUESTED",
+        "FUTURE",
+        "UNKNOWN",
+        "RESERVED",
+        "INVAL",
+        "PLANNED",
+    }
+)
+# Pending reasons of a job that the job_submit plugin (or the service) holds: the service may release it.
+SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin"})
+
+
+class ParseError(ValueError):
+    """Slurm printed something this module does not understand."""
+
+
+# ---------------------------------------------------------------- small value parsers
+
+
+def parse_time(value: str) -> float | None:
+    """Slurm timestamp (``2026-11-22T13:50:01``, local time) to epoch seconds; None for N/A, Unknown."""
+    v = value.strip()
+    if not v or v in {"N/A", "Unknown", "None", "(null)", "0"}:
+        return None
+    try:
+        return time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError as e:
+        raise ParseError(f"bad Slurm time {value!r}") from e
+
+
+def format_time(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def parse_duration(value: str) -> float:
+    """Slurm duration (``[days-]hours:minutes:seconds``, ``minutes:seconds``, ``minutes``) to seconds.
+
+    ``UNLIMITED``/``INFINITE``/``NOT_SET`` are ``inf``.
+    """
+    v = value.strip()
+    if v.upper() in {"UNLIMITED", "INFINITE", "NOT_SET", "PARTITION_LIMIT", "N/A", "NONE", ""}:
+        return math.inf
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", v)
+    if not m:
+        raise ParseError(f"bad Slurm duration {value!r}")
+    days, a, b, c = m.groups()
+    d = int(days or 0)
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        h, mi, s = int(a), int(b or 0), int(c or 0)
+    elif c is not None:  # hours:minutes:seconds
+        h, mi, s = int(a), int(b), int(c)
+    elif b is not None:  # minutes:seconds
+        h, mi, s = 0, int(a), int(b)
+    else:  # minutes
+        h, mi, s = 0, int(a), 0
+    return float(((d * 24 + h) * 60 + mi) * 60 + s)
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds to Slurm's ``[D-]HH:MM:SS`` (what TimeLimit= accepts)."""
+    if math.isinf(seconds):
+        return "UNLIMITED"
+    s = max(0, int(math.ceil(seconds)))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def gpus_in_tres(value: str) -> int:
+    """GPU count in a TRES/GRES string: ``gres:gpu:4``, ``gpu:tesla:2(S:0)``, ``cpu=1,gres/gpu=2``.
+
+    Typed and untyped entries of one string (``gres/gpu=4,gres/gpu:a100=4``) describe the same
+    GPUs, so the untyped total wins when present.
+    """
+    v = value.strip()
+    if not v or v in {"(null)", "N/A"}:
+        return 0
+    untyped, typed = None, 0
+    for part in re.split(r",(?![^()]*\))", v):
+        part = re.sub(r"\(.*\)$", "", part.strip())
+        m = re.fullmatch(r"gres/gpu(?::[^=]+)?=(\d+)", part)
+        if m:
+            if ":" in part.split("=")[0]:
+                typed += int(m.group(1))
+            else:
+                untyped = int(m.group(1))
+            continue
+        fields = part.split(":")
+        if fields and fields[0] == "gres":
+            fields = fields[1:]
+        if fields and fields[0] == "gpu":
+            if len(fields) == 1:
+                count = 1
+            elif fields[-1].isdigit():
+                count = int(fields[-1])
+            else:
+                count = 1  # "gpu:tesla" means one GPU of that type
+            if len(fields) <= 2:
+                untyped = (untyped or 0) + count
+            else:
+                typed += count
+    return untyped if untyped is not None else typed
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Expand a Slurm hostlist (``n[1-3,5],gpu01``, ``n[01-02]``) into node names, in order."""
+    v = hostlist.strip()
+    if not v or v in {"(null)", "None", "N/A"}:
+        return []
+    out: list[str] = []
+    for item in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", v):
+        if not item:
+            continue
+        names = [""]
+        for prefix, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            if not prefix and not ranges:
+                continue
+            expanded: list[str] = []
+            if ranges:
+                for r in ranges.split(","):
+                    if "-" in r:
+                        lo, hi = r.split("-", 1)
+                        width = len(lo)
+                        expanded += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+                    else:
+                        expanded.append(r)
+            else:
+                expanded = [""]
+            names = [n + prefix + e for n in names for e in expanded]
+        out += names
+    return out
+
+
+def compress_hostlist(names: Sequence[str]) -> str:
+    """Node names joined by commas (Slurm accepts a plain list everywhere a hostlist goes)."""
+    return ",".join(names)
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """`scontrol show ... -o` prints ``Key=value`` pairs separated by spaces; values may contain
+    spaces (``OS=Linux 6.1.0-18 #1 SMP``) but a new key always starts with ``<space>Key=``."""
+    out: dict[str, str] = {}
+    matches = list(re.finditer(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_/:.]*)=", line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].rstrip()
+    return out
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node's GPUs as Slurm reports them."""
+
+    name: str
+    state: str
+    gpus_total: int
+    gpus_alloc: int
+    partitions: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        flags = set(re.split(r"[+]", self.state.rstrip("*~#!%$@^-")))
+        return not (flags & UNUSABLE_NODE_FLAGS) and not self.state.endswith("*")
+
+    @property
+    def gpus_free(self) -> int:
+        """Free GPUs for a new job: 0 on a drained/down node; GPUs of any job count as busy."""
+        if not self.usable:
+            return 0
+        return max(0, self.gpus_total - self.gpus_alloc)
+
+
+def node_args() -> list[str]:
+    return ["scontrol", "show", "node", "-o", "-d"]
+
+
+def parse_nodes(text: str) -> list[NodeInfo]:
+    """Parse `scontrol show node -o [-d]`: GPUs total from CfgTRES (or Gres), in use from
+    AllocTRES (or GresUsed)."""
+    nodes: list[NodeInfo] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No nodes"):
+            continue
+        kv = parse_kv_line(line)
+        if "NodeName" not in kv:
+            raise ParseError(f"no NodeName in scontrol output line: {line[:80]!r}")
+        total = gpus_in_tres(kv["CfgTRES"]) if "CfgTRES" in kv else gpus_in_tres(kv.get("Gres", ""))
+        if total == 0 and kv.get("Gres"):
+            total = gpus_in_tres(kv["Gres"])
+        if "AllocTRES" in kv:
+            alloc = gpus_in_tres(kv["AllocTRES"])
+        else:
+            alloc = gpus_in_tres(kv.get("GresUsed", ""))
+        parts = tuple(p for p in kv.get("Partitions", "").split(",") if p and p != "(null)")
+        nodes.append(
+            NodeInfo(
+                name=kv["NodeName"],
+                state=kv.get("State", "UNKNOWN"),
+                gpus_total=total,
+                gpus_alloc=alloc,
+                partitions=parts,
+                reason=kv.get("Reason", ""),
+            )
+        )
+    return nodes
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One Slurm job as `squeue` or `scontrol show job` reports it."""
+
+    job_id: str
+    user: str
+    uid: int | None
+    state: str
+    reason: str
+    priority: int
+    submit_time: float | None
+    start_time: float | None
+    end_time: float | None
+    time_limit: float
+    num_nodes: int
+    gpus_per_node: int
+    nodes: tuple[str, ...]
+    partition: str
+    comment: str
+    name: str
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_lyasched(self) -> bool:
+        return self.comment.startswith(TAG)
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def held_by_service(self) -> bool:
+        """Pending and held by an operator/plugin hold (not one the user placed themselves)."""
+        return self.pending and self.reason in SERVICE_HOLD_REASONS
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def running(self) -> bool:
+        return self.state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * max(1, self.num_nodes)
+
+    @property
+    def run_seconds(self) -> float | None:
+        """Observed wall-clock run time, once the job has both a start and an end."""
+        if self.start_time is None or self.end_time is None:
+            return None
+        return max(0.0, self.end_time - self.start_time)
+
+
+def squeue_args(user: str | None = None, job_ids: Iterable[str] = ()) -> list[str]:
+    """`squeue` for every job in any state it still knows (finished ones stay for MinJobAge)."""
+    args = ["squeue", "--noheader", "--states=all", "-o", SQUEUE_FORMAT]
+    if user:
+        args += ["--user", user]
+    ids = list(job_ids)
+    if ids:
+        args += ["--jobs", ",".join(ids)]
+    return args
+
+
+def _int(v: str, default: int = 0) -> int:
+    v = v.strip()
+    if v.isdigit():
+        return int(v)
+    try:
+        return int(float(v))
+    except ValueError:
+        return default
+
+
+def _start_time(state: str, value: str) -> float | None:
+    # For pending jobs squeue prints the *expected* start time: not a start.
+    if state == "PENDING":
+        return None
+    return parse_time(value)
+
+
+def _end_time(state: str, value: str) -> float | None:
+    # For running jobs EndTime is start + time limit (a projection): not an end.
+    if state not in TERMINAL_STATES:
+        return None
+    return parse_time(value)
+
+
+def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
+    """Parse output of `squeue_args()`. With ``lyasched_only`` jobs without the tag are dropped
+    (their comments may contain anything, so only tagged lines are parsed strictly)."""
+    fixed = len(SQUEUE_FIELDS) - 2
+    jobs: list[SlurmJob] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(SEP, fixed)
+        if len(parts) != fixed + 1:
+            raise ParseError(f"squeue line has {len(parts)} fields, expected {fixed + 2}: {line[:120]!r}")
+        rest = parts[fixed]
+        if rest.startswith(TAG):
+            comment, _, name = rest.partition(SEP)
+        else:
+            if lyasched_only:
+                continue
+            comment, _, name = rest.rpartition(SEP)
+        rec = dict(zip((k for k, _ in SQUEUE_FIELDS[:fixed]), parts[:fixed]))
+        state = rec["state"].strip()
+        if comment == "(null)":
+            comment = ""
+        jobs.append(
+            SlurmJob(
+                job_id=rec["job_id"].strip(),
+                user=rec["user"].strip(),
+                uid=_int(rec["uid"], -1) if rec["uid"].strip().isdigit() else None,
+                state=state,
+                reason=rec["reason"].strip(),
+                priority=_int(rec["priority"]),
+                submit_time=parse_time(rec["submit_time"]),
+                start_time=_start_time(state, rec["start_time"]),
+                end_time=_end_time(state, rec["end_time"]),
+                time_limit=parse_duration(rec["time_limit"]),
+                num_nodes=_int(rec["num_nodes"], 1),
+                gpus_per_node=gpus_in_tres(rec["tres_per_node"]),
+                nodes=tuple(expand_hostlist(rec["nodes"])),
+                partition=rec["partition"].strip(),
+                comment=comment,
+                name=name,
+            )
+        )
+    return jobs
+
+
+def show_job_args(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", "-o", "-d", str(job_id)]
+
+
+def parse_show_job(text: str) -> list[SlurmJob]:
+    """Parse `scontrol show job -o [-d]`. The comment is matched up to the next known key, so a
+    lyasched summary (no spaces) is read exactly."""
+    jobs: list[SlurmJob] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No jobs"):
+            continue
+        kv = parse_kv_line(line)
+        if "JobId" not in kv:
+            raise ParseError(f"no JobId in scontrol output line: {line[:80]!r}")
+        state = kv.get("JobState", "UNKNOWN")
+        user = kv.get("UserId", "")
+        m = re.fullmatch(r"([^()]*)\((\d+)\)", user)
+        uname, uid = (m.group(1), int(m.group(2))) if m else (user, None)
+        tres = kv.get("TresPerNode", "")
+        gpn = gpus_in_tres(tres)
+        num_nodes = _int(kv.get("NumNodes", "1").split("-")[0], 1)
+        if gpn == 0 and kv.get("AllocTRES"):
+            total = gpus_in_tres(kv["AllocTRES"])
+            gpn = total // max(1, num_nodes)
+        comment = kv.get("Comment", "")
+        if comment == "(null)":
+            comment = ""
+        nodelist = kv.get("NodeList", "")
+        jobs.append(
+            SlurmJob(
+                job_id=kv["JobId"],
+                user=uname,
+                uid=uid,
+                state=state,
+                reason=kv.get("Reason", "None"),
+                priority=_int(kv.get("Priority", "0")),
+                submit_time=parse_time(kv.get("SubmitTime", "")),
+                start_time=_start_time(state, kv.get("StartTime", "")),
+                end_time=_end_time(state, kv.get("EndTime", "")),
+                time_limit=parse_duration(kv.get("TimeLimit", "UNLIMITED")),
+                num_nodes=num_nodes,
+                gpus_per_node=gpn,
+                nodes=tuple(expand_hostlist(nodelist)),
+                partition=kv.get("Partition", ""),
+                comment=comment,
+                name=kv.get("JobName", ""),
+                extra=kv,
+            )
+        )
+    return jobs
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def config_args() -> list[str]:
+    return ["scontrol", "show", "config"]
+
+
+def accounting_enabled(show_config: str) -> bool:
+    """True when slurmdbd (or another accounting store) is configured, so `sacct` can answer."""
+    for line in show_config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "AccountingStorageType":
+            v = value.strip().lower()
+            return bool(v) and not v.endswith("/none") and v != "(null)"
+    return False
+
+
+SACCT_FIELDS = ("JobID", "User", "State", "Submit", "Start", "End", "ElapsedRaw", "NNodes", "AllocTRES")
+
+
+def sacct_args(job_ids: Iterable[str]) -> list[str]:
+    return [
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        "--allusers",
+        "--format",
+        ",".join(SACCT_FIELDS),
+        "--jobs",
+        ",".join(job_ids),
+    ]
+
+
+@dataclass(frozen=True)
+class AccountingRecord:
+    job_id: str
+    state: str
+    start_time: float | None
+    end_time: float | None
+    elapsed: float | None
+
+
+def parse_sacct(text: str) -> list[AccountingRecord]:
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|")
+        if len(f) < len(SACCT_FIELDS):
+            raise ParseError(f"sacct line has {len(f)} fields, expected {len(SACCT_FIELDS)}: {line[:120]!r}")
+        rec = dict(zip(SACCT_FIELDS, f))
+        state = rec["State"].split()[0] if rec["State"] else ""
+        elapsed = float(rec["ElapsedRaw"]) if rec["ElapsedRaw"].strip().isdigit() else None
+        out.append(
+            AccountingRecord(
+                job_id=rec["JobID"],
+                state=state,
+                start_time=parse_time(rec["Start"]),
+                end_time=parse_time(rec["End"]),
+                elapsed=elapsed,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- changing a held job
+
+
+def update_args(
+    job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (), tasks: int | None = None
+) -> list[str]:
+    """`scontrol update` giving a held job its GPU count and (optionally) its nodes.
+
+    One task per GPU (DDP: one rank per GPU), ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes.
+    Slurm expresses GPUs per node as one number, hence equal per-node counts.
+    """
+    if num_nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"need at least one node and one GPU per node, got {num_nodes}x{gpus_per_node}")
+    if nodes and len(nodes) != num_nodes:
+        raise ValueError(f"{len(nodes)} node names for {num_nodes} nodes")
+    ntasks = tasks if tasks is not None else num_nodes * gpus_per_node
+    args = [
+        "scontrol",
+        "update",
+        f"JobId={job_id}",
+        f"NumNodes={num_nodes}-{num_nodes}",
+        f"NumTasks={ntasks}",
+        f"TresPerNode=gres:gpu:{gpus_per_node}",
+    ]
+    args.append(f"ReqNodeList={compress_hostlist(nodes)}" if nodes else "ReqNodeList=")
+    return args
+
+
+def release_args(job_id: str) -> list[str]:
+    return ["scontrol", "release", str(job_id)]
+
+
+def hold_args(job_id: str) -> list[str]:
+    return ["scontrol", "hold", str(job_id)]

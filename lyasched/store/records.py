@@ -1,0 +1,244 @@
+"""What the service records: jobs, slots and decisions (the tables `lyastat` reads).
+
+- ``jobs``: one row per lyasched job (key: the cost summary's uid): its summary, Slurm id and
+  user, lyasched state (waiting, released, running, finished, vanished, invalid), the
+  predicted run time at the GPU count it got, the observed run time once finished, and the
+  predicted run time for every GPU count (JSON lists, one node / several nodes).
+- ``slots``: one row per slot: time, Q, Z, free GPUs, decisions, how long the slot took.
+- ``decisions``: one row per action on a job (start, hold, skip, failed) and why.
+
+Writes are short (one statement, or one slot's rows in one transaction) so readers in WAL
+mode never wait. The service creates the file 0644 so that users can read it (see docs/service.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import sqlite_utils
+
+from lyasched.store import open_db
+
+SCHEMA_VERSION = 1
+
+JOB_COLUMNS: dict[str, type] = {
+    "uid": str,
+    "slurm_id": str,
+    "user": str,
+    "name": str,
+    "summary": str,
+    "sig": str,
+    "state": str,  # lyasched's view: waiting, released, running, finished, vanished, invalid
+    "slurm_state": str,  # Slurm's last JobState
+    "submit_time": float,
+    "released_at": float,
+    "started": float,
+    "ended": float,
+    "gpus": int,
+    "nodes": str,  # JSON list of node names
+    "placement": str,  # JSON [[node, gpus], ...]
+    "predicted": float,  # predicted run time at the GPUs it got (s)
+    "observed": float,  # observed run time (s)
+    "work": float,  # the job's size in Q (s on one GPU)
+    "time_limit": float,
+    "pred_one": str,  # JSON list: predicted run time on 1..G GPUs on one node (null = not allowed)
+    "pred_multi": str,  # JSON list: the same spread over several nodes
+    "reason": str,  # latest reason (why waiting, why held again, why invalid)
+    "first_seen": float,
+    "last_seen": float,
+    "refined": int,  # 1 once the observed time was fed to the cost table
+}
+SLOT_COLUMNS: dict[str, type] = {
+    "id": int,
+    "time": float,
+    "q": float,
+    "z": float,
+    "free_gpus": int,
+    "free": str,  # JSON {node: free GPUs}
+    "waiting": int,
+    "running": int,
+    "decisions": str,  # JSON list of {job, gpus, nodes, score, reason}
+    "duration": float,
+    "policy": str,
+    "error": str,
+}
+DECISION_COLUMNS: dict[str, type] = {
+    "id": int,
+    "slot": int,
+    "time": float,
+    "uid": str,
+    "slurm_id": str,
+    "action": str,  # start, hold, skip, failed
+    "gpus": int,
+    "nodes": str,  # JSON list of node names
+    "placement": str,  # JSON [[node, gpus], ...]
+    "score": float,
+    "predicted": float,
+    "reason": str,
+}
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db["jobs"].create(JOB_COLUMNS, pk="uid", if_not_exists=True)
+    db["slots"].create(SLOT_COLUMNS, pk="id", if_not_exists=True)
+    db["decisions"].create(DECISION_COLUMNS, pk="id", if_not_exists=True)
+    db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+    db["jobs"].create_index(["slurm_id"], if_not_exists=True)
+    db["jobs"].create_index(["user"], if_not_exists=True)
+    db["decisions"].create_index(["uid"], if_not_exists=True)
+    db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+
+
+def open_records(path: str | os.PathLike) -> sqlite_utils.Database:
+    """Open (creating) the service database, readable by everyone (0644), with its tables."""
+    p = Path(path)
+    fresh = str(p) != ":memory:" and not p.exists()
+    db = open_db(p)
+    ensure_schema(db)
+    if fresh:
+        for f in (p, Path(f"{p}-wal"), Path(f"{p}-shm")):
+            try:
+                os.chmod(f, 0o644)
+            except OSError:
+                pass
+    return db
+
+
+class RecordsUnavailable(RuntimeError):
+    pass
+
+
+def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
+    """Open the service database read-only (users of lyastat): never creates or writes it."""
+    p = Path(path)
+    if not p.exists():
+        raise RecordsUnavailable(f"{p}: no lyasched database (is `lyasched serve` running? see --db)")
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30)
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise RecordsUnavailable(f"{p}: cannot read lyasched database: {e}") from None
+    return sqlite_utils.Database(conn)
+
+
+@contextmanager
+def transaction(db: sqlite_utils.Database) -> Iterator[None]:
+    """One short write transaction (the connection is in autocommit mode otherwise)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    else:
+        db.execute("COMMIT")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def dumps_times(row: Sequence[float]) -> str:
+    """A row of predicted run times as JSON (null where a GPU count is not allowed)."""
+    return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def get_job(db: sqlite_utils.Database, uid: str) -> dict | None:
+    rows = list(db.query("select * from jobs where uid = ?", [uid]))
+    return rows[0] if rows else None
+
+
+def job_by_slurm_id(db: sqlite_utils.Database, slurm_id: str) -> dict | None:
+    rows = list(db.query("select * from jobs where slurm_id = ? order by first_seen desc limit 1", [str(slurm_id)]))
+    return rows[0] if rows else None
+
+
+def upsert_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
+    """Insert or update one job's row (only the given columns change)."""
+    unknown = set(fields) - set(JOB_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown job column(s): {', '.join(sorted(unknown))}")
+    row = {"uid": uid, **{k: _clean(v) for k, v in fields.items()}}
+    db["jobs"].upsert(row, pk="uid", columns=JOB_COLUMNS)
+
+
+def replace_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
+    """A new Slurm job for a known uid (resubmission): start its row afresh."""
+    db["jobs"].delete_where("uid = ?", [uid])
+    upsert_job(db, uid, **fields)
+
+
+def active_jobs(db: sqlite_utils.Database) -> list[dict]:
+    """Jobs the service still follows (not finished, vanished or invalid)."""
+    return list(db.query("select * from jobs where state in ('waiting', 'released', 'running')"))
+
+
+def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | None = None) -> list[dict]:
+    sql = "select * from jobs"
+    args: list[Any] = []
+    if user is not None:
+        sql += " where user = ?"
+        args.append(user)
+    sql += " order by submit_time, cast(slurm_id as integer)"
+    if limit:
+        sql += f" limit {int(limit)}"
+    return list(db.query(sql, args))
+
+
+# ---------------------------------------------------------------- slots and decisions
+
+
+def record_slot(db: sqlite_utils.Database, decisions: Sequence[dict] = (), **fields: Any) -> int:
+    """Write one slot and its decisions in one transaction; returns the slot id."""
+    unknown = set(fields) - set(SLOT_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown slot column(s): {', '.join(sorted(unknown))}")
+    with transaction(db):
+        db["slots"].insert({k: _clean(v) for k, v in fields.items()}, columns=SLOT_COLUMNS)
+        slot_id = db["slots"].last_pk
+        for d in decisions:
+            db["decisions"].insert({**{k: _clean(v) for k, v in d.items()}, "slot": slot_id}, columns=DECISION_COLUMNS)
+    return int(slot_id)
+
+
+def record_decision(db: sqlite_utils.Database, **fields: Any) -> None:
+    unknown = set(fields) - set(DECISION_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown decision column(s): {', '.join(sorted(unknown))}")
+    db["decisions"].insert({k: _clean(v) for k, v in fields.items()}, columns=DECISION_COLUMNS)
+
+
+def last_slot(db: sqlite_utils.Database) -> dict | None:
+    if "slots" not in db.table_names():
+        return None
+    rows = list(db.query("select * from slots order by id desc limit 1"))
+    return rows[0] if rows else None
+
+
+def slot_count(db: sqlite_utils.Database) -> int:
+    return db["slots"].count if "slots" in db.table_names() else 0
+
+
+def decisions_for(db: sqlite_utils.Database, uid: str) -> list[dict]:
+    return list(db.query("select * from decisions where uid = ? order by id", [uid]))
+
+
+def get_meta(db: sqlite_utils.Database, key: str) -> str | None:
+    rows = list(db.query("select value from meta where key = ?", [key])) if "meta" in db.table_names() else []
+    return rows[0]["value"] if rows else None
+
+
+def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
+    db["meta"].upsert({"key": key, "value": value}, pk="key")
