@@ -15,6 +15,7 @@ per second. With a known V, multiply the bandwidth by V to get bytes/s.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.fit import fit_linear
+from lyasched.fit import fit_linear, fit_link
 
 # Prior for the intra/inter bandwidth ratio when only one kind of link was measured:
 # the ratio of ClusterSpec's defaults (NVLink-class vs 100 Gb/s-class).
@@ -297,3 +298,54 @@ def calibrate_app(
         report.scal_errors = abs_rel_errors(profile, comm, scalability)
         report.scalability = summarize(report.scal_errors)
     return report
+
+
+# ---------------------------------------------------------------- all-reduce benchmark results
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A Link fitted from one `lyasched.allreduce_bench` result."""
+
+    kind: str  # "intra" (one node) or "inter" (ranks span nodes)
+    link: Link
+    r2: float
+    world_size: int
+    backend: str
+    hosts: tuple[str, ...]
+    source: str
+
+
+def load_bench_result(path: str | Path) -> dict:
+    """Read and validate an all-reduce benchmark JSON (one-line ValueError when malformed)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{p}: expected a JSON object from lyasched.allreduce_bench")
+    sizes, secs = doc.get("sizes"), doc.get("seconds")
+    if not isinstance(sizes, list) or not isinstance(secs, list) or len(sizes) != len(secs) or len(sizes) < 2:
+        raise ValueError(f"{p}: needs equally long 'sizes' and 'seconds' lists with at least 2 entries")
+    try:
+        if any(float(s) <= 0 for s in sizes) or any(not math.isfinite(float(t)) or float(t) <= 0 for t in secs):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{p}: sizes and seconds must be positive numbers") from None
+    ws = doc.get("world_size")
+    if not isinstance(ws, int) or ws < 2:
+        raise ValueError(f"{p}: world_size must be an integer >= 2 (a link needs 2 or more ranks), got {ws!r}")
+    if not isinstance(doc.get("spans_nodes"), bool):
+        raise ValueError(f"{p}: missing boolean 'spans_nodes'")
+    return doc
+
+
+def fit_bench_result(doc: dict, source: str = "") -> LinkFit:
+    """Ring model t = 2(g-1)/g * bytes/bw + 2(g-1)*lat fitted with lyasched.fit.fit_link."""
+    link, r2 = fit_link([float(s) for s in doc["sizes"]], [float(t) for t in doc["seconds"]], int(doc["world_size"]))
+    kind = "inter" if doc["spans_nodes"] else "intra"
+    return LinkFit(kind, link, r2, int(doc["world_size"]), str(doc.get("backend", "")),
+                   tuple(doc.get("hosts") or ()), source)
