@@ -1,0 +1,12 @@
+"""Cluster simulator, workloads and replay metrics behind `lyasched replay`."""
+
+from lyasched.sim.simulator import (  # noqa: F401
+    DEFAULT_ESTIMATE_ERROR,
+    DEFAULT_RESTART_OVERHEAD,
+    DEFAULT_SLOT,
+    InvalidDecision,
+    JobRecord,
+    SimResult,
+    Simulation,
+    true_factors,
+)

@@ -1,0 +1,455 @@
+"""Discrete-event simulation of a GPU cluster driven by one `Policy`, slot by slot.
+
+Jobs arrive and finish at any time; the policy decides only at slot boundaries
+(multiples of ``slot_len``), exactly as `lyasched serve` does. Slots where nothing can
+happen (no waiting job, or no free GPU and a non-preemptive policy) are skipped by jumping
+to the next arrival or completion. Each job runs ``factor x`` the predicted run time of the
+configuration it got (factor lognormal, fixed per job from the seed); policies see the
+predictions, oracles (``needs_true_runtimes``) see the truth. docs/simulator.md has the
+full semantics.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from lyasched.cost import ClusterSpec, CostModel
+from lyasched.job import Job
+from lyasched.policy import PREEMPTIVE, Decision, Policy, RunningJob, SlotState, WaitingJob, waiting_job
+
+DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
+DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
+DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (checkpoint reload)
+
+
+class InvalidDecision(ValueError):
+    """The policy returned a decision the cluster cannot carry out."""
+
+
+@dataclass
+class Segment:
+    """One stretch of a job holding GPUs; ``done`` is the fraction of the whole job it computed."""
+
+    start: float
+    end: float
+    gpus: int
+    spans_nodes: bool
+    overhead: float
+    done: float
+
+
+@dataclass
+class JobRecord:
+    job: Job
+    factor: float  # true / predicted run time
+    best_true_run: float  # shortest true run time over the job's allowed configurations
+    first_start: float = math.nan
+    end: float = math.nan
+    run_s: float = 0.0  # time spent holding GPUs (restart overheads included)
+    gpu_s: float = 0.0
+    preemptions: int = 0
+    gpus: int = 0  # GPU count of the last segment
+    spans_nodes: bool = False
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def jct(self) -> float:
+        return self.end - self.job.submit_time
+
+    @property
+    def wait(self) -> float:
+        return self.jct - self.run_s
+
+
+@dataclass
+class SimResult:
+    policy: str
+    cluster: ClusterSpec
+    records: list[JobRecord]
+    busy_gpu_s: float
+    util_t: np.ndarray  # times at which the busy-GPU count changed
+    util_busy: np.ndarray  # busy GPUs from that time on
+    slot_t: np.ndarray  # times of the policy's decide calls
+    slot_q: np.ndarray  # SlotResult.q at those calls
+    slot_z: np.ndarray  # SlotResult.z at those calls
+    decide_calls: int
+    wall_s: float
+
+    @property
+    def first_submit(self) -> float:
+        return min(r.job.submit_time for r in self.records)
+
+    @property
+    def makespan(self) -> float:
+        return max(r.end for r in self.records) - self.first_submit
+
+
+@dataclass
+class _Running:
+    idx: int
+    gpus: int
+    placement: tuple[tuple[int, int], ...]
+    spans: bool
+    start: float
+    end: float
+    overhead: float
+    frac_at_start: float  # fraction of the job still to do when this segment started
+    true_full: float  # true run time of the whole job on this configuration
+    expected_end: float
+    token: int
+
+
+def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
+    """Per-job true/predicted run-time factors: lognormal with median 1 (sigma 0 = exact)."""
+    if sigma < 0:
+        raise ValueError("estimate error must be >= 0")
+    if sigma == 0 or n == 0:
+        return np.ones(n)
+    rng = np.random.default_rng([int(seed), 0xE57])
+    return np.exp(rng.normal(0.0, sigma, n))
+
+
+class Simulation:
+    """A workload on a cluster, ready to be replayed under any number of policies.
+
+    Predicted run-time rows are computed once per distinct (profile, batch, GPU range) with
+    `waiting_job` on a one-iteration job and scaled by the iteration count: run time is
+    linear in iterations, so this equals `waiting_job(job, ...)` exactly and costs a numpy
+    multiply per job instead of a Python loop over GPU counts.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        cluster: ClusterSpec,
+        *,
+        slot_len: float = DEFAULT_SLOT,
+        estimate_error: float = DEFAULT_ESTIMATE_ERROR,
+        seed: int = 0,
+        restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
+    ) -> None:
+        if slot_len <= 0:
+            raise ValueError("slot length must be > 0")
+        if not jobs:
+            raise ValueError("no jobs to simulate")
+        self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+        ids = [j.job_id for j in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("duplicate job ids")
+        self.cluster = cluster
+        self.cost = CostModel(cluster)
+        self.slot_len = float(slot_len)
+        self.restart_overhead = float(restart_overhead)
+        self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
+        self.factors = true_factors(len(self.jobs), estimate_error, seed)
+        self._templates: dict[tuple, WaitingJob] = {}
+        self._best = np.empty(len(self.jobs))
+        for i, j in enumerate(self.jobs):
+            t = self._template(j)
+            best = t.best_run * j.iterations
+            if not math.isfinite(best):
+                raise ValueError(
+                    f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
+                    f"{cluster.nodes}x{cluster.gpus_per_node} GPUs: no allowed GPU count"
+                )
+            self._best[i] = best
+
+    # --- rows -------------------------------------------------------------------------
+    def _template(self, job: Job) -> WaitingJob:
+        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus)
+        t = self._templates.get(key)
+        if t is None:
+            unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
+            t = waiting_job(unit, self.cost, self.row_len)
+            self._templates[key] = t
+        return t
+
+    def predicted(self, i: int) -> WaitingJob:
+        """The job's `WaitingJob` as a non-oracle policy first sees it (== waiting_job(job))."""
+        return self._view(i, 1.0, 0.0, oracle=False, attained=0.0)
+
+    def _view(self, i: int, frac: float, overhead: float, oracle: bool, attained: float) -> WaitingJob:
+        j = self.jobs[i]
+        t = self._template(j)
+        scale = j.iterations * frac * (self.factors[i] if oracle else 1.0)
+        one = t.run_one_node * scale
+        multi = t.run_multi_node * scale
+        if overhead:
+            one = one + overhead
+            multi = multi + overhead
+        return WaitingJob(
+            job_id=j.job_id,
+            submit_time=j.submit_time,
+            work=t.work * scale,
+            run_one_node=one,
+            run_multi_node=multi,
+            requested_gpus=min(j.requested_gpus, self.row_len),
+            time_limit=j.time_limit if j.time_limit is not None else math.inf,
+            user=j.user,
+            attained=attained,
+        )
+
+    def best_true_runs(self) -> np.ndarray:
+        """Each job's shortest true run time (no waiting): the per-job JCT lower bound."""
+        return self._best * self.factors
+
+    # --- replay -----------------------------------------------------------------------
+    def run(self, policy: Policy, *, progress: bool = False, name: str | None = None) -> SimResult:
+        """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision."""
+        pname = name or getattr(policy, "name", type(policy).__name__)
+        oracle = bool(getattr(policy, "needs_true_runtimes", False))
+        preemptive = bool(getattr(policy, "preemptive", False)) or pname in PREEMPTIVE
+        cl = self.cluster
+        gpn, total = cl.gpus_per_node, cl.total_gpus
+        slot = self.slot_len
+        jobs, factors = self.jobs, self.factors
+        n = len(jobs)
+        best_true = self.best_true_runs()
+        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i])) for i, j in enumerate(jobs)]
+        frac = [1.0] * n
+        attained = [0.0] * n
+        tokens = [0] * n
+
+        free = [gpn] * cl.nodes
+        busy = 0
+        busy_gpu_s = 0.0
+        util_t: list[float] = []
+        util_b: list[int] = []
+        slot_t: list[float] = []
+        slot_q: list[float] = []
+        slot_z: list[float] = []
+
+        waiting: list[int] = []  # job indices, kept sorted (= by submit time)
+        views: dict[int, WaitingJob] = {}
+        by_id: dict[str, int] = {}
+        waiting_view: tuple[WaitingJob, ...] | None = ()
+        running: dict[int, _Running] = {}
+        running_view: tuple[RunningJob, ...] | None = ()
+        heap: list[tuple[float, int, int]] = []  # (end, index, token)
+        next_arrival = 0
+        done = 0
+        calls = 0
+        idle_calls = 0
+
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, unit="job", desc=pname, file=sys.stderr, leave=False, mininterval=0.5)
+        wall0 = time.perf_counter()
+
+        def note_util(t: float) -> None:
+            if util_t and util_t[-1] == t:
+                util_b[-1] = busy
+            else:
+                util_t.append(t)
+                util_b.append(busy)
+
+        def stop(r: _Running, t: float, finished: bool) -> None:
+            nonlocal busy, busy_gpu_s
+            rec = records[r.idx]
+            elapsed = t - r.start
+            if finished:
+                fdone = r.frac_at_start
+            else:
+                fdone = min(r.frac_at_start, max(0.0, elapsed - r.overhead) / r.true_full)
+            rec.segments.append(Segment(r.start, t, r.gpus, r.spans, r.overhead, fdone))
+            rec.run_s += elapsed
+            rec.gpu_s += elapsed * r.gpus
+            attained[r.idx] += elapsed * r.gpus
+            frac[r.idx] = r.frac_at_start - fdone
+            busy_gpu_s += elapsed * r.gpus
+            for node, k in r.placement:
+                free[node] += k
+            busy -= r.gpus
+            del running[r.idx]
+
+        slot_k = math.ceil(jobs[0].submit_time / slot)  # slot index: t = k * slot, no drift
+        try:
+            while done < n:
+                t = slot_k * slot
+                # completions up to and including t
+                changed_running = False
+                while heap and heap[0][0] <= t:
+                    end, i, tok = heapq.heappop(heap)
+                    if tok != tokens[i]:
+                        continue  # preempted since
+                    stop(running[i], end, finished=True)
+                    records[i].end = end
+                    note_util(end)
+                    done += 1
+                    changed_running = True
+                    if bar is not None:
+                        bar.update(1)
+                # arrivals up to and including t
+                while next_arrival < n and jobs[next_arrival].submit_time <= t:
+                    i = next_arrival
+                    views[i] = self._view(i, 1.0, 0.0, oracle, 0.0)
+                    by_id[jobs[i].job_id] = i
+                    waiting.append(i)
+                    next_arrival += 1
+                    waiting_view = None
+                if changed_running:
+                    running_view = None
+
+                can_act = bool(waiting) and (busy < total or (preemptive and running))
+                if can_act:
+                    if waiting_view is None:
+                        waiting_view = tuple(views[i] for i in waiting)
+                    if running_view is None or preemptive:
+                        running_view = tuple(
+                            RunningJob(
+                                job_id=jobs[r.idx].job_id,
+                                gpus=r.gpus,
+                                placement=r.placement,
+                                start_time=r.start,
+                                expected_end=r.expected_end,
+                                attained=attained[r.idx] + r.gpus * (t - r.start),
+                                preemptible=preemptive,
+                            )
+                            for r in running.values()
+                        )
+                    state = SlotState(
+                        now=t,
+                        slot_len=slot,
+                        free=tuple(free),
+                        gpus_per_node=gpn,
+                        waiting=waiting_view,
+                        running=running_view,
+                    )
+                    res = policy.decide(state)
+                    calls += 1
+                    slot_t.append(t)
+                    slot_q.append(float(res.q))
+                    slot_z.append(float(res.z))
+                    acted = False
+                    # preemptions first: their GPUs are free for this slot's starts
+                    for jid in res.preempt:
+                        i = by_id.get(jid)
+                        if i is None or i not in running:
+                            raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not running at t={t:g}")
+                        r = running[i]
+                        tokens[i] += 1
+                        stop(r, t, finished=False)
+                        records[i].preemptions += 1
+                        views[i] = self._view(i, frac[i], self.restart_overhead, oracle, attained[i])
+                        bisect.insort(waiting, i)
+                        acted = True
+                    preempted = set(res.preempt)
+                    started: set[int] = set()
+                    for d in res.starts:
+                        i = self._check(d, by_id, views, started, preempted, free, pname, t)
+                        v = views[i]
+                        spans = len(d.placement) > 1
+                        predicted = v.run_time(d.gpus, spans)
+                        for node, take in d.placement:
+                            free[node] -= take
+                        busy += d.gpus
+                        row = self._template(jobs[i])
+                        unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
+                        true_full = unit * jobs[i].iterations * factors[i]
+                        overhead = self.restart_overhead if records[i].preemptions else 0.0
+                        end = t + overhead + frac[i] * true_full
+                        limit = v.time_limit
+                        expected = t + (max(predicted, limit) if math.isfinite(limit) else predicted)
+                        tokens[i] += 1
+                        running[i] = _Running(
+                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i]
+                        )
+                        heapq.heappush(heap, (end, i, tokens[i]))
+                        rec = records[i]
+                        if math.isnan(rec.first_start):
+                            rec.first_start = t
+                        rec.gpus, rec.spans_nodes = d.gpus, spans
+                        started.add(i)
+                        acted = True
+                    if started:
+                        waiting = [i for i in waiting if i not in started]
+                        for i in started:
+                            del views[i]
+                    if acted:
+                        waiting_view = None
+                        running_view = None
+                        note_util(t)
+                        idle_calls = 0
+                    else:
+                        idle_calls += 1
+                        if not running and next_arrival >= n and idle_calls > 1_000_000:
+                            raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
+                # next slot where something can happen
+                if waiting and (busy < total or (preemptive and running)):
+                    slot_k += 1
+                    continue
+                # drop stale heap entries so heap[0] is a live completion
+                while heap and heap[0][2] != tokens[heap[0][1]]:
+                    heapq.heappop(heap)
+                nxt = math.inf
+                if heap:
+                    nxt = heap[0][0]
+                if next_arrival < n:
+                    nxt = min(nxt, jobs[next_arrival].submit_time)
+                if not math.isfinite(nxt):
+                    if done < n:
+                        raise RuntimeError(f"{pname}: {n - done} jobs never finish")
+                    break
+                # completions exactly at a slot boundary are processed in that slot
+                slot_k = max(slot_k + 1, math.ceil(nxt / slot))
+        finally:
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - wall0
+        return SimResult(
+            policy=pname,
+            cluster=cl,
+            records=records,
+            busy_gpu_s=busy_gpu_s,
+            util_t=np.asarray(util_t),
+            util_busy=np.asarray(util_b),
+            slot_t=np.asarray(slot_t),
+            slot_q=np.asarray(slot_q),
+            slot_z=np.asarray(slot_z),
+            decide_calls=calls,
+            wall_s=wall,
+        )
+
+    def _check(
+        self,
+        d: Decision,
+        by_id: dict[str, int],
+        views: dict[int, WaitingJob],
+        started: set[int],
+        preempted: set[str],
+        free: list[int],
+        pname: str,
+        t: float,
+    ) -> int:
+        """Validate one start decision against the cluster; return the job's index."""
+        i = by_id.get(d.job_id)
+        where = f"{pname} at t={t:g}: start of {d.job_id!r}"
+        if i is None or i not in views or d.job_id in preempted:
+            raise InvalidDecision(f"{where}: job is not waiting")
+        if i in started:
+            raise InvalidDecision(f"{where}: started twice in one slot")
+        if not d.placement:
+            raise InvalidDecision(f"{where}: empty placement")
+        nodes = [node for node, _ in d.placement]
+        if len(set(nodes)) != len(nodes):
+            raise InvalidDecision(f"{where}: a node appears twice in placement {d.placement}")
+        if sum(k for _, k in d.placement) != d.gpus:
+            raise InvalidDecision(f"{where}: placement {d.placement} does not hold {d.gpus} GPUs")
+        for node, k in d.placement:
+            if not (0 <= node < len(free)) or k < 1:
+                raise InvalidDecision(f"{where}: bad placement entry ({node}, {k})")
+            if free[node] < k:
+                raise InvalidDecision(f"{where}: node {node} has {free[node]} free GPUs, asked for {k}")
+        if not math.isfinite(views[i].run_time(d.gpus, len(d.placement) > 1)):
+            raise InvalidDecision(f"{where}: {d.gpus} GPUs is not an allowed configuration")
+        return i
