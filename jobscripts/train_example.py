@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Data-parallel (DDP) training of a lyasched example model on synthetic data.
+
+Run alone (one process), or under torchrun / `srun torchrun` (reads RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT): gloo on CPU, nccl on GPU. Every rank trains on its own
+per-GPU batch; DDP all-reduces the gradients. Rank 0 prints a per-iteration time summary
+(and one JSON line with --json) at the end.
+
+    torchrun --nproc-per-node 2 jobscripts/train_example.py --model resnet --batch-per-gpu 16 --iterations 50
+
+Defaults come from the environment when the flags are absent: LYASCHED_MODEL,
+LYASCHED_BATCH_PER_GPU, LYASCHED_ITERATIONS (what the Slurm launcher template sets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from lyasched.profile.spec import SpecError, load_spec, parse_args
+
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    return int(v) if v else default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p.add_argument("--model", default=os.environ.get("LYASCHED_MODEL", "resnet"),
+                   help="example name or package.module:factory (env LYASCHED_MODEL; default resnet)")
+    p.add_argument("--batch-per-gpu", type=int, default=_env_int("LYASCHED_BATCH_PER_GPU", 32),
+                   help="per-GPU (per-rank) batch size (env LYASCHED_BATCH_PER_GPU; default 32)")
+    p.add_argument("--iterations", type=int, default=_env_int("LYASCHED_ITERATIONS", 100),
+                   help="training iterations (env LYASCHED_ITERATIONS; default 100)")
+    p.add_argument("--warmup", type=int, default=2, help="iterations left out of the time summary")
+    p.add_argument("--arg", dest="model_args", action="append", default=[], metavar="KEY=VALUE",
+                   help="model factory argument (repeatable)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--threads", type=int, help="CPU intra-op threads per rank")
+    p.add_argument("--json", action="store_true", help="rank 0 also prints the summary as one JSON line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.batch_per_gpu < 1 or args.iterations < 1 or args.warmup < 0:
+        print("error: --batch-per-gpu and --iterations must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    try:
+        spec = load_spec(args.model, parse_args(args.model_args))
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
+        return 2
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    distributed = world > 1
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if distributed:
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=5))
+
+    torch.manual_seed(1234 + rank)  # different synthetic data per rank; DDP syncs the weights at wrap
+    model = spec.model.to(device).train()
+    if distributed:
+        model = DDP(model, device_ids=[local_rank] if use_cuda else None)
+    spec.model = model
+    opt = spec.make_optimizer()
+    x, y = spec.make_batch(args.batch_per_gpu, device)
+
+    times: list[float] = []
+    loss_val = float("nan")
+    for _ in range(args.iterations):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = spec.loss(model(x), y)
+        loss.backward()
+        opt.step()
+        if use_cuda:
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+        loss_val = float(loss.detach())
+
+    timed = times[args.warmup:] or times
+    # the slowest rank sets the pace: report the max over ranks of each rank's median
+    med = torch.tensor([statistics.median(timed)], dtype=torch.float64)
+    if distributed:
+        if use_cuda:
+            med = med.to(device)
+        dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        summary = {
+            "model": args.model, "world_size": world, "backend": dist.get_backend() if distributed else None,
+            "device": str(device) if not use_cuda else torch.cuda.get_device_name(device),
+            "batch_per_gpu": args.batch_per_gpu, "global_batch": args.batch_per_gpu * world,
+            "iterations": args.iterations, "timed_iterations": len(timed),
+            "median_s": float(med.item()), "mean_s": statistics.fmean(timed), "min_s": min(timed),
+            "max_s": max(timed), "total_s": sum(times),
+            "samples_per_s": args.batch_per_gpu * world / float(med.item()), "final_loss": loss_val,
+        }
+        print(
+            f"{args.model}: {world} rank(s) x batch {args.batch_per_gpu}, {args.iterations} iterations in "
+            f"{summary['total_s']:.2f} s; per iteration median {summary['median_s'] * 1e3:.2f} ms "
+            f"(mean {summary['mean_s'] * 1e3:.2f}, min {summary['min_s'] * 1e3:.2f}, max {summary['max_s'] * 1e3:.2f}); "
+            f"{summary['samples_per_s']:.1f} samples/s; final loss {loss_val:.4f}",
+            flush=True,
+        )
+        if args.json:
+            print(json.dumps(summary), flush=True)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
