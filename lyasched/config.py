@@ -8,6 +8,8 @@ release_grace = 60         # a released job Slurm has not started by then is hel
 slurm_timeout = 30         # seconds per Slurm command
 partition = ""             # only nodes of this partition ("" = all GPU nodes)
 log_level = "INFO"
+users = []                 # schedule only these users' jobs ([] = everybody's; a pilot, or tests)
+device = ""                # cost-table device key refined with observed run times ("" = GPU type from Gres)
 
 [policy]
 name = "lyapunov"
@@ -54,6 +56,8 @@ class Config:
     slurm_timeout: float = 30.0
     partition: str = ""
     log_level: str = "INFO"
+    users: tuple[str, ...] = ()  # schedule only these users' jobs (() = everybody's)
+    device: str = ""  # cost-table device key for refinement ("" = the nodes' GPU type, else "gpu")
     policy: str = "lyapunov"
     params: Mapping[str, Any] = field(default_factory=dict)
     gpu_mem: float = 32e9
@@ -69,6 +73,8 @@ _SERVICE_KEYS = {
     "slurm_timeout": float,
     "partition": str,
     "log_level": str,
+    "device": str,
+    "users": list,
 }
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
@@ -119,7 +125,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     for key in ("slot_seconds", "release_grace", "slurm_timeout"):
         if key in svc:
             kw[key] = _number(where, f"service.{key}", svc[key], positive=key != "release_grace")
-    for key in ("db", "partition", "log_level"):
+    for key in ("db", "partition", "log_level", "device"):
         if key in svc and not isinstance(svc[key], str):
             raise ConfigError(f"{where}: service.{key} must be a string, got {svc[key]!r}")
     if "db" in svc:
@@ -131,6 +137,13 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
         kw["db"] = p
     if "partition" in svc:
         kw["partition"] = svc["partition"]
+    if "device" in svc:
+        kw["device"] = svc["device"]
+    if "users" in svc:
+        u = svc["users"]
+        if not isinstance(u, list) or not all(isinstance(x, str) and x for x in u):
+            raise ConfigError(f"{where}: service.users must be a list of user names, got {u!r}")
+        kw["users"] = tuple(u)
     if "log_level" in svc:
         lvl = svc["log_level"].upper()
         if lvl not in _LEVELS:

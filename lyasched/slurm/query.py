@@ -82,8 +82,10 @@ UNUSABLE_NODE_FLAGS = frozenset(
         "PLANNED",
     }
 )
-# Pending reasons of a job that the job_submit plugin (or the service) holds: the service may release it.
-SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin"})
+# A hold set by job_submit.lua at submission reads JobHeldUser (Slurm names the hold after the
+# submitter), one set by the operator (`scontrol hold`) JobHeldAdmin. The plugin refuses every
+# hold/release by non-privileged users, so on a lyasched job both are the service's to release.
+SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser"})
 
 
 class ParseError(ValueError):
@@ -154,7 +156,7 @@ def gpus_in_tres(value: str) -> int:
         return 0
     untyped, typed = None, 0
     for part in re.split(r",(?![^()]*\))", v):
-        part = re.sub(r"\(.*\)$", "", part.strip())
+        part = re.sub(r"\([^()]*\)$", "", part.strip())
         m = re.fullmatch(r"gres/gpu(?::[^=]+)?=(\d+)", part)
         if m:
             if ":" in part.split("=")[0]:
@@ -237,6 +239,7 @@ class NodeInfo:
     gpus_alloc: int
     partitions: tuple[str, ...] = ()
     reason: str = ""
+    gpu_type: str = ""  # "a100" in Gres=gpu:a100:4; "" when untyped
 
     @property
     def usable(self) -> bool:
@@ -266,13 +269,12 @@ def parse_nodes(text: str) -> list[NodeInfo]:
         kv = parse_kv_line(line)
         if "NodeName" not in kv:
             raise ParseError(f"no NodeName in scontrol output line: {line[:80]!r}")
-        total = gpus_in_tres(kv["CfgTRES"]) if "CfgTRES" in kv else gpus_in_tres(kv.get("Gres", ""))
-        if total == 0 and kv.get("Gres"):
-            total = gpus_in_tres(kv["Gres"])
-        if "AllocTRES" in kv:
-            alloc = gpus_in_tres(kv["AllocTRES"])
-        else:
-            alloc = gpus_in_tres(kv.get("GresUsed", ""))
+        # CfgTRES/AllocTRES count GPUs only when AccountingStorageTRES lists gres/gpu; Gres and
+        # GresUsed always do. Take whichever knows more.
+        total = max(gpus_in_tres(kv.get("CfgTRES", "")), gpus_in_tres(kv.get("Gres", "")))
+        alloc = max(gpus_in_tres(kv.get("AllocTRES", "")), gpus_in_tres(kv.get("GresUsed", "")))
+        m = re.match(r"(?:gres:)?gpu:([A-Za-z][^:(,]*):", kv.get("Gres", ""))
+        gpu_type = m.group(1) if m and m.group(1) != "(null)" else ""
         parts = tuple(p for p in kv.get("Partitions", "").split(",") if p and p != "(null)")
         nodes.append(
             NodeInfo(
@@ -282,6 +284,7 @@ def parse_nodes(text: str) -> list[NodeInfo]:
                 gpus_alloc=alloc,
                 partitions=parts,
                 reason=kv.get("Reason", ""),
+                gpu_type=gpu_type,
             )
         )
     return nodes

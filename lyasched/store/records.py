@@ -200,15 +200,15 @@ def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | N
 # ---------------------------------------------------------------- slots and decisions
 
 
-def record_slot(db: sqlite_utils.Database, decisions: Sequence[dict] = (), **fields: Any) -> int:
-    """Write one slot and its decisions in one transaction; returns the slot id."""
+def record_slot(db: sqlite_utils.Database, decision_rows: Sequence[dict] = (), **fields: Any) -> int:
+    """Write one slot (``fields``: slots columns) and its decision rows in one transaction; returns the slot id."""
     unknown = set(fields) - set(SLOT_COLUMNS)
     if unknown:
         raise KeyError(f"unknown slot column(s): {', '.join(sorted(unknown))}")
     with transaction(db):
         db["slots"].insert({k: _clean(v) for k, v in fields.items()}, columns=SLOT_COLUMNS)
-        slot_id = db["slots"].last_pk
-        for d in decisions:
+        slot_id = db.execute("select last_insert_rowid()").fetchone()[0]
+        for d in decision_rows:
             db["decisions"].insert({**{k: _clean(v) for k, v in d.items()}, "slot": slot_id}, columns=DECISION_COLUMNS)
     return int(slot_id)
 

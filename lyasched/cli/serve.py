@@ -1,0 +1,112 @@
+"""`lyasched serve`: run the scheduling service (one slot every `slot_seconds`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from lyasched.config import ConfigError, load_config
+
+log = logging.getLogger("lyasched.serve")
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML config (default: $LYASCHED_CONFIG, else /etc/lyasched/config.toml, else built-in defaults).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None, help="Override service.db.")
+@click.option("--slot-seconds", type=float, default=None, help="Override service.slot_seconds.")
+@click.option("--policy", "policy_name", default=None, help="Override policy.name.")
+@click.option("--users", default=None, help="Override service.users: schedule only these users' jobs (comma-separated).")
+@click.option("--once", is_flag=True, help="Run a single slot, print what it did, exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the slot report as JSON.")
+def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json) -> None:
+    """Schedule held lyasched jobs: each slot read Slurm, run the policy, resize and release jobs.
+
+    Runs as the Slurm operator account (it calls `scontrol update/release/hold`). Logs go to
+    stderr; SIGTERM/SIGINT finish the current slot's Slurm updates for the job in hand and stop.
+    """
+    try:
+        cfg = load_config(config_path)
+        over = {}
+        if db_path:
+            over["db"] = Path(db_path)
+        if slot_seconds is not None:
+            if not slot_seconds > 0:
+                raise ConfigError(f"--slot-seconds must be > 0, got {slot_seconds:g}")
+            over["slot_seconds"] = slot_seconds
+        if users is not None:
+            over["users"] = tuple(u for u in users.split(",") if u)
+        if policy_name:
+            from lyasched.policy import POLICIES
+
+            if policy_name not in POLICIES:
+                raise ConfigError(f"--policy must be one of {', '.join(POLICIES)}, got {policy_name!r}")
+            over["policy"] = policy_name
+            over["params"] = {} if policy_name != cfg.policy else cfg.params
+        cfg = dataclasses.replace(cfg, **over)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+    logging.basicConfig(
+        stream=sys.stderr, level=getattr(logging, cfg.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from lyasched.service import Service
+    from lyasched.slurm import SlurmCLI
+    from lyasched.store.records import open_records
+
+    try:
+        db = open_records(cfg.db)
+    except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
+        raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
+    try:
+        service = Service(cfg, db, slurm=SlurmCLI(timeout=cfg.slurm_timeout))
+    except (ValueError, TypeError, ImportError) as e:
+        raise click.ClickException(f"policy {cfg.policy!r}: {e}") from None
+
+    if once:
+        report = service.run_slot()
+        if as_json:
+            click.echo(json.dumps(dataclasses.asdict(report), indent=2, default=str))
+        else:
+            click.echo(report.line())
+        if report.error:
+            sys.exit(1)
+        return
+
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    scheduler = BlockingScheduler()
+    scheduler.add_job(
+        service.run_slot, "interval", seconds=cfg.slot_seconds, id="slot", coalesce=True, max_instances=1,
+        misfire_grace_time=max(1, int(cfg.slot_seconds)), next_run_time=_now(),
+    )
+
+    def stop(signum, _frame) -> None:
+        log.info("%s: stopping after the slot in progress", signal.Signals(signum).name)
+        service.stop_requested.set()
+        if scheduler.running:
+            scheduler.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info(
+        "lyasched serve: policy %s %s, slot %gs, grace %gs, db %s (config %s)",
+        cfg.policy, dict(cfg.params), cfg.slot_seconds, cfg.release_grace, cfg.db, cfg.source,
+    )
+    scheduler.start()
+    with service.busy:  # wait for a slot still running in the executor thread
+        pass
+    log.info("lyasched serve: stopped")
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)

@@ -1,0 +1,505 @@
+"""The live scheduler, one slot at a time: Slurm state in, policy decision, Slurm updates out.
+
+Each slot (`Service.run_slot`):
+
+1. read every lyasched job (`squeue`, comment tagged ``lyasched:v1;``) and every node's GPUs
+   (`scontrol show node`): GPUs held by any job, lyasched or not, are busy; a drained or down
+   node has none free;
+2. bring the records up to date (new jobs, started, finished: observed run time, cost-table
+   refinement), hold again any job released more than ``release_grace`` ago that Slurm has
+   not started (its GPUs were taken meanwhile), so it is reconsidered;
+3. build the same `SlotState` the simulator builds and call the same policy
+   (`make_policy(config.policy, **config.params)`);
+4. for each start: ``scontrol update`` (nodes, one task per node, GPUs per node, node list) and
+   ``scontrol release``; record the slot and its decisions.
+
+Slurm can only express the same GPU count on every node of a job (``TresPerNode``), so a
+multi-node placement with unequal counts is re-placed on k nodes with g/k GPUs each (the
+fewest nodes that have room, preferring the nodes the policy chose); if no such k exists the
+job waits for a later slot. The service only ever runs Slurm's CLI tools, never user code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import sqlite_utils
+
+from lyasched.config import Config
+from lyasched.cost import ClusterSpec, CostModel
+from lyasched.job import Job
+from lyasched.policy import make_policy
+from lyasched.policy.state import Decision, Placement, Policy, RunningJob, SlotState, WaitingJob, waiting_job
+from lyasched.slurm import SlurmCLI, SlurmError
+from lyasched.slurm import query as q
+from lyasched.store import records
+from lyasched.summary import CostSummary
+
+log = logging.getLogger("lyasched.service")
+
+# Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
+RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
+
+
+@dataclass
+class SlotReport:
+    """What one slot did (also what `lyasched serve --once` prints)."""
+
+    slot_id: int | None
+    time: float
+    duration: float
+    q: float = 0.0
+    z: float = 0.0
+    free: dict[str, int] = field(default_factory=dict)
+    waiting: int = 0
+    running: int = 0
+    started: list[dict] = field(default_factory=list)
+    held_again: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def line(self) -> str:
+        if self.error:
+            return f"slot {self.slot_id}: error: {self.error} ({self.duration * 1000:.0f} ms)"
+        starts = ", ".join(f"{s['slurm_id']}:{s['gpus']}gpu@{'+'.join(s['nodes'])}" for s in self.started) or "-"
+        return (
+            f"slot {self.slot_id}: {self.waiting} waiting, {self.running} running, "
+            f"free {sum(self.free.values())} GPUs, started {starts}, held again {len(self.held_again)}, "
+            f"finished {len(self.finished)}, Q={self.q:.1f} Z={self.z:.1f} in {self.duration * 1000:.0f} ms"
+        )
+
+
+def equal_placement(free: Sequence[int], g: int, prefer: Sequence[int] = ()) -> Placement | None:
+    """g GPUs as k >= 2 nodes x g/k GPUs (what one TresPerNode can express), fewest nodes first;
+    among nodes with room, those in ``prefer`` first, then the fullest (best fit)."""
+    pref = set(prefer)
+    for k in range(2, len(free) + 1):
+        if g % k:
+            continue
+        per = g // k
+        room = [i for i, f in enumerate(free) if f >= per]
+        if len(room) < k:
+            continue
+        room.sort(key=lambda i: (i not in pref, free[i], i))
+        return tuple(sorted((i, per) for i in room[:k]))
+    return None
+
+
+def fit_placement(d: Decision, free: Sequence[int]) -> Placement | None:
+    """The decision's placement if Slurm can express it and it fits ``free``, else a re-placement
+    with the same GPU count and the same one-node/multi-node shape (so the predicted run time
+    holds); None when there is none."""
+    nodes = [i for i, _ in d.placement]
+    counts = {n for _, n in d.placement}
+    valid = (
+        d.placement
+        and all(0 <= i < len(free) and 0 < n <= free[i] for i, n in d.placement)
+        and len(set(nodes)) == len(nodes)
+        and sum(n for _, n in d.placement) == d.gpus
+    )
+    if valid and len(counts) == 1:
+        return tuple(sorted(d.placement))
+    if len(d.placement) <= 1:
+        best = [i for i, f in enumerate(free) if f >= d.gpus]
+        if not best:
+            return None
+        i = min(best, key=lambda i: (i not in nodes, free[i], i))
+        return ((i, d.gpus),)
+    return equal_placement(free, d.gpus, prefer=nodes)
+
+
+def _newer(a: q.SlurmJob, b: q.SlurmJob) -> bool:
+    """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest)."""
+    def key(j: q.SlurmJob) -> tuple:
+        return (not j.finished, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
+
+    return key(a) >= key(b)
+
+
+class Service:
+    """The slot logic as a library. ``slurm`` is anything with ``run(argv, idempotent=...)``
+    (a `SlurmCLI`, or a fake in tests); ``policy`` overrides the configured one."""
+
+    def __init__(
+        self,
+        config: Config,
+        db: sqlite_utils.Database,
+        slurm: Any | None = None,
+        policy: Policy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.slurm = slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout)
+        self.policy = policy if policy is not None else make_policy(config.policy, **dict(config.params))
+        self.clock = clock
+        self.stop_requested = threading.Event()
+        self.busy = threading.Lock()
+        self._rows: dict[tuple, WaitingJob] = {}  # (uid, cluster shape) -> precomputed rows
+        self._accounting: bool | None = None
+        self._warned: set[str] = set()
+        records.ensure_schema(db)
+
+    # ------------------------------------------------------------ one slot
+
+    def run_slot(self) -> SlotReport:
+        """Run one slot; never raises for Slurm trouble (the slot is recorded with its error)."""
+        with self.busy:
+            t0 = time.monotonic()
+            now = self.clock()
+            report = SlotReport(slot_id=None, time=now, duration=0.0)
+            self._pending_decisions: list[dict] = []
+            try:
+                self._slot(now, report)
+            except (SlurmError, q.ParseError) as e:
+                report.error = str(e).splitlines()[0][:500]
+                log.error("slot failed: %s", report.error)
+            report.duration = time.monotonic() - t0
+            report.slot_id = records.record_slot(
+                self.db,
+                decision_rows=self._pending_decisions,
+                time=now,
+                q=report.q,
+                z=report.z,
+                free_gpus=sum(report.free.values()),
+                free=json.dumps(report.free),
+                waiting=report.waiting,
+                running=report.running,
+                decisions=json.dumps(report.started),
+                duration=report.duration,
+                policy=getattr(self.policy, "name", type(self.policy).__name__),
+                error=report.error,
+            )
+            log.info("%s", report.line())
+            return report
+
+    def _slot(self, now: float, report: SlotReport) -> None:
+        nodes = [
+            n
+            for n in q.parse_nodes(self.slurm.run(q.node_args()))
+            if n.gpus_total > 0 and (not self.config.partition or self.config.partition in n.partitions)
+        ]
+        jobs = q.parse_squeue(self.slurm.run(q.squeue_args()))
+        if not nodes:
+            raise SlurmError(["scontrol"], "no nodes with GPUs" + (f" in partition {self.config.partition}" if self.config.partition else ""))
+        names = [n.name for n in nodes]
+        index = {name: i for i, name in enumerate(names)}
+        free = [n.gpus_free for n in nodes]
+        cluster = ClusterSpec(
+            nodes=len(nodes),
+            gpus_per_node=max(n.gpus_total for n in nodes),
+            gpu_mem=self.config.gpu_mem,
+            intra=self.config.intra,
+            inter=self.config.inter,
+        )
+        cost = CostModel(cluster)
+        device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
+
+        seen = self._sync(jobs, now, device, report)
+        self._vanished(seen, now, device, report)
+
+        waiting: list[WaitingJob] = []
+        running: list[RunningJob] = []
+        summaries: dict[str, CostSummary] = {}
+        for job, row in seen.values():
+            if row is None or row["state"] == "invalid":
+                continue
+            if row["state"] == "released" and job.pending and not job.held_by_service:
+                if now - (row["released_at"] or now) > self.config.release_grace:
+                    self._hold_again(job, row, now, report)
+                    continue
+                # Committed: Slurm will start it on these GPUs; nobody else may get them.
+                placement = tuple((index[n], c) for n, c in json.loads(row["placement"] or "[]") if n in index)
+                for i, c in placement:
+                    free[i] = max(0, free[i] - c)
+                running.append(self._running(job, row, placement, now))
+            elif job.running:
+                placement = tuple((index[n], job.gpus_per_node) for n in job.nodes if n in index)
+                running.append(self._running(job, row, placement, now))
+            elif row["state"] == "waiting" and job.held_by_service:
+                s = CostSummary.decode(job.comment)
+                wj = self._waiting(s, job, cost)
+                summaries[job.job_id] = s
+                waiting.append(wj)
+
+        state = SlotState(
+            now=now,
+            slot_len=self.config.slot_seconds,
+            free=tuple(free),
+            gpus_per_node=cluster.gpus_per_node,
+            waiting=tuple(sorted(waiting, key=lambda w: (w.submit_time, w.job_id))),
+            running=tuple(running),
+        )
+        report.free = dict(zip(names, free))
+        report.waiting, report.running = len(waiting), len(running)
+        result = self.policy.decide(state) if waiting else None
+        if result is not None:
+            report.q, report.z = float(result.q), float(result.z)
+        else:
+            report.q, report.z = 0.0, float(getattr(self.policy, "z", 0.0) or 0.0)
+
+        work_free = list(free)
+        by_id = {w.job_id: w for w in waiting}
+        jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()}
+        for d in result.starts if result is not None else ():
+            if self.stop_requested.is_set():
+                log.info("stop requested: the slot's remaining start decisions are dropped (jobs stay held)")
+                break
+            wj = by_id.get(d.job_id)
+            if wj is None:
+                log.warning("policy started unknown job %s: ignored", d.job_id)
+                continue
+            job, row = jobs_by_id[d.job_id]
+            self._start(job, row, wj, d, work_free, names, now, report)
+
+    # ------------------------------------------------------------ records
+
+    def _sync(self, jobs: Sequence[q.SlurmJob], now: float, device: str, report: SlotReport) -> dict:
+        """Bring each job's row up to date; returns uid -> (SlurmJob, row or None).
+
+        A uid names one lyasched job; when Slurm lists several jobs with one uid (a resubmission
+        after a cancel, or a copied comment), the newest unfinished one is it, else the newest.
+        """
+        by_uid: dict[str, tuple[q.SlurmJob, CostSummary | None, str]] = {}
+        for job in jobs:
+            if self.config.users and job.user not in self.config.users:
+                continue
+            try:
+                s = CostSummary.decode(job.comment)
+                uid, err = s.uid, ""
+            except ValueError as e:
+                s, uid, err = None, f"slurm-{job.job_id}", str(e)
+            old = by_uid.get(uid)
+            if old is not None:
+                keep, drop = (old[0], job) if _newer(old[0], job) else (job, old[0])
+                if not drop.finished and drop.job_id not in self._warned:
+                    self._warned.add(drop.job_id)
+                    log.warning("job %s repeats uid %s of job %s: ignored", drop.job_id, uid, keep.job_id)
+                if keep is old[0]:
+                    continue
+            by_uid[uid] = (job, s, err)
+
+        seen: dict[str, tuple[q.SlurmJob, dict | None]] = {}
+        for uid, (job, s, err) in by_uid.items():
+            row = records.get_job(self.db, uid)
+            if row is not None and row["slurm_id"] != job.job_id:
+                row = None  # a resubmission under the same uid: a new record
+                records.replace_job(self.db, uid, slurm_id=job.job_id, first_seen=now)
+            if row is None:
+                fields = dict(
+                    slurm_id=job.job_id,
+                    user=job.user,
+                    name=job.name,
+                    summary=job.comment,
+                    sig=s.sig if s else "",
+                    submit_time=job.submit_time,
+                    time_limit=job.time_limit,
+                    first_seen=now,
+                    state="invalid" if s is None else "waiting",
+                    reason=f"invalid cost summary: {err}" if s is None else "waiting for a slot",
+                )
+                if s is None and not job.finished:
+                    log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
+                records.upsert_job(self.db, uid, **fields)
+                row = records.get_job(self.db, uid)
+            row = self._observe(job, row, now, device, report)
+            seen[uid] = (job, row)
+        return seen
+
+    def _observe(self, job: q.SlurmJob, row: dict, now: float, device: str, report: SlotReport) -> dict:
+        """Fold Slurm's view of one job into its row (start, end, observed run time)."""
+        upd: dict[str, Any] = {"slurm_state": job.state, "last_seen": now, "name": job.name}
+        st = row["state"]
+        if st == "invalid":
+            records.upsert_job(self.db, row["uid"], **upd)
+            return {**row, **upd}
+        if job.running and st in ("waiting", "released"):
+            upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
+            upd["reason"] = "running"
+            if not row["placement"]:
+                upd["placement"] = json.dumps([[n, job.gpus_per_node] for n in job.nodes])
+        elif job.finished and st in ("waiting", "released", "running"):
+            ran = st == "running" or job.state in RAN_STATES
+            observed = job.run_seconds if ran else None
+            upd.update(state="finished", ended=job.end_time, reason=f"finished: {job.state}")
+            if ran:
+                upd.update(started=job.start_time, observed=observed)
+            self._finish(row, job.state, observed, device)
+            report.finished.append(job.job_id)
+        elif job.pending and not job.held_by_service and st == "waiting":
+            # Released by someone else (an operator) or by a slot that died before recording it.
+            upd.update(state="released", released_at=now, reason="released outside this slot")
+        elif job.held_by_service and st in ("released", "running"):
+            upd.update(state="waiting", reason="held (by an operator)")
+        records.upsert_job(self.db, row["uid"], **upd)
+        return {**row, **upd}
+
+    def _finish(self, row: dict, slurm_state: str, observed: float | None, device: str) -> None:
+        """Feed a completed job's observed run time to the cost table (when there is one)."""
+        pred = row.get("predicted")
+        if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
+            return
+        try:
+            from lyasched.store import costtable
+        except ImportError:
+            return
+        try:
+            costtable.refine(self.db, row["sig"], device, float(pred), float(observed))
+            records.upsert_job(self.db, row["uid"], refined=1)
+        except ValueError as e:
+            log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
+
+    def _vanished(self, seen: dict, now: float, device: str, report: SlotReport) -> None:
+        """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
+        with lost state): ask accounting if there is any, else record what we last saw."""
+        gone = [r for r in records.active_jobs(self.db) if r["uid"] not in seen]
+        if not gone:
+            return
+        acct: dict[str, q.AccountingRecord] = {}
+        if self._accounting_enabled():
+            try:
+                for rec in q.parse_sacct(self.slurm.run(q.sacct_args([r["slurm_id"] for r in gone]))):
+                    acct.setdefault(rec.job_id, rec)
+            except (SlurmError, q.ParseError) as e:
+                log.warning("sacct failed: %s", e)
+        for row in gone:
+            rec = acct.get(row["slurm_id"])
+            if rec is not None and rec.start_time and rec.end_time:
+                observed = rec.elapsed if rec.elapsed is not None else rec.end_time - rec.start_time
+                records.upsert_job(
+                    self.db, row["uid"], state="finished", slurm_state=rec.state, started=rec.start_time,
+                    ended=rec.end_time, observed=observed, reason=f"finished: {rec.state} (from sacct)",
+                )
+                self._finish(row, rec.state, observed, device)
+                report.finished.append(row["slurm_id"])
+            else:
+                records.upsert_job(
+                    self.db, row["uid"], state="vanished",
+                    reason=f"no longer known to Slurm (last seen {row['slurm_state'] or '?'})",
+                )
+
+    def _accounting_enabled(self) -> bool:
+        if self._accounting is None:
+            try:
+                self._accounting = q.accounting_enabled(self.slurm.run(q.config_args()))
+            except SlurmError:
+                self._accounting = False
+            records.set_meta(self.db, "accounting", str(self._accounting))
+        return self._accounting
+
+    # ------------------------------------------------------------ policy inputs
+
+    def _waiting(self, s: CostSummary, job: q.SlurmJob, cost: CostModel) -> WaitingJob:
+        key = (s.uid, job.job_id, cost.cluster)
+        wj = self._rows.get(key)
+        if wj is None:
+            limit = job.time_limit if math.isfinite(job.time_limit) else None
+            j = Job(
+                job_id=job.job_id,
+                profile=s.to_profile(),
+                global_batch=s.global_batch,
+                iterations=s.iterations,
+                submit_time=job.submit_time or self.clock(),
+                min_gpus=s.min_gpus,
+                max_gpus=s.max_gpus,
+                requested_gpus=s.min_gpus,
+                time_limit=limit,
+                user=job.user,
+            )
+            wj = waiting_job(j, cost, cost.cluster.total_gpus)
+            if limit is not None:
+                # A summary is not trusted blindly: no prediction exceeds the job's Slurm time limit.
+                wj = replace(
+                    wj,
+                    run_one_node=np.minimum(wj.run_one_node, limit),
+                    run_multi_node=np.minimum(wj.run_multi_node, limit),
+                    work=min(wj.work, limit * max(1, s.max_gpus)),
+                )
+            self._rows[key] = wj
+            records.upsert_job(
+                self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
+                pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
+            )
+        return wj
+
+    def _running(self, job: q.SlurmJob, row: dict, placement: Placement, now: float) -> RunningJob:
+        start = job.start_time or row.get("released_at") or now
+        pred = row.get("predicted")
+        end = start + pred if pred else start + (job.time_limit if math.isfinite(job.time_limit) else self.config.slot_seconds)
+        gpus = sum(c for _, c in placement) or job.gpus
+        return RunningJob(
+            job_id=job.job_id,
+            gpus=gpus,
+            placement=placement,
+            start_time=start,
+            expected_end=end,
+            attained=gpus * max(0.0, now - start),
+        )
+
+    # ------------------------------------------------------------ actions
+
+    def _start(
+        self, job: q.SlurmJob, row: dict, wj: WaitingJob, d: Decision, free: list[int], names: list[str],
+        now: float, report: SlotReport,
+    ) -> None:
+        placement = fit_placement(d, free)
+        base = dict(time=now, uid=row["uid"], slurm_id=job.job_id, gpus=d.gpus, score=d.score)
+        if placement is None:
+            why = "no placement Slurm can express (equal GPUs per node) fits the free GPUs"
+            self._pending_decisions.append({**base, "action": "skip", "placement": json.dumps(d.placement), "reason": why})
+            records.upsert_job(self.db, row["uid"], reason=f"waiting: {why}")
+            log.info("job %s: %d GPUs chosen but %s", job.job_id, d.gpus, why)
+            return
+        spans = len(placement) > 1
+        node_names = [names[i] for i, _ in placement]
+        per_node = placement[0][1]
+        pred = wj.run_time(d.gpus, spans)
+        place_json = json.dumps([[names[i], c] for i, c in placement])
+        why = d.reason or "chosen by the policy"
+        try:
+            self.slurm.run(q.update_args(job.job_id, len(placement), per_node, node_names))
+            self.slurm.run(q.release_args(job.job_id))
+        except SlurmError as e:
+            msg = str(e).splitlines()[0][:300]
+            log.error("job %s: could not start: %s", job.job_id, msg)
+            self._pending_decisions.append(
+                {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
+            )
+            records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
+            return
+        for i, c in placement:
+            free[i] -= c
+        records.upsert_job(
+            self.db, row["uid"], state="released", released_at=now, gpus=d.gpus, nodes=json.dumps(node_names),
+            placement=place_json, predicted=pred if math.isfinite(pred) else None, reason=f"released: {why}",
+        )
+        self._pending_decisions.append(
+            {**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
+             "predicted": pred, "reason": why}
+        )
+        report.started.append(
+            {"slurm_id": job.job_id, "uid": row["uid"], "gpus": d.gpus, "nodes": node_names, "per_node": per_node,
+             "predicted": pred if math.isfinite(pred) else None, "score": d.score, "reason": why}
+        )
+
+    def _hold_again(self, job: q.SlurmJob, row: dict, now: float, report: SlotReport) -> None:
+        why = f"not started within {self.config.release_grace:g}s of its release (GPUs taken meanwhile): held again"
+        try:
+            self.slurm.run(q.hold_args(job.job_id))
+        except SlurmError as e:
+            log.error("job %s: could not hold again: %s", job.job_id, e)
+            return
+        records.upsert_job(self.db, row["uid"], state="waiting", released_at=None, reason=f"waiting: {why}")
+        self._pending_decisions.append(
+            {"time": now, "uid": row["uid"], "slurm_id": job.job_id, "action": "hold", "gpus": row["gpus"],
+             "placement": row["placement"], "nodes": row["nodes"], "reason": why}
+        )
+        report.held_again.append(job.job_id)
+        log.info("job %s: %s", job.job_id, why)
