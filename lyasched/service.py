@@ -416,10 +416,13 @@ class Service:
             wj = waiting_job(j, cost, cost.cluster.total_gpus)
             if limit is not None:
                 # A summary is not trusted blindly: no prediction exceeds the job's Slurm time limit.
+                def clamp(row: np.ndarray) -> np.ndarray:  # inf (count not allowed) stays inf
+                    return np.where(np.isfinite(row), np.minimum(row, limit), np.inf)
+
                 wj = replace(
                     wj,
-                    run_one_node=np.minimum(wj.run_one_node, limit),
-                    run_multi_node=np.minimum(wj.run_multi_node, limit),
+                    run_one_node=clamp(wj.run_one_node),
+                    run_multi_node=clamp(wj.run_multi_node),
                     work=min(wj.work, limit * max(1, s.max_gpus)),
                 )
             self._rows[key] = wj

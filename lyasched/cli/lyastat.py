@@ -1,0 +1,305 @@
+"""`lyastat`: what lyasched decided about your jobs, and why (squeue-style; `--json` for machines).
+
+    lyastat              your jobs (Slurm user = you)
+    lyastat --all        everybody's
+    lyastat JOBID        one job: profile, predicted time per GPU count, decisions, observed time
+    lyastat --queue      the scheduler: Q, Z, free GPUs, last slot and how long it took
+
+Reads the service database read-only (``--db``, else $LYASCHED_DB, else ``service.db`` of the
+config) and merges Slurm's live state from `squeue` when Slurm answers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pwd
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lyasched.config import ConfigError, load_config
+from lyasched.store import DEFAULT_DB_ENV
+
+COLUMNS = (
+    ("JOBID", 8, ">"),
+    ("USER", 9, "<"),
+    ("NAME", 12, "<"),
+    ("STATE", 10, "<"),
+    ("GPUS", 4, ">"),
+    ("NODES", 14, "<"),
+    ("PRED", 8, ">"),
+    ("OBS", 8, ">"),
+    ("WAIT", 8, ">"),
+    ("REASON", 0, "<"),
+)
+
+
+def fmt_seconds(s: float | None) -> str:
+    """Short duration: ``0.42s``, ``12.3s``, ``4:05``, ``1:02:03``, ``2-03:04:05``; ``-`` if unknown."""
+    if s is None or (isinstance(s, float) and not math.isfinite(s)):
+        return "-"
+    if s < 10:
+        return f"{s:.2f}s"
+    if s < 60:
+        return f"{s:.1f}s"
+    n = int(round(s))
+    d, n = divmod(n, 86400)
+    h, n = divmod(n, 3600)
+    m, sec = divmod(n, 60)
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{sec:02d}"
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _cell(text: str, width: int, align: str) -> str:
+    if width == 0:
+        return text
+    if len(text) > width:
+        text = text[: width - 1] + "+"
+    return f"{text:{align}{width}}"
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [" ".join(_cell(name, w, a) for name, w, a in COLUMNS).rstrip()]
+    for r in rows:
+        vals = [
+            str(r["jobid"]),
+            r["user"] or "",
+            r["name"] or "",
+            r["state"] or "",
+            str(r["gpus"]) if r["gpus"] else "-",
+            ",".join(r["nodes"]) if r["nodes"] else "-",
+            fmt_seconds(r["predicted"]),
+            fmt_seconds(r["observed"]),
+            fmt_seconds(r["wait"]),
+            r["reason"] or "",
+        ]
+        lines.append(" ".join(_cell(v, w, a) for v, (_, w, a) in zip(vals, COLUMNS)).rstrip())
+    return "\n".join(lines)
+
+
+def _caller() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def resolve_db(db: str | None, config: str | None) -> Path:
+    if db:
+        return Path(db)
+    if os.environ.get(DEFAULT_DB_ENV):
+        return Path(os.environ[DEFAULT_DB_ENV])
+    return Path(load_config(config).db)
+
+
+def live_jobs(user: str | None, slurm: Any = None) -> dict[str, Any] | None:
+    """Slurm's current view of lyasched jobs by Slurm id, or None when Slurm does not answer."""
+    from lyasched.slurm import SlurmCLI, SlurmError
+    from lyasched.slurm import query as q
+
+    try:
+        out = (slurm or SlurmCLI(timeout=10, retries=0)).run(q.squeue_args(user=user))
+        return {j.job_id: j for j in q.parse_squeue(out)}
+    except (SlurmError, q.ParseError):
+        return None
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    try:
+        return json.loads(text) if text else default
+    except ValueError:
+        return default
+
+
+def job_view(row: dict, live: dict | None, now: float) -> dict:
+    """One job as lyastat shows it: the record, with Slurm's live state where it has one."""
+    j = live.get(row["slurm_id"]) if live else None
+    state = j.state if j is not None else (row["slurm_state"] or row["state"] or "").upper()
+    if j is not None and j.pending and j.held_by_service:
+        state = "HELD"
+    started = row["started"] if row["started"] is not None else (j.start_time if j is not None else None)
+    submit = row["submit_time"]
+    if submit is None:
+        wait = None
+    elif started is not None:
+        wait = max(0.0, started - submit)
+    elif row["state"] in ("waiting", "released"):
+        wait = max(0.0, now - submit)
+    else:
+        wait = None
+    pred = row["predicted"]
+    if pred is None:
+        best = [x for x in _loads(row["pred_one"], []) + _loads(row["pred_multi"], []) if x is not None]
+        pred = min(best) if best else None
+    return {
+        "jobid": row["slurm_id"],
+        "uid": row["uid"],
+        "user": row["user"],
+        "name": row["name"],
+        "state": state,
+        "lyasched_state": row["state"],
+        "gpus": row["gpus"],
+        "nodes": _loads(row["nodes"], []),
+        "predicted": pred,
+        "observed": row["observed"],
+        "wait": wait,
+        "submit_time": submit,
+        "started": started,
+        "ended": row["ended"],
+        "reason": row["reason"],
+    }
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"lyastat: {msg}", err=True)
+    sys.exit(1)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("jobid", required=False)
+@click.option("--all", "-a", "all_users", is_flag=True, help="Jobs of every user.")
+@click.option("--user", "-u", default=None, help="Jobs of this user (default: you).")
+@click.option("--queue", "-q", is_flag=True, help="The scheduler's state: Q, Z, free GPUs, last slot.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--db", default=None, help="Service database (default: $LYASCHED_DB, else service.db of the config).")
+@click.option("--config", default=None, help="Service config to take the database path from.")
+@click.option("--no-slurm", is_flag=True, help="Records only: do not ask squeue for live states.")
+def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
+    """Show lyasched jobs: predicted vs observed run time, GPUs given, why waiting."""
+    from lyasched.store import records
+
+    try:
+        path = resolve_db(db, config)
+    except ConfigError as e:
+        _fail(str(e))
+    try:
+        rdb = records.open_readonly(path)
+        if "jobs" not in rdb.table_names():
+            raise records.RecordsUnavailable(f"{path}: not a lyasched service database (no jobs table)")
+    except records.RecordsUnavailable as e:
+        _fail(str(e))
+    now = time.time()
+
+    if queue:
+        show_queue(rdb, as_json)
+        return
+    if jobid:
+        show_job(rdb, jobid, now, as_json, no_slurm)
+        return
+    who = None if all_users else (user or _caller())
+    rows = records.list_jobs(rdb, user=who)
+    live = None if no_slurm else live_jobs(who)
+    views = [job_view(r, live, now) for r in rows]
+    if as_json:
+        click.echo(json.dumps({"user": who, "jobs": views}, indent=2))
+    else:
+        click.echo(format_table(views))
+
+
+def show_queue(rdb, as_json: bool) -> None:
+    from lyasched.store import records
+
+    slot = records.last_slot(rdb)
+    counts = {
+        st: n for st, n in rdb.execute("select state, count(*) from jobs group by state").fetchall()
+    }
+    out = {
+        "slots": records.slot_count(rdb),
+        "last_slot": None,
+        "jobs": counts,
+    }
+    if slot:
+        out["last_slot"] = {
+            "id": slot["id"],
+            "time": slot["time"],
+            "time_iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(slot["time"])),
+            "duration": slot["duration"],
+            "q": slot["q"],
+            "z": slot["z"],
+            "free_gpus": slot["free_gpus"],
+            "free": _loads(slot["free"], {}),
+            "waiting": slot["waiting"],
+            "running": slot["running"],
+            "started": _loads(slot["decisions"], []),
+            "policy": slot["policy"],
+            "error": slot["error"] or "",
+        }
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not slot:
+        click.echo("no slot recorded yet (is `lyasched serve` running?)")
+        return
+    s = out["last_slot"]
+    age = time.time() - s["time"]
+    free = " ".join(f"{k}={v}" for k, v in s["free"].items())
+    click.echo(f"policy      {s['policy']}")
+    click.echo(f"last slot   #{s['id']} at {s['time_iso']} ({fmt_seconds(age)} ago), took {s['duration'] * 1000:.0f} ms")
+    click.echo(f"Q           {s['q']:.1f} s   (estimated compute time of waiting jobs)")
+    click.echo(f"Z           {s['z']:.1f} s   (accumulated waiting time of waiting jobs)")
+    click.echo(f"free GPUs   {s['free_gpus']}   ({free})")
+    click.echo(f"jobs        {s['waiting']} waiting, {s['running']} running at the last slot; "
+               + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + " recorded")
+    if s["error"]:
+        click.echo(f"error       {s['error']}")
+
+
+def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool) -> None:
+    from lyasched.store import records
+
+    row = records.job_by_slurm_id(rdb, jobid) or records.get_job(rdb, jobid)
+    if row is None:
+        _fail(f"job {jobid}: not a lyasched job in {rdb.conn.execute('pragma database_list').fetchone()[2]}")
+    live = None if no_slurm else live_jobs(None)
+    view = job_view(row, live, now)
+    decisions = records.decisions_for(rdb, row["uid"])
+    profile: dict[str, Any] = {}
+    try:
+        from lyasched.summary import CostSummary
+
+        profile = CostSummary.decode(row["summary"]).as_dict()
+    except (ValueError, TypeError):
+        pass
+    one, multi = _loads(row["pred_one"], []), _loads(row["pred_multi"], [])
+    per_gpus = [
+        {"gpus": g, "one_node": one[g - 1] if g - 1 < len(one) else None,
+         "multi_node": multi[g - 1] if g - 1 < len(multi) else None}
+        for g in range(1, max(len(one), len(multi)) + 1)
+    ]
+    dec = [
+        {"time": d["time"], "action": d["action"], "gpus": d["gpus"], "nodes": _loads(d["nodes"], []),
+         "placement": _loads(d["placement"], []), "score": d["score"], "predicted": d["predicted"],
+         "reason": d["reason"]}
+        for d in decisions
+    ]
+    if as_json:
+        click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec,
+                               "work": row["work"], "time_limit": row["time_limit"]}, indent=2))
+        return
+    click.echo(format_table([view]))
+    click.echo("")
+    click.echo(f"uid         {row['uid']}")
+    if profile:
+        click.echo(f"profile     {profile['sig']}: alpha={profile['alpha']:g}s beta={profile['beta']:g}s/sample "
+                   f"params={profile['params']} B={profile['global_batch']} iterations={profile['iterations']} "
+                   f"GPUs {profile['min_gpus']}..{profile['max_gpus']} ({'measured' if profile['source'] == 'm' else 'estimated'})")
+    click.echo(f"predicted   {fmt_seconds(view['predicted'])}   observed {fmt_seconds(view['observed'])}")
+    if per_gpus:
+        allowed = [p for p in per_gpus if p["one_node"] is not None or p["multi_node"] is not None]
+        click.echo("GPUS  ONE-NODE  MULTI-NODE")
+        for p in allowed:
+            click.echo(f"{p['gpus']:>4}  {fmt_seconds(p['one_node']):>8}  {fmt_seconds(p['multi_node']):>10}")
+    if dec:
+        click.echo("decisions:")
+        for d in dec:
+            when = time.strftime("%H:%M:%S", time.localtime(d["time"])) if d["time"] else "?"
+            where = ",".join(d["nodes"]) or "-"
+            click.echo(f"  {when} {d['action']:<6} {d['gpus'] or '-'} GPUs on {where}: {d['reason']}")
+    else:
+        click.echo(f"decisions:  none yet ({row['reason']})")
