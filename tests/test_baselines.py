@@ -244,8 +244,9 @@ def test_tiresias_preempts_high_attained_job_for_a_fresh_one_then_starts_it():
     t = Tiresias()
     assert t.restart_overhead_s == 30.0
     now = 5000.0
-    # 4 GPUs x 1000 s = 4000 GPU-s > 3600: queue 1; the fresh job is in queue 0
-    old = RunningJob("old", 4, ((0, 4),), start_time=now - 1000, expected_end=math.inf, preemptible=True)
+    # 4 GPUs x 1000 s = 4000 GPU-s > 3600 (attained includes the current run): queue 1
+    old = RunningJob("old", 4, ((0, 4),), start_time=now - 1000, expected_end=math.inf, attained=4000.0,
+                     preemptible=True)
     fresh = _one_node([wj("fresh", now - 10, requested=2)])
     res = t.decide(slot(fresh, free=(0,), running=[old], now=now))
     assert res.preempt == ("old",)
@@ -269,7 +270,8 @@ def test_tiresias_respects_min_run_time_preemptible_flag_and_queue_order():
     pinned = dataclasses.replace(young, start_time=now - 1000, preemptible=False)
     assert t.decide(slot(fresh, free=(0,), running=[pinned], now=now)).preempt == ()
     # same queue as the waiting job: no preemption either
-    peer = RunningJob("peer", 4, ((0, 4),), start_time=now - 700, expected_end=math.inf, preemptible=True)
+    peer = RunningJob("peer", 4, ((0, 4),), start_time=now - 700, expected_end=math.inf, attained=2800.0,
+                      preemptible=True)
     assert t.queue_of(t.running_attained(peer, now)) == 0
     assert t.decide(slot(fresh, free=(0,), running=[peer], now=now)).preempt == ()
 
@@ -277,8 +279,10 @@ def test_tiresias_respects_min_run_time_preemptible_flag_and_queue_order():
 def test_tiresias_preempts_as_few_and_as_low_priority_jobs_as_needed():
     t = Tiresias()
     now = 100_000.0
-    a = RunningJob("a", 2, ((0, 2),), start_time=now - 2000, expected_end=math.inf, preemptible=True)  # 4000
-    b = RunningJob("b", 2, ((0, 2),), start_time=now - 20000, expected_end=math.inf, preemptible=True)  # 40000
+    a = RunningJob("a", 2, ((0, 2),), start_time=now - 2000, expected_end=math.inf, attained=4000.0,
+                   preemptible=True)  # queue 1
+    b = RunningJob("b", 2, ((0, 2),), start_time=now - 20000, expected_end=math.inf, attained=40000.0,
+                   preemptible=True)  # queue 2
     fresh = _one_node([wj("fresh", now - 5, requested=2)])
     res = t.decide(slot(fresh, free=(0,), running=[a, b], now=now))
     assert res.preempt == ("b",)  # the lowest queue goes first

@@ -53,6 +53,8 @@ def allowed_counts(w: WaitingJob) -> list[int]:
 
 def nearest_allowed(w: WaitingJob, g: int) -> int | None:
     """``g`` if allowed, else the nearest allowed count (the smaller one on a tie); None if none."""
+    if 1 <= g <= len(w.run_one_node) and (math.isfinite(w.run_one_node[g - 1]) or math.isfinite(w.run_multi_node[g - 1])):
+        return g
     counts = allowed_counts(w)
     if not counts:
         return None
@@ -65,18 +67,43 @@ class Fit:
     run_time: float  # predicted run time for this placement (one-node or multi-node row)
 
 
-def fit(w: WaitingJob, g: int, free: Sequence[int]) -> Fit | None:
+class Pool:
+    """Free GPUs per node, with placements memoised until the next change.
+
+    `place` scans (and for several nodes sorts) every node; in one slot thousands of waiting
+    jobs ask for the same few GPU counts against the same free vector, so the answer is cached.
+    """
+
+    def __init__(self, free: Iterable[int]) -> None:
+        self.free = list(free)
+        self.total = sum(self.free)
+        self._memo: dict[tuple[int, bool], Placement | None] = {}
+
+    def place(self, g: int, one_node: bool) -> Placement | None:
+        key = (g, one_node)
+        if key not in self._memo:
+            self._memo[key] = place(self.free, g, one_node) if g <= self.total else None
+        return self._memo[key]
+
+    def take(self, placement: Placement) -> None:
+        apply(self.free, placement)
+        self.total -= sum(n for _, n in placement)
+        self._memo.clear()
+
+
+def fit(w: WaitingJob, g: int, free: Sequence[int] | Pool) -> Fit | None:
     """Place ``w`` on ``g`` GPUs in ``free``: packed on one node if possible, else over several."""
     if not 1 <= g <= len(w.run_one_node):
         return None
+    pool = free if isinstance(free, Pool) else None
     t1 = float(w.run_one_node[g - 1])
     if math.isfinite(t1):
-        p = place(free, g, one_node=True)
+        p = pool.place(g, True) if pool else place(free, g, one_node=True)
         if p is not None:
             return Fit(p, t1)
     tm = float(w.run_multi_node[g - 1])
     if math.isfinite(tm):
-        p = place(free, g, one_node=False)
+        p = pool.place(g, False) if pool else place(free, g, one_node=False)
         if p is not None:
             return Fit(p, tm)
     return None
@@ -128,7 +155,7 @@ class _StrictFifo(_Base):
         raise NotImplementedError
 
     def decide(self, state: SlotState) -> SlotResult:
-        free = list(state.free)
+        free = Pool(state.free)
         starts: list[Decision] = []
         blocked = None
         for w in fifo_order(state.waiting):
@@ -139,7 +166,7 @@ class _StrictFifo(_Base):
             if f is None:
                 blocked = w.job_id
                 break
-            apply(free, f.placement)
+            free.take(f.placement)
             starts.append(_decision(w, f, g, self.why(w, g)))
         return _result(state, starts, blocked_by=blocked)
 
@@ -206,7 +233,7 @@ class Backfill(_Base):
 
     def decide(self, state: SlotState) -> SlotResult:
         now = state.now
-        free = list(state.free)
+        free = Pool(state.free)
         ends: list[tuple[float, Placement]] = [(max(r.expected_end, now), r.placement) for r in state.running]
         queue = [(w, g) for w in fifo_order(state.waiting) if (g := nearest_allowed(w, w.requested_gpus))]
         starts: list[Decision] = []
@@ -216,15 +243,18 @@ class Backfill(_Base):
             if f is None:
                 head = i
                 break
-            apply(free, f.placement)
+            free.take(f.placement)
             ends.append((now + w.time_limit, f.placement))
             starts.append(_decision(w, f, g, f"fifo, requested {g}"))
         if head == len(queue):
             return _result(state, starts, head=None, shadow=None)
 
         hw, hg = queue[head]
-        shadow, future = self._reservation(hw, hg, free, ends)
+        shadow, future = self._reservation(hw, hg, free.free, ends)
+        delays_head: dict[Placement, bool] = {}  # candidate placement -> would it delay the head
         for w, g in queue[head + 1 :]:
+            if free.total == 0:
+                break
             f = fit(w, g, free)
             if f is None:
                 continue
@@ -234,13 +264,16 @@ class Backfill(_Base):
             elif math.isfinite(end) and end <= shadow:
                 reason = f"backfill, ends by shadow time {shadow:.0f}"
             else:
-                after = list(future)  # future >= free on every node, so this never goes negative
-                apply(after, f.placement)
-                if fit(hw, hg, after) is None:
-                    continue  # would delay the head's reservation
-                future = after
+                if f.placement not in delays_head:
+                    after = list(future)  # future >= free on every node, so this never goes negative
+                    apply(after, f.placement)
+                    delays_head[f.placement] = fit(hw, hg, after) is None
+                if delays_head[f.placement]:
+                    continue
+                apply(future, f.placement)
+                delays_head.clear()
                 reason = f"backfill, uses extra gpus beyond head {hw.job_id}'s reservation"
-            apply(free, f.placement)
+            free.take(f.placement)
             starts.append(_decision(w, f, g, reason))
         return _result(state, starts, head=hw.job_id, shadow=shadow if future is not None else None)
 
@@ -250,9 +283,11 @@ class Backfill(_Base):
     ) -> tuple[float, list[int] | None]:
         """Shadow time and the free GPUs per node at that time; (inf, None) if it never fits."""
         future = list(free)
+        total = sum(future)
         for end, placement in sorted(ends, key=lambda e: e[0]):
             _release(future, placement)
-            if fit(w, g, future) is not None:
+            total += sum(n for _, n in placement)
+            if total >= g and fit(w, g, future) is not None:
                 return end, future
         return math.inf, None
 
@@ -272,7 +307,7 @@ class SjfOracle(_Base):
         return t if math.isfinite(t) else float(w.run_multi_node[g - 1])
 
     def decide(self, state: SlotState) -> SlotResult:
-        free = list(state.free)
+        free = Pool(state.free)
         keyed = []
         for w in state.waiting:
             g = nearest_allowed(w, w.requested_gpus)
@@ -281,10 +316,12 @@ class SjfOracle(_Base):
         keyed.sort(key=lambda k: k[:3])
         starts: list[Decision] = []
         for t, _, _, w, g in keyed:
+            if free.total == 0:
+                break
             f = fit(w, g, free)
             if f is None:
                 continue
-            apply(free, f.placement)
+            free.take(f.placement)
             starts.append(_decision(w, f, g, f"sjf, true time {t:.0f}s on {g}", score=t))
         return _result(state, starts)
 
@@ -312,19 +349,22 @@ class Optimus(_Base):
         self.gain = gain
 
     def decide(self, state: SlotState) -> SlotResult:
-        free = list(state.free)
+        pool = Pool(state.free)
         # per started job: [w, allowed counts, index into counts, Fit]
         alloc: list[list] = []
         for w in fifo_order(state.waiting):
+            if pool.total == 0:
+                break
             counts = allowed_counts(w)
             if not counts:
                 continue
-            f = fit(w, counts[0], free)
+            f = fit(w, counts[0], pool)
             if f is None:
                 continue
-            apply(free, f.placement)
+            pool.take(f.placement)
             alloc.append([w, counts, 0, f])
 
+        free = pool.free
         steps = 0
         while any(free):
             best = None  # (gain, fifo rank, new Fit, free after the step); ties go to the earlier job
@@ -365,8 +405,9 @@ class Optimus(_Base):
 class Tiresias(_Base):
     """Discretised two-dimensional least-attained-service, preemptive.
 
-    Attained service is GPU-seconds (``WaitingJob.attained``; for a running job
-    ``RunningJob.attained`` at its start plus elapsed x gpus). Queue k holds jobs with
+    Attained service is GPU-seconds received so far: ``WaitingJob.attained`` and
+    ``RunningJob.attained`` (which, as state.py and the simulator define it, already includes the
+    current run's elapsed x gpus, so nothing is added here). Queue k holds jobs with
     ``thresholds[k-1] <= attained < thresholds[k]``; lower k is higher priority; FIFO by submit
     time within a queue. Jobs run on their requested count. A waiting job that does not fit may
     preempt running jobs of strictly lower-priority queues that are ``preemptible`` and have run
@@ -399,7 +440,7 @@ class Tiresias(_Base):
         return bisect.bisect_right(self.thresholds, attained)
 
     def running_attained(self, r: RunningJob, now: float) -> float:
-        return r.attained + max(0.0, now - r.start_time) * r.gpus
+        return r.attained  # includes the current run (see the class docstring)
 
     def decide(self, state: SlotState) -> SlotResult:
         now = state.now
@@ -414,6 +455,12 @@ class Tiresias(_Base):
         taken: set[str] = set()
         held: dict[str, int] = {}
         starts: list[Decision] = []
+        # GPUs that preemption could still free, per queue: a cheap bound that skips hopeless searches
+        victim_gpus = [0] * (len(self.thresholds) + 1)
+        for r in preemptable:
+            victim_gpus[victims_q[r.job_id]] += r.gpus
+        left, pend = sum(free), 0
+        failed: set[tuple[int, int, bool, bool]] = set()
 
         order = sorted(state.waiting, key=lambda w: (self.queue_of(w.attained), w.submit_time, w.job_id))
         for w in order:
@@ -421,17 +468,28 @@ class Tiresias(_Base):
             g = nearest_allowed(w, w.requested_gpus)
             if g is None:
                 continue
-            f = fit(w, g, free)
+            f = fit(w, g, free) if g <= left else None
             if f is not None:
                 apply(free, f.placement)
+                left -= g
+                failed.clear()
                 starts.append(_decision(w, f, g, f"tiresias queue {qw}, requested {g}", score=qw))
                 continue
+            if g > left + pend + sum(victim_gpus[qw + 1 :]):
+                continue
+            shape = (qw, g, math.isfinite(w.run_one_node[g - 1]), math.isfinite(w.run_multi_node[g - 1]))
+            if shape in failed:
+                continue  # an identical request already found no victims since the last change
             victims = self._victims(w, g, qw, free, pending, preemptable, victims_q, taken)
             if victims is None:
+                failed.add(shape)
                 continue
+            failed.clear()
             self._hold(w, g, free, pending, victims)
+            left, pend = sum(free), sum(pending)
             for r in victims:
                 taken.add(r.job_id)
+                victim_gpus[victims_q[r.job_id]] -= r.gpus
                 preempted.append(r.job_id)
             held[w.job_id] = g
         return _result(state, starts, preempted, held=held)
