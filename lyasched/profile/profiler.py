@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from lyasched.fit import fit_linear
+from lyasched.fit import LinearFit, fit_linear
 from lyasched.profile.models import ModelSpec
 from lyasched.profile.result import ProfileResult
 from lyasched.profile.signature import device_type, model_signature
@@ -139,8 +139,9 @@ def static_bytes(spec: ModelSpec, opt: torch.optim.Optimizer) -> int:
 
 def saved_activation_bytes(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor) -> int:
     """Bytes of the distinct storages autograd saves for backward in one forward pass
-    (parameters excluded): the activation memory that grows with the batch."""
+    (parameters and the input batch excluded): the activation memory that grows with the batch."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in spec.model.parameters()}
+    param_ptrs |= {x.untyped_storage().data_ptr(), y.untyped_storage().data_ptr()}
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -154,6 +155,11 @@ def saved_activation_bytes(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor) ->
         loss = spec.loss(spec.model(x), y)
     del loss
     return sum(seen.values())
+
+
+def fit_points(batches: Sequence[int], seconds: Sequence[float], mem_bytes: Sequence[float]) -> tuple[LinearFit, LinearFit]:
+    """t(b) = alpha + beta*b and mem(b) = m0 + m1*b by least squares (both clamped at >= 0)."""
+    return fit_linear(batches, seconds), fit_linear(batches, mem_bytes)
 
 
 def default_batches(max_batch: int) -> list[int]:
@@ -241,8 +247,7 @@ def profile_model(
         if not done_b:
             raise ProfileError(f"out of memory already at batch {sweep[0]} on {info['device_name']}")
 
-        tfit = fit_linear(done_b, medians)
-        mfit = fit_linear(done_b, mems)
+        tfit, mfit = fit_points(done_b, medians, mems)
         return ProfileResult(
             model=spec.name, signature=sig, device_type=info["device_type"], device_name=info["device_name"],
             params=int(params), bytes_per_param=int(bpp), alpha=tfit.intercept, beta=tfit.slope, r2=tfit.r2,
