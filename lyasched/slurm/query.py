@@ -550,29 +550,29 @@ def parse_sacct(text: str) -> list[AccountingRecord]:
 # ---------------------------------------------------------------- changing a held job
 
 
-def update_args(
-    job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (), tasks: int | None = None
-) -> list[str]:
-    """`scontrol update` giving a held job its GPU count and (optionally) its nodes.
+def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> list[str]:
+    """`scontrol update` giving a held job its GPUs: ``gpus_per_node`` on each of ``num_nodes``
+    nodes (optionally exactly ``nodes``), verified on 22.05 (docs/test-cluster.md).
 
-    One task per GPU (DDP: one rank per GPU), ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes.
-    Slurm expresses GPUs per node as one number, hence equal per-node counts.
+    ``NumNodes=N-N`` (a bare N cannot grow a one-node job), one task per node (the launch
+    template runs one torchrun per node, one worker per GPU) and ``NumCPUs=N`` (slurmctld raises
+    the CPU count when growing but never lowers it when shrinking). Slurm expresses GPUs per node
+    as one number, hence equal per-node counts.
     """
     if num_nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"need at least one node and one GPU per node, got {num_nodes}x{gpus_per_node}")
     if nodes and len(nodes) != num_nodes:
         raise ValueError(f"{len(nodes)} node names for {num_nodes} nodes")
-    ntasks = tasks if tasks is not None else num_nodes * gpus_per_node
-    args = [
+    return [
         "scontrol",
         "update",
         f"JobId={job_id}",
         f"NumNodes={num_nodes}-{num_nodes}",
-        f"NumTasks={ntasks}",
+        f"NumTasks={num_nodes}",
+        f"NumCPUs={num_nodes}",
         f"TresPerNode=gres:gpu:{gpus_per_node}",
+        f"ReqNodeList={compress_hostlist(nodes)}" if nodes else "ReqNodeList=",
     ]
-    args.append(f"ReqNodeList={compress_hostlist(nodes)}" if nodes else "ReqNodeList=")
-    return args
 
 
 def release_args(job_id: str) -> list[str]:
