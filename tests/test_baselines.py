@@ -395,3 +395,20 @@ def test_every_baseline_respects_capacity_and_allowed_counts(name, state, seed):
     # deterministic: the same instance twice, and a fresh instance with the same seed
     assert policy.decide(state) == res
     assert make_policy(name, seed=seed).decide(state) == res
+
+
+# --------------------------------------------------------------------------- through the simulator
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_baseline_replays_a_seed_workload_to_completion(name):
+    """The real consumer: the simulator validates every decision (InvalidDecision) and must finish."""
+    from lyasched.sim import Simulation
+    from lyasched.sim.workloads import seed_workload
+
+    w = seed_workload("seed-small-bursty", seed=1, n_jobs=40)
+    res = Simulation(w.jobs, w.cluster, seed=1).run(make_policy(name, seed=1), name=name)
+    assert all(math.isfinite(r.end) and r.end >= r.job.submit_time for r in res.records)
+    assert len(res.slot_q) == res.decide_calls
+    if name not in PREEMPTIVE:
+        assert all(r.preemptions == 0 for r in res.records)
