@@ -117,14 +117,26 @@ class RecordsUnavailable(RuntimeError):
 def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
     """Open the service database read-only (users of lyastat): never creates or writes it."""
     p = Path(path)
-    if not p.exists():
-        raise RecordsUnavailable(f"{p}: no lyasched database (is `lyasched serve` running? see --db)")
     try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30)
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.execute("select count(*) from sqlite_master").fetchone()
-    except sqlite3.Error as e:
-        raise RecordsUnavailable(f"{p}: cannot read lyasched database: {e}") from None
+        exists = p.exists()
+    except PermissionError:
+        raise RecordsUnavailable(f"{p}: permission denied (ask the operator for read access, docs/service.md)") from None
+    if not exists:
+        raise RecordsUnavailable(f"{p}: no lyasched database (is `lyasched serve` running? see --db)")
+    # mode=ro works while the service runs (its -wal/-shm files exist, 0644). When it is stopped
+    # they are gone and a reader that may not create files in the directory cannot open a WAL
+    # database read-only; then nobody is writing, so reading it as immutable is exact.
+    last: Exception | None = None
+    for query in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            conn = sqlite3.connect(f"file:{p}?{query}", uri=True, timeout=30)
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("select count(*) from sqlite_master").fetchone()
+            break
+        except sqlite3.Error as e:
+            last = e
+    else:
+        raise RecordsUnavailable(f"{p}: cannot read lyasched database: {last}")
     return sqlite_utils.Database(conn)
 
 
