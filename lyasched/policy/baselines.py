@@ -53,8 +53,9 @@ def allowed_counts(w: WaitingJob) -> list[int]:
 
 def nearest_allowed(w: WaitingJob, g: int) -> int | None:
     """``g`` if allowed, else the nearest allowed count (the smaller one on a tie); None if none."""
-    if 1 <= g <= len(w.run_one_node) and (math.isfinite(w.run_one_node[g - 1]) or math.isfinite(w.run_multi_node[g - 1])):
-        return g
+    if 1 <= g <= len(w.run_one_node):
+        if math.isfinite(w.run_one_node[g - 1]) or math.isfinite(w.run_multi_node[g - 1]):
+            return g
     counts = allowed_counts(w)
     if not counts:
         return None
@@ -378,7 +379,7 @@ class Optimus(_Base):
                 if nf is None:
                     continue
                 gain = (f.run_time - nf.run_time) / (g1 - g0)
-                if self.gain == "relative":
+                if self.gain == "relative" and f.run_time > 0:
                     gain /= f.run_time
                 if gain > 0 and (best is None or gain > best[0]):
                     apply(trial, nf.placement)
