@@ -365,7 +365,7 @@ def slot_states(draw):
 
 
 @pytest.mark.parametrize("name", BASELINES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(state=slot_states(), seed=st.integers(0, 3))
 def test_every_baseline_respects_capacity_and_allowed_counts(name, state, seed):
     policy = make_policy(name, seed=seed)
