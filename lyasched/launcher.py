@@ -84,10 +84,15 @@ def render(
     *,
     global_batch: int,
     uid: str,
+    model: str = "",
+    iterations: int | None = None,
     torchrun: Sequence[str] | None = None,
     template: str | None = None,
 ) -> str:
-    """The batch script that runs ``command`` (training script and its arguments) under torchrun."""
+    """The batch script that runs ``command`` (training script and its arguments) under torchrun.
+
+    ``model`` and ``iterations`` are exported for scripts that read them (LYASCHED_MODEL,
+    LYASCHED_ITERATIONS, as jobscripts/train_example.py does)."""
     if not command:
         raise ValueError("no training script given")
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
@@ -95,6 +100,8 @@ def render(
     values = {
         "uid": quote(uid),
         "global_batch": str(global_batch),
+        "model": quote(model),
+        "iterations": str(int(iterations)) if iterations is not None else "''",
         "torchrun": quote_all(list(torchrun) if torchrun is not None else default_torchrun()),
         "command": quote_all(command),
     }

@@ -32,6 +32,10 @@ def new_uid() -> str:
     return uuid.uuid4().hex
 
 
+def is_valid_uid(uid: str) -> bool:
+    return bool(_UID_RE.match(uid))
+
+
 @dataclass(frozen=True)
 class _Field:
     key: str  # key in the encoded summary

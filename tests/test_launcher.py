@@ -65,7 +65,7 @@ def run_rendered(script: str, fakebin: Path, tmp: Path, **env: str) -> tuple[sub
 def test_template_is_packaged_and_has_placeholders() -> None:
     t = template_text()
     assert t.startswith("#!/bin/bash\n")
-    for name in ("uid", "global_batch", "torchrun", "command"):
+    for name in ("uid", "global_batch", "model", "iterations", "torchrun", "command"):
         assert "{{" + name + "}}" in t
 
 
@@ -124,7 +124,7 @@ def test_cpus_per_task_is_the_smallest_node(fakebin: Path, tmp_path: Path, cpus:
 
 def test_environment_exported(fakebin: Path, tmp_path: Path) -> None:
     # `srun` here prints the environment the training script would inherit
-    s = render(["train.py"], global_batch=48, uid="abcdef0123", torchrun=["env"])
+    s = render(["train.py"], global_batch=48, uid="abcdef0123", model="my model", iterations=7, torchrun=["env"])
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "srun").write_text('#!/bin/bash\nenv > "$FAKE_OUT"\n')
@@ -140,7 +140,8 @@ def test_environment_exported(fakebin: Path, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     got = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
     assert got["LYASCHED_GLOBAL_BATCH"] == "48"
-    assert got["LYASCHED_LOCAL_BATCH"] == "16"  # 48 / (1 node x 3 visible devices)
+    assert got["LYASCHED_LOCAL_BATCH"] == got["LYASCHED_BATCH_PER_GPU"] == "16"  # 48 / (1 node x 3 devices)
+    assert got["LYASCHED_MODEL"] == "my model" and got["LYASCHED_ITERATIONS"] == "7"
     assert got["LYASCHED_UID"] == "abcdef0123"
     assert got["MASTER_ADDR"] == "10.0.0.3"
     assert got["MASTER_PORT"] == str(20000 + 41)

@@ -1,0 +1,157 @@
+"""`lyasub`: submit a distributed training job to the lyasched scheduler (thin over lyasched.submitter).
+
+Exit codes: 0 submitted, 1 Slurm or profiling failed (nothing left behind), 2 bad input
+(nothing submitted), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lyasched.slurm import SlurmError
+from lyasched.slurm.submit import SbatchOptions
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"lyasub: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
+class OneLineErrors(click.Command):
+    """Usage errors as one line on stderr (``lyasub: error: ...``), exit 2, instead of click's block."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("lyasub: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as e:
+            _fail(e.format_message(), e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _model_args(pairs: tuple[str, ...]) -> dict[str, Any]:
+    import ast
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE", param_hint="'--model-arg'")
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+@click.command(
+    cls=OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
+)
+@click.option("--partition", "-p", help="Slurm partition.")
+@click.option("--account", "-A", help="Slurm account.")
+@click.option("--qos", help="Slurm QOS.")
+@click.option("--time", "-t", "time_limit", help="Wall-clock limit (Slurm format, e.g. 2:00:00).")
+@click.option("--mem", help="Memory per node (Slurm format, e.g. 32G).")
+@click.option("--cpus-per-gpu", type=click.IntRange(min=1), help="CPUs per allocated GPU.")
+@click.option("--job-name", "-J", help="Job name (default: the training script's name).")
+@click.option("--output", "-o", help="Standard output file (Slurm filename pattern).")
+@click.option("--error", "-e", help="Standard error file (Slurm filename pattern).")
+@click.option("--constraint", "-C", help="Node features required.")
+@click.option("--model", "-m", required=True, help="Model to cost: a built-in example (mlp, resnet, vgg, mobilenet, ...) or package.module:factory.")
+@click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Model factory argument (repeatable), e.g. width=32.")
+@click.option("--global-batch", "-b", type=int, required=True, help="Global batch B, split evenly over the GPUs.")
+@click.option("--iterations", "-n", type=int, help="Training iterations (steps).")
+@click.option("--epochs", type=float, help="Epochs (with --dataset-size): iterations = ceil(E * S / B).")
+@click.option("--dataset-size", type=int, help="Samples per epoch (with --epochs).")
+@click.option("--min-gpus", type=int, default=1, show_default=True, help="Fewest GPUs the job may run on.")
+@click.option("--max-gpus", type=int, help="Most GPUs the job may run on (default: min(B, GPUs in the cluster)).")
+@click.option("--no-profile", is_flag=True, help="Use a FLOP-count estimate instead of a cached or measured profile.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Cost table (default $LYASCHED_DB or ~/.local/share/lyasched/lyasched.db).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="lyasched config for [cluster] (default $LYASCHED_CONFIG or /etc/lyasched/config.toml).")
+@click.option("--uid", help="lyasched job uid; resubmitting with the same uid returns the existing job.")
+@click.option("--dry-run", is_flag=True, help="Print the batch script and the sbatch command; submit nothing.")
+@click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
+@click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS]...")
+def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, model,
+         model_args, global_batch, iterations, epochs, dataset_size, min_gpus, max_gpus, no_profile, db, config,
+         uid, dry_run, parsable, as_json, command) -> int:
+    """Submit SCRIPT (a torch.distributed training script) to the lyasched scheduler.
+
+    The job is submitted held, with its cost summary in the Slurm comment; lyasched serve
+    chooses its GPU count and releases it. SCRIPT runs under torchrun with one worker per GPU;
+    LYASCHED_LOCAL_BATCH tells it its per-GPU batch. See docs/lyasub.md.
+    """
+    from lyasched.submitter import RequestError, SubmitError, SubmitRequest, cancel, submit
+
+    if parsable and as_json:
+        raise click.UsageError("--parsable and --json are mutually exclusive")
+    request = SubmitRequest(
+        command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
+        dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
+        model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run,
+        options=SbatchOptions(partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
+                              cpus_per_gpu=cpus_per_gpu, job_name=job_name, output=output, error=error,
+                              constraint=constraint),
+    )
+    try:
+        result = submit(request, say=lambda m: click.echo(f"lyasub: {m}", err=True))
+    except RequestError as e:
+        _fail(str(e), EXIT_USAGE)
+    except (SubmitError, SlurmError) as e:
+        _fail(str(e), EXIT_FAILED)
+    except KeyboardInterrupt:
+        click.echo("lyasub: interrupted; nothing submitted", err=True)
+        return EXIT_INTERRUPTED
+
+    try:
+        if dry_run:
+            if as_json:
+                click.echo(json.dumps({**result.to_json(), "script": result.script, "sbatch": result.sbatch_argv}))
+            else:
+                click.echo(result.script, nl=False)
+                click.echo("lyasub: dry run; would run: " + " ".join(result.sbatch_argv), err=True)
+            return 0
+        if parsable:
+            click.echo(result.job_id)
+        elif as_json:
+            click.echo(json.dumps(result.to_json()))
+        else:
+            s = result.summary
+            pred = result.predictions
+            lo, hi = min(pred), max(pred)
+            what = "Found existing" if result.reused else "Submitted"
+            runs = " .. ".join(f"~{_duration(pred[g])} on {g} GPU{'s' if g > 1 else ''}" for g in sorted({lo, hi}))
+            click.echo(
+                f"{what} lyasched job {result.job_id} ({model}, B={s.global_batch}, {s.iterations} iterations, "
+                f"{s.min_gpus}-{s.max_gpus} GPUs, cost from {result.profile_source}: {runs}); "
+                "held until the lyasched scheduler starts it"
+            )
+    except BaseException:
+        # the user never saw the job id: do not leave an orphan
+        if result.job_id and not result.reused:
+            cancel(result.job_id)
+        raise
+    return 0
+if __name__ == "__main__":
+    main(prog_name="lyasub")

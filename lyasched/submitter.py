@@ -1,0 +1,471 @@
+"""Submit a training job to lyasched: the library behind `lyasub`.
+
+``submit(request)`` validates the request (nothing touches Slurm before that), finds the
+model's cost (cached profile, a one-GPU profiling job, or a FLOP estimate), renders the
+launch script, and submits it as a normal Slurm job of the calling user, carrying its cost
+summary in ``--comment`` and held until `lyasched serve` sizes and releases it.
+
+Submission is idempotent per lyasched uid (a job already carrying the uid is returned, not
+duplicated) and all-or-nothing: if anything fails after sbatch succeeded, the job is cancelled.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from lyasched.cost import ClusterSpec, CostModel, Profile
+from lyasched.launcher import render, write_script
+from lyasched.slurm import SlurmCLI, SlurmError
+from lyasched.slurm import submit as cmd
+from lyasched.summary import CostSummary, is_valid_uid, new_uid
+
+DEVICE_ENV = "LYASCHED_DEVICE_TYPE"
+GENERIC_DEVICE = "gpu"  # cost-table device key when the cluster's GPUs are untyped in Slurm
+PROFILE_TIME_LIMIT = "00:30:00"
+POLL_SECONDS = 2.0
+
+Say = Callable[[str], None]
+
+
+class RequestError(ValueError):
+    """The request is invalid; nothing was submitted (lyasub exits 2)."""
+
+
+class SubmitError(RuntimeError):
+    """Submission failed; nothing is left behind (lyasub exits 1)."""
+
+
+@dataclass
+class SubmitRequest:
+    """Everything `lyasub` was asked to do."""
+
+    command: Sequence[str]  # training script and its arguments
+    model: str  # example name or package.module:factory (lyasched.profile.spec)
+    global_batch: int
+    iterations: int | None = None
+    epochs: float | None = None
+    dataset_size: int | None = None
+    min_gpus: int = 1
+    max_gpus: int | None = None  # default: min(B, GPUs in the cluster, 1024)
+    profile: bool = True  # False: FLOP estimate, no profiling job
+    model_args: Mapping[str, Any] = field(default_factory=dict)
+    options: cmd.SbatchOptions = field(default_factory=cmd.SbatchOptions)
+    db: Path | None = None  # cost table; default lyasched.store.default_path()
+    config: Path | None = None  # service config ([cluster]); default $LYASCHED_CONFIG or /etc/lyasched
+    uid: str | None = None  # lyasched job uid; give the same one to make a retry idempotent
+    dry_run: bool = False  # everything except sbatch of the training job
+
+
+@dataclass
+class SubmitResult:
+    job_id: str | None  # None on a dry run
+    summary: CostSummary
+    predictions: dict[int, float]  # predicted run time (s) per allowed GPU count
+    profile_source: str  # "cache", "profiled" or "estimate"
+    device_type: str
+    cluster: ClusterSpec
+    script: str
+    sbatch_argv: list[str]
+    reused: bool = False  # an active job with this uid already existed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            **self.summary.as_dict(),
+            "comment": self.summary.encode(),
+            "profile_source": self.profile_source,
+            "device_type": self.device_type,
+            "predicted_run_time_s": {str(g): t for g, t in sorted(self.predictions.items())},
+            "reused": self.reused,
+        }
+
+
+# ---------------------------------------------------------------- validation (no Slurm, no torch)
+
+
+def gpu_counts_for_batch(global_batch: int, lo: int, hi: int) -> list[int]:
+    """GPU counts g in [lo, hi] that split the global batch evenly with at least one sample each."""
+    return [g for g in range(max(1, lo), hi + 1) if global_batch % g == 0 and global_batch // g >= 1]
+
+
+def check_request(req: SubmitRequest) -> int:
+    """Validate everything that needs neither Slurm nor torch; returns the iteration count."""
+    if not req.command:
+        raise RequestError("no training script given (lyasub [OPTIONS] -- train.py [ARGS...])")
+    script = Path(req.command[0])
+    if not script.exists():
+        raise RequestError(f"training script {req.command[0]!r} does not exist")
+    if not script.is_file():
+        raise RequestError(f"training script {req.command[0]!r} is not a file")
+    if not os.access(script, os.R_OK):
+        raise RequestError(f"training script {req.command[0]!r} is not readable")
+    for a in req.command:
+        if "\x00" in a:
+            raise RequestError("arguments cannot contain NUL characters")
+    b = req.global_batch
+    if b < 1 or b > 1_048_576:
+        raise RequestError(f"--global-batch must be in 1..1048576, got {b}")
+    if req.min_gpus < 1:
+        raise RequestError(f"--min-gpus must be >= 1, got {req.min_gpus}")
+    if req.max_gpus is not None:
+        if req.max_gpus < 1:
+            raise RequestError(f"--max-gpus must be >= 1, got {req.max_gpus}")
+        if req.max_gpus < req.min_gpus:
+            raise RequestError(f"--max-gpus {req.max_gpus} is below --min-gpus {req.min_gpus}")
+    if req.min_gpus > 1024 or (req.max_gpus or 0) > 1024:
+        raise RequestError("GPU counts above 1024 are not supported")
+    hi = req.max_gpus if req.max_gpus is not None else max(req.min_gpus, min(b, 1024))
+    if not gpu_counts_for_batch(b, req.min_gpus, hi):
+        raise RequestError(
+            f"global batch {b} cannot be split evenly over any GPU count in {req.min_gpus}..{hi} "
+            "(need B % g == 0 and B/g >= 1)"
+        )
+    if req.iterations is not None:
+        if req.epochs is not None or req.dataset_size is not None:
+            raise RequestError("give either --iterations or --epochs with --dataset-size, not both")
+        if req.iterations < 1 or req.iterations > 1_000_000_000:
+            raise RequestError(f"--iterations must be in 1..1000000000, got {req.iterations}")
+        return req.iterations
+    if req.epochs is None or req.dataset_size is None:
+        raise RequestError("give --iterations N, or --epochs E with --dataset-size S")
+    if not (math.isfinite(req.epochs) and req.epochs > 0):
+        raise RequestError(f"--epochs must be > 0, got {req.epochs}")
+    if req.dataset_size < 1:
+        raise RequestError(f"--dataset-size must be > 0, got {req.dataset_size}")
+    its = math.ceil(req.epochs * req.dataset_size / b)
+    if its > 1_000_000_000:
+        raise RequestError(f"{req.epochs} epochs of {req.dataset_size} samples at batch {b} is {its} iterations "
+                           "(max 1000000000)")
+    return its
+
+
+def model_signature_of(model: str, model_args: Mapping[str, Any]) -> tuple[Any, str]:
+    """Load the model spec (RequestError if unknown) and return (spec, signature). Imports torch."""
+    from lyasched.profile.signature import model_signature
+    from lyasched.profile.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(model, dict(model_args))
+    except SpecError as e:
+        raise RequestError(str(e)) from None
+    return spec, model_signature(spec.model, spec.sample_shape())
+
+
+# ---------------------------------------------------------------- the cluster as lyasub sees it
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    spec: ClusterSpec
+    device_type: str  # cost-table device key of the partition's GPUs
+
+
+def cluster_view(slurm: SlurmCLI, partition: str | None, config_path: Path | None, say: Say) -> ClusterView:
+    """Nodes and GPUs per node from Slurm; GPU memory and links from the service config's [cluster]."""
+    from lyasched.config import Config, ConfigError, load_config
+    from lyasched.profile.signature import device_type
+    from lyasched.slurm.query import node_args, parse_nodes
+
+    try:
+        conf = load_config(config_path)
+    except ConfigError as e:
+        say(f"warning: {e}; using default cluster parameters")
+        conf = Config()
+    nodes = [n for n in parse_nodes(slurm.run(node_args())) if n.gpus_total > 0]
+    if partition:
+        nodes = [n for n in nodes if partition in n.partitions]
+        if not nodes:
+            raise RequestError(f"partition {partition!r} has no GPU nodes")
+    if not nodes:
+        raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
+    gpn = max(n.gpus_total for n in nodes)
+    types = {n.gpu_type for n in nodes}
+    env = os.environ.get(DEVICE_ENV, "").strip()
+    if env:
+        dev = device_type(env)
+    elif len(types) == 1 and "" not in types:
+        dev = device_type(types.pop())
+    else:
+        dev = GENERIC_DEVICE
+    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter)
+    return ClusterView(spec, dev)
+
+
+# ---------------------------------------------------------------- the job's cost
+
+
+def cached_profile(db_path: Path, sig: str, device: str) -> Profile | None:
+    """A measured (not estimated) profile for (signature, device) from the cost table."""
+    from lyasched.store import open_db
+    from lyasched.store.costtable import get
+
+    if not db_path.exists():
+        return None
+    entry = get(open_db(db_path), sig, device)
+    if entry is None or entry.source != "measured":
+        return None
+    return entry.profile(corrected=True)
+
+
+def estimate(spec: Any, device: str) -> Profile:
+    """FLOP-count estimate for ``device`` (or for this machine when the device is not in the table)."""
+    from lyasched.profile.flops import estimate_profile
+    from lyasched.profile.profiler import ProfileError
+
+    try:
+        return estimate_profile(spec, target=device).to_profile()
+    except ProfileError:
+        return estimate_profile(spec).to_profile()
+
+
+def profile_job_argv(
+    req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable
+) -> list[str]:
+    """sbatch argv of the one-GPU profiling job (a plain Slurm job: no summary, not held)."""
+    prof = [python, "-m", "lyasched.profile", req.model, "--out", str(out_file), "--db", str(db_path), "--quiet"]
+    for k, v in req.model_args.items():
+        prof += ["--arg", f"{k}={v!r}" if not isinstance(v, str) else f"{k}={v}"]
+    o = req.options
+    opts = cmd.SbatchOptions(
+        partition=o.partition, account=o.account, qos=o.qos, constraint=o.constraint, mem=o.mem,
+        cpus_per_gpu=o.cpus_per_gpu, time=PROFILE_TIME_LIMIT, job_name="lyasched-profile",
+        output=str(log_file), gpus_per_node=1, nodes=1,
+        extra=("--ntasks=1", "--wrap=exec " + shlex.join(prof)),
+    )
+    return cmd.sbatch_command(opts)
+
+
+def wait_for_job(slurm: SlurmCLI, job_id: str, say: Say, timeout: float, poll: float = POLL_SECONDS) -> str:
+    """Poll until the job leaves the queue's active states; returns its final state. Reports
+    on every state change and every 30 s."""
+    t0 = time.monotonic()
+    last, next_report = "", 0.0
+    while True:
+        out = slurm.run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}", "--format=%T|%r"])
+        state, _, reason = (out.strip().splitlines() or [""])[0].partition("|")
+        if not state:  # purged from squeue: ask scontrol (finished jobs stay MinJobAge seconds)
+            try:
+                state = cmd.job_state(cmd.parse_scontrol_show(slurm.run(cmd.scontrol_show_job_command(job_id))))
+            except SlurmError:
+                state = "UNKNOWN"
+        if state in cmd.FINISHED_STATES or state == "UNKNOWN":
+            return state
+        waited = time.monotonic() - t0
+        status = f"profiling job {job_id}: {state}" + (f" ({reason})" if state == "PENDING" and reason else "")
+        if status != last or waited >= next_report:
+            say(f"{status}, {waited:.0f}s")
+            last, next_report = status, waited + 30
+        if waited > timeout:
+            raise TimeoutError(f"profiling job {job_id} did not finish within {timeout:.0f}s")
+        time.sleep(poll)
+
+
+def run_profiling_job(
+    req: SubmitRequest, slurm: SlurmCLI, db_path: Path, device: str, uid: str, say: Say, timeout: float
+) -> Profile:
+    """Submit the one-GPU profiling job, wait for it, read its result, cache it under ``device``."""
+    from lyasched.profile.result import ProfileResult
+    from lyasched.store import open_db
+    from lyasched.store.costtable import put
+
+    work = db_path.parent / "profile-jobs"
+    work.mkdir(parents=True, exist_ok=True)
+    out_file, log_file = work / f"{uid}.json", work / f"{uid}.out"
+    argv = profile_job_argv(req, out_file, log_file, db_path)
+    job_id, _ = cmd.parse_parsable(slurm.run(argv, idempotent=False))
+    say(f"profiling {req.model} on one GPU: Slurm job {job_id} (log {log_file})")
+    try:
+        state = wait_for_job(slurm, job_id, say, timeout)
+    except BaseException:
+        _cancel(slurm, job_id)
+        raise
+    if state != "COMPLETED" or not out_file.exists():
+        tail = ""
+        if log_file.exists():
+            lines = [ln for ln in log_file.read_text(errors="replace").splitlines() if ln.strip()]
+            tail = f": {lines[-1][:200]}" if lines else ""
+        raise SubmitError(f"profiling job {job_id} ended {state}{tail} (log {log_file})")
+    result = ProfileResult.from_json(out_file.read_text())
+    if result.device_type != device:  # cache it under the cluster's key too, so the next lyasub finds it
+        d = result.to_dict()
+        d["device_type"] = device
+        put(open_db(db_path), d)
+    say(f"profiled {req.model} on {result.device_name}: alpha={result.alpha * 1e3:.3f} ms, "
+        f"beta={result.beta * 1e3:.4f} ms/sample")
+    return result.to_profile()
+
+
+# ---------------------------------------------------------------- submission
+
+
+def _cancel(slurm: SlurmCLI, job_id: str) -> None:
+    try:
+        slurm.run(cmd.scancel_command(job_id))
+    except SlurmError:
+        pass
+
+
+def find_active_job(slurm: SlurmCLI, uid: str, user: str) -> str | None:
+    return cmd.find_job_by_uid(slurm.run(cmd.squeue_comments_command(user)), uid)
+
+
+def submit_held(slurm: SlurmCLI, opts: cmd.SbatchOptions, script: str, uid: str, user: str) -> tuple[str, bool]:
+    """sbatch the script unless an active job already carries ``uid``; (job id, reused)."""
+    existing = find_active_job(slurm, uid, user)
+    if existing:
+        return existing, True
+    with tempfile.TemporaryDirectory(prefix="lyasub-") as tmp:
+        path = Path(tmp) / "launch.sbatch"
+        write_script(script, path)
+        try:
+            out = slurm.run(cmd.sbatch_command(opts, str(path)), idempotent=False)
+        except SlurmError:
+            # sbatch may have reached slurmctld before failing (e.g. a timeout): never submit twice
+            found = find_active_job(slurm, uid, user)
+            if found:
+                return found, False
+            raise
+    try:
+        job_id, _ = cmd.parse_parsable(out)
+    except ValueError as e:
+        found = find_active_job(slurm, uid, user)
+        if found:
+            return found, False
+        raise SubmitError(str(e)) from None
+    return job_id, False
+
+
+def verify_submitted(slurm: SlurmCLI, job_id: str, summary: CostSummary) -> None:
+    """The job Slurm stored carries our summary intact (the plugin may not alter it)."""
+    fields = cmd.parse_scontrol_show(slurm.run(cmd.scontrol_show_job_command(job_id)))
+    comment = fields.get("Comment", "")
+    try:
+        stored = CostSummary.decode(comment)
+    except ValueError as e:
+        raise SubmitError(f"job {job_id} was stored without a valid cost summary ({e})") from None
+    if stored != summary:
+        raise SubmitError(f"job {job_id} carries a different cost summary than submitted")
+
+
+def submit(
+    req: SubmitRequest,
+    *,
+    slurm: SlurmCLI | None = None,
+    say: Say | None = None,
+    profile_timeout: float = 3600.0,
+) -> SubmitResult:
+    """Validate, cost, render and submit ``req``; see the module docstring."""
+    say = say or (lambda _m: None)
+    iterations = check_request(req)
+    spec, signature = model_signature_of(req.model, req.model_args)  # RequestError on unknown model
+
+    from lyasched.store import default_path
+
+    slurm = slurm or SlurmCLI()
+    db_path = Path(req.db) if req.db is not None else default_path()
+    uid = req.uid or new_uid()
+    if not is_valid_uid(uid):
+        raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
+    try:
+        view = cluster_view(slurm, req.options.partition, req.config, say)
+    except SlurmError as e:
+        raise SubmitError(f"cannot read the cluster from Slurm: {e}") from None
+    cluster = view.spec
+    if req.min_gpus > cluster.total_gpus:
+        raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
+    max_gpus = req.max_gpus if req.max_gpus is not None else max(req.min_gpus, min(req.global_batch, cluster.total_gpus))
+
+    # the job's cost: cached measurement > profiling job > FLOP estimate
+    profile = None
+    source = "estimate"
+    if req.profile:
+        profile = cached_profile(db_path, signature, view.device_type)
+        source = "cache"
+        if profile is None:
+            if req.dry_run:
+                say("dry run: no cached profile, using the FLOP estimate instead of a profiling job")
+            else:
+                try:
+                    profile = run_profiling_job(req, slurm, db_path, view.device_type, uid, say, profile_timeout)
+                except SlurmError as e:
+                    raise SubmitError(f"profiling job failed: {e}") from None
+                except TimeoutError as e:
+                    raise SubmitError(str(e)) from None
+                source = "profiled"
+    if profile is None:
+        say(f"estimating {req.model} from FLOP counts (no profiling)")
+        profile = estimate(spec, view.device_type)
+        source = "estimate"
+
+    model = CostModel(cluster)
+    counts = model.allowed_counts(profile, req.global_batch, req.min_gpus, max_gpus)
+    if not counts:
+        local = req.global_batch / max(1, min(max_gpus, cluster.total_gpus))
+        raise RequestError(
+            f"no GPU count in {req.min_gpus}..{max_gpus} fits: B must split evenly and B/g samples must fit in "
+            f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
+        )
+    gpn = cluster.gpus_per_node
+    predictions = {g: model.run_time(profile, req.global_batch, iterations, g, g > gpn) for g in counts}
+    try:
+        summary = CostSummary.from_profile(
+            profile, uid=uid, sig=f"{signature}:{view.device_type}"[:128], global_batch=req.global_batch,
+            iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
+        )
+    except ValueError as e:
+        raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
+
+    script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
+    hold = False
+    if not req.dry_run:
+        try:
+            hold = not cmd.has_lua_submit_plugin(slurm.run(cmd.show_config_command()))
+        except SlurmError as e:
+            raise SubmitError(f"cannot read the Slurm configuration: {e}") from None
+        if hold:
+            say("warning: the lyasched job_submit plugin is not configured; submitting with --hold "
+                "(a user hold: you could release the job yourself, bypassing the scheduler)")
+    opts = replace(
+        req.options,
+        comment=summary.encode(),
+        gpus_per_node=req.min_gpus if req.min_gpus <= gpn else gpn,
+        nodes=1 if req.min_gpus <= gpn else math.ceil(req.min_gpus / gpn),
+        hold=hold,
+        job_name=req.options.job_name or Path(req.command[0]).name,
+    )
+    argv = cmd.sbatch_command(opts, "launch.sbatch")
+    result = SubmitResult(None, summary, predictions, source, view.device_type, cluster, script, argv)
+    if req.dry_run:
+        return result
+
+    user = getpass.getuser()
+    try:
+        job_id, reused = submit_held(slurm, opts, script, uid, user)
+    except SlurmError as e:
+        raise SubmitError(f"sbatch failed: {e}") from None
+    try:
+        if not reused:
+            verify_submitted(slurm, job_id, summary)
+    except BaseException as e:
+        _cancel(slurm, job_id)
+        if isinstance(e, SlurmError):
+            raise SubmitError(f"job {job_id} cancelled: cannot verify it ({e})") from None
+        if isinstance(e, SubmitError):
+            raise SubmitError(f"{e}; job {job_id} cancelled") from None
+        raise
+    result.job_id, result.reused = job_id, reused
+    return result
+
+
+def cancel(job_id: str, slurm: SlurmCLI | None = None) -> None:
+    """Cancel a job lyasub submitted (used when reporting it fails)."""
+    _cancel(slurm or SlurmCLI(), job_id)
