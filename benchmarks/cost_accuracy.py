@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-placement", default=None,
                     help="the one multi-GPU placement to fit the communication model on (default: 2222 or the "
                          "widest 2-GPUs-per-node placement present)")
+    ap.add_argument("--plain", action="store_true",
+                    help="baseline: the plain ring term (no overlap, no multi-GPU slowdown), only V/bw fitted")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in files:
             scal_path = f.parent / "scalability.csv"
             scal = read_scalability_csv(scal_path) if scal_path.exists() else []
-            reports.append(calibrate_app(f.parent.name, read_placements_csv(f), fp, scal))
+            reports.append(calibrate_app(f.parent.name, read_placements_csv(f), fp, scal, plain=args.plain))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2))
         return 0
 
-    print(f"profiles: {root}")
+    print(f"profiles: {root}" + ("   (baseline: plain ring, no overlap)" if args.plain else ""))
     for r in reports:
         c = r.comm
         vol = 1.0 / (c.inter.bandwidth if c.derived == "intra" else c.intra.bandwidth)

@@ -199,6 +199,7 @@ def fit_comm(
     rows: Sequence[PlacementRow],
     intra_inter_ratio: float = INTRA_INTER_RATIO,
     max_overlap: float = 20.0,
+    plain: bool = False,
 ) -> CommFit:
     """Fit the link of ONE multi-GPU placement, the overlap gamma and the slowdown.
 
@@ -206,7 +207,8 @@ def fit_comm(
     separates the constant all-reduce from the batch-proportional compute and lets the
     overlap exponent be identified. Latency is not identifiable from one placement (one
     g), so it is set to 0 and the whole all-reduce time is carried by V/bw; the other
-    link is derived with ``intra_inter_ratio``.
+    link is derived with ``intra_inter_ratio``. ``plain`` fits V/bw alone, with no
+    overlap (gamma = 1) and no slowdown: the cost model's ring term as it is.
     """
     from scipy.optimize import least_squares
 
@@ -223,17 +225,20 @@ def fit_comm(
     t = np.array([r.step_time for r in rows], dtype=float)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        v, s, gam = x
+        v, s, gam = (x[0], 1.0, 1.0) if plain else x
         return _predict(profile, v, gam, s, b, g) / t - 1.0
 
     best = None
+    v0 = max(float(np.median(t)) * 0.3, 1e-9)
     # a few starts: the overlap exponent makes the problem mildly non-convex
-    for gam0 in (1.5, 3.0, 8.0):
-        x0 = [max(float(np.median(t)) * 0.3, 1e-9), 1.0, gam0]
-        res = least_squares(resid, x0, bounds=([0.0, 0.5, 1.0], [np.inf, 3.0, max_overlap]))
+    for gam0 in ((1.0,) if plain else (1.5, 3.0, 8.0)):
+        if plain:
+            res = least_squares(resid, [v0], bounds=([0.0], [np.inf]))
+        else:
+            res = least_squares(resid, [v0, 1.0, gam0], bounds=([0.0, 0.5, 1.0], [np.inf, 3.0, max_overlap]))
         if best is None or res.cost < best.cost:
             best = res
-    v, s, gam = (float(x) for x in best.x)
+    v, s, gam = (float(best.x[0]), 1.0, 1.0) if plain else (float(x) for x in best.x)
     bw = 1.0 / v if v > 0 else float("inf")  # volumes per second
     measured = Link(bandwidth=bw, latency=0.0)
     if len(placement) > 1:
@@ -280,6 +285,7 @@ def calibrate_app(
     rows: Sequence[PlacementRow],
     fit_placement: tuple[int, ...] | None = None,
     scalability: Sequence[PlacementRow] = (),
+    plain: bool = False,
 ) -> AppReport:
     """Fit compute on the single-GPU rows and comm on one placement; score every other
     multi-GPU row (and the scalability rows, if given)."""
@@ -288,7 +294,7 @@ def calibrate_app(
     fit_rows = [r for r in rows if r.placement == fp]
     if not fit_rows:
         raise ValueError(f"{app}: placement {''.join(map(str, fp))} not in the data")
-    comm = fit_comm(profile, fit_rows)
+    comm = fit_comm(profile, fit_rows, plain=plain)
     held_out = [r for r in rows if r.gpus > 1 and r.placement != fp]
     errors = abs_rel_errors(profile, comm, held_out)
     report = AppReport(app, profile, comm, summarize(errors), errors)

@@ -130,3 +130,11 @@ def test_benchmark_script_json(tmp_path):
         capture_output=True, text=True,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_plain_ring_baseline_is_worse_on_recorded_rows():
+    rows = read_placements_csv(DATA / "placements_imagenet_subset.csv")
+    plain = calibrate_app("imagenet", rows, plain=True)
+    full = calibrate_app("imagenet", rows)
+    assert plain.comm.overlap == 1.0 and plain.comm.slowdown == 1.0
+    assert full.placements.p90_abs_rel_err < plain.placements.p90_abs_rel_err
