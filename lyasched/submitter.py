@@ -260,7 +260,7 @@ def wait_for_job(slurm: SlurmCLI, job_id: str, say: Say, timeout: float, poll: f
         if state in cmd.FINISHED_STATES or state == "UNKNOWN":
             return state
         waited = time.monotonic() - t0
-        status = f"profiling job {job_id}: {state}" + (f" ({reason})" if state == "PENDING" and reason else "")
+        status = f"profiling job {job_id}: {state}" + (f" ({reason})" if state == "PENDING" and reason not in ("", "None") else "")
         if status != last or waited >= next_report:
             say(f"{status}, {waited:.0f}s")
             last, next_report = status, waited + 30

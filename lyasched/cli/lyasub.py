@@ -55,9 +55,9 @@ def _model_args(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2g}s" if seconds < 10 else f"{seconds:.0f}s"
     s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
@@ -102,6 +102,10 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
     chooses its GPU count and releases it. SCRIPT runs under torchrun with one worker per GPU;
     LYASCHED_LOCAL_BATCH tells it its per-GPU batch. See docs/lyasub.md.
     """
+    import warnings
+
+    # torch.cuda's import-time notice about the pynvml package is noise to a user submitting a job
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
     from lyasched.submitter import RequestError, SubmitError, SubmitRequest, cancel, submit
 
     if parsable and as_json:
