@@ -20,19 +20,33 @@ local MAX_LEN = 1024
 -- runs `lyasched serve`. Add them here when SlurmUser or the service account is not root.
 local PRIVILEGED_UIDS = { [0] = true }
 
--- A plain decimal integer (no sign, no spaces, no underscores).
+-- Lexical forms, exactly as lyasched/summary.py: int -?[0-9]{1,20};
+-- float -?[0-9]{1,40}(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})? (no '+', no nan/inf/hex, no ".5" or "5.").
 local function parse_int(s)
-	if not s:match("^%d+$") then
+	local digits = s:match("^%-?(%d+)$")
+	if digits == nil or #digits > 20 then
 		return nil
 	end
 	return tonumber(s)
 end
 
--- A decimal float in plain or exponent notation: 12, 0.5, .5, 5., 3.2e-05 (no sign, no nan/inf/hex).
 local function parse_float(s)
-	local mant = s:match("^([%d%.]+)[eE][%+%-]?%d+$") or s
-	if not (mant:match("^%d+%.?%d*$") or mant:match("^%.%d+$")) then
+	local int, tail = s:match("^%-?(%d+)(.*)$")
+	if int == nil or #int > 40 then
 		return nil
+	end
+	local frac, after = tail:match("^%.(%d+)(.*)$")
+	if frac ~= nil then
+		if #frac > 40 then
+			return nil
+		end
+		tail = after
+	end
+	if tail ~= "" then
+		local exp = tail:match("^[eE][%+%-]?(%d+)$")
+		if exp == nil or #exp > 3 then
+			return nil
+		end
 	end
 	return tonumber(s)
 end
@@ -143,12 +157,23 @@ local function validate(summary)
 	return seen
 end
 
+-- Whether a comment claims to be a lyasched summary. Surrounding whitespace does not hide the claim
+-- (lyasched/summary.py strips it when reading), so such a comment is validated, and rejected.
+local function claims_lyasched(comment)
+	return comment ~= nil and starts_with(comment:match("^%s*(.*)$"), PREFIX)
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	local comment = job_desc.comment
-	if not starts_with(comment, PREFIX) then
+	if not claims_lyasched(comment) then
 		return slurm.SUCCESS
 	end
-	local summary, why = validate(comment)
+	local summary, why
+	if comment:match("^%s") or comment:match("%s$") then
+		why = "leading or trailing whitespace"
+	else
+		summary, why = validate(comment)
+	end
 	if summary == nil then
 		slurm.log_user("lyasched: invalid cost summary in --comment: %s", why)
 		slurm.log_info("lyasched: rejected job from uid %u: %s", submit_uid, why)
@@ -164,14 +189,14 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	if PRIVILEGED_UIDS[modify_uid] then
 		return slurm.SUCCESS
 	end
-	if starts_with(job_rec.comment, PREFIX) then
+	if claims_lyasched(job_rec.comment) then
 		slurm.log_user(
 			"lyasched: job %u is managed by lyasched: only the scheduler may release or change it (scancel still works)",
 			job_rec.job_id
 		)
 		return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
 	end
-	if starts_with(job_desc.comment, PREFIX) then
+	if claims_lyasched(job_desc.comment) then
 		slurm.log_user("lyasched: a job cannot become a lyasched job after submission; submit it with lyasub")
 		return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
 	end

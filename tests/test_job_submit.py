@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from lyasched.summary import CostSummary
+
 pytestmark = pytest.mark.slurm
 
 FIELDS = [("id", "0f3c9a7e-test"), ("sig", "resnet18:cifar10"), ("b", "256"), ("it", "100"), ("gmin", "1"),
@@ -128,6 +130,13 @@ LONG_SIG = "s" * 128
     (PREFIX + "b", "field 'b' is not key=value"),
     (PREFIX, "no fields"),
     (summary(sig=LONG_SIG) + ";" + ";".join(["x" * 200] * 5), "longer than 1024 characters"),
+    (summary(b="-1"), "b=-1: must be in 1..1048576"),
+    (summary(a=".5"), "a=.5: must be a decimal number"),
+    (summary(bt="5."), "bt=5.: must be a decimal number"),
+    (summary(m1="1e1234"), "m1=1e1234: must be a decimal number"),
+    (summary(m0="1e13.5"), "m0=1e13.5: must be a decimal number"),
+    (" " + summary(), "leading or trailing whitespace"),
+    (summary() + " ", "leading or trailing whitespace"),
 ])
 def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_jobs, comment, reason):
     proc = submit(as_user, test_user, "--wrap", "true", comment=comment)
@@ -136,17 +145,22 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     assert proc.returncode != 0
     assert f"lyasched: invalid cost summary in --comment: {reason}" in proc.stderr
     assert proc.stdout.strip() == ""
+    if comment == comment.strip():  # summary.py strips surrounding whitespace when reading
+        with pytest.raises(ValueError):  # the Python side of the grammar agrees
+            CostSummary.decode(comment)
 
 
 @pytest.mark.parametrize("override", [
     {"gmin": "1024", "gmax": "1024", "bpp": "8", "b": "1048576", "it": "1000000000", "p": "1000000000000"},
     {"a": "0", "bt": "1000", "m0": "1e13", "m1": "1E+12"},
-    {"a": ".5", "bt": "5.", "m0": "0.0", "m1": "3.2e-05", "src": "e"},
+    {"a": "0.5", "bt": "5", "m0": "0.0", "m1": "3.2e-05", "src": "e"},
+    {"a": "1.25E-3", "bt": "-0.0", "m0": "12345678901234567890e-7", "m1": "7e+002"},
     {"id": "A" * 64, "sig": "x" * 128},
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)
     assert squeue(job, "%T|%r") == "PENDING|JobHeldUser"
+    CostSummary.decode(summary(**override))  # and the Python side accepts it too
 
 
 def test_fields_in_any_order_are_accepted(as_user, test_user, slurm_jobs):
