@@ -181,6 +181,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	end
 	-- Held until `lyasched serve` sizes and releases it.
 	job_desc.priority = 0
+	-- Not requeueable: otherwise its owner could `scontrol requeue` it after release and it would
+	-- start again without the scheduler deciding (requeue does not go through slurm_job_modify).
+	job_desc.requeue = 0
 	slurm.log_info("lyasched: holding job %s (id=%s) from uid %u", tostring(job_desc.name), summary.id, submit_uid)
 	return slurm.SUCCESS
 end

@@ -182,3 +182,12 @@ def test_owner_keeps_full_control_of_plain_jobs(as_user, test_user, slurm_jobs, 
     assert as_user(test_user, "scontrol", "update", f"jobid={job}", "comment=mine").returncode == 0
     assert as_user(test_user, "scontrol", "release", job).returncode == 0
     assert wait_job(job, timeout=60) == "COMPLETED"
+
+
+def test_owner_cannot_requeue_a_released_job(as_user, test_user, slurm_jobs, wait_job):
+    job = submitted(submit(as_user, test_user, "--wrap", "sleep 60", comment=summary()), slurm_jobs)
+    assert subprocess.run(["scontrol", "release", job], capture_output=True).returncode == 0
+    assert wait_job(job, states=frozenset({"RUNNING"}), timeout=30) == "RUNNING"
+    proc = as_user(test_user, "scontrol", "requeue", job)  # would restart it without the scheduler
+    assert proc.returncode != 0 and "disabled" in proc.stderr
+    assert squeue(job, "%T") == "RUNNING"
