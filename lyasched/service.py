@@ -130,13 +130,17 @@ class Service:
     def __init__(
         self,
         config: Config,
-        db: sqlite_utils.Database,
+        db: sqlite_utils.Database | Callable[[], sqlite_utils.Database],
         slurm: Any | None = None,
         policy: Policy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.db = db
+        # SQLite connections belong to the thread that opened them, and APScheduler runs slots in
+        # a worker thread: given an opener, each thread that runs a slot opens its own connection.
+        self._db_open = db if callable(db) else None
+        self._dbs: dict[int, sqlite_utils.Database] = {} if callable(db) else {threading.get_ident(): db}
+        self._db_any = None if callable(db) else db
         self.slurm = slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout)
         self.policy = policy if policy is not None else make_policy(config.policy, **dict(config.params))
         self.clock = clock
@@ -145,7 +149,16 @@ class Service:
         self._rows: dict[tuple, WaitingJob] = {}  # (uid, cluster shape) -> precomputed rows
         self._accounting: bool | None = None
         self._warned: set[str] = set()
-        records.ensure_schema(db)
+        records.ensure_schema(self.db)
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        if self._db_open is None:
+            return self._db_any
+        t = threading.get_ident()
+        if t not in self._dbs:
+            self._dbs[t] = self._db_open()
+        return self._dbs[t]
 
     # ------------------------------------------------------------ one slot
 
@@ -161,6 +174,9 @@ class Service:
             except (SlurmError, q.ParseError) as e:
                 report.error = str(e).splitlines()[0][:500]
                 log.error("slot failed: %s", report.error)
+            except Exception as e:  # noqa: BLE001 - a bug must not stop the service; the next slot retries
+                report.error = f"internal error: {type(e).__name__}: {e}"[:500]
+                log.exception("slot failed")
             report.duration = time.monotonic() - t0
             report.slot_id = records.record_slot(
                 self.db,

@@ -61,12 +61,14 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
     from lyasched.slurm import SlurmCLI
     from lyasched.store.records import open_records
 
+    if cfg.log_level != "DEBUG":
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # no "Running job" line every slot
     try:
-        db = open_records(cfg.db)
+        open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
     try:
-        service = Service(cfg, db, slurm=SlurmCLI(timeout=cfg.slurm_timeout))
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=SlurmCLI(timeout=cfg.slurm_timeout))
     except (ValueError, TypeError, ImportError) as e:
         raise click.ClickException(f"policy {cfg.policy!r}: {e}") from None
 
@@ -82,7 +84,9 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
 
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    scheduler = BlockingScheduler()
+    from apscheduler.executors.pool import ThreadPoolExecutor
+
+    scheduler = BlockingScheduler(executors={"default": ThreadPoolExecutor(1)})
     scheduler.add_job(
         service.run_slot, "interval", seconds=cfg.slot_seconds, id="slot", coalesce=True, max_instances=1,
         misfire_grace_time=max(1, int(cfg.slot_seconds)), next_run_time=_now(),
