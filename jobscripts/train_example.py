@@ -20,7 +20,11 @@ import json
 import os
 import statistics
 import sys
+import warnings
 import time
+
+# torch warns on import when the NVML bindings are installed under their old name; not actionable here
+warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
 import torch
 import torch.distributed as dist

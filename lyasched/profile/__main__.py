@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
+
+# torch warns on import when the NVML bindings are installed under their old name; not actionable here
+warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
 import click
 
