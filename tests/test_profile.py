@@ -71,6 +71,8 @@ def test_profile_tiny_mlp_on_cpu():
 def test_profile_default_sweep_caps_at_max_batch():
     r = profile_model("resnet", model_args={"width": 4}, max_batch=4, warmup=0, repeats=1, device="cpu")
     assert r.batches == [1, 2, 4] and r.stopped == "cap" and r.max_batch == 4
+    r = profile_model("mlp", model_args={"width": 8}, batches=[48, 1], warmup=0, repeats=1, device="cpu")
+    assert r.batches == [1, 48] and r.stopped == "done"  # an explicit list is not cut at the CPU default 32
 
 
 class _OomAbove(torch.nn.Module):

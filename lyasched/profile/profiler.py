@@ -185,14 +185,18 @@ def profile_model(
 ) -> ProfileResult:
     """Profile ``model`` (an example name, ``package.module:factory`` or a `ModelSpec`).
 
-    ``batches`` defaults to 1, 2, 4, ... up to ``max_batch`` (32 on CPU, 1024 on GPU);
+    ``batches`` defaults to 1, 2, 4, ... up to ``max_batch`` (32 on CPU, 1024 on GPU); an
+    explicit ``batches`` list is only capped by an explicit ``max_batch``;
     ``time_budget`` (s) stops the sweep before the next batch size once exceeded.
     """
     if warmup < 0 or repeats < 1:
         raise ValueError("warmup must be >= 0 and repeats >= 1")
     spec = model if isinstance(model, ModelSpec) else load_spec(model, model_args)
     dev = resolve_device(device)
-    cap = max_batch if max_batch is not None else DEFAULT_MAX_BATCH[dev.type]
+    if max_batch is not None:
+        cap = max_batch
+    else:  # an explicit list is its own cap
+        cap = max(int(b) for b in batches) if batches else DEFAULT_MAX_BATCH[dev.type]
     sweep = sorted({int(b) for b in (batches or default_batches(cap)) if 1 <= int(b) <= cap})
     if not sweep:
         raise ValueError(f"no batch size in 1..{cap} to profile")
