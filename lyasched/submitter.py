@@ -11,9 +11,9 @@ duplicated) and all-or-nothing: if anything fails after sbatch succeeded, the jo
 
 from __future__ import annotations
 
-import getpass
 import math
 import os
+import pwd
 import shlex
 import sys
 import tempfile
@@ -30,7 +30,9 @@ from lyasched.summary import CostSummary, is_valid_uid, new_uid
 
 DEVICE_ENV = "LYASCHED_DEVICE_TYPE"
 GENERIC_DEVICE = "gpu"  # cost-table device key when the cluster's GPUs are untyped in Slurm
-PROFILE_TIME_LIMIT = "00:30:00"
+PROFILE_TIME_LIMIT = "00:30:00"  # Slurm limit of the profiling job
+PROFILE_MAX_BATCH = 1024  # largest per-GPU batch the profiling job measures
+PROFILE_TIME_BUDGET = 300  # s: the profiler starts no new batch size after this
 POLL_SECONDS = 2.0
 
 Say = Callable[[str], None]
@@ -231,7 +233,10 @@ def profile_job_argv(
     req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable
 ) -> list[str]:
     """sbatch argv of the one-GPU profiling job (a plain Slurm job: no summary, not held)."""
-    prof = [python, "-m", "lyasched.profile", req.model, "--out", str(out_file), "--db", str(db_path), "--quiet"]
+    # the job never runs more than B/gmin samples per GPU: measuring beyond that is wasted time
+    max_batch = max(1, min(req.global_batch // max(1, req.min_gpus), PROFILE_MAX_BATCH))
+    prof = [python, "-m", "lyasched.profile", req.model, "--out", str(out_file), "--db", str(db_path),
+            "--max-batch", str(max_batch), "--time-budget", str(PROFILE_TIME_BUDGET), "--quiet"]
     for k, v in req.model_args.items():
         prof += ["--arg", f"{k}={v!r}" if not isinstance(v, str) else f"{k}={v}"]
     o = req.options
@@ -447,7 +452,7 @@ def submit(
     if req.dry_run:
         return result
 
-    user = getpass.getuser()
+    user = pwd.getpwuid(os.getuid()).pw_name  # the uid sbatch submits as, whatever $USER says
     try:
         job_id, reused = submit_held(slurm, opts, script, uid, user)
     except SlurmError as e:

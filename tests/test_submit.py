@@ -128,5 +128,7 @@ def test_profile_job_argv() -> None:
     assert "--gres=gpu:1" in argv and "--nodes=1" in argv and "--ntasks=1" in argv
     assert "--output=/d/u.out" in argv
     assert not any(a.startswith("--comment") for a in argv)  # a plain job: the plugin leaves it alone
-    assert argv[-1] == ("--wrap=exec /py -m lyasched.profile resnet --out /d/u.json --db /d/db --quiet "
-                        "--arg width=32")
+    assert argv[-1] == ("--wrap=exec /py -m lyasched.profile resnet --out /d/u.json --db /d/db --max-batch 8 "
+                        "--time-budget 300 --quiet --arg width=32")
+    big = SubmitRequest(command=["t.py"], model="mlp", global_batch=65536, iterations=1, min_gpus=2)
+    assert "--max-batch 1024" in profile_job_argv(big, Path("o"), Path("l"), Path("d"))[-1]
