@@ -40,7 +40,7 @@ def _env_int(name: str, default: int) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    p.add_argument("--model", default=os.environ.get("LYASCHED_MODEL", "resnet"),
+    p.add_argument("--model", default=os.environ.get("LYASCHED_MODEL") or "resnet",
                    help="example name or package.module:factory (env LYASCHED_MODEL; default resnet)")
     p.add_argument("--batch-per-gpu", type=int, default=_env_int("LYASCHED_BATCH_PER_GPU", 32),
                    help="per-GPU (per-rank) batch size (env LYASCHED_BATCH_PER_GPU; default 32)")
