@@ -190,14 +190,10 @@ def cluster_view(slurm: SlurmCLI, partition: str | None, config_path: Path | Non
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
     gpn = max(n.gpus_total for n in nodes)
-    types = {n.gpu_type for n in nodes}
-    env = os.environ.get(DEVICE_ENV, "").strip()
-    if env:
-        dev = device_type(env)
-    elif len(types) == 1 and "" not in types:
-        dev = device_type(types.pop())
-    else:
-        dev = GENERIC_DEVICE
+    # the same key `lyasched serve` refines: [service] device, else the first typed GPU, else "gpu"
+    chosen = os.environ.get(DEVICE_ENV, "").strip() or conf.device
+    chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
+    dev = device_type(chosen)
     spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter)
     return ClusterView(spec, dev)
 
@@ -423,7 +419,7 @@ def submit(
     predictions = {g: model.run_time(profile, req.global_batch, iterations, g, g > gpn) for g in counts}
     try:
         summary = CostSummary.from_profile(
-            profile, uid=uid, sig=f"{signature}:{view.device_type}"[:128], global_batch=req.global_batch,
+            profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
         )
     except ValueError as e:

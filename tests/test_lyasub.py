@@ -140,7 +140,7 @@ def test_submits_one_held_job_with_summary(fake: Fake) -> None:
     comment = next(a.split("=", 1)[1] for a in argv if a.startswith("--comment="))
     s = CostSummary.decode(comment)
     assert (s.global_batch, s.iterations, s.min_gpus, s.max_gpus, s.source) == (64, 100, 1, 12, "e")
-    assert s.sig.endswith(":gpu")
+    assert s.sig == _mlp_signature()  # the cost-table key; the device is the cluster's
     script = fake.jobs()[job_id]["script"]
     assert "export LYASCHED_GLOBAL_BATCH=64" in script
     assert f"export LYASCHED_UID={s.uid}" in script
@@ -279,3 +279,10 @@ def test_model_too_big_for_any_count_exits_2(fake: Fake, monkeypatch: pytest.Mon
     assert r.exit_code == 2
     assert "no GPU count in 1..12 fits" in r.stderr.strip().splitlines()[-1]
     assert fake.training_sbatches() == []
+
+
+def test_device_key_follows_the_service_config(fake: Fake, tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('[service]\ndevice = "NVIDIA A100-SXM4"\n[cluster]\ngpu_mem = 16e9\n')
+    r = lyasub(*BASE, "--no-profile", "--json", "--", "train.py")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["device_type"] == "nvidia-a100-sxm4"
