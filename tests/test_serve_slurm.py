@@ -9,6 +9,7 @@ LYASCHED_SLURM=1. The service schedules only the test user's jobs (service.users
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 import shutil
 import signal
 import subprocess
@@ -112,14 +113,14 @@ def wait_all(ids: list[str], states=FINAL, timeout: float = 150, log: Path | Non
 
 
 def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_dir, test_user, as_user, slurm_jobs):
-    ids = []
-    for i in range(5):  # small jobs: 1..2 GPUs
-        ids.append(lyasub(as_user, test_user, job_dir, "--job-name", f"small{i}", "--model", "mlp",
-                          "--global-batch", "8", "--iterations", "3", "--max-gpus", "2"))
+    small = [("--job-name", f"small{i}", "--model", "mlp", "--global-batch", "8", "--iterations", "3",
+              "--max-gpus", "2") for i in range(5)]  # small jobs: 1..2 GPUs
     # Wants more GPUs than a node has (4): the policy must place it on two nodes.
-    big = lyasub(as_user, test_user, job_dir, "--job-name", "big", "--model", "mlp", "--global-batch", "16",
-                 "--iterations", "3", "--min-gpus", "8", "--max-gpus", "8")
-    ids.append(big)
+    wide = ("--job-name", "big", "--model", "mlp", "--global-batch", "16", "--iterations", "3",
+            "--min-gpus", "8", "--max-gpus", "8")
+    with ThreadPoolExecutor(6) as pool:  # lyasub starts Python and costs the model: submit side by side
+        ids = list(pool.map(lambda a: lyasub(as_user, test_user, job_dir, *a), [*small, wide]))
+    big = ids[-1]
     slurm_jobs.extend(ids)
     held = squeue_jobs(ids)
     assert all(j.held_by_service for j in held.values()), {i: (j.state, j.reason) for i, j in held.items()}
