@@ -1,7 +1,7 @@
 # Two entry points for users: `make demo` (whole system on this machine) and `make test`.
 PY ?= python3
 
-.PHONY: install test test-unit
+.PHONY: install test test-unit demo
 
 install:
 	$(PY) -m pip install -q torch==2.13.0
@@ -13,3 +13,8 @@ test:
 
 test-unit:
 	$(PY) -m pytest -q -m "not slurm" tests
+
+# The whole system on this machine (root): Slurm test cluster up, `lyasched serve` in the background,
+# example jobs submitted with lyasub, wait until finished, lyastat, service stopped (slurm/demo.sh).
+demo:
+	PY=$(PY) bash slurm/demo.sh
