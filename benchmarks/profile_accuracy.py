@@ -124,15 +124,15 @@ def worker(args: argparse.Namespace) -> int:
                     t0 = time.perf_counter()
                     train_step(spec, opt, x, y)
                     times.append(time.perf_counter() - t0)
-            med = statistics.median(times)
+            stats = torch.tensor([statistics.median(times), min(times)], dtype=torch.float64)
             runq = rq.mean() or 0.0
-            if world > 1:  # the slowest rank's median: DDP waits for it
-                t_med = torch.tensor([med], dtype=torch.float64)
+            if world > 1:  # the slowest rank's figure: DDP waits for it
                 t_rq = torch.tensor([runq / world], dtype=torch.float64)
-                dist.all_reduce(t_med, op=dist.ReduceOp.MAX)
+                dist.all_reduce(stats, op=dist.ReduceOp.MAX)
                 dist.all_reduce(t_rq, op=dist.ReduceOp.SUM)
-                med, runq = float(t_med.item()), float(t_rq.item())
-            out[name] = {"median": med, "local_batch": local, "runnable": runq}
+                runq = float(t_rq.item())
+            med = float(stats[0].item())
+            out[name] = {"median": med, "min": float(stats[1].item()), "local_batch": local, "runnable": runq}
             if rank == 0:
                 print(f"  measured {name:10s} g={world} local batch {local:3d}: {med * 1e3:8.2f} ms/iter",
                       file=sys.stderr, flush=True)
@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--cores", type=int, default=None, help="cores the processes share (default: this machine's)")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of profile, link and DDP runs")
+    ap.add_argument("--stat", choices=["min", "median"], default="min",
+                    help="estimator over repetitions and rounds for every timing (default min: least disturbed)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--nice", type=int, default=0,
                     help="scheduling priority change for this run and its processes (negative needs root): on a "
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         procs = sorted({int(p) for p in args.procs.split(",")})
     except ValueError:
         print(f"error: --procs must be a comma list of integers, got {args.procs!r}", file=sys.stderr)
+        return 2
+    if args.rounds < 1 or args.iters < 1 or args.warmup < 0 or args.threads < 1:
+        print("error: --rounds, --iters and --threads must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
     bad = [g for g in procs if g < 1 or args.global_batch % g]
     if bad:
@@ -207,67 +213,92 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from lyasched.calibration import fit_bench_result, load_bench_result
-    from lyasched.cost import ring_allreduce_time
+    from lyasched.fit import fit_linear, fit_link
+    from lyasched.cost import Profile, ring_allreduce_time
     from lyasched.profile import profile_model
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t_start = time.perf_counter()
-    # 1. profile each model on one process
     local_batches = sorted({args.global_batch // g for g in procs} | {max(1, args.global_batch // (2 * max(procs)))})
-    profiles = {}
-    prof_load: dict[str, float] = {}
-    for m in models:
-        with RunQueue() as rq:
-            r = profile_model(m, batches=local_batches, device="cpu", threads=args.threads, warmup=2, repeats=5)
-        profiles[m] = r
-        prof_load[m] = (rq.mean() or 1.0) / cores
-        say(f"profiled {m:10s} params={r.params:>9d}  t(b) = {r.alpha * 1e3:.2f} ms + {r.beta * 1e3:.3f} ms/sample "
-            f"(R^2 {r.r2:.3f}; runnable tasks/core meanwhile {prof_load[m]:.2f})")
-
+    # Every round profiles, calibrates and measures once; rounds interleave so that a burst of
+    # other work on a shared machine hits one round, and the median across rounds drops it.
+    prof_runs: dict[str, list] = {m: [] for m in models}
+    prof_load: dict[str, list[float]] = {m: [] for m in models}
+    link_runs: list = []
+    link_load: list[float] = []
+    meas_runs: dict[tuple[str, int], list[dict]] = {(m, g): [] for m in models for g in procs}
     with tempfile.TemporaryDirectory() as tmp:
-        # 2. calibrate the gloo link on 2 processes
-        bench = Path(tmp) / "allreduce.json"
-        max_grad = max(r.params * r.bytes_per_param for r in profiles.values())
-        sizes = [4096 * 4**i for i in range(10) if 4096 * 4**i <= max(4 * max_grad, 1 << 20)]
-        with RunQueue() as rq:
-            _torchrun(2, ["-m", "lyasched.allreduce_bench", "--out", str(bench), "--repeats", "5",
-                          "--threads", str(args.threads), "--sizes", ",".join(map(str, sizes))], timeout=300)
-        fit = fit_bench_result(load_bench_result(bench))
-        link = fit.link
-        link_load = (rq.mean() or 2.0) / cores
-        say(f"gloo link (2 processes): {link.bandwidth / 1e9:.3f} GB/s, latency {link.latency * 1e6:.1f} us "
-            f"(R^2 {fit.r2:.3f}; runnable tasks/core meanwhile {link_load:.2f})")
+        for rnd in range(1, args.rounds + 1):
+            say(f"round {rnd}/{args.rounds}")
+            # 1. profile each model on one process
+            for m in models:
+                with RunQueue() as rq:
+                    r = profile_model(m, batches=local_batches, device="cpu", threads=args.threads, warmup=2,
+                                      repeats=5)
+                prof_runs[m].append(r)
+                prof_load[m].append((rq.mean() or 1.0) / cores)
+                say(f"  profiled {m:10s} params={r.params:>9d}  t(b) = {r.alpha * 1e3:.2f} ms + "
+                    f"{r.beta * 1e3:.3f} ms/sample (R^2 {r.r2:.3f}; load {prof_load[m][-1]:.2f})")
+            # 2. calibrate the gloo link on 2 processes
+            bench = Path(tmp) / f"allreduce{rnd}.json"
+            max_grad = max(r[-1].params * r[-1].bytes_per_param for r in prof_runs.values())
+            sizes = [4096 * 4**i for i in range(10) if 4096 * 4**i <= max(4 * max_grad, 1 << 20)]
+            with RunQueue() as rq:
+                _torchrun(2, ["-m", "lyasched.allreduce_bench", "--out", str(bench), "--repeats", "10",
+                              "--threads", str(args.threads), "--sizes", ",".join(map(str, sizes))], timeout=300)
+            doc = load_bench_result(bench)
+            fit = fit_bench_result(doc)
+            link_runs.append((fit, doc))
+            link_load.append((rq.mean() or 2.0) / cores)
+            say(f"  gloo link (2 processes): {fit.link.bandwidth / 1e9:.3f} GB/s, latency "
+                f"{fit.link.latency * 1e6:.1f} us (R^2 {fit.r2:.3f}; load {link_load[-1]:.2f})")
+            # 3. measure DDP on each g
+            for g in procs:
+                out = Path(tmp) / f"ddp{g}-{rnd}.json"
+                _torchrun(g, [str(Path(__file__).resolve()), "--worker", "--worker-out", str(out),
+                              "--models", ",".join(models), "--global-batch", str(args.global_batch),
+                              "--threads", str(args.threads), "--iters", str(args.iters),
+                              "--warmup", str(args.warmup)], timeout=300)
+                for m, v in json.loads(out.read_text())["models"].items():
+                    meas_runs[(m, g)].append(v)
 
-        # 3. measure DDP on each g
-        measured: dict[int, dict] = {}
-        for g in procs:
-            out = Path(tmp) / f"ddp{g}.json"
-            _torchrun(g, [str(Path(__file__).resolve()), "--worker", "--worker-out", str(out), "--models", ",".join(models),
-                          "--global-batch", str(args.global_batch), "--threads", str(args.threads),
-                          "--iters", str(args.iters), "--warmup", str(args.warmup)], timeout=300)
-            measured[g] = json.loads(out.read_text())["models"]
+    # The estimator: "min" keeps, for every measured point, the fastest observation over
+    # repetitions and rounds (as timeit does: slower ones are other work interfering);
+    # "median" the median. The same estimator is used on the profile, the link and the
+    # DDP measurement, so predicted and measured stay comparable.
+    est = min if args.stat == "min" else statistics.median
+    sizes0 = link_runs[0][1]["sizes"]
+    per_size = [est(doc["seconds"][i] for _, doc in link_runs) for i in range(len(sizes0))]
+    link, link_r2 = fit_link(sizes0, per_size, 2)
 
     # 4. predict and compare
     rows = []
     for m in models:
-        p = profiles[m].to_profile()
+        r0 = prof_runs[m][0]
+        # per batch size: the estimator over every timed step of every round, then t(b) = alpha + beta*b
+        common = [b for b in r0.batches if all(b in r.batches for r in prof_runs[m])]
+        tb = [est(t for r in prof_runs[m] for t in r.step_samples[r.batches.index(b)]) for b in common]
+        tf = fit_linear(common, tb)
+        p = Profile(m, alpha=tf.intercept, beta=tf.slope, params=r0.params, bytes_per_param=r0.bytes_per_param)
         for g in procs:
             local = args.global_batch / g
-            meas = measured[g][m]["median"]
-            # idle-machine model: only our own processes share the cores
+            meas = est(v[args.stat] for v in meas_runs[(m, g)])
+            # only our own processes share the cores (what the benchmark can control)
             share = max(1.0, g * args.threads / cores)
             compute = p.step_time(local)
             comm = ring_allreduce_time(p.grad_bytes, g, link)
             pred = share * (compute + comm)
             rows.append({"model": m, "g": g, "local_batch": local, "measured_s": meas,
+                         "measured_rounds_s": [v[args.stat] for v in meas_runs[(m, g)]],
+                         "profile_alpha": p.alpha, "profile_beta": p.beta,
                          "cpu_share": share, "compute_s": compute, "comm_s": comm, "predicted_s": pred,
                          "abs_rel_err": abs(pred / meas - 1.0),
                          # diagnostic only: runnable tasks per core while this row was measured
                          # (> g*threads/cores means other work competed for the CPU)
-                         "runnable_per_core": measured[g][m]["runnable"] / cores,
-                         "runnable_per_core_profiling": prof_load[m]})
+                         "runnable_per_core": statistics.fmean(v["runnable"] for v in meas_runs[(m, g)]) / cores,
+                         "runnable_per_core_profiling": statistics.fmean(prof_load[m])})
 
     def acc(key: str, sel) -> dict:
         e = np.array([r[key] for r in rows if sel(r)])
@@ -282,13 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
     if args.json:
         print(json.dumps({"rows": rows, "overall": overall, "overall_multi_process": overall_multi,
-                          "link": {"bandwidth": link.bandwidth, "latency": link.latency, "r2": fit.r2,
-                                   "runnable_per_core": link_load},
+                          "link": {"bandwidth": link.bandwidth, "latency": link.latency, "r2": link_r2,
+                                   "runnable_per_core": statistics.fmean(link_load)},
+                          "rounds": args.rounds, "stat": args.stat,
                           "nice": args.nice,
                           "cores": cores, "threads": args.threads, "global_batch": args.global_batch,
                           "torch": torch.__version__, "elapsed_s": elapsed}, indent=2))
         return 0
-    print(f"\nDDP (gloo, CPU), global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores; "
+    print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores; "
           f"link {link.bandwidth / 1e9:.3f} GB/s + {link.latency * 1e6:.0f} us")
     print(f"{'model':10s} {'g':>2s} {'local':>5s} {'share':>5s} {'compute':>9s} {'comm':>8s} {'predicted':>10s} "
           f"{'measured':>9s} {'err':>6s} {'load':>5s}")

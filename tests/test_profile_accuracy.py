@@ -20,7 +20,7 @@ def test_rejects_bad_process_counts():
 def test_profile_calibrate_predict_measure_smoke(tmp_path):
     """The whole chain on the smallest model: profile, gloo calibration, DDP on 2 processes."""
     r = subprocess.run([sys.executable, str(SCRIPT), "--models", "mlp", "--procs", "2", "--global-batch", "16",
-                        "--iters", "3", "--warmup", "1", "--json"], capture_output=True, text=True, timeout=300,
+                        "--iters", "3", "--warmup", "1", "--rounds", "1", "--json"], capture_output=True, text=True, timeout=300,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
