@@ -15,6 +15,7 @@ import math
 import os
 import pwd
 import shlex
+import sqlite3
 import sys
 import tempfile
 import time
@@ -389,7 +390,11 @@ def submit(
     profile = None
     source = "estimate"
     if req.profile:
-        profile = cached_profile(db_path, signature, view.device_type)
+        try:
+            profile = cached_profile(db_path, signature, view.device_type)
+        except (sqlite3.Error, OSError) as e:
+            say(f"warning: cannot read the cost table {db_path} ({e}); profiling instead")
+            profile = None
         source = "cache"
         if profile is None:
             if req.dry_run:
@@ -401,6 +406,8 @@ def submit(
                     raise SubmitError(f"profiling job failed: {e}") from None
                 except TimeoutError as e:
                     raise SubmitError(str(e)) from None
+                except (OSError, sqlite3.Error, ValueError) as e:
+                    raise SubmitError(f"profiling: {e}") from None
                 source = "profiled"
     if profile is None:
         say(f"estimating {req.model} from FLOP counts (no profiling)")
