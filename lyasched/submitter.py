@@ -262,7 +262,9 @@ def wait_for_job(slurm: SlurmCLI, job_id: str, say: Say, timeout: float, poll: f
         if state in cmd.FINISHED_STATES or state == "UNKNOWN":
             return state
         waited = time.monotonic() - t0
-        status = f"profiling job {job_id}: {state}" + (f" ({reason})" if state == "PENDING" and reason not in ("", "None") else "")
+        status = f"profiling job {job_id}: {state}"
+        if state == "PENDING" and reason not in ("", "None"):
+            status += f" ({reason})"
         if status != last or waited >= next_report:
             say(f"{status}, {waited:.0f}s")
             last, next_report = status, waited + 30
@@ -384,7 +386,9 @@ def submit(
     cluster = view.spec
     if req.min_gpus > cluster.total_gpus:
         raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
-    max_gpus = req.max_gpus if req.max_gpus is not None else max(req.min_gpus, min(req.global_batch, cluster.total_gpus))
+    max_gpus = req.max_gpus
+    if max_gpus is None:
+        max_gpus = max(req.min_gpus, min(req.global_batch, cluster.total_gpus))
 
     # the job's cost: cached measurement > profiling job > FLOP estimate
     profile = None
