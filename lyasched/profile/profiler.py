@@ -86,20 +86,27 @@ def device_info(dev: torch.device) -> dict[str, Any]:
     """Name, total memory and cost-table key of ``dev`` (NVML when present, else torch)."""
     if dev.type == "cuda":
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
         name, total = None, None
         try:
             import pynvml  # optional: the `profile` extra
 
             pynvml.nvmlInit()
             try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+                # NVML numbers all GPUs, torch only the visible ones: match by UUID when possible
+                uuid = getattr(props, "uuid", None)
+                if uuid is not None:
+                    h = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+                elif os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+                    h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+                else:
+                    raise LookupError("cannot map the torch device to an NVML device")
                 raw = pynvml.nvmlDeviceGetName(h)
                 name = raw.decode() if isinstance(raw, bytes) else str(raw)
                 total = float(pynvml.nvmlDeviceGetMemoryInfo(h).total)
             finally:
                 pynvml.nvmlShutdown()
-        except Exception:  # no pynvml, no NVML library, or index mismatch under CUDA_VISIBLE_DEVICES
-            props = torch.cuda.get_device_properties(idx)
+        except Exception:  # no pynvml, no NVML library, no matching NVML device (MIG, remapping)
             name, total = props.name, float(props.total_memory)
         return {"device_name": name, "device_memory": total, "device_type": device_type(name)}
     return {"device_name": _cpu_name(), "device_memory": _ram_bytes(), "device_type": "cpu"}
