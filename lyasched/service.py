@@ -308,6 +308,8 @@ class Service:
             if row is not None and row["slurm_id"] != job.job_id:
                 row = None  # a resubmission under the same uid: a new record
                 records.replace_job(self.db, uid, slurm_id=job.job_id, first_seen=now)
+            if row is None and job.finished:
+                continue  # finished before this service ever saw it: nothing it decided, nothing to learn
             if row is None:
                 fields = dict(
                     slurm_id=job.job_id,

@@ -268,6 +268,13 @@ def test_finished_job_gets_observed_time_and_lyasched_ignores_plain_and_invalid_
     assert records.get_job(db, "uid-00000021")["observed"] == pytest.approx(12.0)
 
 
+def test_jobs_already_finished_when_first_seen_are_not_recorded(db):
+    slurm = FakeSlurm(jobs=[FakeJob("91", summary("uid-00000091"), state="COMPLETED", reason="None",
+                                    start=1_000_010.0, end=1_000_020.0, nodes=("node1",))])
+    service(db, slurm, StartAs({})).run_slot()
+    assert records.get_job(db, "uid-00000091") is None and records.list_jobs(db) == []
+
+
 def test_running_job_that_vanishes_without_accounting_is_marked_vanished(db):
     job = FakeJob("31", summary("uid-00000031"), state="RUNNING", reason="None", start=1_000_050.0, nodes=("node1",))
     slurm = FakeSlurm(jobs=[job])
