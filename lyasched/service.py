@@ -149,6 +149,7 @@ class Service:
         self._rows: dict[tuple, WaitingJob] = {}  # (uid, cluster shape) -> precomputed rows
         self._accounting: bool | None = None
         self._warned: set[str] = set()
+        self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         records.ensure_schema(self.db)
 
     @property
@@ -240,7 +241,7 @@ class Service:
                 placement = tuple((index[n], job.gpus_per_node) for n in job.nodes if n in index)
                 running.append(self._running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
-                s = CostSummary.decode(job.comment)
+                s, _ = self._decode(job.comment)
                 wj = self._waiting(s, job, cost)
                 summaries[job.job_id] = s
                 waiting.append(wj)
@@ -287,11 +288,8 @@ class Service:
         for job in jobs:
             if self.config.users and job.user not in self.config.users:
                 continue
-            try:
-                s = CostSummary.decode(job.comment)
-                uid, err = s.uid, ""
-            except ValueError as e:
-                s, uid, err = None, f"slurm-{job.job_id}", str(e)
+            s, err = self._decode(job.comment)
+            uid = s.uid if s is not None else f"slurm-{job.job_id}"
             old = by_uid.get(uid)
             if old is not None:
                 keep, drop = (old[0], job) if _newer(old[0], job) else (job, old[0])
@@ -303,8 +301,10 @@ class Service:
             by_uid[uid] = (job, s, err)
 
         seen: dict[str, tuple[q.SlurmJob, dict | None]] = {}
+        self._touch: list[str] = []
+        rows = records.get_jobs(self.db, list(by_uid))
         for uid, (job, s, err) in by_uid.items():
-            row = records.get_job(self.db, uid)
+            row = rows.get(uid)
             if row is not None and row["slurm_id"] != job.job_id:
                 row = None  # a resubmission under the same uid: a new record
                 records.replace_job(self.db, uid, slurm_id=job.job_id, first_seen=now)
@@ -329,15 +329,15 @@ class Service:
                 row = records.get_job(self.db, uid)
             row = self._observe(job, row, now, device, report)
             seen[uid] = (job, row)
+        records.touch_jobs(self.db, self._touch, now)
         return seen
 
     def _observe(self, job: q.SlurmJob, row: dict, now: float, device: str, report: SlotReport) -> dict:
         """Fold Slurm's view of one job into its row (start, end, observed run time)."""
-        upd: dict[str, Any] = {"slurm_state": job.state, "last_seen": now, "name": job.name}
+        upd: dict[str, Any] = {"slurm_state": job.state, "name": job.name}
         st = row["state"]
         if st == "invalid":
-            records.upsert_job(self.db, row["uid"], **upd)
-            return {**row, **upd}
+            return self._save(row, upd, now)
         if job.running and st in ("waiting", "released"):
             upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
             upd["reason"] = "running"
@@ -356,8 +356,16 @@ class Service:
             upd.update(state="released", released_at=now, reason="released outside this slot")
         elif job.held_by_service and st in ("released", "running"):
             upd.update(state="waiting", reason="held (by an operator)")
-        records.upsert_job(self.db, row["uid"], **upd)
-        return {**row, **upd}
+        return self._save(row, upd, now)
+
+    def _save(self, row: dict, upd: dict[str, Any], now: float) -> dict:
+        """Write only what changed; last_seen of unchanged rows goes in one batch per slot."""
+        changed = {k: v for k, v in upd.items() if row.get(k) != v}
+        if changed:
+            records.upsert_job(self.db, row["uid"], last_seen=now, **changed)
+        else:
+            self._touch.append(row["uid"])
+        return {**row, **upd, "last_seen": now}
 
     def _finish(self, row: dict, slurm_state: str, observed: float | None, device: str) -> None:
         """Feed a completed job's observed run time to the cost table (when there is one)."""
@@ -449,6 +457,19 @@ class Service:
                 pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
             )
         return wj
+
+    def _decode(self, comment: str) -> tuple[CostSummary | None, str]:
+        """Decoded summary (or None and why), cached: a job's comment is read every slot."""
+        hit = self._summaries.get(comment)
+        if hit is None:
+            try:
+                hit = (CostSummary.decode(comment), "")
+            except ValueError as e:
+                hit = (None, str(e))
+            if len(self._summaries) > 100_000:
+                self._summaries.clear()
+            self._summaries[comment] = hit
+        return hit
 
     def _running(self, job: q.SlurmJob, row: dict, placement: Placement, now: float) -> RunningJob:
         start = job.start_time or row.get("released_at") or now

@@ -172,6 +172,16 @@ def get_job(db: sqlite_utils.Database, uid: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def get_jobs(db: sqlite_utils.Database, uids: Sequence[str]) -> dict[str, dict]:
+    """Rows of many jobs by uid (one query per 500 uids)."""
+    out: dict[str, dict] = {}
+    for i in range(0, len(uids), 500):
+        chunk = list(uids[i : i + 500])
+        sql = f"select * from jobs where uid in ({', '.join('?' * len(chunk))})"
+        out.update({r["uid"]: r for r in db.query(sql, chunk)})
+    return out
+
+
 def job_by_slurm_id(db: sqlite_utils.Database, slurm_id: str) -> dict | None:
     rows = list(db.query("select * from jobs where slurm_id = ? order by first_seen desc limit 1", [str(slurm_id)]))
     return rows[0] if rows else None
@@ -182,8 +192,23 @@ def upsert_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
     unknown = set(fields) - set(JOB_COLUMNS)
     if unknown:
         raise KeyError(f"unknown job column(s): {', '.join(sorted(unknown))}")
-    row = {"uid": uid, **{k: _clean(v) for k, v in fields.items()}}
-    db["jobs"].upsert(row, pk="uid", columns=JOB_COLUMNS)
+    cols = ["uid", *fields]
+    vals = [uid, *(_clean(v) for v in fields.values())]
+    # Plain SQL: sqlite-utils' upsert introspects the table on every call (~1 ms; a slot writes
+    # one row per changed job).
+    sets = ", ".join(f"{c} = excluded.{c}" for c in fields) or "uid = excluded.uid"
+    db.execute(
+        f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT(uid) DO UPDATE SET {sets}",
+        vals,
+    )
+
+
+def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> None:
+    """Set last_seen of many jobs in one statement (every slot sees every job)."""
+    if uids:
+        with transaction(db):
+            db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", [(now, u) for u in uids])
 
 
 def replace_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
