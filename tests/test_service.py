@@ -4,7 +4,6 @@ output in the recorded 22.05 formats and records every argv it would run; and co
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -286,6 +285,31 @@ def test_running_job_that_vanishes_without_accounting_is_marked_vanished(db):
     assert ["scontrol", "show", "config"] in slurm.calls  # accounting detected once...
     svc.run_slot()
     assert slurm.calls.count(["scontrol", "show", "config"]) == 1
+
+
+def test_vanished_job_is_completed_from_sacct_when_accounting_exists(db):
+    class WithAccounting(FakeSlurm):
+        def run(self, args, *, idempotent=True, input=None):
+            if list(args[:3]) == ["scontrol", "show", "config"]:
+                self.calls.append(list(args))
+                return "AccountingStorageType   = accounting_storage/slurmdbd\n"
+            if args[0] == "sacct":
+                self.calls.append(list(args))
+                return (f"32|alice|COMPLETED|{ts(1_000_000)}|{ts(1_000_050)}|{ts(1_000_095)}|45|1|billing=1,gres/gpu=1\n"
+                        f"32.batch||COMPLETED|{ts(1_000_050)}|{ts(1_000_050)}|{ts(1_000_095)}|45|1|\n")
+            return super().run(args, idempotent=idempotent, input=input)
+
+    job = FakeJob("32", summary("uid-00000032"))
+    slurm = WithAccounting(jobs=[job])
+    svc = service(db, slurm, StartAs({"32": ((0, 1),)}))
+    svc.run_slot()
+    slurm.jobs = []  # gone from squeue before the service saw it end
+    rep = svc.run_slot()
+    sacct = [c for c in slurm.calls if c[0] == "sacct"]
+    assert sacct and sacct[0][-1] == "32"
+    row = records.get_job(db, "uid-00000032")
+    assert rep.finished == ["32"] and row["state"] == "finished" and row["observed"] == 45.0
+    assert row["slurm_state"] == "COMPLETED" and "sacct" in row["reason"]
 
 
 def test_slurm_failure_is_recorded_not_raised(db):

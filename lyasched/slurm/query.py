@@ -11,7 +11,6 @@ lyasched cost summary never contains ``|``), then the job name (anything, so it 
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
 import time
