@@ -12,7 +12,7 @@ from lyasched.cli.lyastat import fmt_seconds, main
 from lyasched.config import Config
 from lyasched.service import Service
 from lyasched.store import records
-from tests.test_service import FakeJob, FakeSlurm, StartAs, summary
+from test_service import FakeJob, FakeSlurm, StartAs, summary
 
 
 @pytest.fixture
