@@ -2,17 +2,19 @@
 """Profile -> calibrate -> predict vs measure: the cost model on real DistributedDataParallel runs.
 
 For each example model: profile t(b) on 1 process (CPU, lyasched.profile.profile_model),
-calibrate the gloo link with the all-reduce benchmark on 2 processes (lyasched calibrate),
-then predict the per-iteration time of DDP training (gloo, CPU) on 1, 2 and 4 processes at
-a fixed global batch and compare with the measured time.
+calibrate the gloo link with the all-reduce benchmark (lyasched.allreduce_bench, as
+`lyasched calibrate run` does) on the same numbers of processes, then predict the
+per-iteration time of DDP training (gloo, CPU) on 1, 2 and 4 processes at a fixed global
+batch and compare with the measured time.
 
-Prediction (docs/calibration.md): share = max(1, g * threads / cores) is how many
-processes each core serves; on a CPU host both the step's compute and gloo's copies and
-reductions need a core, so
+Prediction (docs/calibration.md): g processes with ``threads`` threads each share ``cores``
+cores, so each gets 1/share of a core, share = max(1, g * threads / cores), and
 
-    t_pred(g) = share * [ t(B/g) + ring_allreduce(params * bytes_per_param, g, link) ]
+    t_pred(g) = share * t(B/g) + ring_allreduce(params * bytes_per_param, g, link_g)
 
-(no overlap: these models fit in one DDP bucket, whose all-reduce starts after backward).
+where link_g was measured by g processes on the same cores (their sharing of the CPU during
+the copies and reductions is part of the measured link). No overlap term: these models fit
+in one DDP bucket, whose all-reduce starts after backward.
 
     python benchmarks/profile_accuracy.py [--json] [--models mlp,resnet] [--procs 1,2,4]
 """
@@ -226,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     # other work on a shared machine hits one round, and the median across rounds drops it.
     prof_runs: dict[str, list] = {m: [] for m in models}
     prof_load: dict[str, list[float]] = {m: [] for m in models}
-    link_runs: list = []
-    link_load: list[float] = []
+    link_runs: dict[int, list[dict]] = {}
+    link_load: dict[int, list[float]] = {}
     meas_runs: dict[tuple[str, int], list[dict]] = {(m, g): [] for m in models for g in procs}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(1, args.rounds + 1):
@@ -241,19 +243,22 @@ def main(argv: list[str] | None = None) -> int:
                 prof_load[m].append((rq.mean() or 1.0) / cores)
                 say(f"  profiled {m:10s} params={r.params:>9d}  t(b) = {r.alpha * 1e3:.2f} ms + "
                     f"{r.beta * 1e3:.3f} ms/sample (R^2 {r.r2:.3f}; load {prof_load[m][-1]:.2f})")
-            # 2. calibrate the gloo link on 2 processes
-            bench = Path(tmp) / f"allreduce{rnd}.json"
+            # 2. calibrate the gloo link with the all-reduce benchmark, once per process count g > 1:
+            #    the link as g processes sharing these cores see it (the CPU sharing of the copies
+            #    and reductions is part of the measured link, as a cluster's link is measured on it)
             max_grad = max(r[-1].params * r[-1].bytes_per_param for r in prof_runs.values())
             sizes = [4096 * 4**i for i in range(10) if 4096 * 4**i <= max(4 * max_grad, 1 << 20)]
-            with RunQueue() as rq:
-                _torchrun(2, ["-m", "lyasched.allreduce_bench", "--out", str(bench), "--repeats", "10",
-                              "--threads", str(args.threads), "--sizes", ",".join(map(str, sizes))], timeout=300)
-            doc = load_bench_result(bench)
-            fit = fit_bench_result(doc)
-            link_runs.append((fit, doc))
-            link_load.append((rq.mean() or 2.0) / cores)
-            say(f"  gloo link (2 processes): {fit.link.bandwidth / 1e9:.3f} GB/s, latency "
-                f"{fit.link.latency * 1e6:.1f} us (R^2 {fit.r2:.3f}; load {link_load[-1]:.2f})")
+            for g in (g for g in procs if g > 1):
+                bench = Path(tmp) / f"allreduce{g}-{rnd}.json"
+                with RunQueue() as rq:
+                    _torchrun(g, ["-m", "lyasched.allreduce_bench", "--out", str(bench), "--repeats", "10",
+                                  "--threads", str(args.threads), "--sizes", ",".join(map(str, sizes))], timeout=300)
+                doc = load_bench_result(bench)
+                fit = fit_bench_result(doc)
+                link_runs.setdefault(g, []).append(doc)
+                link_load.setdefault(g, []).append((rq.mean() or g) / cores)
+                say(f"  gloo link ({g} processes): {fit.link.bandwidth / 1e9:.3f} GB/s, latency "
+                    f"{fit.link.latency * 1e6:.1f} us (R^2 {fit.r2:.3f}; load {link_load[g][-1]:.2f})")
             # 3. measure DDP on each g
             for g in procs:
                 out = Path(tmp) / f"ddp{g}-{rnd}.json"
@@ -269,9 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     # "median" the median. The same estimator is used on the profile, the link and the
     # DDP measurement, so predicted and measured stay comparable.
     est = min if args.stat == "min" else statistics.median
-    sizes0 = link_runs[0][1]["sizes"]
-    per_size = [est(doc["seconds"][i] for _, doc in link_runs) for i in range(len(sizes0))]
-    link, link_r2 = fit_link(sizes0, per_size, 2)
+    links: dict[int, tuple] = {}
+    for g, docs in link_runs.items():
+        sizes0 = docs[0]["sizes"]
+        links[g] = fit_link(sizes0, [est(d["seconds"][i] for d in docs) for i in range(len(sizes0))], g)
 
     # 4. predict and compare
     rows = []
@@ -288,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             # only our own processes share the cores (what the benchmark can control)
             share = max(1.0, g * args.threads / cores)
             compute = p.step_time(local)
-            comm = ring_allreduce_time(p.grad_bytes, g, link)
-            pred = share * (compute + comm)
+            comm = ring_allreduce_time(p.grad_bytes, g, links[g][0]) if g > 1 else 0.0
+            pred = share * compute + comm
             rows.append({"model": m, "g": g, "local_batch": local, "measured_s": meas,
                          "measured_rounds_s": [v[args.stat] for v in meas_runs[(m, g)]],
                          "profile_alpha": p.alpha, "profile_beta": p.beta,
@@ -313,22 +319,24 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
     if args.json:
         print(json.dumps({"rows": rows, "overall": overall, "overall_multi_process": overall_multi,
-                          "link": {"bandwidth": link.bandwidth, "latency": link.latency, "r2": link_r2,
-                                   "runnable_per_core": statistics.fmean(link_load)},
+                          "links": {str(g): {"bandwidth": lk.bandwidth, "latency": lk.latency, "r2": r2,
+                                             "runnable_per_core": statistics.fmean(link_load[g])}
+                                    for g, (lk, r2) in links.items()},
                           "rounds": args.rounds, "stat": args.stat,
                           "nice": args.nice,
                           "cores": cores, "threads": args.threads, "global_batch": args.global_batch,
                           "torch": torch.__version__, "elapsed_s": elapsed}, indent=2))
         return 0
     print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores; "
-          f"link {link.bandwidth / 1e9:.3f} GB/s + {link.latency * 1e6:.0f} us")
+          + "; gloo links: " + ", ".join(f"g={g}: {lk.bandwidth / 1e9:.3f} GB/s + {lk.latency * 1e6:.0f} us"
+                                         for g, (lk, _) in links.items()))
     print(f"{'model':10s} {'g':>2s} {'local':>5s} {'share':>5s} {'compute':>9s} {'comm':>8s} {'predicted':>10s} "
           f"{'measured':>9s} {'err':>6s} {'load':>5s}")
     for r in rows:
         print(f"{r['model']:10s} {r['g']:2d} {r['local_batch']:5.0f} {r['cpu_share']:5.1f} {r['compute_s'] * 1e3:7.2f}ms "
               f"{r['comm_s'] * 1e3:6.2f}ms {r['predicted_s'] * 1e3:8.2f}ms {r['measured_s'] * 1e3:7.2f}ms "
               f"{r['abs_rel_err']:6.1%} {r['runnable_per_core']:5.2f}")
-    print("(share = max(1, g*threads/cores) multiplies compute and comm; load = runnable tasks per core while "
+    print("(share = max(1, g*threads/cores) multiplies compute; comm uses the link measured with g processes; load = runnable tasks per core while "
           "measuring, all processes of the machine: above share, other work competed for the CPU)")
     for label, a in (("all rows", overall), ("g > 1   ", overall_multi)):
         if a["rows"]:
