@@ -99,3 +99,15 @@ def test_real_benchmark_two_gloo_ranks(tmp_path):
     intra, inter = load_cluster_links(open_db(db))
     assert inter is None and intra is not None and intra.bandwidth > 0
     assert "intra: bandwidth" in r.output
+
+
+def test_with_calibrated_links_replaces_only_calibrated_kinds(tmp_path):
+    from lyasched.cost import ClusterSpec
+    from lyasched.store.cluster import with_calibrated_links
+
+    db = open_db(tmp_path / "c.db")
+    base = ClusterSpec(nodes=4, gpus_per_node=8)
+    assert with_calibrated_links(db, base) == base
+    save_cluster_link(db, "inter", Link(3e9, 7e-5))
+    spec = with_calibrated_links(db, base)
+    assert spec.inter == Link(3e9, 7e-5) and spec.intra == base.intra and spec.nodes == 4

@@ -1,17 +1,19 @@
 """Cluster parameters measured by `lyasched calibrate`: the intra- and inter-node links.
 
 One row per link kind ("intra", "inter"); a new calibration replaces the old one. The
-service and `lyasched replay` read them with ``load_cluster_links`` and fall back to
-ClusterSpec's defaults where a kind was never calibrated.
+service and `lyasched replay` read them with ``load_cluster_links`` (or get a ClusterSpec
+with them from ``with_calibrated_links``) and keep ClusterSpec's defaults where a kind was
+never calibrated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 import sqlite_utils
 
-from lyasched.cost import Link
+from lyasched.cost import ClusterSpec, Link
 
 TABLE = "cluster_params"
 KINDS = ("intra", "inter")
@@ -98,3 +100,9 @@ def load_cluster_links(db: sqlite_utils.Database) -> tuple[Link | None, Link | N
     """(intra, inter) as calibrated, None for a kind never calibrated."""
     found = {r["kind"]: Link(bandwidth=r["bandwidth"], latency=r["latency"]) for r in cluster_link_rows(db)}
     return found.get("intra"), found.get("inter")
+
+
+def with_calibrated_links(db: sqlite_utils.Database, cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` with its intra/inter links replaced by the calibrated ones, where present."""
+    intra, inter = load_cluster_links(db)
+    return dataclasses.replace(cluster, intra=intra or cluster.intra, inter=inter or cluster.inter)
