@@ -30,6 +30,13 @@ DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
 DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (checkpoint reload)
 
 
+# Policies whose decision depends only on the waiting/running jobs and free GPUs, never on
+# ``state.now``: after a slot where such a policy starts nothing, nothing can happen until
+# the next arrival or completion, so the simulator jumps there. A policy may say so itself
+# with a ``time_invariant`` class attribute (True/False), which takes precedence.
+TIME_INVARIANT = frozenset({"fixed-1", "random", "fifo", "sjf-oracle", "optimus"})
+
+
 class InvalidDecision(ValueError):
     """The policy returned a decision the cluster cannot carry out."""
 
@@ -207,6 +214,8 @@ class Simulation:
         pname = name or getattr(policy, "name", type(policy).__name__)
         oracle = bool(getattr(policy, "needs_true_runtimes", False))
         preemptive = bool(getattr(policy, "preemptive", False)) or pname in PREEMPTIVE
+        invariant = getattr(policy, "time_invariant", None)
+        invariant = pname in TIME_INVARIANT if invariant is None else bool(invariant)
         cl = self.cluster
         gpn, total = cl.gpus_per_node, cl.total_gpus
         slot = self.slot_len
@@ -228,6 +237,7 @@ class Simulation:
         slot_z: list[float] = []
 
         waiting: list[int] = []  # job indices, kept sorted (= by submit time)
+        wlist: list[WaitingJob] = []  # their views, same order (tuple(list) is C-speed)
         views: dict[int, WaitingJob] = {}
         by_id: dict[str, int] = {}
         waiting_view: tuple[WaitingJob, ...] | None = ()
@@ -238,6 +248,7 @@ class Simulation:
         done = 0
         calls = 0
         idle_calls = 0
+        acted = True
 
         bar = None
         if progress:
@@ -295,6 +306,7 @@ class Simulation:
                     views[i] = self._view(i, 1.0, 0.0, oracle, 0.0)
                     by_id[jobs[i].job_id] = i
                     waiting.append(i)
+                    wlist.append(views[i])
                     next_arrival += 1
                     waiting_view = None
                 if changed_running:
@@ -302,8 +314,9 @@ class Simulation:
 
                 can_act = bool(waiting) and (busy < total or (preemptive and running))
                 if can_act:
+                    acted = False
                     if waiting_view is None:
-                        waiting_view = tuple(views[i] for i in waiting)
+                        waiting_view = tuple(wlist)
                     if running_view is None or preemptive:
                         running_view = tuple(
                             RunningJob(
@@ -330,7 +343,6 @@ class Simulation:
                     slot_t.append(t)
                     slot_q.append(float(res.q))
                     slot_z.append(float(res.z))
-                    acted = False
                     # preemptions first: their GPUs are free for this slot's starts
                     for jid in res.preempt:
                         i = by_id.get(jid)
@@ -341,7 +353,9 @@ class Simulation:
                         stop(r, t, finished=False)
                         records[i].preemptions += 1
                         views[i] = self._view(i, frac[i], self.restart_overhead, oracle, attained[i])
-                        bisect.insort(waiting, i)
+                        pos = bisect.bisect(waiting, i)
+                        waiting.insert(pos, i)
+                        wlist.insert(pos, views[i])
                         acted = True
                     preempted = set(res.preempt)
                     started: set[int] = set()
@@ -372,7 +386,10 @@ class Simulation:
                         started.add(i)
                         acted = True
                     if started:
-                        waiting = [i for i in waiting if i not in started]
+                        for i in sorted(started, reverse=True):  # waiting is sorted: bisect, then memmove
+                            pos = bisect.bisect_left(waiting, i)
+                            del waiting[pos]
+                            del wlist[pos]
                         for i in started:
                             del views[i]
                     if acted:
@@ -385,7 +402,7 @@ class Simulation:
                         if not running and next_arrival >= n and idle_calls > 1_000_000:
                             raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
                 # next slot where something can happen
-                if waiting and (busy < total or (preemptive and running)):
+                if waiting and (busy < total or (preemptive and running)) and (acted or not invariant):
                     slot_k += 1
                     continue
                 # drop stale heap entries so heap[0] is a live completion

@@ -1,0 +1,161 @@
+"""`lyasched replay`: simulate a workload under several policies and compare them."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from lyasched.policy import POLICIES, make_policy
+
+
+def _value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _accepts(name: str, key: str) -> bool:
+    mod, cls = POLICIES[name].split(":")
+    params = inspect.signature(getattr(importlib.import_module(mod), cls)).parameters
+    return key in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def parse_params(items: tuple[str, ...], policies: list[str]) -> dict[str, dict[str, Any]]:
+    """``KEY=VALUE`` (every replayed policy that takes KEY) or ``POLICY.KEY=VALUE``."""
+    out: dict[str, dict[str, Any]] = {p: {} for p in policies}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE or POLICY.KEY=VALUE", param_hint="--param")
+        val = _value(raw)
+        pol, dot, k = key.rpartition(".")
+        if dot:
+            if pol not in POLICIES:
+                raise click.BadParameter(f"{item!r}: unknown policy {pol!r}", param_hint="--param")
+            if pol not in out:
+                raise click.BadParameter(f"{item!r}: policy {pol!r} is not being replayed", param_hint="--param")
+            if k == "seed" or not _accepts(pol, k):
+                raise click.BadParameter(f"{item!r}: policy {pol!r} has no parameter {k!r}", param_hint="--param")
+            out[pol][k] = val
+        else:
+            takers = [p for p in policies if _accepts(p, key)] if key != "seed" else []
+            if not takers:
+                raise click.BadParameter(f"{item!r}: no replayed policy has a parameter {key!r}", param_hint="--param")
+            for p in takers:
+                out[p][key] = val
+    return out
+
+
+def _fmt_table(workload: str, summary: dict, info: str) -> str:
+    cols = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "max_wait_s", "makespan_s", "avg_slowdown", "gpu_util", "wall_s")
+    heads = ("policy", "avg JCT s", "p50 JCT s", "p99 JCT s", "avg wait s", "max wait s", "makespan s", "slowdown", "util", "sim s")
+    rows = []
+    for name, s in summary["policies"].items():
+        row = [name]
+        for c in cols:
+            v = s[c]
+            row.append(f"{v:.2f}" if c in ("avg_slowdown", "gpu_util", "wall_s") else f"{v:.0f}")
+        rows.append(row)
+    rows.append(["lower bound", f"{summary['lower_bound']['avg_jct_s']:.0f}"] + [""] * (len(cols) - 1))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([f"{workload}: {info}", line(heads), *(line(r) for r in rows)])
+
+
+@click.command("replay")
+@click.option("--workload", "-w", required=True, help="Built-in group (seed-small-scattered, seed-small-bursty, seed-large-scattered, seed-large-bursty) or a CSV trace path.")
+@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Cluster nodes (default: the workload's cluster, or sized by --load).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node (default: 4/8 for built-ins, 8 for traces).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload, the estimate errors and random policies.")
+@click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, help="Size the cluster for this offered load when --nodes is not given (traces: default 0.8).")
+@click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds: policies decide at slot boundaries.")
+@click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Sigma of log(true/predicted run time); 0 = exact predictions.")
+@click.option("--restart-overhead", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds a preempted job loses when it restarts.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Only the first N jobs (by submit time).")
+@click.option("--start", type=click.FloatRange(min=0), default=None, help="Window start, seconds after the first submission.")
+@click.option("--end", type=click.FloatRange(min=0), default=None, help="Window end, seconds after the first submission.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write per-job CSVs, summary.json and PNG plots here.")
+@click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, e.g. V=1e4 or lyapunov.V=1e4 (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
+def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead,
+           max_jobs, start, end, out_dir, params, as_json) -> None:
+    """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
+    from lyasched.sim import InvalidDecision, Simulation
+    from lyasched.sim.metrics import lower_bound, summarize, write_jobs_csv
+    from lyasched.sim.workloads import TraceError, load_workload
+
+    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(POLICIES)
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")
+    if not names:
+        raise click.BadParameter("no policy given", param_hint="--policies")
+    if len(set(names)) != len(names):
+        raise click.BadParameter("a policy is named twice", param_hint="--policies")
+    if start is not None and end is not None and end <= start:
+        raise click.BadParameter("--end must be after --start", param_hint="--end")
+    pparams = parse_params(params, names)
+    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
+
+    try:
+        w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
+                          max_jobs=max_jobs, start=start, end=end)
+        sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
+                         restart_overhead=restart_overhead)
+        built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]
+    except (TraceError, ValueError, TypeError) as e:
+        raise click.ClickException(str(e).splitlines()[0]) from None
+
+    progress = sys.stderr.isatty()
+    results = []
+    for n, pol in built:
+        try:
+            results.append(sim.run(pol, progress=progress, name=n))
+        except (InvalidDecision, RuntimeError) as e:
+            raise click.ClickException(str(e).splitlines()[0]) from None
+
+    c = w.cluster
+    summary = {
+        "workload": w.name,
+        "jobs": len(w.jobs),
+        "cluster": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "total_gpus": c.total_gpus,
+                    "intra_bw": c.intra.bandwidth, "inter_bw": c.inter.bandwidth},
+        "seed": seed,
+        "slot_s": slot,
+        "estimate_error": estimate_error,
+        "params": {n: p for n, p in pparams.items() if p},
+        "policies": {r.policy: summarize(r) for r in results},
+        "lower_bound": lower_bound(sim.best_true_runs()),
+    }
+    if out_dir:
+        from lyasched.sim.plots import write_all
+
+        os.makedirs(out_dir, exist_ok=True)
+        for r in results:
+            with open(os.path.join(out_dir, f"jobs_{r.policy}.csv"), "w", newline="") as f:
+                write_jobs_csv(r, f)
+        with open(os.path.join(out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        write_all(results, out_dir)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        info = (f"{len(w.jobs)} jobs on {c.nodes}x{c.gpus_per_node} GPUs, seed {seed}, slot {slot:g}s, "
+                f"estimate error {estimate_error:g}")
+        click.echo(_fmt_table(w.name, summary, info))
+        if out_dir:
+            click.echo(f"wrote {out_dir}/: jobs_<policy>.csv, summary.json, jct_cdf.png, queues.png, utilization.png")
