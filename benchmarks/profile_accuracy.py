@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     local_batches = sorted({args.global_batch // g for g in procs} | {max(1, args.global_batch // (2 * max(procs)))})
     # Every round profiles, calibrates and measures once; rounds interleave so that a burst of
-    # other work on a shared machine hits one round, and the median across rounds drops it.
+    # other work on a shared machine hits one round, and the estimator across rounds drops it.
     prof_runs: dict[str, list] = {m: [] for m in models}
     prof_load: dict[str, list[float]] = {m: [] for m in models}
     link_runs: dict[int, list[dict]] = {}
