@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                           "cores": cores, "threads": args.threads, "global_batch": args.global_batch,
                           "torch": torch.__version__, "elapsed_s": elapsed}, indent=2))
         return 0
-    print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores; "
+    print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores"
           + "; gloo links: " + ", ".join(f"g={g}: {lk.bandwidth / 1e9:.3f} GB/s + {lk.latency * 1e6:.0f} us"
                                          for g, (lk, _) in links.items()))
     print(f"{'model':10s} {'g':>2s} {'local':>5s} {'share':>5s} {'compute':>9s} {'comm':>8s} {'predicted':>10s} "
