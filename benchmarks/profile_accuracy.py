@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                           "cores": cores, "threads": args.threads, "global_batch": args.global_batch,
                           "torch": torch.__version__, "elapsed_s": elapsed}, indent=2))
         return 0
-    print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, {args.threads} thread(s)/process, {cores} cores"
+    print(f"\nDDP (gloo, CPU), {args.rounds} round(s), estimator {args.stat}, global batch {args.global_batch}, "
+          f"{args.threads} thread(s)/process, {cores} cores"
           + "; gloo links: " + ", ".join(f"g={g}: {lk.bandwidth / 1e9:.3f} GB/s + {lk.latency * 1e6:.0f} us"
                                          for g, (lk, _) in links.items()))
     print(f"{'model':10s} {'g':>2s} {'local':>5s} {'share':>5s} {'compute':>9s} {'comm':>8s} {'predicted':>10s} "
@@ -336,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['model']:10s} {r['g']:2d} {r['local_batch']:5.0f} {r['cpu_share']:5.1f} {r['compute_s'] * 1e3:7.2f}ms "
               f"{r['comm_s'] * 1e3:6.2f}ms {r['predicted_s'] * 1e3:8.2f}ms {r['measured_s'] * 1e3:7.2f}ms "
               f"{r['abs_rel_err']:6.1%} {r['runnable_per_core']:5.2f}")
-    print("(share = max(1, g*threads/cores) multiplies compute; comm uses the link measured with g processes; load = runnable tasks per core while "
-          "measuring, all processes of the machine: above share, other work competed for the CPU)")
+    print("(share = max(1, g*threads/cores) multiplies compute; comm uses the link measured with g processes; "
+          "load = runnable tasks per core while measuring, all processes of the machine: above share, other work competed for the CPU)")
     for label, a in (("all rows", overall), ("g > 1   ", overall_multi)):
         if a["rows"]:
             print(f"{label}  rows={a['rows']:3d}  median={a['median_abs_rel_err']:6.1%}  p90={a['p90_abs_rel_err']:6.1%}")
