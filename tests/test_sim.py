@@ -326,3 +326,15 @@ def test_registered_policies_on_a_seed_group(name):
     assert all(r.wait >= -1e-6 for r in res.records)
     assert len(res.slot_q) == res.decide_calls > 0
     check_capacity(res, w.cluster)
+
+
+def test_starving_policy_is_an_error_not_a_hang():
+    class Never:
+        name = "never"
+
+        def decide(self, state):
+            return SlotResult(starts=())
+
+    jobs, cluster = small_jobs(2)
+    with pytest.raises(RuntimeError, match="starves"):
+        Simulation(jobs, cluster).run(Never())

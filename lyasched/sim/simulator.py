@@ -28,6 +28,9 @@ from lyasched.policy import PREEMPTIVE, Decision, Policy, RunningJob, SlotState,
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
 DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (checkpoint reload)
+# A policy that starts nothing for this many slots on an empty cluster with no arrivals to come
+# would wait forever: the replay stops with an error instead of spinning.
+STARVATION_SLOTS = 20_000
 
 
 # Policies whose decision depends only on the waiting/running jobs and free GPUs, never on
@@ -399,7 +402,7 @@ class Simulation:
                         idle_calls = 0
                     else:
                         idle_calls += 1
-                        if not running and next_arrival >= n and idle_calls > 1_000_000:
+                        if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
                             raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
                 # next slot where something can happen
                 if waiting and (busy < total or (preemptive and running)) and (acted or not invariant):
