@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             #    the link as g processes sharing these cores see it (the CPU sharing of the copies
             #    and reductions is part of the measured link, as a cluster's link is measured on it)
             max_grad = max(r[-1].params * r[-1].bytes_per_param for r in prof_runs.values())
-            sizes = [4096 * 4**i for i in range(10) if 4096 * 4**i <= max(4 * max_grad, 1 << 20)]
+            sizes = [4096 * 4**i for i in range(10) if 4096 * 4**i <= max(4 * max_grad, 16 << 20)]
             for g in (g for g in procs if g > 1):
                 bench = Path(tmp) / f"allreduce{g}-{rnd}.json"
                 with RunQueue() as rq:
