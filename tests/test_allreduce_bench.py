@@ -39,6 +39,10 @@ def test_command_builders():
     s = sbatch_script(2, 4, "inter.json", partition="gpu")
     assert "#SBATCH --nodes=2" in s and "#SBATCH --gpus-per-node=4" in s and "#SBATCH --partition=gpu" in s
     assert "torchrun --nnodes 2 --nproc-per-node 4" in s and "--out inter.json" in s
+    r = CliRunner().invoke(main, ["calibrate", "run", "--sbatch", "--nodes", "2", "--nproc", "8", "--sizes", "1M,64M",
+                                  "--out", "/shared/x y.json"])
+    assert r.exit_code == 0 and r.output.startswith("#!/bin/bash")
+    assert "--out '/shared/x y.json' --warmup 3 --repeats 10 --sizes 1M,64M" in r.output
 
 
 def test_fit_recorded_gloo_result():

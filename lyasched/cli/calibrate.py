@@ -39,7 +39,7 @@ def torchrun_command(nproc: int, out: str, sizes: str | None, warmup: int, repea
 
 
 def sbatch_script(nodes: int, gpus_per_node: int, out: str, partition: str | None = None,
-                  time_limit: str = "00:10:00") -> str:
+                  time_limit: str = "00:10:00", bench_args: tuple[str, ...] = ()) -> str:
     """Batch script an admin submits with `sbatch` to measure the link over ``nodes`` nodes
     (1 node: intra-node link; 2 nodes, one task each: inter-node link)."""
     lines = [
@@ -58,7 +58,7 @@ def sbatch_script(nodes: int, gpus_per_node: int, out: str, partition: str | Non
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         f"srun torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} \\",
         "  --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d --rdzv-endpoint $head:29500 \\",
-        f"  -m lyasched.allreduce_bench --out {shlex.quote(out)}",
+        f"  -m lyasched.allreduce_bench --out {shlex.quote(out)}" + "".join(f" {shlex.quote(a)}" for a in bench_args),
         "",
     ]
     return "\n".join(lines)
@@ -86,7 +86,8 @@ def run_cmd(nproc, local, nodes, partition, out, sizes, warmup, repeats, timeout
     """Run the all-reduce benchmark on this node (or print the sbatch job)."""
     if not local:
         out = out or f"allreduce-{'inter' if nodes > 1 else 'intra'}.json"
-        click.echo(sbatch_script(nodes, nproc, out, partition), nl=False)
+        extra = ("--warmup", str(warmup), "--repeats", str(repeats)) + (("--sizes", sizes) if sizes else ())
+        click.echo(sbatch_script(nodes, nproc, out, partition, bench_args=extra), nl=False)
         return
     if nodes != 1:
         raise click.UsageError("--local runs on this one node; use --sbatch --nodes N for more nodes")
