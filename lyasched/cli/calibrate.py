@@ -84,6 +84,13 @@ def calibrate() -> None:
 @db_option
 def run_cmd(nproc, local, nodes, partition, out, sizes, warmup, repeats, timeout, store, db_path) -> None:
     """Run the all-reduce benchmark on this node (or print the sbatch job)."""
+    if sizes:
+        from lyasched.allreduce_bench import parse_sizes  # validate before starting anything
+
+        try:
+            parse_sizes(sizes)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from None
     if not local:
         out = out or f"allreduce-{'inter' if nodes > 1 else 'intra'}.json"
         extra = ("--warmup", str(warmup), "--repeats", str(repeats)) + (("--sizes", sizes) if sizes else ())
@@ -92,13 +99,6 @@ def run_cmd(nproc, local, nodes, partition, out, sizes, warmup, repeats, timeout
     if nodes != 1:
         raise click.UsageError("--local runs on this one node; use --sbatch --nodes N for more nodes")
     out = out or "allreduce-intra.json"
-    if sizes:
-        from lyasched.allreduce_bench import parse_sizes  # validate before starting processes
-
-        try:
-            parse_sizes(sizes)
-        except ValueError as e:
-            raise click.ClickException(str(e)) from None
     cmd = torchrun_command(nproc, out, sizes, warmup, repeats)
     click.echo(f"running {nproc} ranks: {shlex.join(cmd)}", err=True)
     try:
