@@ -205,7 +205,8 @@ class Service:
         ]
         jobs = q.parse_squeue(self.slurm.run(q.squeue_args()))
         if not nodes:
-            raise SlurmError(["scontrol"], "no nodes with GPUs" + (f" in partition {self.config.partition}" if self.config.partition else ""))
+            where = f" in partition {self.config.partition}" if self.config.partition else ""
+            raise SlurmError(["scontrol"], f"no nodes with GPUs{where}")
         names = [n.name for n in nodes]
         index = {name: i for i, name in enumerate(names)}
         free = [n.gpus_free for n in nodes]
@@ -224,7 +225,6 @@ class Service:
 
         waiting: list[WaitingJob] = []
         running: list[RunningJob] = []
-        summaries: dict[str, CostSummary] = {}
         for job, row in seen.values():
             if row is None or row["state"] == "invalid":
                 continue
@@ -242,9 +242,7 @@ class Service:
                 running.append(self._running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
                 s, _ = self._decode(job.comment)
-                wj = self._waiting(s, job, cost)
-                summaries[job.job_id] = s
-                waiting.append(wj)
+                waiting.append(self._waiting(s, job, cost))
 
         state = SlotState(
             now=now,
@@ -257,10 +255,8 @@ class Service:
         report.free = dict(zip(names, free))
         report.waiting, report.running = len(waiting), len(running)
         result = self.policy.decide(state) if waiting else None
-        if result is not None:
+        if result is not None:  # Q and Z after the slot's decisions (no waiting job: both 0)
             report.q, report.z = float(result.q), float(result.z)
-        else:
-            report.q, report.z = 0.0, float(getattr(self.policy, "z", 0.0) or 0.0)
 
         work_free = list(free)
         by_id = {w.job_id: w for w in waiting}
