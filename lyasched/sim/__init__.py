@@ -5,6 +5,7 @@ from lyasched.sim.simulator import (  # noqa: F401
     DEFAULT_RESTART_OVERHEAD,
     DEFAULT_SLOT,
     InvalidDecision,
+    WallTimeExceeded,
     JobRecord,
     SimResult,
     Simulation,

@@ -40,6 +40,14 @@ STARVATION_SLOTS = 20_000
 TIME_INVARIANT = frozenset({"fixed-1", "random", "fifo", "sjf-oracle", "optimus"})
 
 
+class WallTimeExceeded(RuntimeError):
+    """A replay ran past its wall-clock budget (``run(..., wall_limit_s=...)``)."""
+
+    def __init__(self, policy: str, done: int, total: int, wall: float) -> None:
+        super().__init__(f"{policy}: stopped after {wall:.0f} s wall time with {done}/{total} jobs finished")
+        self.done, self.total, self.wall = done, total, wall
+
+
 class InvalidDecision(ValueError):
     """The policy returned a decision the cluster cannot carry out."""
 
@@ -212,8 +220,11 @@ class Simulation:
         return self._best * self.factors
 
     # --- replay -----------------------------------------------------------------------
-    def run(self, policy: Policy, *, progress: bool = False, name: str | None = None) -> SimResult:
-        """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision."""
+    def run(
+        self, policy: Policy, *, progress: bool = False, name: str | None = None, wall_limit_s: float | None = None
+    ) -> SimResult:
+        """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision
+        and WallTimeExceeded past ``wall_limit_s`` seconds (benchmarks use it)."""
         pname = name or getattr(policy, "name", type(policy).__name__)
         oracle = bool(getattr(policy, "needs_true_runtimes", False))
         preemptive = bool(getattr(policy, "preemptive", False)) or pname in PREEMPTIVE
@@ -290,6 +301,8 @@ class Simulation:
         try:
             while done < n:
                 t = slot_k * slot
+                if wall_limit_s is not None and calls % 64 == 0 and time.perf_counter() - wall0 > wall_limit_s:
+                    raise WallTimeExceeded(pname, done, n, time.perf_counter() - wall0)
                 # completions up to and including t
                 changed_running = False
                 while heap and heap[0][0] <= t:
