@@ -137,3 +137,18 @@ def test_plain_ring_baseline_is_worse_on_recorded_rows():
     full = calibrate_app("imagenet", rows)
     assert plain.comm.overlap == 1.0 and plain.comm.slowdown == 1.0
     assert full.placements.p90_abs_rel_err < plain.placements.p90_abs_rel_err
+
+
+def test_iter_time_placement_links_overlap_and_slowdown():
+    prof = Profile("m", alpha=0.01, beta=0.001, params=1_000_000, bytes_per_param=4)
+    cm = CostModel(ClusterSpec(2, 4, intra=Link(40e9), inter=Link(4e9)))
+    assert cm.iter_time_placement(prof, 32, (1,)) == pytest.approx(prof.step_time(32))
+    intra = 2 * 3 / 4 * 4e6 / 40e9
+    inter = 2 * 3 / 4 * 4e6 / 4e9
+    assert cm.iter_time_placement(prof, 32, (4,)) == pytest.approx(prof.step_time(32) + intra)
+    assert cm.iter_time_placement(prof, 32, (2, 2)) == pytest.approx(prof.step_time(32) + inter)
+    # near-perfect overlap: the larger of the two; slowdown scales compute only
+    assert cm.iter_time_placement(prof, 32, (2, 2), overlap=50.0) == pytest.approx(prof.step_time(32), rel=1e-3)
+    assert cm.iter_time_placement(prof, 32, (2, 2), slowdown=1.5) == pytest.approx(1.5 * prof.step_time(32) + inter)
+    with pytest.raises(ValueError):
+        cm.iter_time_placement(prof, 32, ())
