@@ -31,6 +31,7 @@ def summarize(res: SimResult) -> dict:
         "preemptions": int(sum(r.preemptions for r in recs)),
         "decide_calls": res.decide_calls,
         "wall_s": round(res.wall_s, 3),
+        "decide_s": round(res.decide_s, 3),
     }
 
 

@@ -43,9 +43,9 @@ TIME_INVARIANT = frozenset({"fixed-1", "random", "fifo", "sjf-oracle", "optimus"
 class WallTimeExceeded(RuntimeError):
     """A replay ran past its wall-clock budget (``run(..., wall_limit_s=...)``)."""
 
-    def __init__(self, policy: str, done: int, total: int, wall: float) -> None:
+    def __init__(self, policy: str, done: int, total: int, wall: float, decide_s: float = 0.0) -> None:
         super().__init__(f"{policy}: stopped after {wall:.0f} s wall time with {done}/{total} jobs finished")
-        self.done, self.total, self.wall = done, total, wall
+        self.done, self.total, self.wall, self.decide_s = done, total, wall, decide_s
 
 
 class InvalidDecision(ValueError):
@@ -100,6 +100,7 @@ class SimResult:
     slot_z: np.ndarray  # SlotResult.z at those calls
     decide_calls: int
     wall_s: float
+    decide_s: float = 0.0  # part of wall_s spent inside policy.decide
 
     @property
     def first_submit(self) -> float:
@@ -263,6 +264,7 @@ class Simulation:
         calls = 0
         idle_calls = 0
         acted = True
+        decide_s = 0.0
 
         bar = None
         if progress:
@@ -302,7 +304,7 @@ class Simulation:
             while done < n:
                 t = slot_k * slot
                 if wall_limit_s is not None and calls % 64 == 0 and time.perf_counter() - wall0 > wall_limit_s:
-                    raise WallTimeExceeded(pname, done, n, time.perf_counter() - wall0)
+                    raise WallTimeExceeded(pname, done, n, time.perf_counter() - wall0, decide_s)
                 # completions up to and including t
                 changed_running = False
                 while heap and heap[0][0] <= t:
@@ -354,7 +356,9 @@ class Simulation:
                         waiting=waiting_view,
                         running=running_view,
                     )
+                    c0 = time.perf_counter()
                     res = policy.decide(state)
+                    decide_s += time.perf_counter() - c0
                     calls += 1
                     slot_t.append(t)
                     slot_q.append(float(res.q))
@@ -385,7 +389,7 @@ class Simulation:
                         busy += d.gpus
                         row = self._template(jobs[i])
                         unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
-                        true_full = unit * jobs[i].iterations * factors[i]
+                        true_full = unit * jobs[i].iterations * float(factors[i])
                         overhead = self.restart_overhead if records[i].preemptions else 0.0
                         end = t + overhead + frac[i] * true_full
                         limit = v.time_limit
@@ -451,6 +455,7 @@ class Simulation:
             slot_z=np.asarray(slot_z),
             decide_calls=calls,
             wall_s=wall,
+            decide_s=decide_s,
         )
 
     def _check(
