@@ -44,9 +44,12 @@ submit() {  # submit NAME ARGS... -> job id
     -- "$REPO/jobscripts/train_example.py" --model mlp | tail -n 1
 }
 # Side by side (each lyasub costs the model in a fresh Python), so the jobs compete for GPUs.
-for i in 1 2 3 4 5; do submit "small$i" --global-batch 8 --iterations 5 --max-gpus 2 >"$DIR/jobs/id.$i" & done
-submit big --global-batch 16 --iterations 5 --min-gpus 8 --max-gpus 8 >"$DIR/jobs/id.6" &
-wait
+pids=()
+for i in 1 2 3 4 5; do
+  submit "small$i" --global-batch 8 --iterations 5 --max-gpus 2 >"$DIR/jobs/id.$i" & pids+=($!)
+done
+submit big --global-batch 16 --iterations 5 --min-gpus 8 --max-gpus 8 >"$DIR/jobs/id.6" & pids+=($!)
+for p in "${pids[@]}"; do wait "$p"; done  # not a bare `wait`: that would wait for the service too
 ids=()
 for i in 1 2 3 4 5 6; do ids+=("$(cat "$DIR/jobs/id.$i")"); done
 echo "demo: submitted ${ids[*]} as $USER_"
