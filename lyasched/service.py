@@ -17,6 +17,15 @@ Slurm can only express the same GPU count on every node of a job (``TresPerNode`
 multi-node placement with unequal counts is re-placed on k nodes with g/k GPUs each (the
 fewest nodes that have room, preferring the nodes the policy chose); if no such k exists the
 job waits for a later slot. The service only ever runs Slurm's CLI tools, never user code.
+
+Crash consistency (docs/reliability.md): each start is written as an *intent* before
+``scontrol update`` and closed, with the job's row and its decision, in one transaction after
+``scontrol release``. Every slot first reconciles the open intents with Slurm, the source of
+truth: a job Slurm shows released (pending without the hold, running or finished) was started,
+and the intent is applied; a job still held was not, so the intent is aborted and the job is
+decided again (its leftover ``update`` is harmless: a held job does not run, and the next start
+rewrites every field). A job id runs once in Slurm (requeue is refused by the plugin), and the
+service only releases a job it sees held in the same slot, so a restart cannot start a job twice.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -43,6 +54,48 @@ from lyasched.store import records
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
+
+CRASH_ENV = "LYASCHED_CRASH_AT"
+CRASH_POINTS = ("slot_start", "after_read", "before_update", "after_update", "after_release", "after_record",
+                "before_slot_record")
+
+
+class CrashPoints:
+    """Test hook: ``LYASCHED_CRASH_AT=after_update:3[,before_update:1]`` makes the process SIGKILL
+    itself the 3rd time it reaches ``after_update`` (a real, uncatchable kill at a known point)."""
+
+    def __init__(self, spec: str = "") -> None:
+        self.at: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
+        for part in filter(None, (x.strip() for x in spec.split(","))):
+            name, _, n = part.partition(":")
+            if name not in CRASH_POINTS:
+                raise ValueError(f"{CRASH_ENV}: unknown point {name!r} (one of {', '.join(CRASH_POINTS)})")
+            self.at[name] = int(n or 1)
+
+    @classmethod
+    def from_env(cls) -> "CrashPoints":
+        return cls(os.environ.get(CRASH_ENV, ""))
+
+    def reach(self, name: str) -> None:
+        if name not in self.at:
+            return
+        self.seen[name] = self.seen.get(name, 0) + 1
+        if self.seen[name] == self.at[name]:
+            log.warning("%s: SIGKILL at %s #%d", CRASH_ENV, name, self.seen[name])
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _QuietDuringOutage(logging.Filter):
+    """Drops SlurmCLI's per-retry warnings while an outage is already logged (one line per outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.active or record.levelno >= logging.ERROR
 
 # Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
 RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
@@ -150,6 +203,11 @@ class Service:
         self._accounting: bool | None = None
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
+        self.crash = CrashPoints.from_env()
+        self.outage_since: float | None = None  # first failed slot of the current Slurm outage
+        self.outage_slots = 0
+        self._quiet = _QuietDuringOutage()
+        logging.getLogger("lyasched.slurm").addFilter(self._quiet)
         records.ensure_schema(self.db)
 
     @property
@@ -170,18 +228,24 @@ class Service:
             now = self.clock()
             report = SlotReport(slot_id=None, time=now, duration=0.0)
             self._pending_decisions: list[dict] = []
+            self._decision_ids: list[int] = []
+            self.crash.reach("slot_start")
+            slurm_failed = False
             try:
                 self._slot(now, report)
             except (SlurmError, q.ParseError) as e:
                 report.error = str(e).splitlines()[0][:500]
-                log.error("slot failed: %s", report.error)
+                slurm_failed = True
             except Exception as e:  # noqa: BLE001 - a bug must not stop the service; the next slot retries
                 report.error = f"internal error: {type(e).__name__}: {e}"[:500]
                 log.exception("slot failed")
+            self._outage(slurm_failed, now, report)
             report.duration = time.monotonic() - t0
+            self.crash.reach("before_slot_record")
             report.slot_id = records.record_slot(
                 self.db,
                 decision_rows=self._pending_decisions,
+                decision_ids=self._decision_ids,
                 time=now,
                 q=report.q,
                 z=report.z,
@@ -194,8 +258,24 @@ class Service:
                 policy=getattr(self.policy, "name", type(self.policy).__name__),
                 error=report.error,
             )
-            log.info("%s", report.line())
+            log.log(logging.DEBUG if slurm_failed and self.outage_slots > 1 else logging.INFO, "%s", report.line())
             return report
+
+    def _outage(self, failed: bool, now: float, report: SlotReport) -> None:
+        """One ERROR line when Slurm stops answering, one WARNING line when it answers again;
+        the failed slots between are recorded in `slots` (error column) but not logged."""
+        if failed:
+            self.outage_slots += 1
+            if self.outage_since is None:
+                self.outage_since = now
+                self._quiet.active = True
+                log.error("Slurm unavailable, slots fail until it answers (logged once): %s", report.error)
+            return
+        if self.outage_since is not None:
+            log.warning("Slurm available again after %.0f s (%d failed slot(s)): catching up",
+                        now - self.outage_since, self.outage_slots)
+            self.outage_since, self.outage_slots = None, 0
+            self._quiet.active = False
 
     def _slot(self, now: float, report: SlotReport) -> None:
         nodes = [
@@ -220,6 +300,8 @@ class Service:
         cost = CostModel(cluster)
         device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
 
+        self.crash.reach("after_read")
+        self.reconcile(jobs, now)
         seen = self._sync(jobs, now, device, report)
         self._vanished(seen, now, device, report)
 
@@ -271,6 +353,55 @@ class Service:
                 continue
             job, row = jobs_by_id[d.job_id]
             self._start(job, row, wj, d, work_free, names, now, report)
+
+    # ------------------------------------------------------------ crash recovery
+
+    def reconcile(self, jobs: Sequence[q.SlurmJob], now: float) -> list[dict]:
+        """Close the starts a previous run (or a failed release) left open, from Slurm's view.
+
+        - Slurm shows the job released (pending without the hold, running, or finished): the
+          release went through; the intent is applied (job row, ``start`` decision) as if the
+          slot had finished.
+        - Slurm still shows it held: it was not released (crash before, or between, ``update``
+          and ``release``). The intent is aborted and the job is decided again by this slot's
+          policy call rather than released with the old decision: the free GPUs may have changed
+          while the service was down, and a stale release could take GPUs the policy now gives
+          to others. The leftover ``update`` is harmless (a held job does not run; the next
+          start sets every field again).
+        - Slurm no longer lists it: aborted; the job's row is resolved like any vanished job.
+
+        Returns the intents it closed, with ``resolution``."""
+        intents = records.open_intents(self.db)
+        if not intents:
+            return []
+        by_id = {j.job_id: j for j in jobs}
+        closed = []
+        for it in intents:
+            job = by_id.get(it["slurm_id"])
+            if job is None:
+                res, applied = "aborted: job no longer in Slurm", False
+            elif job.held_by_service or (job.pending and job.reason.startswith("JobHeld")):
+                res, applied = f"aborted: still held after step {it['step']!r}, decided again", False
+            elif job.pending or job.running or job.finished:
+                res, applied = f"applied: Slurm shows it {job.state} (released before the service stopped)", True
+            else:
+                res, applied = f"aborted: unexpected Slurm state {job.state}/{job.reason}", False
+            if applied:
+                row = records.get_job(self.db, it["uid"]) or {}
+                pred = it["predicted"]
+                dec = dict(time=it["created"], uid=it["uid"], slurm_id=it["slurm_id"], action="start",
+                           gpus=it["gpus"], nodes=it["nodes"], placement=it["placement"], score=it["score"],
+                           predicted=pred, reason=f"{it['reason'] or 'chosen by the policy'} (recovered: {res})")
+                self._decision_ids.append(records.apply_start(
+                    self.db, it, now, res, released_at=it["created"], decision=dec,
+                    job_state="released" if row.get("state") in (None, "waiting") else "",
+                    reason=f"released: {it['reason'] or 'chosen by the policy'}" if row.get("state") == "waiting" else "",
+                ))
+            else:
+                records.mark_intent(self.db, it["id"], state="aborted", resolved=now, resolution=res)
+            log.warning("job %s: start left open by a previous slot %s", it["slurm_id"], res)
+            closed.append({**it, "resolution": res, "state": "applied" if applied else "aborted"})
+        return closed
 
     # ------------------------------------------------------------ records
 
@@ -334,6 +465,13 @@ class Service:
         st = row["state"]
         if st == "invalid":
             return self._save(row, upd, now)
+        if st == "vanished":
+            # Slurm lists it again (it was missing from one answer, e.g. right after a controller
+            # restart): follow it again rather than leave it held forever.
+            st = "running" if job.running else "released" if (job.pending and not job.held_by_service) else "waiting"
+            upd.update(state=st, reason="listed by Slurm again")
+            log.warning("job %s: listed by Slurm again after it had vanished", job.job_id)
+            row = {**row, "state": st}
         if job.running and st in ("waiting", "released"):
             upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
             upd["reason"] = "running"
@@ -402,10 +540,19 @@ class Service:
                 self._finish(row, rec.state, observed, device)
                 report.finished.append(row["slurm_id"])
             else:
+                # Best effort without accounting: the job ended (or was cancelled) at some time
+                # between when it was last seen and now; which way is unknown. Record exactly that.
+                last = row["slurm_state"] or "?"
+                seen_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["last_seen"] or now))
+                why = "no accounting" if not self._accounting_enabled() else "not in sacct"
                 records.upsert_job(
-                    self.db, row["uid"], state="vanished",
-                    reason=f"no longer known to Slurm (last seen {row['slurm_state'] or '?'})",
+                    self.db, row["uid"], state="vanished", slurm_state="UNKNOWN_COMPLETED",
+                    reason=(f"final state unknown: purged by Slurm (MinJobAge) while not watched; last seen {last} "
+                            f"at {seen_at}, gone by {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))} ({why})"),
                 )
+                log.warning("job %s: no longer known to Slurm (last seen %s): recorded UNKNOWN_COMPLETED",
+                            row["slurm_id"], last)
+                report.finished.append(row["slurm_id"])
 
     def _accounting_enabled(self) -> bool:
         if self._accounting is None:
@@ -501,31 +648,56 @@ class Service:
         pred = wj.run_time(d.gpus, spans)
         place_json = json.dumps([[names[i], c] for i, c in placement])
         why = d.reason or "chosen by the policy"
+        # Never start twice: only a job this slot saw pending and held by the service is released
+        # (Slurm runs a job id once; the plugin refuses requeue), and no other start is open for it.
+        if not (job.pending and job.held_by_service) or row["state"] != "waiting":
+            log.error("job %s: not held (%s/%s, record %s): start dropped", job.job_id, job.state, job.reason, row["state"])
+            return
+        intent = dict(uid=row["uid"], slurm_id=job.job_id, created=now, gpus=d.gpus, per_node=per_node,
+                      nodes=json.dumps(node_names), placement=place_json,
+                      predicted=pred if math.isfinite(pred) else None, score=d.score, reason=why)
+        intent["id"] = records.open_intent(self.db, **intent)
+        self.crash.reach("before_update")
         try:
             self.slurm.run(q.update_args(job.job_id, len(placement), per_node, node_names))
+        except SlurmError as e:
+            # The job is still held (a held job never runs), whether or not the update reached Slurm.
+            msg = str(e).splitlines()[0][:300]
+            records.mark_intent(self.db, intent["id"], state="aborted", resolved=now, resolution=f"update failed: {msg}")
+            self._start_failed(job, row, base, place_json, node_names, msg)
+            return
+        records.mark_intent(self.db, intent["id"], step="updated")
+        self.crash.reach("after_update")
+        try:
             self.slurm.run(q.release_args(job.job_id))
         except SlurmError as e:
+            # A release that timed out may still have happened: the intent stays open and the next
+            # slot's reconcile() asks Slurm (released -> applied, still held -> decided again).
             msg = str(e).splitlines()[0][:300]
-            log.error("job %s: could not start: %s", job.job_id, msg)
-            self._pending_decisions.append(
-                {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
-            )
-            records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
+            self._start_failed(job, row, base, place_json, node_names, msg + " (reconciled next slot)")
             return
+        self.crash.reach("after_release")
         for i, c in placement:
             free[i] -= c
-        records.upsert_job(
-            self.db, row["uid"], state="released", released_at=now, gpus=d.gpus, nodes=json.dumps(node_names),
-            placement=place_json, predicted=pred if math.isfinite(pred) else None, reason=f"released: {why}",
-        )
-        self._pending_decisions.append(
-            {**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
-             "predicted": pred, "reason": why}
-        )
+        self._decision_ids.append(records.apply_start(
+            self.db, intent, now, "applied: released in its slot", released_at=now,
+            decision={**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
+                      "predicted": intent["predicted"], "reason": why},
+            reason=f"released: {why}",
+        ))
+        self.crash.reach("after_record")
         report.started.append(
             {"slurm_id": job.job_id, "uid": row["uid"], "gpus": d.gpus, "nodes": node_names, "per_node": per_node,
              "predicted": pred if math.isfinite(pred) else None, "score": d.score, "reason": why}
         )
+
+    def _start_failed(self, job: q.SlurmJob, row: dict, base: dict, place_json: str, node_names: list[str],
+                      msg: str) -> None:
+        log.error("job %s: could not start: %s", job.job_id, msg)
+        self._pending_decisions.append(
+            {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
+        )
+        records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
 
     def _hold_again(self, job: q.SlurmJob, row: dict, now: float, report: SlotReport) -> None:
         why = f"not started within {self.config.release_grace:g}s of its release (GPUs taken meanwhile): held again"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import click
 from lyasched.config import ConfigError, load_config
 
 log = logging.getLogger("lyasched.serve")
+PREFIX_ENV = "LYASCHED_SLURM_PREFIX"
 
 
 @click.command()
@@ -59,6 +62,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
     )
     from lyasched.service import Service
     from lyasched.slurm import SlurmCLI
+    from lyasched.store import records
     from lyasched.store.records import open_records
 
     if cfg.log_level != "DEBUG":
@@ -67,10 +71,17 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
         open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
+    # $LYASCHED_SLURM_PREFIX: run the Slurm tools through a wrapper (a fault injector in tests,
+    # e.g. tests/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
+    prefix = shlex.split(os.environ.get(PREFIX_ENV, ""))
     try:
-        service = Service(cfg, lambda: open_records(cfg.db), slurm=SlurmCLI(timeout=cfg.slurm_timeout))
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=SlurmCLI(timeout=cfg.slurm_timeout, prefix=prefix))
     except (ValueError, TypeError, ImportError) as e:
         raise click.ClickException(f"policy {cfg.policy!r}: {e}") from None
+    left = records.open_intents(service.db)
+    if left:
+        log.warning("%d start(s) left open by a previous run (jobs %s): reconciled with Slurm in the first slot",
+                    len(left), ", ".join(i["slurm_id"] for i in left))
 
     if once:
         report = service.run_slot()

@@ -6,6 +6,9 @@
   predicted run time for every GPU count (JSON lists, one node / several nodes).
 - ``slots``: one row per slot: time, Q, Z, free GPUs, decisions, how long the slot took.
 - ``decisions``: one row per action on a job (start, hold, skip, failed) and why.
+- ``intents``: one row per start the service is about to apply (written *before*
+  ``scontrol update``, closed after ``scontrol release`` is recorded): after a crash, the open
+  ones are reconciled against Slurm (docs/reliability.md).
 
 Writes are short (one statement, or one slot's rows in one transaction) so readers in WAL
 mode never wait. The service creates the file 0644 so that users can read it (see docs/service.md).
@@ -25,7 +28,7 @@ import sqlite_utils
 
 from lyasched.store import open_db
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
 
 JOB_COLUMNS: dict[str, type] = {
     "uid": str,
@@ -82,6 +85,23 @@ DECISION_COLUMNS: dict[str, type] = {
     "predicted": float,
     "reason": str,
 }
+INTENT_COLUMNS: dict[str, type] = {
+    "id": int,
+    "uid": str,
+    "slurm_id": str,
+    "created": float,  # slot time the start was decided
+    "gpus": int,
+    "per_node": int,
+    "nodes": str,  # JSON list of node names
+    "placement": str,  # JSON [[node, gpus], ...]
+    "predicted": float,
+    "score": float,
+    "reason": str,  # the policy's reason
+    "step": str,  # last step done: decided (row written), updated (scontrol update returned)
+    "state": str,  # open, applied (released and recorded), aborted (not released: re-decided)
+    "resolved": float,
+    "resolution": str,  # how it was closed (in the slot, or by reconciliation after a restart)
+}
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
@@ -89,6 +109,8 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db["slots"].create(SLOT_COLUMNS, pk="id", if_not_exists=True)
     db["decisions"].create(DECISION_COLUMNS, pk="id", if_not_exists=True)
     db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+    db["intents"].create(INTENT_COLUMNS, pk="id", if_not_exists=True)
+    db["intents"].create_index(["state"], if_not_exists=True)
     db["jobs"].create_index(["slurm_id"], if_not_exists=True)
     db["jobs"].create_index(["user"], if_not_exists=True)
     db["decisions"].create_index(["uid"], if_not_exists=True)
@@ -237,7 +259,8 @@ def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | N
 # ---------------------------------------------------------------- slots and decisions
 
 
-def record_slot(db: sqlite_utils.Database, decision_rows: Sequence[dict] = (), **fields: Any) -> int:
+def record_slot(db: sqlite_utils.Database, decision_rows: Sequence[dict] = (), decision_ids: Sequence[int] = (),
+                **fields: Any) -> int:
     """Write one slot (``fields``: slots columns) and its decision rows in one transaction; returns the slot id."""
     unknown = set(fields) - set(SLOT_COLUMNS)
     if unknown:
@@ -247,6 +270,8 @@ def record_slot(db: sqlite_utils.Database, decision_rows: Sequence[dict] = (), *
         slot_id = db.execute("select last_insert_rowid()").fetchone()[0]
         for d in decision_rows:
             db["decisions"].insert({**{k: _clean(v) for k, v in d.items()}, "slot": slot_id}, columns=DECISION_COLUMNS)
+        if decision_ids:  # decisions written earlier in the slot (starts, with their intents)
+            db.conn.executemany("UPDATE decisions SET slot = ? WHERE id = ?", [(slot_id, i) for i in decision_ids])
     return int(slot_id)
 
 
@@ -279,3 +304,69 @@ def get_meta(db: sqlite_utils.Database, key: str) -> str | None:
 
 def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
     db["meta"].upsert({"key": key, "value": value}, pk="key")
+
+
+# ---------------------------------------------------------------- start intents (crash consistency)
+
+
+def open_intent(db: sqlite_utils.Database, **fields: Any) -> int:
+    """Record that a start is about to be applied (before ``scontrol update``); returns its id."""
+    unknown = set(fields) - set(INTENT_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown intent column(s): {', '.join(sorted(unknown))}")
+    with transaction(db):
+        db["intents"].insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
+                             columns=INTENT_COLUMNS)
+        return int(db.execute("select last_insert_rowid()").fetchone()[0])
+
+
+def mark_intent(db: sqlite_utils.Database, intent_id: int, **fields: Any) -> None:
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    db.execute(f"UPDATE intents SET {sets} WHERE id = ?", [*(_clean(v) for v in fields.values()), intent_id])
+
+
+def open_intents(db: sqlite_utils.Database) -> list[dict]:
+    return list(db.query("select * from intents where state = 'open' order by id"))
+
+
+def apply_start(db: sqlite_utils.Database, intent: dict, now: float, resolution: str, released_at: float,
+                decision: dict, job_state: str = "released", reason: str = "") -> int:
+    """A start is done (Slurm released the job): the job row, its ``start`` decision and the intent
+    change in one transaction, so a crash leaves all or none (then the intent is reconciled).
+    Returns the decision's id (its slot is set when the slot is recorded)."""
+    with transaction(db):
+        fields = dict(gpus=intent["gpus"], nodes=intent["nodes"], placement=intent["placement"],
+                      predicted=intent["predicted"], released_at=released_at)
+        if job_state:
+            fields["state"] = job_state
+        if reason:
+            fields["reason"] = reason
+        upsert_job(db, intent["uid"], **fields)
+        mark_intent(db, intent["id"], state="applied", resolved=now, resolution=resolution)
+        db["decisions"].insert({k: _clean(v) for k, v in decision.items()}, columns=DECISION_COLUMNS)
+        return int(db.execute("select last_insert_rowid()").fetchone()[0])
+
+
+def consistency_problems(db: sqlite_utils.Database) -> list[str]:
+    """What is wrong with the records (empty = consistent): SQLite's own check, open intents,
+    one Slurm job under two uids, released/running jobs without a placement, start decisions
+    without an applied intent."""
+    out: list[str] = []
+    ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+    if ok != "ok":
+        out.append(f"integrity_check: {ok}")
+    for r in db.query("select id, slurm_id from intents where state = 'open'"):
+        out.append(f"intent {r['id']} (job {r['slurm_id']}) still open")
+    for r in db.query("select slurm_id, count(*) n from jobs group by slurm_id having n > 1"):
+        out.append(f"Slurm job {r['slurm_id']} recorded under {r['n']} uids")
+    for r in db.query("select uid, slurm_id, state from jobs where state in ('released', 'running') "
+                      "and (placement is null or placement = '')"):
+        out.append(f"job {r['slurm_id']} {r['state']} without a placement")
+    n_int = {r["slurm_id"]: r["n"] for r in db.query(
+        "select slurm_id, count(*) n from intents where state = 'applied' group by slurm_id")}
+    n_dec = {r["slurm_id"]: r["n"] for r in db.query(
+        "select slurm_id, count(*) n from decisions where action = 'start' group by slurm_id")}
+    for sid in set(n_int) | set(n_dec):
+        if n_int.get(sid, 0) != n_dec.get(sid, 0):
+            out.append(f"job {sid}: {n_dec.get(sid, 0)} start decision(s) but {n_int.get(sid, 0)} applied intent(s)")
+    return out
