@@ -146,6 +146,8 @@ def seed_workload(name: str, seed: int = 0, n_jobs: int | None = None) -> Worklo
 
 TRACE_GPUS_PER_NODE = 8
 TRACE_DEFAULT_LOAD = 0.8
+TRACE_MAX_GPUS = 65536  # per job: beyond that a row is garbage, and the cluster sized for it would be too
+TRACE_MAX_DURATION = 1e9  # seconds (~32 years): beyond that sizing the cluster overflows
 
 
 @dataclass(frozen=True)
@@ -205,8 +207,11 @@ def read_trace(path: str) -> list[TraceRow]:
                     raise TraceError(f"trace {path} line {line}: non-finite time or duration")
                 if duration < 0:
                     raise TraceError(f"trace {path} line {line}: negative duration {duration:g}")
-                if g != int(g) or g < 1:
+                if not math.isfinite(g) or g != int(g) or g < 1:
                     raise TraceError(f"trace {path} line {line}: num_gpus must be a positive integer, got {vals[2]!r}")
+                if duration > TRACE_MAX_DURATION or g > TRACE_MAX_GPUS:
+                    raise TraceError(f"trace {path} line {line}: duration {duration:g} or num_gpus {g:g} out of range "
+                                     f"(at most {TRACE_MAX_DURATION:g} s and {TRACE_MAX_GPUS} GPUs)")
                 out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else ""))
     except UnicodeDecodeError:
         raise TraceError(f"trace {path}: not a text CSV file") from None
