@@ -79,7 +79,12 @@ _SERVICE_KEYS = {
 _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
-def _number(where: str, key: str, value: Any, positive: bool = True) -> float:
+# Upper bounds (a huge value is a typo, not a wish): a slot at most a day, a grace period at
+# most a week, one Slurm command at most an hour.
+_MAX = {"slot_seconds": 86400.0, "release_grace": 7 * 86400.0, "slurm_timeout": 3600.0}
+
+
+def _number(where: str, key: str, value: Any, positive: bool = True, hi: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
     v = float(value)
@@ -89,6 +94,8 @@ def _number(where: str, key: str, value: Any, positive: bool = True) -> float:
         raise ConfigError(f"{where}: {key} must be > 0, got {value!r}")
     if not positive and v < 0:
         raise ConfigError(f"{where}: {key} must be >= 0, got {value!r}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}: {key} must be <= {hi:g}, got {value!r}")
     return v
 
 
@@ -124,7 +131,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
             raise ConfigError(f"{where}: unknown key service.{key} (known: {', '.join(_SERVICE_KEYS)})")
     for key in ("slot_seconds", "release_grace", "slurm_timeout"):
         if key in svc:
-            kw[key] = _number(where, f"service.{key}", svc[key], positive=key != "release_grace")
+            kw[key] = _number(where, f"service.{key}", svc[key], positive=key != "release_grace", hi=_MAX[key])
     for key in ("db", "partition", "log_level", "device"):
         if key in svc and not isinstance(svc[key], str):
             raise ConfigError(f"{where}: service.{key} must be a string, got {svc[key]!r}")
@@ -189,6 +196,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text (a TOML file must be UTF-8)") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
     return from_mapping(data, source=str(p), base_dir=p.parent)

@@ -144,7 +144,8 @@ def check_request(req: SubmitRequest) -> int:
         raise RequestError(f"--epochs must be > 0, got {req.epochs}")
     if req.dataset_size < 1:
         raise RequestError(f"--dataset-size must be > 0, got {req.dataset_size}")
-    its = math.ceil(req.epochs * req.dataset_size / b)
+    total = req.epochs * req.dataset_size / b
+    its = math.ceil(total) if math.isfinite(total) else math.inf
     if its > 1_000_000_000:
         raise RequestError(f"{req.epochs} epochs of {req.dataset_size} samples at batch {b} is {its} iterations "
                            "(max 1000000000)")
@@ -161,6 +162,55 @@ def model_signature_of(model: str, model_args: Mapping[str, Any]) -> tuple[Any, 
     except SpecError as e:
         raise RequestError(str(e)) from None
     return spec, model_signature(spec.model, spec.sample_shape())
+
+
+def signature_key(model: str, model_args: Mapping[str, Any]) -> str | None:
+    """Cache key of a built-in example's signature: name, arguments, the code that builds and
+    hashes it, and torch's version (read without importing torch). None for
+    ``package.module:factory`` models, whose code may change at any time: never cached."""
+    import hashlib
+    import importlib.metadata
+
+    if ":" in model:
+        return None
+    here = Path(__file__).resolve().parent / "profile"
+    h = hashlib.sha256()
+    for name in ("models.py", "spec.py", "signature.py"):
+        try:
+            h.update((here / name).read_bytes())
+        except OSError:
+            return None
+    try:
+        h.update(importlib.metadata.version("torch").encode())
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return f"{model}|{sorted((k, repr(v)) for k, v in model_args.items())!r}|{h.hexdigest()[:16]}"
+
+
+def remembered_signature(db_path: Path, key: str | None) -> str | None:
+    """The signature stored under ``key`` in the cost table (None if absent or unreadable)."""
+    if key is None or not db_path.exists():
+        return None
+    from lyasched.store import open_db
+    from lyasched.store.costtable import get_signature
+
+    try:
+        return get_signature(open_db(db_path), key)
+    except (sqlite3.Error, OSError):
+        return None
+
+
+def remember_signature(db_path: Path, key: str | None, sig: str) -> None:
+    """Best effort: a cost table we cannot write only costs the next lyasub its torch import."""
+    if key is None:
+        return
+    from lyasched.store import open_db
+    from lyasched.store.costtable import put_signature
+
+    try:
+        put_signature(open_db(db_path), key, sig)
+    except (sqlite3.Error, OSError):
+        pass
 
 
 # ---------------------------------------------------------------- the cluster as lyasub sees it
@@ -370,12 +420,18 @@ def submit(
     """Validate, cost, render and submit ``req``; see the module docstring."""
     say = say or (lambda _m: None)
     iterations = check_request(req)
-    spec, signature = model_signature_of(req.model, req.model_args)  # RequestError on unknown model
-
     from lyasched.store import default_path
 
-    slurm = slurm or SlurmCLI()
     db_path = Path(req.db) if req.db is not None else default_path()
+    # a built-in model's remembered signature spares torch when the profile is cached too
+    sig_key = signature_key(req.model, req.model_args)
+    spec, signature = None, remembered_signature(db_path, sig_key) if req.profile else None
+    if signature is None:
+        spec, signature = model_signature_of(req.model, req.model_args)  # RequestError on unknown model
+        if not req.dry_run:
+            remember_signature(db_path, sig_key, signature)
+
+    slurm = slurm or SlurmCLI()
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
@@ -415,6 +471,8 @@ def submit(
                 source = "profiled"
     if profile is None:
         say(f"estimating {req.model} from FLOP counts (no profiling)")
+        if spec is None:
+            spec, _ = model_signature_of(req.model, req.model_args)
         profile = estimate(spec, view.device_type)
         source = "estimate"
 

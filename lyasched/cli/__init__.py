@@ -26,6 +26,17 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(mod), attr)
         return super().get_command(ctx, name)
 
+    def invoke(self, ctx: click.Context):  # type: ignore[no-untyped-def]
+        # Bad input: one line (``Error: ...``, exit 2), not click's usage block (issue 5).
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _OneLineUsage(" ".join(e.format_message().split())) from None
+
+
+class _OneLineUsage(click.ClickException):
+    exit_code = 2
+
 
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="lyasched")

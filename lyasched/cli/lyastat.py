@@ -161,7 +161,26 @@ def _fail(msg: str) -> None:
     sys.exit(1)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineUsage(click.Command):
+    """Usage errors as one line (``lyastat: error: ...``), exit 2, instead of click's usage block."""
+
+    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[no-untyped-def]
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            click.echo(f"lyastat: error: {' '.join(e.format_message().split())}", err=True)
+            sys.exit(2)
+
+
+def _utf8(value: str | None, what: str) -> None:
+    """Non-UTF-8 argv bytes reach us as surrogates, which SQLite cannot bind: refuse them here."""
+    try:
+        (value or "").encode("utf-8")
+    except UnicodeEncodeError:
+        _fail(f"{what} {value!r}: not a lyasched job (not valid UTF-8)")
+
+
+@click.command(cls=OneLineUsage, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("jobid", required=False)
 @click.option("--all", "-a", "all_users", is_flag=True, help="Jobs of every user.")
 @click.option("--user", "-u", default=None, help="Jobs of this user (default: you).")
@@ -174,6 +193,8 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
     """Show lyasched jobs: predicted vs observed run time, GPUs given, why waiting."""
     from lyasched.store import records
 
+    _utf8(jobid, "job")
+    _utf8(user, "user")
     try:
         path = resolve_db(db, config)
     except ConfigError as e:

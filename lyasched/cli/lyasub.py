@@ -7,6 +7,7 @@ Exit codes: 0 submitted, 1 Slurm or profiling failed (nothing left behind), 2 ba
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,29 @@ def _model_args(pairs: tuple[str, ...]) -> dict[str, Any]:
         except (ValueError, SyntaxError):
             out[key] = raw
     return out
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_SLURM_TIME_RE = re.compile(r"((\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE)\Z", re.IGNORECASE)
+
+
+def _check_options(config: Path | None, **opts: str | None) -> None:
+    """Bad input before anything runs: sbatch values without control characters (a newline in a
+    job name would split every squeue line), a --time Slurm can parse, an explicit --config that loads."""
+    for name, value in opts.items():
+        if value is not None and _CONTROL_RE.search(value):
+            raise click.BadParameter(f"{value!r} contains control characters", param_hint=f"'--{name}'")
+    t = opts.get("time")
+    if t is not None and not _SLURM_TIME_RE.match(t):
+        raise click.BadParameter(f"{t!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED)",
+                                 param_hint="'--time'")
+    if config is not None:
+        from lyasched.config import ConfigError, load_config
+
+        try:
+            load_config(config)
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="'--config'") from None
 
 
 def _duration(seconds: float) -> str:
@@ -110,6 +134,8 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
 
     if parsable and as_json:
         raise click.UsageError("--parsable and --json are mutually exclusive")
+    _check_options(config, partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
+                   **{"job-name": job_name, "output": output, "error": error, "constraint": constraint})
     request = SubmitRequest(
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
         dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
