@@ -222,3 +222,25 @@ def refine(
         )
         new = _select(db, sig, dev)
     return _entry(new) if new else None
+
+
+# ---------------------------------------------------------------- model signatures
+
+SIGNATURES = "signatures"
+
+
+def get_signature(db: sqlite_utils.Database, key: str) -> str | None:
+    """A model signature remembered under ``key`` (see `lyasched.submitter.signature_key`), or None.
+
+    Computing a signature builds the model (imports torch: seconds per `lyasub`); remembering
+    it lets a submission with a cached profile skip torch entirely."""
+    if SIGNATURES not in db.table_names():
+        return None
+    row = db.execute(f"SELECT signature FROM {SIGNATURES} WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def put_signature(db: sqlite_utils.Database, key: str, sig: str) -> None:
+    """Remember ``sig`` under ``key`` (one short statement; the same key always gives the same sig)."""
+    db.execute(f"CREATE TABLE IF NOT EXISTS {SIGNATURES} (key TEXT PRIMARY KEY, signature TEXT NOT NULL, created TEXT)")
+    db.execute(f"INSERT OR REPLACE INTO {SIGNATURES} (key, signature, created) VALUES (?, ?, ?)", [key, sig, _now()])
