@@ -59,9 +59,14 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _SLURM_TIME_RE = re.compile(r"((\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE)\Z", re.IGNORECASE)
 
 
-def _check_options(config: Path | None, **opts: str | None) -> None:
-    """Bad input before anything runs: sbatch values without control characters (a newline in a
-    job name would split every squeue line), a --time Slurm can parse, an explicit --config that loads."""
+def _check_options(config: Path | None, uid: str | None, **opts: str | None) -> None:
+    """Bad input before anything runs (or is cached): sbatch values without control characters (a
+    newline in a job name would split every squeue line), a --time Slurm can parse, a valid --uid,
+    an explicit --config that loads."""
+    from lyasched.summary import is_valid_uid
+
+    if uid is not None and not is_valid_uid(uid):
+        raise click.BadParameter(f"{uid!r} must be 8-64 characters of A-Z a-z 0-9 -", param_hint="'--uid'")
     for name, value in opts.items():
         if value is not None and _CONTROL_RE.search(value):
             raise click.BadParameter(f"{value!r} contains control characters", param_hint=f"'--{name}'")
@@ -134,7 +139,7 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
 
     if parsable and as_json:
         raise click.UsageError("--parsable and --json are mutually exclusive")
-    _check_options(config, partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
+    _check_options(config, uid, partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
                    **{"job-name": job_name, "output": output, "error": error, "constraint": constraint})
     request = SubmitRequest(
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
