@@ -11,3 +11,15 @@ from lyasched.sim.simulator import (  # noqa: F401
     Simulation,
     true_factors,
 )
+
+__all__ = [
+    "DEFAULT_ESTIMATE_ERROR",
+    "DEFAULT_RESTART_OVERHEAD",
+    "DEFAULT_SLOT",
+    "InvalidDecision",
+    "JobRecord",
+    "SimResult",
+    "Simulation",
+    "WallTimeExceeded",
+    "true_factors",
+]
