@@ -56,6 +56,11 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
 
+    from lyasched.security import check_permissions, service_paths  # config/db writable only by us (issue 5)
+
+    if bad := check_permissions(service_paths(cfg.source, cfg.db)):
+        click.echo(f"Error: refusing to start: {bad[0]} (docs/reliability.md, Security)", err=True)
+        sys.exit(2)
     logging.basicConfig(
         stream=sys.stderr, level=getattr(logging, cfg.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
