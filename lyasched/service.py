@@ -169,7 +169,16 @@ def fit_placement(d: Decision, free: Sequence[int]) -> Placement | None:
 
 
 def _newer(a: q.SlurmJob, b: q.SlurmJob) -> bool:
-    """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest)."""
+    """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest).
+
+    Uids are visible to everybody in squeue: a job of ANOTHER user that copies one never takes it
+    over (the first submitted keeps it), or anybody could hide anybody's job from the service."""
+    if a.user != b.user:
+        def first(j: q.SlurmJob) -> tuple:
+            return (j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
+
+        return first(a) <= first(b)
+
     def key(j: q.SlurmJob) -> tuple:
         return (not j.finished, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
 
