@@ -47,8 +47,10 @@ from lyasched.summary import CostSummary, new_uid  # noqa: E402
 
 import flaky_slurm  # noqa: E402
 
-TEST_USER = "lyatest"
-OTHER_USER = "lyaother"
+# The suites submit as lyaother and their services schedule only lyaother's jobs: other tests'
+# services (users = ["lyatest"]) then never touch these jobs even if they overlap in time.
+TEST_USER = "lyaother"
+OTHER_USER = "lyatest"
 CLUSTER_STATE = Path(os.environ.get("LYASCHED_CLUSTER_STATE", "/var/lib/lyasched-cluster"))
 CRASH_POINTS = ("before_update", "after_update", "after_release", "after_record", "after_read", "slot_start",
                 "before_slot_record")
@@ -438,7 +440,8 @@ def run_flaky() -> dict[str, Any]:
             "LYASCHED_SLURM_PREFIX": f"{sys.executable} {REPO / 'tests' / 'flaky_slurm.py'}",
             "FLAKY_DIR": str(fdir), "FLAKY_HANG_S": "30",
             "FLAKY_RULES": ("squeue#1=fail;squeue#2=fail;squeue#3=fail;scontrol show#2=hang;"
-                            "scontrol update#1=fail;scontrol release#2=lost;scontrol release#3=hang"),
+                            "scontrol update#1=fail;scontrol update#2=fail;scontrol update#3=fail;"
+                            "scontrol release#2=lost;scontrol release#3=hang"),
             "FLAKY_SEED": "7", "FLAKY_P": "0.1", "FLAKY_P_HANG": "0.03",
         }
         p = bed.start(env=env)
@@ -447,7 +450,7 @@ def run_flaky() -> dict[str, Any]:
         alive = p.poll() is None
         rc = bed.stop(p)
         calls = (fdir / "calls.log").read_text().splitlines()
-        injected = [c for c in calls if c.split()[2] != "run"]
+        injected = [c for c in calls if c.split()[-2] != "run"]  # "N KEY#n ACTION TIME" (KEY may hold a space)
         log = bed.log.read_text()
         rows = bed.rows()
         db = records.open_readonly(bed.db)
@@ -457,7 +460,7 @@ def run_flaky() -> dict[str, Any]:
         lost = [j for j in ids if jobs.get(j) is None or jobs[j].state != "COMPLETED" or j not in rows]
         out["service"] = {
             "calls": len(calls), "injected": len(injected),
-            "injected_by_kind": {k: sum(1 for c in injected if c.split()[2] == k) for k in ("fail", "hang", "lost")},
+            "injected_by_kind": {k: sum(1 for c in injected if c.split()[-2] == k) for k in ("fail", "hang", "lost")},
             "failed_slots_recorded": failed_slots, "failed_starts_recorded": failed_decisions,
             "error_log_lines": sum(1 for ln in log.splitlines() if " ERROR " in ln),
             "service_alive": alive, "stop_rc": rc,

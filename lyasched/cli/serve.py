@@ -71,7 +71,9 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
     from lyasched.store.records import open_records
 
     if cfg.log_level != "DEBUG":
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # no "Running job" line every slot
+        # no "Running job" line every slot, nor a "skipped: maximum number of running instances" line
+        # per slot while slots overrun (an outage with timeouts): slot durations are in the records
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
     try:
         open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line

@@ -61,6 +61,6 @@ class SlurmCLI:
                     return p.stdout
                 last, rc = (p.stderr or p.stdout), p.returncode
             if i + 1 < attempts:
-                log.warning("%s failed (%s), retry %d/%d", cmd[0], last.strip()[:200], i + 1, attempts - 1)
+                log.warning("%s failed (%s), retry %d/%d", args[0], last.strip()[:200], i + 1, attempts - 1)
                 time.sleep(self.backoff * (2**i))
-        raise SlurmError(cmd, last, rc)
+        raise SlurmError(list(args), last, rc)  # named after the Slurm tool, not a prefix wrapper
