@@ -92,7 +92,7 @@ class LyapunovPolicy:
     externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
     relative: bool = True  # externality relative to the job shortest-first would start instead
-    exact_limit: int = 200_000  # solve exactly when jobs x free GPUs x options is at most this
+    exact_limit: int = 20_000  # solve exactly when jobs x free GPUs x options is at most this
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
@@ -104,19 +104,23 @@ class LyapunovPolicy:
         s_one, s_multi, q, z, _ = self._scores(state)
         return s_one, s_multi, q, z
 
-    def _scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
-        """Score of starting each waiting job on k+1 GPUs on one node / several nodes."""
+    def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
+        """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
+
+        Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
+        """
         jobs = state.waiting
         n = len(jobs)
-        one = np.stack([j.run_one_node for j in jobs])
-        multi = np.stack([j.run_multi_node for j in jobs])
+        one_all = np.stack([j.run_one_node for j in jobs])
+        multi_all = np.stack([j.run_multi_node for j in jobs])
+        one, multi = one_all[:, :cols], multi_all[:, :cols]
         work = np.fromiter((j.work for j in jobs), float, n)
         wait = state.now - np.fromiter((j.submit_time for j in jobs), float, n)
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
         z = float(wait.sum())
         theta = q + z
-        best = np.minimum(one.min(axis=1), multi.min(axis=1))
+        best = np.minimum(one_all.min(axis=1), multi_all.min(axis=1))
         finite_best = np.where(np.isfinite(best), best, 0.0)
         gain = self.q_weight * q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
         total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
@@ -157,11 +161,13 @@ class LyapunovPolicy:
     def decide(self, state: SlotState) -> SlotResult:
         if not state.waiting:
             return SlotResult(starts=(), q=0.0, z=0.0)
-        s_one, s_multi, q, z, arr = self._scores(state)
-        self._best, self._started = arr["best"], []
         free = FreeGpus(state.free, state.gpus_per_node)
         if free.total == 0:
+            q = sum(j.work for j in state.waiting)
+            z = sum(max(0.0, state.now - j.submit_time) for j in state.waiting)
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
+        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
+        self._best, self._started = arr["best"], []
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
@@ -171,7 +177,9 @@ class LyapunovPolicy:
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
         chosen: list[tuple[int, int]] | None = None
-        if cand.size and cand.size * free.total * k <= self.exact_limit:
+        cand_dp = _useful(best, cand, free.total)
+        if cand_dp.size and cand_dp.size * free.total * k <= self.exact_limit:
+            cand = cand_dp
             chosen = _knapsack(best[cand], free.total)
             if chosen is not None:
                 chosen = [(int(cand[i]), g) for i, g in chosen]
@@ -239,6 +247,26 @@ class LyapunovPolicy:
         return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
 
 
+def _useful(best: np.ndarray, cand: np.ndarray, capacity: int) -> np.ndarray:
+    """The jobs that can appear in an optimal knapsack solution.
+
+    If an optimum gives job j g GPUs, the other chosen jobs are at most capacity - g, so
+    if j is not among the capacity - g + 1 best jobs at g, one of those is unchosen and
+    swapping it in for j loses nothing. Keeping the top capacity - g + 1 per GPU count g
+    therefore keeps the optimum, and the DP runs over O(capacity x counts) jobs, not all.
+    """
+    if cand.size == 0:
+        return cand
+    sub = best[cand]
+    keep: set[int] = set()
+    for g in range(1, min(sub.shape[1], capacity) + 1):
+        col = sub[:, g - 1]
+        m = min(col.size, capacity - g + 1)
+        top = np.argpartition(-col, m - 1)[:m] if m < col.size else np.arange(col.size)
+        keep.update(int(i) for i in top if col[i] > 0)
+    return cand[np.array(sorted(keep), dtype=int)]
+
+
 def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None:
     """Multiple-choice knapsack: at most one GPU count per job, total GPUs <= capacity.
 
@@ -246,23 +274,24 @@ def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None
     optimal [(job, g)] by dynamic programming over capacity, O(jobs x capacity x counts).
     """
     n, k = scores.shape
-    neg = -math.inf
+    kk = min(k, capacity)
     best = np.zeros(capacity + 1)
     choice = np.zeros((n, capacity + 1), dtype=np.int32)  # 0 = skip, else g
+    # shift[g-1, c] indexes best[c - g] in a copy of best padded with kk leading -inf
+    shift = kk + np.arange(capacity + 1)[None, :] - np.arange(1, kk + 1)[:, None]
+    padded = np.full(kk + capacity + 1, -math.inf)
     for i in range(n):
-        new = best.copy()
-        pick = np.zeros(capacity + 1, dtype=np.int32)
-        for g in range(1, min(k, capacity) + 1):
-            v = scores[i, g - 1]
-            if not v > 0:
-                continue
-            cand = np.full(capacity + 1, neg)
-            cand[g:] = best[: capacity + 1 - g] + v
-            better = cand > new
-            new = np.where(better, cand, new)
-            pick = np.where(better, g, pick)
-        best = new
-        choice[i] = pick
+        vals = scores[i, :kk]
+        gs = np.flatnonzero(vals > 0)
+        if gs.size == 0:
+            continue
+        padded[kk:] = best
+        cand = padded[shift[gs]] + vals[gs][:, None]  # (options, capacity+1)
+        top = cand.argmax(axis=0)
+        topv = cand[top, np.arange(capacity + 1)]
+        better = topv > best
+        choice[i] = np.where(better, gs[top] + 1, 0)
+        best = np.where(better, topv, best)
     c = int(np.argmax(best))
     out = []
     for i in range(n - 1, -1, -1):
