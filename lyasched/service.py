@@ -97,6 +97,10 @@ class _QuietDuringOutage(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not self.active or record.levelno >= logging.ERROR
 
+
+_QUIET = _QuietDuringOutage()  # one per process (one service runs per process); reset by each Service
+logging.getLogger("lyasched.slurm").addFilter(_QUIET)
+
 # Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
 RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 
@@ -215,8 +219,8 @@ class Service:
         self.crash = CrashPoints.from_env()
         self.outage_since: float | None = None  # first failed slot of the current Slurm outage
         self.outage_slots = 0
-        self._quiet = _QuietDuringOutage()
-        logging.getLogger("lyasched.slurm").addFilter(self._quiet)
+        self._quiet = _QUIET
+        self._quiet.active = False
         records.ensure_schema(self.db)
 
     @property
