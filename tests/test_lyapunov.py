@@ -183,3 +183,16 @@ def test_every_job_starts_within_bounded_slots(seed, V):
         if not waiting:
             break
     assert not waiting, f"jobs never started within {bound} slots: {sorted(waiting)}"
+
+
+def test_wake_at_is_when_the_score_turns_positive():
+    """The reported wake-up time is exact: nothing starts just before it, something just after."""
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4)
+    other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4)
+    pol = LyapunovPolicy(V=10.0)
+    res = pol.decide(make_state([job, other], [1], 4, now=30.0))
+    assert res.starts == ()
+    wake = res.info["wake_at"]
+    assert 30.0 < wake < math.inf
+    assert pol.decide(make_state([job, other], [1], 4, now=wake - 1.0)).starts == ()
+    assert len(pol.decide(make_state([job, other], [1], 4, now=wake + 1.0)).starts) == 1

@@ -210,7 +210,34 @@ class LyapunovPolicy:
         q_after = q - float(arr["work"][idx].sum())
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []
-        return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info={"solver": solver, "Q": q, "Z": z})
+        info = {"solver": solver, "Q": q, "Z": z}
+        if not starts and cand.size == 0:
+            info["wake_at"] = self._wake_at(state, s_one, s_multi, arr, q, z)
+        return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
+
+    def _wake_at(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float, z: float) -> float:
+        """Earliest time a configuration that fits now gets a positive score, if nothing else changes.
+
+        With no arrival, completion or start, only the waits grow: after d seconds Z = Z0 + n*d and
+        w_j = w_j0 + d, so every score is the quadratic s(d) = s0 + d*(Z0 + n*(w_j0 + slot) - V*n*p)
+        + n*d^2 (p, the penalty, is fixed). A caller may skip slots until then (the simulator does);
+        deciding again earlier would give the same empty answer. inf when no configuration fits.
+        """
+        n = len(state.waiting)
+        vtheta = self.V * (q + z)
+        s = np.concatenate([s_one, s_multi], axis=1)
+        ok = np.isfinite(s)
+        if not ok.any():
+            return math.inf
+        if vtheta <= 0:
+            return state.now
+        gain = (self.q_weight * q * arr["work"] + z * (arr["wait"] + state.slot_len))[:, None]
+        s0 = np.where(ok, s, -1.0)
+        pen = np.where(ok, (gain - s0) / vtheta, 0.0)
+        b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
+        disc = np.maximum(b * b - 4.0 * n * s0, 0.0)
+        d = (-b + np.sqrt(disc)) / (2.0 * n)
+        return state.now + float(np.where(ok, np.maximum(d, 0.0), np.inf).min())
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus) -> list[Decision]:
         """Jobs by best score per GPU; each takes its highest-scoring configuration that fits now."""

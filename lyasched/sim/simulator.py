@@ -331,6 +331,7 @@ class Simulation:
                     running_view = None
 
                 can_act = bool(waiting) and (busy < total or (preemptive and running))
+                wake = None  # a policy may say when deciding again could change anything (info["wake_at"])
                 if can_act:
                     acted = False
                     if waiting_view is None:
@@ -418,11 +419,12 @@ class Simulation:
                         note_util(t)
                         idle_calls = 0
                     else:
+                        wake = res.info.get("wake_at") if isinstance(res.info, dict) else None
                         idle_calls += 1
                         if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
                             raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
                 # next slot where something can happen
-                if waiting and (busy < total or (preemptive and running)) and (acted or not invariant):
+                if waiting and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
                     slot_k += 1
                     continue
                 # drop stale heap entries so heap[0] is a live completion
@@ -433,6 +435,8 @@ class Simulation:
                     nxt = heap[0][0]
                 if next_arrival < n:
                     nxt = min(nxt, jobs[next_arrival].submit_time)
+                if wake is not None:
+                    nxt = min(nxt, max(float(wake), t + slot))
                 if not math.isfinite(nxt):
                     if done < n:
                         raise RuntimeError(f"{pname}: {n - done} jobs never finish")
