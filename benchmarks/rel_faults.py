@@ -352,8 +352,12 @@ def run_outage(seconds: float = 120) -> dict[str, Any]:
         if r.returncode != 0:
             raise RuntimeError(f"sbatch blocker: {r.stderr.strip()}")
         blocker = r.stdout.strip().split(";")[0]
-        if not bed.wait([blocker], states={"RUNNING"}, timeout=60):
-            raise RuntimeError("blocker did not start")
+        deadline = time.monotonic() + 60  # a plain job: not in q.parse_squeue (lyasched jobs only)
+        while subprocess.run(["squeue", "-h", "-j", blocker, "-o", "%T"], capture_output=True, text=True
+                             ).stdout.strip() != "RUNNING":
+            if time.monotonic() > deadline:
+                raise RuntimeError("blocker did not start")
+            time.sleep(0.5)
         running = bed.submit(3, sleep=seconds * 0.4 + 8, gmin=1, gmax=1)  # one per node: fit the 3 free GPUs
         queued = bed.submit(3, sleep=3, gmin=2, gmax=2)  # need 2 GPUs on one node: wait for the blocker
         p = bed.start()

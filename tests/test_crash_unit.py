@@ -223,3 +223,19 @@ def test_policy_name_used_in_default_config(db):
     # The hook is off unless the variable is set: a normal service has no crash points.
     svc = Service(Config(slot_seconds=2), db, slurm=FakeSlurm(), policy=make_policy("lyapunov"))
     assert svc.crash.at == {}
+
+
+def test_a_name_with_newlines_does_not_stop_every_slot(db):
+    """Any user can name a job ``evil\\nname|x``; it stays in ``squeue -t all`` for MinJobAge, and
+    used to fail every slot's parse (an outage caused by one sbatch)."""
+    good = FakeJob("110", summary("uid-00000110"))
+    evil = FakeJob("111", "c\nd", user="mallory", reason="None", name="evil\nname|x")
+    slurm = FakeSlurm(jobs=[good, evil])
+    rep = make(db, slurm, {"110": ((0, 1),)}).run_slot()
+    assert not rep.error and [s["slurm_id"] for s in rep.started] == ["110"]
+    # A name forging another job's line (same id twice): neither line is trusted, nothing is started.
+    forged = FakeJob("113", summary("uid-00000113"), user="mallory").line()
+    forger = FakeJob("112", "x", user="mallory", reason="None", name="n\n" + forged)
+    slurm2 = FakeSlurm(jobs=[FakeJob("113", summary("uid-00000113")), forger])
+    rep2 = make(db, slurm2, {"113": ((0, 1),)}).run_slot()
+    assert not rep2.error and rep2.started == [] and not slurm2.actions("release")

@@ -382,13 +382,28 @@ def _end_time(state: str, value: str) -> float | None:
     return parse_time(value)
 
 
+_JOB_LINE = re.compile(r"^\s*\d+(_\d+|_\[[^]]*\])?\|")
+
+
 def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
     """Parse output of `squeue_args()`. With ``lyasched_only`` jobs without the tag are dropped
     (their comments may contain anything, so only tagged lines are parsed strictly)."""
     fixed = len(SQUEUE_FIELDS) - 2
     jobs: list[SlurmJob] = []
+    # A job name or comment may contain newlines (any user can submit one): a line that does not
+    # start with a job id continues the previous job's free-text fields, instead of failing the
+    # whole listing (which stopped every slot for MinJobAge). A job id listed twice means a
+    # name forged to look like another job's line: neither is trusted.
+    lines: list[str] = []
     for line in text.splitlines():
-        if not line.strip():
+        if lines and not _JOB_LINE.match(line):
+            lines[-1] += "\n" + line
+        elif line.strip():
+            lines.append(line)
+    ids = [ln.split(SEP, 1)[0].strip() for ln in lines]
+    twice = {i for i in ids if ids.count(i) > 1} if len(set(ids)) != len(ids) else set()
+    for line in lines:
+        if twice and line.split(SEP, 1)[0].strip() in twice:
             continue
         parts = line.split(SEP, fixed)
         if len(parts) != fixed + 1:
