@@ -44,7 +44,7 @@ PIPE_TEXT = st.lists(st.sampled_from(list(string.printable) + ["|", "(null)", "N
 SLURM_WORDS = st.sampled_from([
     "PENDING", "RUNNING", "COMPLETED", "JobHeldUser", "N/A", "(null)", "UNLIMITED", "10:00", "1-02:03:04", "-5",
     "2026-11-22T13:50:01", "2026-13-45T99:99:99", "gres:gpu:4", "gpu:a100:2(S:0)", "gres/gpu=4", "node[1-3]",
-    "n[01-02],x", "lyasched:v1;id=x", "", " ", "99999999999999999999", "abc", "|", "=", "Key=Value",
+    "n[01-02],x", "lyasched:v1;id=x", "", " ", "99999999999999999999", "abc", "|", "=", "Key=Value", "²", "١٢", "inf", "nan", "1e999",
 ])
 SQUEUE_LINE = st.lists(st.one_of(SLURM_WORDS, PIPE_TEXT), min_size=0, max_size=20).map("|".join)
 KV_LINE = st.lists(st.tuples(st.sampled_from(["JobId", "NodeName", "UserId", "JobState", "SubmitTime", "StartTime",

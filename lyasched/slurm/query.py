@@ -360,11 +360,11 @@ def squeue_args(user: str | None = None, job_ids: Iterable[str] = ()) -> list[st
 
 def _int(v: str, default: int = 0) -> int:
     v = v.strip()
-    if v.isdigit():
+    if v.isascii() and v.isdigit():  # "²".isdigit() is True too, but int() refuses it
         return int(v)
     try:
         return int(float(v))
-    except ValueError:
+    except (ValueError, OverflowError):  # "inf"
         return default
 
 
@@ -547,8 +547,9 @@ def parse_sacct(text: str) -> list[AccountingRecord]:
         if len(f) < len(SACCT_FIELDS):
             raise ParseError(f"sacct line has {len(f)} fields, expected {len(SACCT_FIELDS)}: {line[:120]!r}")
         rec = dict(zip(SACCT_FIELDS, f))
-        state = rec["State"].split()[0] if rec["State"] else ""
-        elapsed = float(rec["ElapsedRaw"]) if rec["ElapsedRaw"].strip().isdigit() else None
+        state = rec["State"].split()[0] if rec["State"].split() else ""
+        raw = rec["ElapsedRaw"].strip()
+        elapsed = float(raw) if raw.isascii() and raw.isdigit() else None
         out.append(
             AccountingRecord(
                 job_id=rec["JobID"],
