@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lyasched.policy.state import Decision, Placement, SlotResult, SlotState
+from lyasched.policy.state import Decision, Placement, SlotResult, SlotState, WaitingJob
 
 
 class FreeGpus:
@@ -84,6 +84,63 @@ class FreeGpus:
         return tuple(sorted(out))
 
 
+class RowCache:
+    """The waiting jobs' rows as matrices, kept across slots.
+
+    The simulator and the service hand the policy the same `WaitingJob` objects slot after
+    slot; copying their rows into one matrix once per job (not once per slot) is what keeps
+    a decision over thousands of waiting jobs cheap. Entries hold a reference to their
+    object, so an id cannot be reused while cached. A pure memo: results are unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._reset(0, 0)
+
+    def _reset(self, width: int, capacity: int) -> None:
+        self.width = width
+        self.index: dict[int, int] = {}
+        self.keep: list[WaitingJob] = []
+        self.one = np.empty((capacity, width))
+        self.multi = np.empty((capacity, width))
+        self.work = np.empty(capacity)
+        self.submit = np.empty(capacity)
+        self.best = np.empty(capacity)
+
+    def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
+        """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run."""
+        n = len(jobs)
+        width = len(jobs[0].run_one_node)
+        if width != self.width or len(self.index) > 4 * n + 4096:
+            self._reset(width, max(1024, 2 * n))
+        get = self.index.get
+        idx = [get(k, -1) for k in map(id, jobs)]
+        if -1 in idx:
+            for pos, w in enumerate(jobs):
+                if idx[pos] == -1:
+                    idx[pos] = self._add(w)
+        sel = np.fromiter(idx, dtype=np.intp, count=n)
+        c = self.width if cols is None else min(cols, self.width)
+        return self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel]
+
+    def _add(self, w: WaitingJob) -> int:
+        i = len(self.keep)
+        if i >= self.one.shape[0]:
+            grow = max(1024, i)
+            self.one = np.vstack([self.one, np.empty((grow, self.width))])
+            self.multi = np.vstack([self.multi, np.empty((grow, self.width))])
+            self.work = np.concatenate([self.work, np.empty(grow)])
+            self.submit = np.concatenate([self.submit, np.empty(grow)])
+            self.best = np.concatenate([self.best, np.empty(grow)])
+        self.one[i] = w.run_one_node
+        self.multi[i] = w.run_multi_node
+        self.work[i] = w.work
+        self.submit[i] = w.submit_time
+        self.best[i] = min(w.run_one_node.min(), w.run_multi_node.min())
+        self.keep.append(w)
+        self.index[id(w)] = i
+        return i
+
+
 @dataclass
 class LyapunovPolicy:
     """Drift-plus-penalty over (Q, Z); V trades completion time against queue growth."""
@@ -99,6 +156,7 @@ class LyapunovPolicy:
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
         self._best = np.zeros(0)
+        self._rows = RowCache()
 
     def scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float]:
         s_one, s_multi, q, z, _ = self._scores(state)
@@ -111,16 +169,12 @@ class LyapunovPolicy:
         """
         jobs = state.waiting
         n = len(jobs)
-        one_all = np.stack([j.run_one_node for j in jobs])
-        multi_all = np.stack([j.run_multi_node for j in jobs])
-        one, multi = one_all[:, :cols], multi_all[:, :cols]
-        work = np.fromiter((j.work for j in jobs), float, n)
-        wait = state.now - np.fromiter((j.submit_time for j in jobs), float, n)
+        one, multi, work, submit, best = self._rows.arrays(jobs, cols)
+        wait = state.now - submit
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
         z = float(wait.sum())
         theta = q + z
-        best = np.minimum(one_all.min(axis=1), multi_all.min(axis=1))
         finite_best = np.where(np.isfinite(best), best, 0.0)
         gain = self.q_weight * q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
         total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))

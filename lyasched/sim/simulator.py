@@ -257,6 +257,7 @@ class Simulation:
         by_id: dict[str, int] = {}
         waiting_view: tuple[WaitingJob, ...] | None = ()
         running: dict[int, _Running] = {}
+        run_objs: dict[int, RunningJob] = {}
         running_view: tuple[RunningJob, ...] | None = ()
         heap: list[tuple[float, int, int]] = []  # (end, index, token)
         next_arrival = 0
@@ -336,7 +337,25 @@ class Simulation:
                     acted = False
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
-                    if running_view is None or preemptive:
+                    if running_view is None and not preemptive:
+                        # non-preemptive policies: RunningJob objects made once per start
+                        # (``attained`` as of that start: only LAS-style, preemptive policies read it)
+                        for r in running.values():
+                            if r.idx not in run_objs:
+                                run_objs[r.idx] = RunningJob(
+                                    job_id=jobs[r.idx].job_id,
+                                    gpus=r.gpus,
+                                    placement=r.placement,
+                                    start_time=r.start,
+                                    expected_end=r.expected_end,
+                                    attained=attained[r.idx],
+                                    preemptible=False,
+                                )
+                        if len(run_objs) != len(running):
+                            for k in [k for k in run_objs if k not in running]:
+                                del run_objs[k]
+                        running_view = tuple(run_objs.values())
+                    elif preemptive:
                         running_view = tuple(
                             RunningJob(
                                 job_id=jobs[r.idx].job_id,
