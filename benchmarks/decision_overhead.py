@@ -2,8 +2,10 @@
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
 
-Builds the WaitingJob rows once (the simulator and the service cache them per job), then
-times `LyapunovPolicy.decide` alone. A third of the GPUs are free, spread unevenly.
+Builds the WaitingJob rows once (the simulator and the service keep them per job), then
+times `LyapunovPolicy.decide` alone. The policy copies a job's rows into its matrices the
+first time it sees the job (as in serve/replay, where the same jobs wait slot after slot):
+the first call is reported separately. About 30% of the GPUs are free, spread unevenly.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def main() -> None:
     state = build(a.jobs, a.nodes, a.gpus_per_node, a.max_gpus, 0)
     build_s = time.perf_counter() - t0
     pol = LyapunovPolicy(V=a.V)
+    t = time.perf_counter()
+    pol.decide(state)  # cold: the policy copies every job's rows into its matrices once
+    cold = time.perf_counter() - t
     times, res = [], None
     for _ in range(a.repeats):
         t = time.perf_counter()
@@ -70,6 +75,7 @@ def main() -> None:
     out = {
         "jobs": a.jobs, "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "free_gpus": sum(state.free),
         "median_ms": statistics.median(times) * 1e3, "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,
+        "cold_first_ms": cold * 1e3,
         "started": len(res.starts), "solver": res.info.get("solver"), "rows_build_s": build_s, "target_ms": 50.0,
     }
     if a.json:
@@ -77,6 +83,7 @@ def main() -> None:
     else:
         print(f"decision with {a.jobs} waiting jobs on {a.nodes}x{a.gpus_per_node} GPUs ({out['free_gpus']} free): "
               f"median {out['median_ms']:.1f} ms, p90 {out['p90_ms']:.1f} ms over {a.repeats} runs "
+              f"(first call, rows not yet cached: {out['cold_first_ms']:.1f} ms) "
               f"[{out['solver']}, {out['started']} started] (target <= 50 ms)")
 
 
