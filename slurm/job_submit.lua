@@ -163,7 +163,39 @@ local function claims_lyasched(comment)
 	return comment ~= nil and starts_with(comment:match("^%s*(.*)$"), PREFIX)
 end
 
+-- A line break (or any control character, or a Unicode line separator, which Python's splitlines
+-- honours) in a job name or comment would split that job's line in `squeue -o` output and make
+-- every slot of `lyasched serve` fail to parse the queue: any user could stop the scheduler.
+-- Refused for every job, lyasched's or not, at submission and on update.
+local LINE_BREAKERS = { "\194\133", "\226\128\168", "\226\128\169" } -- U+0085, U+2028, U+2029
+
+local function breaks_lines(s)
+	if s == nil then
+		return false
+	end
+	if s:find("%c") then
+		return true
+	end
+	for _, seq in ipairs(LINE_BREAKERS) do
+		if s:find(seq, 1, true) then
+			return true
+		end
+	end
+	return false
+end
+
+local function refuse_line_breaks(job_desc)
+	if breaks_lines(job_desc.name) or breaks_lines(job_desc.comment) then
+		slurm.log_user("lyasched: job names and comments must not contain control characters or line separators")
+		return true
+	end
+	return false
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
+	if refuse_line_breaks(job_desc) then
+		return slurm.ERROR
+	end
 	local comment = job_desc.comment
 	if not claims_lyasched(comment) then
 		return slurm.SUCCESS
@@ -189,6 +221,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	if refuse_line_breaks(job_desc) then
+		return slurm.ERROR
+	end
 	if PRIVILEGED_UIDS[modify_uid] then
 		return slurm.SUCCESS
 	end

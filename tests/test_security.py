@@ -333,3 +333,37 @@ def test_lyasub_uid_of_another_users_job_does_not_return_it(held, as_user, test_
     slurm_jobs.append(mine)
     assert mine != victim
     assert _squeue(mine, "%u") == other_user and _squeue(victim, "%u") == test_user
+
+
+def test_a_line_break_in_a_job_name_does_not_stop_the_queue_parser() -> None:
+    """`squeue -o` does not escape: the name's newline splits the job's line (output recorded on the
+    22.05 cluster). The plugin now refuses such names; the parser (R1) also survives them."""
+    from lyasched.slurm import query as q
+
+    out = "2633|lyaother|1002|PENDING|JobHeldUser|0|2026-11-22T15:00:00|N/A|N/A|UNLIMITED|1|gres:gpu:1||gpu|c\nd|evil\nname|x\n"
+    assert q.parse_squeue(out) == []
+    [job] = q.parse_squeue(out, lyasched_only=False)
+    assert job.job_id == "2633" and job.user == "lyaother"
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", ["evil\nname", "a\u2028b", "cr\rx", "vt\x0bx"])
+def test_plugin_refuses_line_breaks_in_names_and_comments(as_user, other_user, slurm_jobs, name) -> None:
+    for opt in (f"--job-name={name}", f"--comment={name}"):
+        p = as_user(other_user, "sbatch", "--parsable", "--hold", "-o", "/dev/null", opt, "--wrap", "true")
+        if p.returncode == 0:
+            slurm_jobs.append(p.stdout.strip())
+        assert p.returncode != 0 and "must not contain control characters or line separators" in p.stderr, opt
+
+
+@pytest.mark.slurm
+def test_plugin_refuses_renaming_a_job_with_a_line_break(as_user, other_user, slurm_jobs) -> None:
+    p = as_user(other_user, "sbatch", "--parsable", "--hold", "-o", "/dev/null", "--job-name=plain", "--wrap", "true")
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    slurm_jobs.append(job)
+    r = as_user(other_user, "scontrol", "update", f"jobid={job}", "name=x\ny")
+    assert r.returncode != 0
+    assert _squeue(job, "%j") == "plain"
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
