@@ -338,9 +338,10 @@ def run_burst(n: int = 1000, procs: int = 8, user: str = TEST_USER, slot_seconds
         "gpus_blocked": bool(blocker), "service_exit": svc_rc, "locked_s": locked_s,
         "refusals": sorted({r["err"].strip().splitlines()[-1][:200] for r in refused})[:5],
         "unclean_samples": [f"rc={r['rc']} {r['err'].strip()[-300:]}" for r in unclean[:3]],
-        "lost_samples": lost[:5], "work": str(work),
+        "lost_samples": lost[:5], "slot_error_samples": sorted({e[:300] for _, e in slots if e})[:5],
+        "work": str(work),
     }
-    if not keep and not unclean and not lost:
+    if not keep and not unclean and not lost and not not_recorded and not out["slot_errors"]:
         shutil.rmtree(work, ignore_errors=True)
     return out
 
