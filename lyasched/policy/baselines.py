@@ -13,7 +13,8 @@ import bisect
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from operator import attrgetter
+from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
 import numpy as np
 
@@ -119,6 +120,79 @@ def fifo_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
     return sorted(waiting, key=lambda w: (w.submit_time, w.job_id))
 
 
+_work = attrgetter("work")
+_submit = attrgetter("submit_time")
+T = TypeVar("T")
+
+
+class PerJob(Generic[T]):
+    """Per-job derived data (allowed count, sort key...) memoised by `WaitingJob` identity.
+
+    The simulator and the service hand a policy the same `WaitingJob` objects slot after
+    slot (as `lyasched.policy.lyapunov.RowCache` relies on), so deriving a job's data once
+    per job instead of once per slot keeps a decision over thousands of waiting jobs cheap.
+    Entries hold their object, so an id cannot be reused while cached. A pure memo: a new
+    object (or a cleared cache) gives the same value.
+    """
+
+    def __init__(self, make: Callable[[WaitingJob], T]) -> None:
+        self.make = make
+        self.memo: dict[int, tuple[WaitingJob, T]] = {}
+
+    def __call__(self, w: WaitingJob) -> T:
+        e = self.memo.get(id(w))
+        if e is None:
+            e = self.memo[id(w)] = (w, self.make(w))
+        return e[1]
+
+    def prune(self, waiting: Sequence[WaitingJob]) -> None:
+        """Forget jobs no longer waiting, once the memo holds many more than are waiting."""
+        if len(self.memo) > 2 * len(waiting) + 4096:
+            memo = self.memo
+            self.memo = {k: memo[k] for k in map(id, waiting) if k in memo}
+
+
+class Queue:
+    """The slot's waiting jobs as arrays (work, submit time), for FIFO order and q/z.
+
+    Built at C speed (no Python loop per job). q and z are summed left to right with
+    ``cumsum``, exactly as ``sum()`` over the jobs left waiting would, so they are
+    bit-identical to the plain definition.
+    """
+
+    def __init__(self, state: SlotState) -> None:
+        self.waiting = state.waiting
+        self.now = state.now
+        n = len(state.waiting)
+        self.submit = np.fromiter(map(_submit, state.waiting), dtype=float, count=n)
+        self.work = np.fromiter(map(_work, state.waiting), dtype=float, count=n)
+
+    def fifo(self) -> Sequence[int]:
+        """Positions in FIFO order (submit time, then id): ``range(n)`` when already so ordered,
+        as the simulator's queue always is."""
+        waiting, n = self.waiting, len(self.waiting)
+        d = np.diff(self.submit)
+        if not (d < 0).any():
+            ties = np.flatnonzero(d == 0)
+            if not any(waiting[i].job_id > waiting[i + 1].job_id for i in ties.tolist()):
+                return range(n)
+        return sorted(range(n), key=lambda i: (waiting[i].submit_time, waiting[i].job_id))
+
+    def result(self, starts: list[Decision], started: Iterable[int], preempt: Sequence[str] = (), **info) -> SlotResult:
+        """The SlotResult, with q (work left waiting) and z (waiting time of jobs left waiting).
+
+        ``started``: positions in ``state.waiting`` of the jobs in ``starts``."""
+        work, submit = self.work, self.submit
+        gone = list(started)
+        if gone:
+            keep = np.ones(len(work), dtype=bool)
+            keep[gone] = False
+            work, submit = work[keep], submit[keep]
+        q = float(np.cumsum(work)[-1]) if len(work) else 0.0
+        z = float(np.cumsum(self.now - submit)[-1]) if len(work) else 0.0
+        return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=dict(info))
+
+
 def _result(state: SlotState, starts: list[Decision], preempt: Sequence[str] = (), **info) -> SlotResult:
     """Fill q (work left waiting) and z (waiting time of jobs left waiting) after this slot."""
     started = {d.job_id for d in starts}
@@ -149,6 +223,12 @@ class _Base:
 class _StrictFifo(_Base):
     """Start jobs in submit order on ``count(w)`` GPUs; stop at the first that does not fit."""
 
+    time_invariant = True  # the decision reads no clock: nothing changes until a job arrives or ends
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self._count = PerJob(self.count)
+
     def count(self, w: WaitingJob) -> int | None:
         raise NotImplementedError
 
@@ -156,11 +236,16 @@ class _StrictFifo(_Base):
         raise NotImplementedError
 
     def decide(self, state: SlotState) -> SlotResult:
+        queue = Queue(state)
+        self._count.prune(state.waiting)
         free = Pool(state.free)
         starts: list[Decision] = []
+        started: list[int] = []
         blocked = None
-        for w in fifo_order(state.waiting):
-            g = self.count(w)
+        waiting = state.waiting
+        for i in queue.fifo():
+            w = waiting[i]
+            g = self._count(w)
             if g is None:  # no allowed count at all: it can never run, so it must not block
                 continue
             f = fit(w, g, free)
@@ -169,7 +254,8 @@ class _StrictFifo(_Base):
                 break
             free.take(f.placement)
             starts.append(_decision(w, f, g, self.why(w, g)))
-        return _result(state, starts, blocked_by=blocked)
+            started.append(i)
+        return queue.result(starts, started, blocked_by=blocked)
 
 
 class FixedOne(_StrictFifo):
