@@ -153,30 +153,60 @@ class PerJob(Generic[T]):
 
 
 class Queue:
-    """The slot's waiting jobs as arrays (work, submit time), for FIFO order and q/z.
+    """The waiting jobs' submit times and work as arrays, kept across slots, for FIFO order and q/z.
 
-    Built at C speed (no Python loop per job). q and z are summed left to right with
-    ``cumsum``, exactly as ``sum()`` over the jobs left waiting would, so they are
-    bit-identical to the plain definition.
+    Between two slots the simulator (and the service) removes the jobs the policy started and
+    appends arrivals, reusing the other `WaitingJob` objects. When the new queue is exactly
+    that (checked by identity, at C speed), the arrays are updated by deleting and appending;
+    otherwise they are rebuilt. A pure memo: the arrays always equal the state's. q and z are
+    summed left to right with ``cumsum``, bit-identical to ``sum()`` over the jobs left waiting.
     """
 
-    def __init__(self, state: SlotState) -> None:
-        self.waiting = state.waiting
+    def __init__(self) -> None:
+        self.jobs: tuple[WaitingJob, ...] = ()
+        self.submit = np.empty(0)
+        self.work = np.empty(0)
+        self.ordered = True  # self.jobs is in FIFO order (submit time, then id)
+        self.gone: list[int] = []  # positions the last result() started
+        self.now = 0.0
+
+    def load(self, state: SlotState) -> Queue:
+        cur = state.waiting
         self.now = state.now
-        n = len(state.waiting)
-        self.submit = np.fromiter(map(_submit, state.waiting), dtype=float, count=n)
-        self.work = np.fromiter(map(_work, state.waiting), dtype=float, count=n)
+        if cur is self.jobs:
+            self.gone = []
+            return self
+        prev, gone = self.jobs, self.gone
+        keep = list(prev)
+        for i in sorted(gone, reverse=True):  # memmove per started job, no Python loop per job
+            del keep[i]
+        m = len(keep)
+        try:
+            same = len(cur) >= m and cur[:m] == tuple(keep)
+        except ValueError:  # two distinct but equal-looking jobs: compare numpy rows -> ambiguous
+            same = False
+        if same:
+            submit = np.delete(self.submit, gone) if gone else self.submit
+            work = np.delete(self.work, gone) if gone else self.work
+            if len(cur) > m:
+                new = cur[m:]
+                submit = np.concatenate([submit, np.fromiter(map(_submit, new), dtype=float, count=len(new))])
+                work = np.concatenate([work, np.fromiter(map(_work, new), dtype=float, count=len(new))])
+            ordered = _in_order(cur, submit, max(m - 1, 0) if self.ordered else 0)
+        else:
+            n = len(cur)
+            submit = np.fromiter(map(_submit, cur), dtype=float, count=n)
+            work = np.fromiter(map(_work, cur), dtype=float, count=n)
+            ordered = _in_order(cur, submit, 0)
+        self.jobs, self.submit, self.work, self.ordered, self.gone = cur, submit, work, ordered, []
+        return self
 
     def fifo(self) -> Sequence[int]:
-        """Positions in FIFO order (submit time, then id): ``range(n)`` when already so ordered,
-        as the simulator's queue always is."""
-        waiting, n = self.waiting, len(self.waiting)
-        d = np.diff(self.submit)
-        if not (d < 0).any():
-            ties = np.flatnonzero(d == 0)
-            if not any(waiting[i].job_id > waiting[i + 1].job_id for i in ties.tolist()):
-                return range(n)
-        return sorted(range(n), key=lambda i: (waiting[i].submit_time, waiting[i].job_id))
+        """Positions in FIFO order: ``range(n)`` when already so ordered, as the simulator's queue is."""
+        waiting = self.jobs
+        if self.ordered:
+            return range(len(waiting))
+        return sorted(range(len(waiting)), key=lambda i: (waiting[i].submit_time, waiting[i].job_id))
 
     def result(self, starts: list[Decision], started: Iterable[int], preempt: Sequence[str] = (), **info) -> SlotResult:
         """The SlotResult, with q (work left waiting) and z (waiting time of jobs left waiting).
@@ -188,9 +218,18 @@ class Queue:
             keep = np.ones(len(work), dtype=bool)
             keep[gone] = False
             work, submit = work[keep], submit[keep]
+        self.gone = gone
         q = float(np.cumsum(work)[-1]) if len(work) else 0.0
         z = float(np.cumsum(self.now - submit)[-1]) if len(work) else 0.0
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=dict(info))
+
+
+def _in_order(jobs: Sequence[WaitingJob], submit: np.ndarray, start: int) -> bool:
+    """Are ``jobs[start:]`` in FIFO order (submit time, then id)?"""
+    d = np.diff(submit[start:])
+    if (d < 0).any():
+        return False
+    return not any(jobs[i].job_id > jobs[i + 1].job_id for i in (np.flatnonzero(d == 0) + start).tolist())
 
 
 def _result(state: SlotState, starts: list[Decision], preempt: Sequence[str] = (), **info) -> SlotResult:
@@ -228,6 +267,7 @@ class _StrictFifo(_Base):
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)
         self._count = PerJob(self.count)
+        self._queue = Queue()
 
     def count(self, w: WaitingJob) -> int | None:
         raise NotImplementedError
@@ -236,7 +276,7 @@ class _StrictFifo(_Base):
         raise NotImplementedError
 
     def decide(self, state: SlotState) -> SlotResult:
-        queue = Queue(state)
+        queue = self._queue.load(state)
         self._count.prune(state.waiting)
         free = Pool(state.free)
         starts: list[Decision] = []
