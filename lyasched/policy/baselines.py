@@ -153,7 +153,7 @@ class PerJob(Generic[T]):
 
 
 class Queue:
-    """The waiting jobs' submit times and work as arrays, kept across slots, for FIFO order and q/z.
+    """The waiting jobs' submit times, work (and any ``columns``) as arrays, kept across slots.
 
     Between two slots the simulator (and the service) removes the jobs the policy started and
     appends arrivals, reusing the other `WaitingJob` objects. When the new queue is exactly
@@ -162,13 +162,17 @@ class Queue:
     summed left to right with ``cumsum``, bit-identical to ``sum()`` over the jobs left waiting.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, **columns: Callable[[WaitingJob], float]) -> None:
+        self.make = {"submit": _submit, "work": _work, **columns}
+        self.cols = {k: np.empty(0) for k in self.make}
         self.jobs: tuple[WaitingJob, ...] = ()
-        self.submit = np.empty(0)
-        self.work = np.empty(0)
         self.ordered = True  # self.jobs is in FIFO order (submit time, then id)
         self.gone: list[int] = []  # positions the last result() started
         self.now = 0.0
+
+    @property
+    def submit(self) -> np.ndarray:
+        return self.cols["submit"]
 
     def load(self, state: SlotState) -> Queue:
         cur = state.waiting
@@ -186,19 +190,19 @@ class Queue:
         except ValueError:  # two distinct but equal-looking jobs: compare numpy rows -> ambiguous
             same = False
         if same:
-            submit = np.delete(self.submit, gone) if gone else self.submit
-            work = np.delete(self.work, gone) if gone else self.work
-            if len(cur) > m:
-                new = cur[m:]
-                submit = np.concatenate([submit, np.fromiter(map(_submit, new), dtype=float, count=len(new))])
-                work = np.concatenate([work, np.fromiter(map(_work, new), dtype=float, count=len(new))])
-            ordered = _in_order(cur, submit, max(m - 1, 0) if self.ordered else 0)
+            new = cur[m:]
+            for k, f in self.make.items():
+                col = np.delete(self.cols[k], gone) if gone else self.cols[k]
+                if new:
+                    col = np.concatenate([col, np.fromiter(map(f, new), dtype=float, count=len(new))])
+                self.cols[k] = col
+            start = max(m - 1, 0) if self.ordered else 0
         else:
-            n = len(cur)
-            submit = np.fromiter(map(_submit, cur), dtype=float, count=n)
-            work = np.fromiter(map(_work, cur), dtype=float, count=n)
-            ordered = _in_order(cur, submit, 0)
-        self.jobs, self.submit, self.work, self.ordered, self.gone = cur, submit, work, ordered, []
+            for k, f in self.make.items():
+                self.cols[k] = np.fromiter(map(f, cur), dtype=float, count=len(cur))
+            start = 0
+        self.jobs, self.gone = cur, []
+        self.ordered = _in_order(cur, self.submit, start)
         return self
 
     def fifo(self) -> Sequence[int]:
@@ -212,7 +216,7 @@ class Queue:
         """The SlotResult, with q (work left waiting) and z (waiting time of jobs left waiting).
 
         ``started``: positions in ``state.waiting`` of the jobs in ``starts``."""
-        work, submit = self.work, self.submit
+        work, submit = self.cols["work"], self.cols["submit"]
         gone = list(started)
         if gone:
             keep = np.ones(len(work), dtype=bool)
@@ -358,51 +362,115 @@ class Backfill(_Base):
 
     name = "backfill"
 
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        # a job's GPU count and "shape" (count, one-node allowed, multi-node allowed): whether
+        # and where it fits depends on nothing else, so the scan treats jobs shape by shape
+        self._shapes: dict[tuple[int, bool, bool], int] = {}
+        self._shape_list: list[tuple[int, bool, bool]] = []
+        self._job = PerJob(self._shape_of)
+        self._queue = Queue(shape=lambda w: self._job(w)[1], limit=attrgetter("time_limit"))
+
+    def _shape_of(self, w: WaitingJob) -> tuple[int | None, int]:
+        g = nearest_allowed(w, w.requested_gpus)
+        if g is None:
+            return None, -1
+        key = (g, math.isfinite(w.run_one_node[g - 1]), math.isfinite(w.run_multi_node[g - 1]))
+        if key not in self._shapes:
+            self._shapes[key] = len(self._shape_list)
+            self._shape_list.append(key)
+        return g, self._shapes[key]
+
+    @staticmethod
+    def _fit_shape(shape: tuple[int, bool, bool], pool: Pool) -> Placement | None:
+        """`fit`'s placement for any job of this shape."""
+        g, one, multi = shape
+        p = pool.place(g, True) if one else None
+        if p is None and multi:
+            p = pool.place(g, False)
+        return p
+
     def decide(self, state: SlotState) -> SlotResult:
         now = state.now
+        queue = self._queue.load(state)
+        self._job.prune(state.waiting)
+        waiting = state.waiting
+        order = queue.fifo()
         free = Pool(state.free)
         ends: list[tuple[float, Placement]] = [(max(r.expected_end, now), r.placement) for r in state.running]
-        queue = [(w, g) for w in fifo_order(state.waiting) if (g := nearest_allowed(w, w.requested_gpus))]
         starts: list[Decision] = []
-        head = len(queue)
-        for i, (w, g) in enumerate(queue):
+        started: list[int] = []
+        head = None
+        for k, i in enumerate(order):
+            w = waiting[i]
+            g = self._job(w)[0]
+            if g is None:
+                continue
             f = fit(w, g, free)
             if f is None:
-                head = i
+                head = k
                 break
             free.take(f.placement)
             ends.append((now + w.time_limit, f.placement))
             starts.append(_decision(w, f, g, f"fifo, requested {g}"))
-        if head == len(queue):
-            return _result(state, starts, head=None, shadow=None)
+            started.append(i)
+        if head is None:
+            return queue.result(starts, started, head=None, shadow=None)
 
-        hw, hg = queue[head]
+        hw = waiting[order[head]]
+        hg = self._job(hw)[0]
         shadow, future = self._reservation(hw, hg, free.free, ends)
+        # The later jobs in FIFO order, scanned as EASY backfill does one by one, but a shape at a
+        # time: between two starts the free GPUs do not change, so every job of a shape fits the
+        # same way (or not at all, and then never again this slot: free GPUs only shrink).
+        rest = np.arange(head + 1, len(order)) if isinstance(order, range) else np.asarray(order[head + 1 :], dtype=np.intp)
+        rshape = queue.cols["shape"][rest].astype(np.intp)  # -1: no allowed count
+        rend = now + queue.cols["limit"][rest]
+        ends_by_shadow = np.isfinite(rend) & (rend <= shadow)
+        live = [int(s) for s in np.flatnonzero(np.bincount(rshape + 1, minlength=len(self._shape_list) + 1)[1:])]
         delays_head: dict[Placement, bool] = {}  # candidate placement -> would it delay the head
-        for w, g in queue[head + 1 :]:
-            if free.total == 0:
+        at = 0  # jobs rest[:at] have been passed over
+        while free.total > 0 and at < len(rest):
+            # per shape: every job may start (True), only those ending by the shadow time (False)
+            any_job = np.zeros(len(self._shape_list) + 1, dtype=bool)  # last entry: shape -1
+            by_shadow = np.zeros(len(self._shape_list) + 1, dtype=bool)
+            still = []
+            for sid in live:
+                p = self._fit_shape(self._shape_list[sid], free)
+                if p is None:
+                    continue
+                still.append(sid)
+                if future is not None and p not in delays_head:
+                    after = list(future)  # future >= free on every node, so this never goes negative
+                    apply(after, p)
+                    delays_head[p] = fit(hw, hg, after) is None
+                if future is None or not delays_head[p]:
+                    any_job[sid] = True
+                else:
+                    by_shadow[sid] = True
+            live = still
+            ok = any_job[rshape[at:]] | (by_shadow[rshape[at:]] & ends_by_shadow[at:])
+            j = int(np.argmax(ok)) if len(ok) else 0
+            if not len(ok) or not ok[j]:
                 break
+            at += j + 1
+            i = int(rest[at - 1])
+            w = waiting[i]
+            g = self._job(w)[0]
             f = fit(w, g, free)
-            if f is None:
-                continue
             end = now + w.time_limit
             if future is None:
                 reason = f"backfill, head {hw.job_id} cannot start even when all running jobs end"
             elif math.isfinite(end) and end <= shadow:
                 reason = f"backfill, ends by shadow time {shadow:.0f}"
             else:
-                if f.placement not in delays_head:
-                    after = list(future)  # future >= free on every node, so this never goes negative
-                    apply(after, f.placement)
-                    delays_head[f.placement] = fit(hw, hg, after) is None
-                if delays_head[f.placement]:
-                    continue
                 apply(future, f.placement)
                 delays_head.clear()
                 reason = f"backfill, uses extra gpus beyond head {hw.job_id}'s reservation"
             free.take(f.placement)
             starts.append(_decision(w, f, g, reason))
-        return _result(state, starts, head=hw.job_id, shadow=shadow if future is not None else None)
+            started.append(i)
+        return queue.result(starts, started, head=hw.job_id, shadow=shadow if future is not None else None)
 
     @staticmethod
     def _reservation(
