@@ -414,8 +414,8 @@ class Backfill(_Base):
             ends.append((now + w.time_limit, f.placement))
             starts.append(_decision(w, f, g, f"fifo, requested {g}"))
             started.append(i)
-        if head is None:
-            return queue.result(starts, started, head=None, shadow=None)
+        if head is None:  # every job started, or none can ever run: only an event changes that
+            return queue.result(starts, started, head=None, shadow=None, **({} if starts else {"wake_at": math.inf}))
 
         hw = waiting[order[head]]
         hg = self._job(hw)[0]
@@ -470,7 +470,23 @@ class Backfill(_Base):
             free.take(f.placement)
             starts.append(_decision(w, f, g, reason))
             started.append(i)
-        return queue.result(starts, started, head=hw.job_id, shadow=shadow if future is not None else None)
+        info = {"head": hw.job_id, "shadow": shadow if future is not None else None}
+        if not starts:
+            info["wake_at"] = self._wake_at(state)
+        return queue.result(starts, started, **info)
+
+    @staticmethod
+    def _wake_at(state: SlotState) -> float:
+        """When a slot that started nothing could decide otherwise with no arrival or completion.
+
+        Time enters only through running jobs' expected ends clamped to now, ``max(end, now)``:
+        until ``now`` reaches the next expected end the reservation walks them in the same
+        order and reaches the same free GPUs, and a job that did not end by the shadow time
+        ends later still. (A shadow clamped to now moves with now, but ``now + limit <= now``
+        stays false.) So nothing can change before that end.
+        """
+        now = state.now
+        return min((r.expected_end for r in state.running if r.expected_end > now), default=math.inf)
 
     @staticmethod
     def _reservation(
