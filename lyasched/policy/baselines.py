@@ -422,7 +422,7 @@ class Backfill(_Base):
         shadow, future = self._reservation(hw, hg, free.free, ends)
         # The later jobs in FIFO order, scanned as EASY backfill does one by one, but a shape at a
         # time: between two starts the free GPUs do not change, so every job of a shape fits the
-        # same way (or not at all, and then never again this slot: free GPUs only shrink).
+        # same way (or not at all), and the next start is the first job whose shape may start.
         rest = np.arange(head + 1, len(order)) if isinstance(order, range) else np.asarray(order[head + 1 :], dtype=np.intp)
         rshape = queue.cols["shape"][rest].astype(np.intp)  # -1: no allowed count
         rend = now + queue.cols["limit"][rest]
@@ -434,12 +434,10 @@ class Backfill(_Base):
             # per shape: every job may start (True), only those ending by the shadow time (False)
             any_job = np.zeros(len(self._shape_list) + 1, dtype=bool)  # last entry: shape -1
             by_shadow = np.zeros(len(self._shape_list) + 1, dtype=bool)
-            still = []
-            for sid in live:
+            for sid in live:  # all of them each time: a multi-node shape may fit once a node fills
                 p = self._fit_shape(self._shape_list[sid], free)
                 if p is None:
                     continue
-                still.append(sid)
                 if future is not None and p not in delays_head:
                     after = list(future)  # future >= free on every node, so this never goes negative
                     apply(after, p)
@@ -448,7 +446,6 @@ class Backfill(_Base):
                     any_job[sid] = True
                 else:
                     by_shadow[sid] = True
-            live = still
             ok = any_job[rshape[at:]] | (by_shadow[rshape[at:]] & ends_by_shadow[at:])
             j = int(np.argmax(ok)) if len(ok) else 0
             if not len(ok) or not ok[j]:
