@@ -111,6 +111,26 @@ def fit(w: WaitingJob, g: int, free: Sequence[int] | Pool) -> Fit | None:
     return None
 
 
+Shape = tuple[int, bool, bool]  # (GPU count, one-node row finite, multi-node row finite)
+
+
+def shape_of(w: WaitingJob, g: int) -> Shape:
+    """What `fit` looks at in a job: jobs of one shape fit the same way on the same free GPUs."""
+    return g, math.isfinite(w.run_one_node[g - 1]), math.isfinite(w.run_multi_node[g - 1])
+
+
+def fit_shape(shape: Shape, free: Sequence[int] | Pool) -> Placement | None:
+    """`fit`'s placement for any job of this shape."""
+    g, one, multi = shape
+    pool = free if isinstance(free, Pool) else None
+    p = None
+    if one:
+        p = pool.place(g, True) if pool else place(free, g, one_node=True)
+    if p is None and multi:
+        p = pool.place(g, False) if pool else place(free, g, one_node=False)
+    return p
+
+
 def _release(free: list[int], placement: Placement) -> None:
     for node, n in placement:
         free[node] += n
@@ -375,20 +395,11 @@ class Backfill(_Base):
         g = nearest_allowed(w, w.requested_gpus)
         if g is None:
             return None, -1
-        key = (g, math.isfinite(w.run_one_node[g - 1]), math.isfinite(w.run_multi_node[g - 1]))
+        key = shape_of(w, g)
         if key not in self._shapes:
             self._shapes[key] = len(self._shape_list)
             self._shape_list.append(key)
         return g, self._shapes[key]
-
-    @staticmethod
-    def _fit_shape(shape: tuple[int, bool, bool], pool: Pool) -> Placement | None:
-        """`fit`'s placement for any job of this shape."""
-        g, one, multi = shape
-        p = pool.place(g, True) if one else None
-        if p is None and multi:
-            p = pool.place(g, False)
-        return p
 
     def decide(self, state: SlotState) -> SlotResult:
         now = state.now
@@ -435,7 +446,7 @@ class Backfill(_Base):
             any_job = np.zeros(len(self._shape_list) + 1, dtype=bool)  # last entry: shape -1
             by_shadow = np.zeros(len(self._shape_list) + 1, dtype=bool)
             for sid in live:  # all of them each time: a multi-node shape may fit once a node fills
-                p = self._fit_shape(self._shape_list[sid], free)
+                p = fit_shape(self._shape_list[sid], free)
                 if p is None:
                     continue
                 if future is not None and p not in delays_head:
@@ -643,6 +654,11 @@ class Tiresias(_Base):
         self.min_run_s = float(min_run_s)
         if restart_overhead_s is not None:
             self.restart_overhead_s = float(restart_overhead_s)
+        # a job's class (LAS queue, GPU count, shape): all that the slot's scan looks at in a job
+        self._classes: dict[tuple[int, Shape], int] = {}
+        self._class_list: list[tuple[int, Shape]] = []
+        self._job = PerJob(self._class_of)
+        self._queue = Queue(cls=lambda w: self._job(w)[1], las=lambda w: self.queue_of(w.attained))
 
     def queue_of(self, attained: float) -> int:
         return bisect.bisect_right(self.thresholds, attained)
@@ -650,8 +666,21 @@ class Tiresias(_Base):
     def running_attained(self, r: RunningJob, now: float) -> float:
         return r.attained  # includes the current run (see the class docstring)
 
+    def _class_of(self, w: WaitingJob) -> tuple[int | None, int]:
+        g = nearest_allowed(w, w.requested_gpus)
+        if g is None:
+            return None, -1
+        key = (self.queue_of(w.attained), shape_of(w, g))
+        if key not in self._classes:
+            self._classes[key] = len(self._class_list)
+            self._class_list.append(key)
+        return g, self._classes[key]
+
     def decide(self, state: SlotState) -> SlotResult:
         now = state.now
+        queue = self._queue.load(state)
+        self._job.prune(state.waiting)
+        waiting = state.waiting
         free = list(state.free)  # usable now
         pending = [0] * len(free)  # freed by this slot's preemptions: usable from next slot
         victims_q = {r.job_id: self.queue_of(self.running_attained(r, now)) for r in state.running}
@@ -663,36 +692,55 @@ class Tiresias(_Base):
         taken: set[str] = set()
         held: dict[str, int] = {}
         starts: list[Decision] = []
+        started: list[int] = []
         # GPUs that preemption could still free, per queue: a cheap bound that skips hopeless searches
         victim_gpus = [0] * (len(self.thresholds) + 1)
         for r in preemptable:
             victim_gpus[victims_q[r.job_id]] += r.gpus
         left, pend = sum(free), 0
-        failed: set[tuple[int, int, bool, bool]] = set()
 
-        order = sorted(state.waiting, key=lambda w: (self.queue_of(w.attained), w.submit_time, w.job_id))
-        for w in order:
-            qw = self.queue_of(w.attained)
-            g = nearest_allowed(w, w.requested_gpus)
-            if g is None:
-                continue
-            f = fit(w, g, free) if g <= left else None
-            if f is not None:
+        # waiting jobs by (LAS queue, submit time, id): the queue's FIFO order split by LAS queue
+        las = queue.cols["las"]
+        if queue.ordered:
+            order = np.concatenate([np.flatnonzero(las == k) for k in range(len(self.thresholds) + 1)])
+        else:
+            key = lambda i: (self.queue_of(waiting[i].attained), waiting[i].submit_time, waiting[i].job_id)  # noqa: E731
+            order = np.asarray(sorted(range(len(waiting)), key=key), dtype=np.intp)
+        cls = queue.cols["cls"][order].astype(np.intp)  # -1: no allowed count
+        live = [int(c) for c in np.flatnonzero(np.bincount(cls + 1, minlength=len(self._class_list) + 1)[1:])]
+        # Scanned as Tiresias does job by job, but a class at a time: until the next start or
+        # hold, every job of a class fits, finds victims or does neither alike, so the next
+        # start/hold is the first job (in priority order) of a class that can act.
+        at = 0
+        while at < len(order):
+            can_act = np.zeros(len(self._class_list) + 1, dtype=bool)  # last entry: class -1
+            victims_of: dict[int, list[RunningJob] | None] = {}
+            for c in live:
+                qw, shape = self._class_list[c]
+                g = shape[0]
+                if g <= left and fit_shape(shape, free) is not None:
+                    can_act[c] = True
+                elif g <= left + pend + sum(victim_gpus[qw + 1 :]):
+                    victims_of[c] = self._victims(shape, qw, free, pending, preemptable, victims_q, taken)
+                    can_act[c] = victims_of[c] is not None
+            ok = can_act[cls[at:]]
+            j = int(np.argmax(ok)) if len(ok) else 0
+            if not len(ok) or not ok[j]:
+                break
+            at += j + 1
+            i = int(order[at - 1])
+            c = int(cls[at - 1])
+            w = waiting[i]
+            qw, shape = self._class_list[c]
+            g = shape[0]
+            if c not in victims_of:
+                f = fit(w, g, free)
                 apply(free, f.placement)
                 left -= g
-                failed.clear()
                 starts.append(_decision(w, f, g, f"tiresias queue {qw}, requested {g}", score=qw))
+                started.append(i)
                 continue
-            if g > left + pend + sum(victim_gpus[qw + 1 :]):
-                continue
-            shape = (qw, g, math.isfinite(w.run_one_node[g - 1]), math.isfinite(w.run_multi_node[g - 1]))
-            if shape in failed:
-                continue  # an identical request already found no victims since the last change
-            victims = self._victims(w, g, qw, free, pending, preemptable, victims_q, taken)
-            if victims is None:
-                failed.add(shape)
-                continue
-            failed.clear()
+            victims = victims_of[c]
             self._hold(w, g, free, pending, victims)
             left, pend = sum(free), sum(pending)
             for r in victims:
@@ -700,10 +748,30 @@ class Tiresias(_Base):
                 victim_gpus[victims_q[r.job_id]] -= r.gpus
                 preempted.append(r.job_id)
             held[w.job_id] = g
-        return _result(state, starts, preempted, held=held)
+        info: dict = {"held": held}
+        if not starts and not preempted:
+            info["wake_at"] = self._wake_at(state)
+        return queue.result(starts, started, preempted, **info)
 
-    def _victims(self, w, g, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
-        """Fewest lowest-priority preemptable jobs whose GPUs let ``w`` fit; None if none do."""
+    def _wake_at(self, state: SlotState) -> float:
+        """When a slot that started and preempted nothing could decide otherwise with no event.
+
+        With the same jobs and free GPUs, time changes only the running jobs' LAS queues (their
+        attained service grows by ``gpus`` per second) and which have run ``min_run_s``; which
+        victims are tried first does not matter when no set of them would do. So nothing can
+        change before the first such crossing: this returns a slot before it (float rounding).
+        """
+        now, soon = state.now, math.inf
+        for r in state.running:
+            if r.preemptible and now - r.start_time < self.min_run_s:
+                soon = min(soon, r.start_time + self.min_run_s)
+            k = self.queue_of(self.running_attained(r, now))
+            if k < len(self.thresholds) and r.gpus > 0:
+                soon = min(soon, now + (self.thresholds[k] - self.running_attained(r, now)) / r.gpus)
+        return soon - state.slot_len
+
+    def _victims(self, shape, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
+        """Fewest lowest-priority preemptable jobs whose GPUs let a job of ``shape`` fit; None if none do."""
         avail = [f + p for f, p in zip(free, pending)]
         chosen: list[RunningJob] = []
         for r in preemptable:
@@ -711,7 +779,7 @@ class Tiresias(_Base):
                 continue
             chosen.append(r)
             _release(avail, r.placement)
-            if fit(w, g, avail) is not None:
+            if fit_shape(shape, avail) is not None:
                 break
         else:
             return None
@@ -720,7 +788,7 @@ class Tiresias(_Base):
             trial = list(avail)
             for node, n in r.placement:
                 trial[node] -= n
-            if fit(w, g, trial) is not None:
+            if fit_shape(shape, trial) is not None:
                 chosen.remove(r)
                 avail = trial
         return chosen
