@@ -149,7 +149,7 @@ class LyapunovPolicy:
     externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
     relative: bool = True  # externality relative to the job shortest-first would start instead
-    exact_limit: int = 20_000  # solve exactly when jobs x free GPUs x options is at most this
+    exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
