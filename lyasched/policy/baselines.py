@@ -188,6 +188,7 @@ class Queue:
         self.jobs: tuple[WaitingJob, ...] = ()
         self.ordered = True  # self.jobs is in FIFO order (submit time, then id)
         self.gone: list[int] = []  # positions the last result() started
+        self.left = self.cols  # the columns without those
         self.now = 0.0
 
     @property
@@ -201,18 +202,23 @@ class Queue:
             self.gone = []
             return self
         prev, gone = self.jobs, self.gone
-        keep = list(prev)
-        for i in sorted(gone, reverse=True):  # memmove per started job, no Python loop per job
-            del keep[i]
+        if _is_prefix(gone):
+            keep = prev[len(gone) :]
+        else:
+            keep_l = list(prev)
+            for i in sorted(gone, reverse=True):  # memmove per started job, no Python loop per job
+                del keep_l[i]
+            keep = tuple(keep_l)
         m = len(keep)
         try:
-            same = len(cur) >= m and cur[:m] == tuple(keep)
+            same = len(cur) >= m and (cur if len(cur) == m else cur[:m]) == keep
         except ValueError:  # two distinct but equal-looking jobs: compare numpy rows -> ambiguous
             same = False
         if same:
             new = cur[m:]
+            left = self.left if gone else self.cols
             for k, f in self.make.items():
-                col = np.delete(self.cols[k], gone) if gone else self.cols[k]
+                col = left[k]
                 if new:
                     col = np.concatenate([col, np.fromiter(map(f, new), dtype=float, count=len(new))])
                 self.cols[k] = col
@@ -236,16 +242,28 @@ class Queue:
         """The SlotResult, with q (work left waiting) and z (waiting time of jobs left waiting).
 
         ``started``: positions in ``state.waiting`` of the jobs in ``starts``."""
-        work, submit = self.cols["work"], self.cols["submit"]
         gone = list(started)
-        if gone:
-            keep = np.ones(len(work), dtype=bool)
-            keep[gone] = False
-            work, submit = work[keep], submit[keep]
         self.gone = gone
+        self.left = left = _drop(self.cols, gone)  # the next slot's columns, if it only lost these jobs
+        work, submit = left["work"], left["submit"]
         q = float(np.cumsum(work)[-1]) if len(work) else 0.0
         z = float(np.cumsum(self.now - submit)[-1]) if len(work) else 0.0
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=dict(info))
+
+
+def _is_prefix(positions: list[int]) -> bool:
+    return bool(positions) and positions[0] == 0 and positions[-1] == len(positions) - 1 and positions == sorted(positions)
+
+
+def _drop(cols: dict[str, np.ndarray], gone: list[int]) -> dict[str, np.ndarray]:
+    """The columns without the rows at ``gone``: views when those are the first rows (FIFO starts)."""
+    if not gone:
+        return cols
+    if _is_prefix(gone):
+        return {k: c[len(gone) :] for k, c in cols.items()}
+    keep = np.ones(len(cols["work"]), dtype=bool)
+    keep[gone] = False
+    return {k: c[keep] for k, c in cols.items()}
 
 
 def _in_order(jobs: Sequence[WaitingJob], submit: np.ndarray, start: int) -> bool:
