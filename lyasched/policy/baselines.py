@@ -274,15 +274,6 @@ def _in_order(jobs: Sequence[WaitingJob], submit: np.ndarray, start: int) -> boo
     return not any(jobs[i].job_id > jobs[i + 1].job_id for i in (np.flatnonzero(d == 0) + start).tolist())
 
 
-def _result(state: SlotState, starts: list[Decision], preempt: Sequence[str] = (), **info) -> SlotResult:
-    """Fill q (work left waiting) and z (waiting time of jobs left waiting) after this slot."""
-    started = {d.job_id for d in starts}
-    left = [w for w in state.waiting if w.job_id not in started]
-    q = float(sum(w.work for w in left))
-    z = float(sum(state.now - w.submit_time for w in left))
-    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=dict(info))
-
-
 def _decision(w: WaitingJob, f: Fit, g: int, reason: str, score: float = 0.0) -> Decision:
     return Decision(job_id=w.job_id, gpus=g, placement=f.placement, score=score, reason=reason)
 
@@ -543,24 +534,34 @@ class SjfOracle(_Base):
         t = float(w.run_one_node[g - 1])
         return t if math.isfinite(t) else float(w.run_multi_node[g - 1])
 
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self._key = PerJob(self._key_of)
+        self._queue = Queue()
+
+    def _key_of(self, w: WaitingJob) -> tuple[float, float, str, int] | None:
+        g = nearest_allowed(w, w.requested_gpus)
+        return None if g is None else (self._time(w, g), w.submit_time, w.job_id, g)
+
     def decide(self, state: SlotState) -> SlotResult:
+        queue = self._queue.load(state)
+        self._key.prune(state.waiting)
         free = Pool(state.free)
-        keyed = []
-        for w in state.waiting:
-            g = nearest_allowed(w, w.requested_gpus)
-            if g is not None:
-                keyed.append((self._time(w, g), w.submit_time, w.job_id, w, g))
-        keyed.sort(key=lambda k: k[:3])
+        keys = [(k, i) for i, k in enumerate(map(self._key, state.waiting)) if k is not None]
+        keys.sort(key=lambda ki: ki[0][:3])
         starts: list[Decision] = []
-        for t, _, _, w, g in keyed:
+        started: list[int] = []
+        for (t, _, _, g), i in keys:
             if free.total == 0:
                 break
+            w = state.waiting[i]
             f = fit(w, g, free)
             if f is None:
                 continue
             free.take(f.placement)
             starts.append(_decision(w, f, g, f"sjf, true time {t:.0f}s on {g}", score=t))
-        return _result(state, starts)
+            started.append(i)
+        return queue.result(starts, started)
 
 
 # --------------------------------------------------------------------------- Optimus-style greedy
@@ -584,15 +585,21 @@ class Optimus(_Base):
         if gain not in ("absolute", "relative"):
             raise ValueError(f"gain must be 'absolute' or 'relative', not {gain!r}")
         self.gain = gain
+        self._counts = PerJob(allowed_counts)
+        self._queue = Queue()
 
     def decide(self, state: SlotState) -> SlotResult:
+        queue = self._queue.load(state)
+        self._counts.prune(state.waiting)
         pool = Pool(state.free)
         # per started job: [w, allowed counts, index into counts, Fit]
         alloc: list[list] = []
-        for w in fifo_order(state.waiting):
+        started: list[int] = []
+        for i in queue.fifo():
             if pool.total == 0:
                 break
-            counts = allowed_counts(w)
+            w = state.waiting[i]
+            counts = self._counts(w)
             if not counts:
                 continue
             f = fit(w, counts[0], pool)
@@ -600,6 +607,7 @@ class Optimus(_Base):
                 continue
             pool.take(f.placement)
             alloc.append([w, counts, 0, f])
+            started.append(i)
 
         free = pool.free
         steps = 0
@@ -633,7 +641,7 @@ class Optimus(_Base):
             g = counts[k]
             why = "optimus, smallest count" if k == 0 else f"optimus, grown to {g} by marginal gain"
             starts.append(_decision(w, f, g, why, score=f.run_time))
-        return _result(state, starts, growth_steps=steps)
+        return queue.result(starts, started, growth_steps=steps)
 
 
 # --------------------------------------------------------------------------- Tiresias (2D-LAS)
