@@ -102,7 +102,9 @@ def clamp_run_times(
     row = np.asarray(run_times, dtype=float)
     c = bounded_correction(correction)
     finite = np.isfinite(row)
-    out = np.where(finite, np.maximum(np.nan_to_num(row, nan=0.0, posinf=0.0), 0.0) * c, np.inf)
+    with np.errstate(over="ignore"):  # a huge claim x 2 must stay a (huge) finite time, not "not allowed"
+        scaled = np.minimum(np.maximum(np.nan_to_num(row, nan=0.0, posinf=0.0), 0.0) * c, np.finfo(float).max)
+    out = np.where(finite, scaled, np.inf)
     if time_limit is not None and np.isfinite(time_limit) and time_limit > 0:
         out = np.where(np.isfinite(out), np.minimum(out, time_limit), np.inf)
     return out
