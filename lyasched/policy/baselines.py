@@ -709,11 +709,16 @@ class Tiresias(_Base):
         waiting = state.waiting
         free = list(state.free)  # usable now
         pending = [0] * len(free)  # freed by this slot's preemptions: usable from next slot
-        victims_q = {r.job_id: self.queue_of(self.running_attained(r, now)) for r in state.running}
-        preemptable = sorted(
-            (r for r in state.running if r.preemptible and now - r.start_time >= self.min_run_s),
-            key=lambda r: (-victims_q[r.job_id], -self.running_attained(r, now), r.job_id),
-        )
+        victims_q: dict[str, int] = {}
+        keyed = []
+        thresholds, min_run = self.thresholds, self.min_run_s
+        for r in state.running:
+            att = self.running_attained(r, now)
+            q = victims_q[r.job_id] = bisect.bisect_right(thresholds, att)
+            if r.preemptible and now - r.start_time >= min_run:
+                keyed.append(((-q, -att, r.job_id), r))
+        keyed.sort(key=lambda kr: kr[0])
+        preemptable = [r for _, r in keyed]
         preempted: list[str] = []
         taken: set[str] = set()
         held: dict[str, int] = {}
@@ -785,7 +790,7 @@ class Tiresias(_Base):
         With the same jobs and free GPUs, time changes only the running jobs' LAS queues (their
         attained service grows by ``gpus`` per second) and which have run ``min_run_s``; which
         victims are tried first does not matter when no set of them would do. So nothing can
-        change before the first such crossing: this returns a slot before it (float rounding).
+        change before the first such crossing: this returns a moment before it (float rounding).
         """
         now, soon = state.now, math.inf
         for r in state.running:
@@ -794,18 +799,23 @@ class Tiresias(_Base):
             k = self.queue_of(self.running_attained(r, now))
             if k < len(self.thresholds) and r.gpus > 0:
                 soon = min(soon, now + (self.thresholds[k] - self.running_attained(r, now)) / r.gpus)
-        return soon - state.slot_len
+        return soon - 1e-6 * max(1.0, abs(soon)) if math.isfinite(soon) else soon
 
     def _victims(self, shape, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
         """Fewest lowest-priority preemptable jobs whose GPUs let a job of ``shape`` fit; None if none do."""
         avail = [f + p for f, p in zip(free, pending)]
+        g, one, multi = shape
+        total, most = sum(avail), max(avail, default=0)  # no fit below these (avail only grows here)
         chosen: list[RunningJob] = []
         for r in preemptable:
             if r.job_id in taken or queues[r.job_id] <= qw:
                 continue
             chosen.append(r)
-            _release(avail, r.placement)
-            if fit_shape(shape, avail) is not None:
+            for node, n in r.placement:
+                avail[node] += n
+                total += n
+                most = max(most, avail[node])
+            if total >= g and (multi or most >= g) and fit_shape(shape, avail) is not None:
                 break
         else:
             return None
