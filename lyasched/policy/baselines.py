@@ -142,6 +142,11 @@ def fifo_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
 
 _work = attrgetter("work")
 _submit = attrgetter("submit_time")
+_job_id = attrgetter("job_id")
+_start_time = attrgetter("start_time")
+_preemptible = attrgetter("preemptible")
+_attained = attrgetter("attained")
+_gpus = attrgetter("gpus")
 T = TypeVar("T")
 
 
@@ -692,6 +697,15 @@ class Tiresias(_Base):
     def running_attained(self, r: RunningJob, now: float) -> float:
         return r.attained  # includes the current run (see the class docstring)
 
+    def _running_queues(self, state: SlotState) -> tuple[np.ndarray, np.ndarray]:
+        """Running jobs' attained service and LAS queue (``queue_of``, vectorised)."""
+        running = state.running
+        if type(self).running_attained is Tiresias.running_attained:
+            att = np.fromiter(map(_attained, running), dtype=float, count=len(running))
+        else:
+            att = np.array([self.running_attained(r, state.now) for r in running], dtype=float)
+        return att, np.searchsorted(np.asarray(self.thresholds), att, side="right")
+
     def _class_of(self, w: WaitingJob) -> tuple[int | None, int]:
         g = nearest_allowed(w, w.requested_gpus)
         if g is None:
@@ -709,16 +723,16 @@ class Tiresias(_Base):
         waiting = state.waiting
         free = list(state.free)  # usable now
         pending = [0] * len(free)  # freed by this slot's preemptions: usable from next slot
-        victims_q: dict[str, int] = {}
-        keyed = []
-        thresholds, min_run = self.thresholds, self.min_run_s
-        for r in state.running:
-            att = self.running_attained(r, now)
-            q = victims_q[r.job_id] = bisect.bisect_right(thresholds, att)
-            if r.preemptible and now - r.start_time >= min_run:
-                keyed.append(((-q, -att, r.job_id), r))
-        keyed.sort(key=lambda kr: kr[0])
-        preemptable = [r for _, r in keyed]
+        running = state.running
+        att, rq = self._running_queues(state)
+        victims_q = dict(zip(map(_job_id, running), rq.tolist()))
+        start = np.fromiter(map(_start_time, running), dtype=float, count=len(running))
+        ok = np.fromiter(map(_preemptible, running), dtype=bool, count=len(running)) & (now - start >= self.min_run_s)
+        idx = np.flatnonzero(ok)
+        if len(idx):  # by (-queue, -attained, id): lowest priority, most service first
+            ids = np.array([running[i].job_id for i in idx.tolist()])
+            idx = idx[np.lexsort((ids, -att[idx], -rq[idx]))]
+        preemptable = [running[i] for i in idx.tolist()]
         preempted: list[str] = []
         taken: set[str] = set()
         held: dict[str, int] = {}
@@ -792,13 +806,18 @@ class Tiresias(_Base):
         victims are tried first does not matter when no set of them would do. So nothing can
         change before the first such crossing: this returns a moment before it (float rounding).
         """
-        now, soon = state.now, math.inf
-        for r in state.running:
-            if r.preemptible and now - r.start_time < self.min_run_s:
-                soon = min(soon, r.start_time + self.min_run_s)
-            k = self.queue_of(self.running_attained(r, now))
-            if k < len(self.thresholds) and r.gpus > 0:
-                soon = min(soon, now + (self.thresholds[k] - self.running_attained(r, now)) / r.gpus)
+        now, running = state.now, state.running
+        if not running:
+            return math.inf
+        att, rq = self._running_queues(state)
+        start = np.fromiter(map(_start_time, running), dtype=float, count=len(running))
+        gpus = np.fromiter(map(_gpus, running), dtype=float, count=len(running))
+        young = np.fromiter(map(_preemptible, running), dtype=bool, count=len(running)) & (now - start < self.min_run_s)
+        soon = float((start[young] + self.min_run_s).min()) if young.any() else math.inf
+        th = np.asarray([*self.thresholds, math.inf])
+        below = (rq < len(self.thresholds)) & (gpus > 0)
+        if below.any():
+            soon = min(soon, float((now + (th[rq[below]] - att[below]) / gpus[below]).min()))
         return soon - 1e-6 * max(1.0, abs(soon)) if math.isfinite(soon) else soon
 
     def _victims(self, shape, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
