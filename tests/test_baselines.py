@@ -447,3 +447,36 @@ def test_memos_and_wake_at_do_not_change_a_replay(name):
     assert list(warm.slot_q) == list(cold.slot_q) and list(warm.slot_z) == list(cold.slot_z)
     if name in ("backfill", "tiresias"):  # not time-invariant: wake_at is what skips their idle slots
         assert every_slot.decide_calls > warm.decide_calls
+
+
+@pytest.mark.parametrize("name", ["backfill", "tiresias"])
+@settings(max_examples=50, deadline=None)
+@given(state=slot_states(), frac=st.sampled_from([0.0, 0.3, 0.999]))
+def test_wake_at_promises_nothing_changes_before_it(name, state, frac):
+    """A slot that did nothing and said wake_at=T does nothing at any time before T either
+    (running jobs' attained service grows by their GPUs per second meanwhile)."""
+    res = make_policy(name).decide(state)
+    if "wake_at" not in res.info:
+        assert res.starts or res.preempt
+        return
+    assert not res.starts and not res.preempt
+    wake = res.info["wake_at"]
+    assert wake >= state.now - 1.0
+    later = state.now + frac * ((wake if math.isfinite(wake) else state.now + 1e6) - state.now)
+    grown = tuple(dataclasses.replace(r, attained=r.attained + r.gpus * (later - state.now)) for r in state.running)
+    res2 = make_policy(name).decide(dataclasses.replace(state, now=later, running=grown))
+    assert not res2.starts and not res2.preempt
+
+
+def test_backfill_wakes_when_a_running_job_reaches_its_expected_end():
+    # b (listed first) is expected to end at 2000, a is overdue. Before 2000 the reservation
+    # releases a first: the head fits on node 1 right away, and c there would delay it. From
+    # 2000 on both are clamped to now and released in list order: b frees node 0 for the head,
+    # so c may take node 1's extra GPUs.
+    running = (RunningJob("b", 4, ((0, 4),), start_time=0.0, expected_end=2000.0),
+               RunningJob("a", 2, ((1, 2),), start_time=0.0, expected_end=950.0))
+    jobs = [wj("h", submit=0.0, requested=4), wj("c", submit=1.0, requested=2)]
+    res = Backfill().decide(slot(jobs, free=(0, 2), running=running, now=1000.0))
+    assert not res.starts and res.info["wake_at"] == 2000.0
+    assert not Backfill().decide(slot(jobs, free=(0, 2), running=running, now=1999.0)).starts
+    assert started(Backfill().decide(slot(jobs, free=(0, 2), running=running, now=2000.0))) == {"c": 2}
