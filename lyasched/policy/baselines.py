@@ -795,29 +795,48 @@ class Tiresias(_Base):
             held[w.job_id] = g
         info: dict = {"held": held}
         if not starts and not preempted:
-            info["wake_at"] = self._wake_at(state)
+            info["wake_at"] = self._wake_at(state, np.unique(las).astype(int).tolist())
         return queue.result(starts, started, preempted, **info)
 
-    def _wake_at(self, state: SlotState) -> float:
+    def _wake_at(self, state: SlotState, waiting_queues: Iterable[int]) -> float:
         """When a slot that started and preempted nothing could decide otherwise with no event.
 
         With the same jobs and free GPUs, time changes only the running jobs' LAS queues (their
         attained service grows by ``gpus`` per second) and which have run ``min_run_s``; which
-        victims are tried first does not matter when no set of them would do. So nothing can
-        change before the first such crossing: this returns a moment before it (float rounding).
+        victims are tried first does not matter when no set of them would do. So only the set
+        of possible victims of each waiting job's queue ``qw`` (preemptible, run ``min_run_s``,
+        queue > qw) matters, and it changes when a preemptible job becomes old enough in a queue
+        above the lowest waiting one, or, old enough, moves up from a queue some waiting job is
+        in. This returns a moment before the first such change (a margin for float rounding;
+        borderline cases count as changes).
         """
+        qs = sorted(set(waiting_queues))
         now, running = state.now, state.running
-        if not running:
+        if not running or not qs:
             return math.inf
         att, rq = self._running_queues(state)
-        start = np.fromiter(map(_start_time, running), dtype=float, count=len(running))
-        gpus = np.fromiter(map(_gpus, running), dtype=float, count=len(running))
-        young = np.fromiter(map(_preemptible, running), dtype=bool, count=len(running)) & (now - start < self.min_run_s)
-        soon = float((start[young] + self.min_run_s).min()) if young.any() else math.inf
-        th = np.asarray([*self.thresholds, math.inf])
-        below = (rq < len(self.thresholds)) & (gpus > 0)
-        if below.any():
-            soon = min(soon, float((now + (th[rq[below]] - att[below]) / gpus[below]).min()))
+        n = len(running)
+        start = np.fromiter(map(_start_time, running), dtype=float, count=n)
+        gpus = np.fromiter(map(_gpus, running), dtype=float, count=n)
+        pre = np.fromiter(map(_preemptible, running), dtype=bool, count=n) & (gpus > 0)
+        th = np.asarray(self.thresholds)
+        ready = start + self.min_run_s  # old enough from then on
+        young = pre & (now - start < self.min_run_s)
+        soon = math.inf
+        if young.any():  # becomes a victim for queues below its queue then (checked a second late)
+            q_then = np.searchsorted(th, att[young] + gpus[young] * (ready[young] + 1.0 - now), side="right")
+            hit = q_then > qs[0]
+            if hit.any():
+                soon = float(ready[young][hit].min())
+        for k in qs:  # moving from queue k to k+1 makes it a victim for waiting jobs of queue k
+            if k >= len(th):
+                continue
+            cand = pre & (rq <= k)
+            if cand.any():
+                t = now + (th[k] - att[cand]) / gpus[cand]
+                t = t[t >= ready[cand] - 1.0]  # before it is old enough the move changes nothing
+                if len(t):
+                    soon = min(soon, float(t.min()))
         return soon - 1e-6 * max(1.0, abs(soon)) if math.isfinite(soon) else soon
 
     def _victims(self, shape, qw, free, pending, preemptable, queues, taken) -> list[RunningJob] | None:
