@@ -247,7 +247,7 @@ def run_kills(n: int = 20, seed: int = 5) -> dict[str, Any]:
     try:
         bed.submit(6, sleep=2)
         for i, point in enumerate(plan):
-            held = [j for j in squeue(bed.ids).values() if j.pending]
+            held = [j for j in squeue(bed.ids).values() if j.held_by_service]
             if len(held) < 3:
                 bed.submit(4, sleep=2)
             if point == "external":
@@ -595,7 +595,15 @@ def main(argv: list[str] | None = None) -> int:
         res["minjobage"] = run_minjobage()
     if a.json:
         print(json.dumps(res, indent=2, default=str))
-        return 0
+    else:
+        print("\n".join(report_lines(res)))
+    return 0
+
+
+def report_lines(res: dict[str, Any]) -> list[str]:
+    """The human-readable figures of a result (``python -c`` on a saved --json gives the same lines)."""
+    out: list[str] = []
+    print = out.append  # noqa: A001 - the lines below were prints
     if "kills" in res:
         k = res["kills"]
         print(f"kills survived / tried: {k['kills_survived']} / {k['kills_tried']} (points {k['kill_points']}, "
@@ -624,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"MinJobAge: {m['resolved']} / {m['jobs']} purged jobs resolved (accounting={m['accounting']}: "
               f"recorded UNKNOWN_COMPLETED with last seen state/time), relisted ones followed to the end "
               f"{m['relisted_followed_to_end']} / {m['jobs']} ({m['seconds']} s)")
-    return 0
+    return out
 
 
 if __name__ == "__main__":

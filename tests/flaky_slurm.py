@@ -62,7 +62,7 @@ def real_tool(tool: str) -> str:
     return found
 
 
-def next_call(state: Path, key: str) -> tuple[int, int]:
+def next_call(state: Path, key: str, overall: bool = True) -> tuple[int, int]:
     """(n-th call of this key, n-th call overall), counted under an exclusive lock."""
     state.mkdir(parents=True, exist_ok=True)
     with open(state / "counts.lock", "w") as lock:
@@ -70,7 +70,7 @@ def next_call(state: Path, key: str) -> tuple[int, int]:
         f = state / "counts.json"
         counts = json.loads(f.read_text()) if f.exists() else {}
         counts[key] = counts.get(key, 0) + 1
-        counts["*"] = counts.get("*", 0) + 1
+        counts["*"] = counts.get("*", 0) + (1 if overall else 0)
         f.write_text(json.dumps(counts))
         return counts[key], counts["*"]
 
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
     key = f"{tool} {args[0]}" if tool == "scontrol" and args else tool
     state = Path(os.environ["FLAKY_DIR"])
     n_key, n_all = next_call(state, key)
-    n_tool = n_key if key == tool else next_call(state, f"{tool} (all)")[0]
+    n_tool = n_key if key == tool else next_call(state, f"{tool} (all)", overall=False)[0]
     action = decide(key, tool, n_key, n_tool, n_all)
     with open(state / "calls.log", "a") as log:
         log.write(f"{n_all} {key}#{n_key} {action} {time.time():.3f}\n")
