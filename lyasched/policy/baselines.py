@@ -725,23 +725,30 @@ class Tiresias(_Base):
         pending = [0] * len(free)  # freed by this slot's preemptions: usable from next slot
         running = state.running
         att, rq = self._running_queues(state)
-        victims_q = dict(zip(map(_job_id, running), rq.tolist()))
         start = np.fromiter(map(_start_time, running), dtype=float, count=len(running))
-        ok = np.fromiter(map(_preemptible, running), dtype=bool, count=len(running)) & (now - start >= self.min_run_s)
-        idx = np.flatnonzero(ok)
-        if len(idx):  # by (-queue, -attained, id): lowest priority, most service first
-            ids = np.array([running[i].job_id for i in idx.tolist()])
-            idx = idx[np.lexsort((ids, -att[idx], -rq[idx]))]
-        preemptable = [running[i] for i in idx.tolist()]
+        gpus = np.fromiter(map(_gpus, running), dtype=int, count=len(running))
+        eligible = np.fromiter(map(_preemptible, running), dtype=bool, count=len(running)) & (now - start >= self.min_run_s)
         preempted: list[str] = []
         taken: set[str] = set()
         held: dict[str, int] = {}
         starts: list[Decision] = []
         started: list[int] = []
         # GPUs that preemption could still free, per queue: a cheap bound that skips hopeless searches
-        victim_gpus = [0] * (len(self.thresholds) + 1)
-        for r in preemptable:
-            victim_gpus[victims_q[r.job_id]] += r.gpus
+        victim_gpus = np.bincount(rq[eligible], weights=gpus[eligible], minlength=len(self.thresholds) + 1).astype(int).tolist()
+        victims_q: dict[str, int] = {}
+        preemptable: list[RunningJob] = []
+
+        def victim_order() -> None:
+            """Preemptable jobs by (-queue, -attained, id), lowest priority first: only built when needed."""
+            if victims_q or not running:
+                return
+            victims_q.update(zip(map(_job_id, running), rq.tolist()))
+            idx = np.flatnonzero(eligible)
+            if len(idx):
+                ids = np.array([running[i].job_id for i in idx.tolist()])
+                idx = idx[np.lexsort((ids, -att[idx], -rq[idx]))]
+            preemptable.extend(running[i] for i in idx.tolist())
+
         left, pend = sum(free), 0
 
         # waiting jobs by (LAS queue, submit time, id): the queue's FIFO order split by LAS queue
@@ -766,6 +773,7 @@ class Tiresias(_Base):
                 if g <= left and fit_shape(shape, free) is not None:
                     can_act[c] = True
                 elif g <= left + pend + sum(victim_gpus[qw + 1 :]):
+                    victim_order()
                     victims_of[c] = self._victims(shape, qw, free, pending, preemptable, victims_q, taken)
                     can_act[c] = victims_of[c] is not None
             ok = can_act[cls[at:]]
