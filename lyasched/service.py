@@ -50,7 +50,9 @@ from lyasched.policy import make_policy
 from lyasched.policy.state import Decision, Placement, Policy, RunningJob, SlotState, WaitingJob, waiting_job
 from lyasched.slurm import SlurmCLI, SlurmError
 from lyasched.slurm import query as q
-from lyasched.store import records
+from lyasched.security import bounded_correction, clamp_run_times
+from lyasched.store import costtable, records
+from lyasched.store.cluster import with_calibrated_links
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
@@ -310,8 +312,11 @@ class Service:
             intra=self.config.intra,
             inter=self.config.inter,
         )
+        cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
         cost = CostModel(cluster)
         device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
+        self._device = device
+        self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
 
         self.crash.reach("after_read")
         self.reconcile(jobs, now)
@@ -514,16 +519,32 @@ class Service:
             self._touch.append(row["uid"])
         return {**row, **upd, "last_seen": now}
 
+    def _correction(self, sig: str) -> float:
+        """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
+        cache = getattr(self, "_corrections", None)
+        if cache is not None and sig in cache:
+            return cache[sig]
+        entry = costtable.get(self.db, sig, getattr(self, "_device", "gpu"))
+        c = bounded_correction(entry.correction if entry else None)
+        if cache is not None:
+            cache[sig] = c
+        return c
+
     def _finish(self, row: dict, slurm_state: str, observed: float | None, device: str) -> None:
-        """Feed a completed job's observed run time to the cost table (when there is one)."""
+        """Feed a completed job's observed run time to the cost table, creating the model's entry
+        from the job's cost summary the first time, so later jobs of the model are corrected."""
         pred = row.get("predicted")
         if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
             return
         try:
-            from lyasched.store import costtable
-        except ImportError:
-            return
-        try:
+            if costtable.get(self.db, row["sig"], device) is None and row.get("summary"):
+                s = CostSummary.decode(row["summary"])
+                p = s.to_profile()
+                costtable.put(self.db, {
+                    "signature": s.sig, "device_type": device, "model": s.sig, "alpha": p.alpha, "beta": p.beta,
+                    "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
+                    "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
+                })
             costtable.refine(self.db, row["sig"], device, float(pred), float(observed))
             records.upsert_job(self.db, row["uid"], refined=1)
         except ValueError as e:
@@ -579,7 +600,8 @@ class Service:
     # ------------------------------------------------------------ policy inputs
 
     def _waiting(self, s: CostSummary, job: q.SlurmJob, cost: CostModel) -> WaitingJob:
-        key = (s.uid, job.job_id, cost.cluster)
+        correction = self._correction(s.sig)
+        key = (s.uid, job.job_id, cost.cluster, correction)
         wj = self._rows.get(key)
         if wj is None:
             limit = job.time_limit if math.isfinite(job.time_limit) else None
@@ -596,17 +618,14 @@ class Service:
                 user=job.user,
             )
             wj = waiting_job(j, cost, cost.cluster.total_gpus)
-            if limit is not None:
-                # A summary is not trusted blindly: no prediction exceeds the job's Slurm time limit.
-                def clamp(row: np.ndarray) -> np.ndarray:  # inf (count not allowed) stays inf
-                    return np.where(np.isfinite(row), np.minimum(row, limit), np.inf)
-
-                wj = replace(
-                    wj,
-                    run_one_node=clamp(wj.run_one_node),
-                    run_multi_node=clamp(wj.run_multi_node),
-                    work=min(wj.work, limit * max(1, s.max_gpus)),
-                )
+            # A summary is not trusted blindly: predictions are scaled by the correction learned
+            # from this model's observed run times (bounded) and never exceed the Slurm time limit.
+            wj = replace(
+                wj,
+                run_one_node=clamp_run_times(wj.run_one_node, limit, correction),
+                run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
+                work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
+            )
             self._rows[key] = wj
             records.upsert_job(
                 self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),

@@ -412,3 +412,30 @@ def test_serve_once_with_bad_config_exits_with_one_line(tmp_path):
     r = CliRunner().invoke(main, ["serve", "--config", str(p), "--once"])
     assert r.exit_code == 1 and "service.slot_seconds must be > 0" in r.output
     assert not (tmp_path / "lyasched.db").exists()
+
+
+def test_observed_run_times_correct_later_predictions_of_the_same_model(db):
+    """A job that ran 4x longer than predicted creates the model's cost-table entry and moves its
+    correction up (bounded); the next job of that model is predicted longer than the first was."""
+    from lyasched.store import costtable
+
+    first = FakeJob("31", summary("uid-00000031"))
+    slurm = FakeSlurm(jobs=[first])
+    svc = service(db, slurm, StartAs({"31": ((0, 1),), "32": ((0, 1),)}))
+    svc.run_slot()
+    pred1 = records.get_job(db, "uid-00000031")["predicted"]
+    first.state, first.reason, first.start, first.nodes = "RUNNING", "None", 1_000_101.0, ("node1",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    first.state, first.end = "COMPLETED", 1_000_101.0 + 4 * pred1
+    svc.clock_state["t"] += 4 * pred1 + 2
+    svc.run_slot()
+    entry = costtable.get(db, "cnn:test", "gpu")
+    assert entry is not None and entry.observations == 1
+    assert 1.0 < entry.correction <= 2.0
+    second = FakeJob("32", summary("uid-00000032"), submit=svc.clock_state["t"])
+    slurm.jobs.append(second)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    pred2 = records.get_job(db, "uid-00000032")["predicted"]
+    assert pred2 == pytest.approx(pred1 * entry.correction, rel=1e-6)
