@@ -214,7 +214,10 @@ class Service:
         self.clock = clock
         self.stop_requested = threading.Event()
         self.busy = threading.Lock()
-        self._rows: dict[tuple, WaitingJob] = {}  # (uid, cluster shape) -> precomputed rows
+        self._rows: dict[tuple, WaitingJob] = {}  # (uid, job, cluster, correction) -> rows; waiting jobs only
+        self._rows_used: set[tuple] = set()  # keys read this slot: the others are dropped after it
+        self._device = "gpu"  # cost-table device key, set each slot from the nodes' GPU type
+        self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
         self._accounting: bool | None = None
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
@@ -316,7 +319,8 @@ class Service:
         cost = CostModel(cluster)
         device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
         self._device = device
-        self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
+        self._corrections = {}
+        self._rows_used = set()
 
         self.crash.reach("after_read")
         self.reconcile(jobs, now)
@@ -344,6 +348,10 @@ class Service:
                 s, _ = self._decode(job.comment)
                 waiting.append(self._waiting(s, job, cost))
 
+        # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
+        # stays the size of the queue over months of service, and kept rows keep their identity
+        # for the policy's own per-job memo.
+        self._rows = {k: v for k, v in self._rows.items() if k in self._rows_used}
         state = SlotState(
             now=now,
             slot_len=self.config.slot_seconds,
@@ -521,14 +529,10 @@ class Service:
 
     def _correction(self, sig: str) -> float:
         """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
-        cache = getattr(self, "_corrections", None)
-        if cache is not None and sig in cache:
-            return cache[sig]
-        entry = costtable.get(self.db, sig, getattr(self, "_device", "gpu"))
-        c = bounded_correction(entry.correction if entry else None)
-        if cache is not None:
-            cache[sig] = c
-        return c
+        if sig not in self._corrections:
+            entry = costtable.get(self.db, sig, self._device)
+            self._corrections[sig] = bounded_correction(entry.correction if entry else None)
+        return self._corrections[sig]
 
     def _finish(self, row: dict, slurm_state: str, observed: float | None, device: str) -> None:
         """Feed a completed job's observed run time to the cost table, creating the model's entry
@@ -602,6 +606,7 @@ class Service:
     def _waiting(self, s: CostSummary, job: q.SlurmJob, cost: CostModel) -> WaitingJob:
         correction = self._correction(s.sig)
         key = (s.uid, job.job_id, cost.cluster, correction)
+        self._rows_used.add(key)
         wj = self._rows.get(key)
         if wj is None:
             limit = job.time_limit if math.isfinite(job.time_limit) else None

@@ -439,3 +439,5 @@ def test_observed_run_times_correct_later_predictions_of_the_same_model(db):
     svc.run_slot()
     pred2 = records.get_job(db, "uid-00000032")["predicted"]
     assert pred2 == pytest.approx(pred1 * entry.correction, rel=1e-6)
+    # rows are kept only for jobs still waiting: the finished first job's are gone
+    assert not any(k[0] == "uid-00000031" for k in svc._rows)
