@@ -25,63 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lyasched.policy.state import Decision, Placement, SlotResult, SlotState, WaitingJob
-
-
-class FreeGpus:
-    """Free GPUs per node, bucketed by free count, so best-fit placement costs O(gpus per node)."""
-
-    def __init__(self, free: tuple[int, ...], gpus_per_node: int) -> None:
-        self.free = list(free)
-        self.cap = max([gpus_per_node, *self.free]) if self.free else gpus_per_node
-        self.buckets: list[set[int]] = [set() for _ in range(self.cap + 1)]
-        for i, f in enumerate(self.free):
-            self.buckets[f].add(i)
-        self.total = sum(self.free)
-
-    def _move(self, node: int, new: int) -> None:
-        self.buckets[self.free[node]].discard(node)
-        self.free[node] = new
-        self.buckets[new].add(node)
-
-    def max_on_one_node(self) -> int:
-        for f in range(self.cap, 0, -1):
-            if self.buckets[f]:
-                return f
-        return 0
-
-    def fits(self, g: int, one_node: bool) -> bool:
-        if one_node:
-            return g <= self.max_on_one_node()
-        return g <= self.total and g > self.max_on_one_node()
-
-    def take(self, g: int, one_node: bool) -> Placement | None:
-        """Best fit on one node; or spread over the fewest nodes (most free first)."""
-        if one_node:
-            for f in range(g, self.cap + 1):
-                if self.buckets[f]:
-                    node = min(self.buckets[f])
-                    self._move(node, f - g)
-                    self.total -= g
-                    return ((node, g),)
-            return None
-        if g > self.total:
-            return None
-        need, out = g, []
-        for f in range(self.cap, 0, -1):
-            for node in sorted(self.buckets[f]):
-                if need == 0:
-                    break
-                out.append((node, min(f, need)))
-                need -= min(f, need)
-            if need == 0:
-                break
-        if need > 0 or len(out) < 2:
-            return None
-        for node, n in out:
-            self._move(node, self.free[node] - n)
-        self.total -= g
-        return tuple(sorted(out))
+from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 
 class RowCache:
@@ -157,10 +101,6 @@ class LyapunovPolicy:
         self._started: list[int] = []  # scratch for one decide() call
         self._best = np.zeros(0)
         self._rows = RowCache()
-
-    def scores(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, float, float]:
-        s_one, s_multi, q, z, _ = self._scores(state)
-        return s_one, s_multi, q, z
 
     def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.

@@ -130,29 +130,69 @@ def waiting_job(job: Job, cost: CostModel, max_gpus: int) -> WaitingJob:
 
 
 def place(free: Sequence[int], g: int, one_node: bool) -> Placement | None:
-    """Pick nodes for g GPUs from ``free``; None if impossible.
+    """Pick nodes for g GPUs from ``free``; None if impossible (the rule is `FreeGpus.take`'s)."""
+    return FreeGpus(tuple(free), max(free, default=0)).take(g, one_node)
 
-    One node: best fit (the fullest node that still has g free), which keeps large holes
-    for later multi-GPU jobs. Several nodes: take the nodes with most free GPUs first, so
-    the job spans as few nodes as possible.
+
+class FreeGpus:
+    """Free GPUs per node, bucketed by free count, so best-fit placement costs O(gpus per node).
+
+    The placement rule of every policy: one node by best fit (the fullest node that still has
+    g free, lowest index first), which keeps large holes for later multi-GPU jobs; several
+    nodes by taking the nodes with most free GPUs first, so the job spans as few as possible.
     """
-    if one_node:
-        best = -1
-        for i, f in enumerate(free):
-            if f >= g and (best < 0 or f < free[best]):
-                best = i
-        return ((best, g),) if best >= 0 else None
-    order = sorted(range(len(free)), key=lambda i: (-free[i], i))
-    need, out = g, []
-    for i in order:
-        if need == 0 or free[i] == 0:
-            break
-        take = min(free[i], need)
-        out.append((i, take))
-        need -= take
-    if need > 0 or len(out) < 2:
-        return None
-    return tuple(sorted(out))
+
+    def __init__(self, free: tuple[int, ...], gpus_per_node: int) -> None:
+        self.free = list(free)
+        self.cap = max([gpus_per_node, *self.free]) if self.free else gpus_per_node
+        self.buckets: list[set[int]] = [set() for _ in range(self.cap + 1)]
+        for i, f in enumerate(self.free):
+            self.buckets[f].add(i)
+        self.total = sum(self.free)
+
+    def _move(self, node: int, new: int) -> None:
+        self.buckets[self.free[node]].discard(node)
+        self.free[node] = new
+        self.buckets[new].add(node)
+
+    def max_on_one_node(self) -> int:
+        for f in range(self.cap, 0, -1):
+            if self.buckets[f]:
+                return f
+        return 0
+
+    def fits(self, g: int, one_node: bool) -> bool:
+        if one_node:
+            return g <= self.max_on_one_node()
+        return g <= self.total and g > self.max_on_one_node()
+
+    def take(self, g: int, one_node: bool) -> Placement | None:
+        """Best fit on one node; or spread over the fewest nodes (most free first)."""
+        if one_node:
+            for f in range(g, self.cap + 1):
+                if self.buckets[f]:
+                    node = min(self.buckets[f])
+                    self._move(node, f - g)
+                    self.total -= g
+                    return ((node, g),)
+            return None
+        if g > self.total:
+            return None
+        need, out = g, []
+        for f in range(self.cap, 0, -1):
+            for node in sorted(self.buckets[f]):
+                if need == 0:
+                    break
+                out.append((node, min(f, need)))
+                need -= min(f, need)
+            if need == 0:
+                break
+        if need > 0 or len(out) < 2:
+            return None
+        for node, n in out:
+            self._move(node, self.free[node] - n)
+        self.total -= g
+        return tuple(sorted(out))
 
 
 def apply(free: list[int], placement: Placement) -> None:
