@@ -1,11 +1,17 @@
 # Two entry points for users: `make demo` (whole system on this machine) and `make test`.
-PY ?= python3
+# Everything runs in a virtual environment of the project (.venv), never the system Python: a
+# dependency that pyproject.toml forgets to declare then fails here, not on a user's machine.
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
 
 .PHONY: install test test-unit demo
 
-install:
+install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,profile]'
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
 
 # The README's test command; .ci/run calls it (with the Slurm cluster up and LYASCHED_SLURM=1).
 test:

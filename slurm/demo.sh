@@ -6,12 +6,14 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=${PY:-python3}
+PY=${PY:-$REPO/.venv/bin/python}
+[[ -x $PY ]] || PY=python3
 USER_=${LYASCHED_DEMO_USER:-lyatest}
 DIR=$(mktemp -d /tmp/lyasched-demo.XXXXXX)
 chmod 755 "$DIR"
 mkdir -m 1777 "$DIR/jobs"
-BIN=$(dirname "$(readlink -f "$(command -v lyasched)")")
+BIN=$(dirname "$PY")   # the venv (or prefix) whose lyasched, lyasub and lyastat the demo runs
+[[ -x $BIN/lyasched ]] || BIN=$(dirname "$(readlink -f "$(command -v lyasched)")")
 serve_pid=
 
 stop() {
@@ -22,7 +24,7 @@ stop() {
 }
 trap stop EXIT
 
-"$REPO/slurm/cluster" up
+PYTHON=$PY "$REPO/slurm/cluster" up
 
 cat >"$DIR/config.toml" <<EOF
 [service]
