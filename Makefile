@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 
-.PHONY: install test test-unit demo
+.PHONY: install test test-unit demo docker-up docker-down test-docker
 
 install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
@@ -24,3 +24,15 @@ test-unit:
 # example jobs submitted with lyasub, wait until finished, lyastat, service stopped (slurm/demo.sh).
 demo:
 	PY=$(PY) bash slurm/demo.sh
+
+# The dockerized Slurm cluster (controller + slurmdbd, 3 nodes, login, service host: docker/cluster,
+# docs/test-cluster.md) and the real-cluster tests against it, as root.
+docker-up:
+	docker/cluster up
+
+docker-down:
+	docker/cluster down
+
+# The slurm-marked suite plus the docker-only tests (multi-host DDP, accounting, faults).
+test-docker:
+	LYASCHED_SLURM=1 LYASCHED_CLUSTER=docker $(PY) -m pytest -q -p no:cacheprovider -m slurm tests

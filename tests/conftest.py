@@ -1,11 +1,18 @@
 """Shared fixtures. Real-cluster tests carry ``@pytest.mark.slurm`` and run only with LYASCHED_SLURM=1
-against the cluster started by ``slurm/cluster up`` (docs/test-cluster.md); tests never start or
-stop it themselves, it is shared."""
+against a running test cluster (docs/test-cluster.md); tests never start or stop it themselves.
+
+``LYASCHED_CLUSTER`` picks which: ``native`` (default: ``slurm/cluster up``, daemons on this host,
+commands run locally through ``runuser``) or ``docker`` (``docker/cluster up``: commands run on the
+login container as the given user; the Slurm commands a test calls itself as root, ``squeue`` say,
+reach the login container through docker/bin, put first in PATH). The ``cluster`` fixture hides the
+difference; tests marked ``docker`` need the docker cluster (faults, accounting, several hosts)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -17,25 +24,157 @@ import pytest
 TEST_USER = "lyatest"
 OTHER_USER = "lyaother"
 CLUSTER_STATE = Path(os.environ.get("LYASCHED_CLUSTER_STATE", "/var/lib/lyasched-cluster"))
+CLUSTER_KIND = os.environ.get("LYASCHED_CLUSTER", "native")
+REPO = Path(__file__).resolve().parents[1]
+DOCKER_STATE = Path(os.environ.get("LYASCHED_DOCKER_STATE", "/var/lib/lyasched-docker"))
+DOCKER_PREFIX = "lyasched-"
+if CLUSTER_KIND not in ("native", "docker"):
+    raise pytest.UsageError(f"LYASCHED_CLUSTER={CLUSTER_KIND!r}: expected native or docker")
+if CLUSTER_KIND == "docker":  # the test process's own Slurm commands (as root) go to the login container
+    os.environ["PATH"] = f"{REPO / 'docker' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def slurm_enabled() -> bool:
     return os.environ.get("LYASCHED_SLURM") == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "docker: needs the docker test cluster (LYASCHED_CLUSTER=docker)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if slurm_enabled():
-        return
     skip = pytest.mark.skip(reason="needs the Slurm test cluster: slurm/cluster up, then LYASCHED_SLURM=1")
+    skip_docker = pytest.mark.skip(reason="needs the docker test cluster: docker/cluster up, then "
+                                          "LYASCHED_SLURM=1 LYASCHED_CLUSTER=docker (make test-docker)")
     for item in items:
-        if "slurm" in item.keywords:
+        if "slurm" in item.keywords and not slurm_enabled():
             item.add_marker(skip)
+        elif "docker" in item.keywords and not (slurm_enabled() and CLUSTER_KIND == "docker"):
+            item.add_marker(skip_docker)
+
+
+class ClusterProcess:
+    """A long-running command started in a container (``lyasched serve``): the subset of Popen the
+    tests use. Signals go to the process inside the container (``docker exec`` does not forward them)."""
+
+    def __init__(self, container: str, user: str, argv: list[str], cwd: str | None, stdout, stderr) -> None:
+        self.container = container
+        self.pidfile = f"/tmp/lyasched-proc-{os.getpid()}-{id(self)}.pid"
+        script = f'echo $$ > {self.pidfile}; exec "$@"'
+        cmd = ["docker", "exec", "-u", user, *(["-w", cwd] if cwd else []), container, "bash", "-c", script, "-",
+               *argv]
+        self.proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        self.args = argv
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def send_signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            subprocess.run(["docker", "exec", self.container, "bash", "-c",
+                            f"[ -s {self.pidfile} ] && kill -{int(sig)} $(cat {self.pidfile})"],
+                           capture_output=True, timeout=30)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+        self.proc.kill()
+
+
+class Cluster:
+    """Where the real-cluster tests run their commands: ``native`` (this host) or ``docker``."""
+
+    kind = "native"
+    service_user = "root"  # the account `lyasched serve` runs as in tests
+    service_uid: int | None = None  # set when it is not root: directories it writes are chowned to it
+
+    def run(self, user: str, *argv: str, check: bool = False, timeout: float = 60, cwd=None,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` as ``user`` (runuser keeps the environment, so PATH still finds sbatch)."""
+        cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout, cwd=cwd, input=input)
+
+    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None):
+        """Start a long-running command as ``user`` (the service); Popen-like."""
+        cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
+        return subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr)
+
+    def which(self, name: str) -> str:
+        """Path (or name) of one of lyasched's commands as the cluster's users call it."""
+        return shutil.which(name) or name
+
+    @property
+    def python(self) -> str:
+        """Interpreter job scripts should call (has torch and lyasched; runnable by the test users)."""
+        link = CLUSTER_STATE / "python"
+        return str(link) if link.exists() else shutil.which("python3") or "python3"
+
+    @property
+    def job_root(self) -> Path:
+        """Where job directories go: seen at the same path by the test, the users' commands and the jobs."""
+        return Path("/tmp")
+
+
+class DockerCluster(Cluster):
+    """docker/cluster: commands run in the login container (the service in svc, as its account)."""
+
+    kind = "docker"
+    service_user = "lyasched"
+    service_uid = 2990  # docker/cluster SVC_UID
+    login = DOCKER_PREFIX + "login"
+    service_host = DOCKER_PREFIX + "svc"
+
+    def run(self, user: str, *argv: str, check: bool = False, timeout: float = 60, cwd=None,
+            input: str | None = None, container: str | None = None) -> subprocess.CompletedProcess:
+        cmd = ["docker", "exec", *(["-i"] if input is not None else []), "-u", user,
+               *(["-w", str(cwd)] if cwd else []), container or self.login, *map(str, argv)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input)
+        proc.args = list(argv)
+        if check and proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, shlex.join(map(str, argv)), proc.stdout, proc.stderr)
+        return proc
+
+    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None):
+        host = self.service_host if user == self.service_user else self.login
+        return ClusterProcess(host, user, [str(a) for a in argv], str(cwd) if cwd else None, stdout, stderr)
+
+    def which(self, name: str) -> str:
+        return name  # on PATH in every container (/opt/lyasched/venv/bin)
+
+    @property
+    def python(self) -> str:
+        return "/opt/lyasched/venv/bin/python"
+
+    @property
+    def job_root(self) -> Path:
+        return DOCKER_STATE / "shared" / "jobs"
+
+    def docker(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """The docker CLI itself (fault injection)."""
+        return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+CLUSTER: Cluster = DockerCluster() if CLUSTER_KIND == "docker" else Cluster()
 
 
 def run_as(user: str, *argv: str, check: bool = False, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    """Run ``argv`` as ``user`` (runuser keeps the environment, so PATH still finds sbatch)."""
-    cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
-    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout, **kw)
+    """Run ``argv`` as ``user`` on the test cluster (user "root" is the privileged side)."""
+    return CLUSTER.run(user, *argv, check=check, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    """The test cluster: ``run(user, *argv)``, ``popen(user, *argv)``, ``which(cmd)``, ``python``, ``kind``."""
+    return CLUSTER
 
 
 @pytest.fixture(scope="session")
@@ -63,14 +202,13 @@ def as_user() -> Callable[..., subprocess.CompletedProcess]:
 @pytest.fixture(scope="session")
 def cluster_python() -> str:
     """Interpreter job scripts should call (has torch and lyasched; runnable by the test users)."""
-    link = CLUSTER_STATE / "python"
-    return str(link) if link.exists() else shutil.which("python3") or "python3"
+    return CLUSTER.python
 
 
 @pytest.fixture
 def job_dir() -> Iterator[Path]:
     """A fresh directory the test users can write job output into."""
-    d = Path(tempfile.mkdtemp(prefix="lyasched-job-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="lyasched-job-", dir=CLUSTER.job_root))
     d.chmod(0o1777)
     yield d
     shutil.rmtree(d, ignore_errors=True)

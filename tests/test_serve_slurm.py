@@ -9,8 +9,8 @@ LYASCHED_SLURM=1. The service schedules only the test user's jobs (service.users
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
-import shutil
 import signal
 import subprocess
 import time
@@ -20,6 +20,7 @@ import pytest
 
 from lyasched.slurm import query as q
 from lyasched.store import records
+from conftest import CLUSTER
 
 pytestmark = pytest.mark.slurm
 
@@ -50,18 +51,21 @@ def show_job(job_id: str) -> q.SlurmJob:
 
 
 @pytest.fixture
-def work(job_dir: Path) -> Path:
+def work(job_dir: Path, cluster) -> Path:
     d = job_dir / "svc"
     d.mkdir(mode=0o755)
     d.chmod(0o755)
+    if cluster.service_uid:  # the service's account writes its database there
+        os.chown(d, cluster.service_uid, cluster.service_uid)
     (job_dir / "train.py").write_text(WRAPPER.format(out=str(job_dir), train=str(TRAIN)))
     (job_dir / "train.py").chmod(0o644)
     return d
 
 
 @pytest.fixture
-def serve(work: Path, test_user: str):
-    """Start `lyasched serve` in the background (2 s slots); stop it with SIGTERM at teardown."""
+def serve(work: Path, test_user: str, cluster):
+    """Start `lyasched serve` in the background (2 s slots) as the cluster's service account;
+    stop it with SIGTERM at teardown."""
     procs: list[subprocess.Popen] = []
 
     def start(**service) -> tuple[subprocess.Popen, Path]:
@@ -71,8 +75,8 @@ def serve(work: Path, test_user: str):
         cfg.write_text("[service]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
                        + '[policy]\nname = "lyapunov"\n')
         log = open(work / "serve.log", "w")
-        p = subprocess.Popen([shutil.which("lyasched") or "lyasched", "serve", "--config", str(cfg)],
-                             stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        p = cluster.popen(cluster.service_user, cluster.which("lyasched"), "serve", "--config", str(cfg),
+                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         procs.append(p)
         return p, work / "lyasched.db"
 
@@ -89,7 +93,7 @@ def serve(work: Path, test_user: str):
 
 def lyasub(as_user, user: str, job_dir: Path, *args: str) -> str:
     r = as_user(
-        user, shutil.which("lyasub") or "lyasub", "--parsable", "--no-profile", "--db", str(job_dir / f"{user}.db"),
+        user, CLUSTER.which("lyasub"), "--parsable", "--no-profile", "--db", str(job_dir / f"{user}.db"),
         "--time", "5", "--output", str(job_dir / "%j.out"), *args, "--", str(job_dir / "train.py"), "--model", "mlp",
         cwd=str(job_dir), timeout=120,
     )
