@@ -317,14 +317,14 @@ def test_nobody_but_the_service_releases_or_changes_a_lyasched_job(held, as_user
 
 @pytest.mark.slurm
 def test_lyasub_uid_of_another_users_job_does_not_return_it(held, as_user, test_user, other_user, slurm_jobs,
-                                                           job_dir) -> None:
+                                                           job_dir, cluster) -> None:
     """lyasub's idempotent lookup searches only the caller's jobs: reusing someone's uid gets your own new job."""
     victim = held("sleep 60")
     uid = CostSummary.decode(_squeue(victim, "%k")).uid
     script = job_dir / "train.py"
     script.write_text("print('x')\n")
     script.chmod(0o644)
-    lyasub = str(Path(sys.executable).with_name("lyasub"))
+    lyasub = cluster.which("lyasub")
     p = as_user(other_user, lyasub, "--db", f"{job_dir}/other.db", "--model", "mlp", "--global-batch", "8",
                 "--iterations", "5", "--no-profile", "--parsable", "--uid", uid, "--output", "/dev/null", "--",
                 str(script), timeout=180)
