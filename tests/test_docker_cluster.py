@@ -92,6 +92,17 @@ def test_ddp_rendezvous_across_two_hosts_over_the_network(as_user, test_user, jo
     assert not master.startswith("127."), text  # rendezvous over the cluster network, not loopback
 
 
+def wait_rows(db_path: Path, ids: list[str], pred, timeout: float = 60) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    rows: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        rows = db_rows(db_path)
+        if all(i in rows and pred(rows[i]) for i in ids):
+            return rows
+        time.sleep(1)
+    pytest.fail(f"service records not as expected: { {i: (rows.get(i) or {}).get('state') for i in ids} }")
+
+
 def set_min_job_age(seconds: int) -> None:
     """MinJobAge on the controller (the only daemon that uses it), then `scontrol reconfigure`."""
     subprocess.run(["docker", "exec", CTL, "sed", "-i", f"s/^MinJobAge=.*/MinJobAge={seconds}/",
@@ -113,6 +124,7 @@ def test_service_reads_sacct_for_jobs_that_left_squeue_while_it_was_stopped(serv
 
     proc, db_path = serve()
     wait_all(ids, states={"RUNNING"}, timeout=120, log=work / "serve.log")
+    wait_rows(db_path, ids, lambda r: r["state"] == "running")  # and the service saw them run
     proc.send_signal(signal.SIGTERM)  # the service stops while its jobs run...
     assert proc.wait(timeout=60) == 0
     wait_all(ids, timeout=120)  # ...they finish...

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lyasched.store import records
-from test_docker_cluster import db_rows, sleeper_job, starts
+from test_docker_cluster import db_rows, sleeper_job, starts, wait_rows
 from test_serve_slurm import serve, squeue_jobs, wait_all, work  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
@@ -46,17 +46,6 @@ def wait_nodes(pred, timeout: float, what: str) -> dict[str, str]:
 
 def all_up(states: dict[str, str]) -> bool:
     return len(states) == 3 and all(s in {"idle", "mix", "alloc"} for s in states.values())
-
-
-def wait_rows(db_path: Path, ids: list[str], pred, timeout: float = 60) -> dict[str, dict]:
-    deadline = time.monotonic() + timeout
-    rows: dict[str, dict] = {}
-    while time.monotonic() < deadline:
-        rows = db_rows(db_path)
-        if all(i in rows and pred(rows[i]) for i in ids):
-            return rows
-        time.sleep(1)
-    pytest.fail(f"service records not as expected: { {i: (rows.get(i) or {}).get('state') for i in ids} }")
 
 
 def check_records(db_path: Path, job_dir: Path, ids: list[str], log: Path) -> None:
