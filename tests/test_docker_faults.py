@@ -7,7 +7,7 @@ Needs LYASCHED_SLURM=1 LYASCHED_CLUSTER=docker (make test-docker)."""
 from __future__ import annotations
 
 import json
-import signal
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +20,8 @@ from test_serve_slurm import serve, squeue_jobs, wait_all, work  # noqa: F401 (f
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
 
-NET = "lyasched-net"
+NET = os.environ.get("LYASCHED_DOCKER_NET", "lyasched-net")  # as docker/cluster names and numbers them
+NODE_IP = os.environ.get("LYASCHED_DOCKER_SUBNET", "172.31.77.0/24").rsplit(".", 1)[0] + ".{}"  # node K: 20 + K
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -70,7 +71,7 @@ def healed():
     for c in ("lyasched-ctl", "lyasched-node1", "lyasched-node2", "lyasched-node3"):
         docker("start", c, check=False)
     for k in (1, 2, 3):
-        docker("network", "connect", "--ip", f"172.31.77.{20 + k}", NET, f"lyasched-node{k}", check=False)
+        docker("network", "connect", "--ip", NODE_IP.format(20 + k), NET, f"lyasched-node{k}", check=False)
     subprocess.run(["scontrol", "update", "nodename=node[1-3]", "state=resume"], capture_output=True, timeout=60)
 
 
@@ -142,7 +143,7 @@ def test_node_network_link_cut_and_restored(serve, work, job_dir, test_user, as_
     j = squeue_jobs([wide])[wide]
     assert j.pending and j.held_by_service, (j.state, j.reason)
 
-    docker("network", "connect", "--ip", "172.31.77.23", NET, "lyasched-node3")
+    docker("network", "connect", "--ip", NODE_IP.format(23), NET, "lyasched-node3")
     wait_nodes(all_up, 180, "all up after the link came back")
     done = wait_all([wide], timeout=180, log=work / "serve.log")
     assert done[wide].state == "COMPLETED" and sorted(done[wide].nodes) == ["node1", "node2", "node3"]
