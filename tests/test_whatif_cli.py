@@ -215,3 +215,10 @@ def test_columns_found_by_name(tmp_path):
 def test_progress_on_stderr_only():
     r = run("--sacct", AWKWARD, "-p", "lyapunov", "--json")
     assert "replaying under lyapunov (1/1)" in r.stderr and "whatif:" not in r.stdout
+
+
+def test_rigid_keeps_recorded_gpu_counts():
+    elastic = json.loads(run("--sacct", AWKWARD, "-p", "lyapunov,optimus", "--json").stdout)
+    rigid = json.loads(run("--sacct", AWKWARD, "-p", "lyapunov,optimus", "--rigid", "--json").stdout)
+    assert elastic["policies"]["lyapunov"]["other_gpu_count"] > 0 and not elastic["rigid"]
+    assert rigid["rigid"] and all(p["other_gpu_count"] == 0 for p in rigid["policies"].values())

@@ -65,11 +65,13 @@ def _write_atomic(path: str, text: str) -> None:
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
 @click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True,
               help="Sigma of log(recorded/predicted run time) the policies face; 0 = exact predictions.")
+@click.option("--rigid", is_flag=True,
+              help="Keep every job on the GPU count it had: policies choose when jobs start, not how many GPUs they get.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the job profiles, estimate errors and random policies.")
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, as for lyasched replay (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.html (self-contained) and summary.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the tables.")
-def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, seed, params,
+def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, rigid, seed, params,
            out_dir, as_json) -> None:
     """Replay the site's accounting history under each policy and compare with what happened."""
     from lyasched.sim import InvalidDecision
@@ -132,7 +134,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
 
     try:
         rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
-                             progress=sys.stderr.isatty(), say=_say)
+                             rigid=rigid, progress=sys.stderr.isatty(), say=_say)
     except HistoryTooBig as e:
         raise _BadInput(str(e)) from None
     except (InvalidDecision, RuntimeError, TypeError, ValueError) as e:
@@ -142,7 +144,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     outcomes = [actual_outcome(hist.jobs, site.spec.total_gpus)]
     outcomes += [policy_outcome(r, rep.index, n) for r in rep.results]
     summary = build_summary(source, hist, parsed.steps, site, outcomes, slot=slot, estimate_error=estimate_error,
-                            seed=seed, params=pparams)
+                            seed=seed, params=pparams, rigid=rigid)
     if out_dir:
         from lyasched.whatif.html import render
 

@@ -154,7 +154,9 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         "<h1>What if lyasched had scheduled these jobs?</h1>",
         f"<p>{escape(s['source'])}: {escape(s['period']['first_arrival'])} to {escape(s['period']['last_end'])} "
         f"({s['period']['days']:g} days). Cluster {c['nodes']} &times; {c['gpus_per_node']} GPUs "
-        f"({escape(c['how'])}). Slot {s['slot_s']:g} s, estimate error {s['estimate_error']:g}, seed {s['seed']}.</p>",
+        f"({escape(c['how'])}). Slot {s['slot_s']:g} s, estimate error {s['estimate_error']:g}, seed {s['seed']}; "
+        + ("GPU counts as recorded (--rigid)." if s["rigid"] else "policies may give a job another GPU count "
+           "(each job is treated as elastic data-parallel training; --rigid keeps the recorded counts).") + "</p>",
         "<h2>Outcome</h2>",
         _table(["", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user slowdown", "GPU util",
                 "jobs on another GPU count"], summary_rows, first_class="actual"),

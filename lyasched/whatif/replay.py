@@ -10,13 +10,15 @@ is the simulator's per-job true/predicted factor, so that f x prediction = the r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from lyasched.cost import ClusterSpec
 from lyasched.job import Job
 from lyasched.policy import make_policy
-from lyasched.sim import Simulation, SimResult
+from lyasched.sim import SimResult, Simulation, true_factors
 from lyasched.sim.workloads import TraceRow, trace_jobs
 from lyasched.whatif.history import HistoryJob
 
@@ -32,30 +34,44 @@ class Replay:
     results: list[SimResult]
 
 
-def _jobs(hist: Sequence[HistoryJob], cluster: ClusterSpec, seed: int, factors: dict[str, float]) -> list[Job]:
+def _jobs(hist: Sequence[HistoryJob], cluster: ClusterSpec, seed: int, factors: dict[str, float], rigid: bool) -> list[Job]:
     rows = [TraceRow(k, j.arrival, j.work_s / factors.get(f"t{k}", 1.0), j.gpus, j.user) for k, j in enumerate(hist)]
     jobs = trace_jobs(rows, cluster, seed)
-    # the site's own time limits (backfill reads them) instead of the trace's synthetic ones
-    return [replace(job, time_limit=h.time_limit) for job, h in zip(jobs, hist)]
+    # the site's own time limits (backfill reads them) instead of the trace's synthetic ones;
+    # rigid: only the recorded GPU count is allowed (a policy chooses when, not how many)
+    out = []
+    for job, h in zip(jobs, hist):
+        fields = {**job.__dict__, "time_limit": h.time_limit}
+        if rigid:
+            fields["min_gpus"] = fields["max_gpus"] = job.requested_gpus
+        out.append(Job(**fields))
+    return out
 
 
 def build_simulation(hist: Sequence[HistoryJob], cluster: ClusterSpec, *, slot: float, estimate_error: float,
-                     seed: int) -> tuple[Simulation, dict[str, int]]:
-    """A Simulation whose true run times are the recorded ones (see the module docstring)."""
+                     seed: int, rigid: bool = False) -> tuple[Simulation, dict[str, int]]:
+    """A Simulation whose true run times are the recorded ones (see the module docstring).
+
+    The factors are drawn as the simulator draws them (`true_factors`, in its job order: by
+    submit time, then id); the Simulation's own factors are then checked against them, and
+    if they differ (the simulator changed how it draws) the rows are rebuilt from its factors.
+    """
     too_big = [j for j in hist if j.gpus > cluster.total_gpus]
     if too_big:
         worst = max(too_big, key=lambda j: j.gpus)
         raise HistoryTooBig(f"{len(too_big)} recorded jobs used more than the cluster's {cluster.total_gpus} GPUs "
                             f"(job {worst.job_id}: {worst.gpus}); give more --nodes or --gpus-per-node")
     kw: dict[str, Any] = dict(slot_len=slot, estimate_error=estimate_error, seed=seed)
-    sim = Simulation(_jobs(hist, cluster, seed, {}), cluster, **kw)
-    if estimate_error > 0:
+    index = {f"t{k}": k for k in range(len(hist))}
+    order = sorted(index, key=lambda jid: (hist[index[jid]].arrival, jid))
+    factors = dict(zip(order, map(float, true_factors(len(hist), estimate_error, seed))))
+    sim = Simulation(_jobs(hist, cluster, seed, factors, rigid), cluster, **kw)
+    if not np.array_equal(np.array([factors[j.job_id] for j in sim.jobs]), np.asarray(sim.factors, dtype=float)):
         factors = {j.job_id: float(f) for j, f in zip(sim.jobs, sim.factors)}
-        again = Simulation(_jobs(hist, cluster, seed, factors), cluster, **kw)
-        # same ids and submit times -> same order -> the same factor for each job
-        assert [j.job_id for j in again.jobs] == [j.job_id for j in sim.jobs]
-        sim = again
-    return sim, {f"t{k}": k for k in range(len(hist))}
+        sim = Simulation(_jobs(hist, cluster, seed, factors, rigid), cluster, **kw)
+        if not np.array_equal(np.array([factors[j.job_id] for j in sim.jobs]), np.asarray(sim.factors, dtype=float)):
+            raise RuntimeError("the simulator's true/predicted factors cannot be matched to the recorded runs")
+    return sim, index
 
 
 def replay_history(
@@ -67,12 +83,13 @@ def replay_history(
     slot: float,
     estimate_error: float,
     seed: int,
+    rigid: bool = False,
     progress: bool = False,
     say: Callable[[str], None] = lambda s: None,
 ) -> Replay:
     """Run every policy over the history; ``say`` gets one progress line per step."""
     t = time.perf_counter()
-    sim, index = build_simulation(hist, cluster, slot=slot, estimate_error=estimate_error, seed=seed)
+    sim, index = build_simulation(hist, cluster, slot=slot, estimate_error=estimate_error, seed=seed, rigid=rigid)
     say(f"built {len(hist)} replay jobs on {cluster.nodes}x{cluster.gpus_per_node} GPUs in {time.perf_counter() - t:.1f} s")
     built = [(n, make_policy(n, seed=seed, **params.get(n, {}))) for n in policies]
     results = []

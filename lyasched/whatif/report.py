@@ -27,6 +27,7 @@ def build_summary(
     estimate_error: float,
     seed: int,
     params: dict[str, dict[str, Any]],
+    rigid: bool = False,
 ) -> dict:
     """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual"."""
     jobs = hist.jobs
@@ -52,6 +53,7 @@ def build_summary(
         "slot_s": slot,
         "estimate_error": estimate_error,
         "seed": seed,
+        "rigid": rigid,
         "params": {n: p for n, p in params.items() if p},
         "actual": summary(outcomes[0], recorded, users),
         "policies": {o.name: summary(o, recorded, users) for o in outcomes[1:]},
@@ -99,7 +101,8 @@ def format_tables(s: dict, top_users: int = 10) -> str:
         f"{j['never_started']} never started, {j['other_partition']} other partitions; "
         f"{j['requeued']} requeued; {j['steps']} step lines skipped",
         f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
-        f"estimate error {s['estimate_error']:g}",
+        f"estimate error {s['estimate_error']:g}; "
+        + ("GPU counts as recorded (--rigid)" if s["rigid"] else "policies may choose GPU counts (jobs treated as elastic data-parallel training)"),
         "",
     ]
     heads = ("", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user", "GPU util", "other GPUs", "sim s")
