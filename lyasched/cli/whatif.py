@@ -101,6 +101,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     cli = None
     if sacct_file is not None:
         source = sacct_file
+        _say(f"reading {sacct_file}")
         text = _read_file(sacct_file)
     else:
         source = f"sacct --starttime={since}" + (f" --endtime={until}" if until else "") + (f" --partition={partition}" if partition else "")

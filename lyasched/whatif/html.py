@@ -144,7 +144,7 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         summary_rows.append([name, human_s(m["avg_jct_s"]), human_s(m["p95_jct_s"]), human_s(m["avg_wait_s"]),
                              human_s(m["p95_wait_s"]), f"{m['avg_slowdown']:.2f}", f"{m['worst_user_slowdown']:.2f}",
                              f"{m['gpu_util']:.2f}", m["other_gpu_count"]])
-    counts = _table(["records", "jobs"], [[k.replace("_", " "), v] for k, v in j.items()])
+    counts = _table(["what was read", "count"], [[k.replace("_", " "), v] for k, v in j.items()])
     states = _table(["final state of replayed GPU jobs", "jobs"], list(s["final_states"].items()))
     imgs = [("JCT CDF", jct_cdf_svg(outcomes)), ("Waits per user", waits_svg(s, outcomes)),
             ("GPUs in use", gpus_svg(outcomes, c["total_gpus"]))]
