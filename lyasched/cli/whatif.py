@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import replace
 
 import click
 
@@ -130,7 +131,11 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         except (SlurmError, ValueError) as e:
             _say(f"scontrol show node failed ({str(e).splitlines()[0]}); cluster inferred from the records")
     if nodes is not None or gpus_per_node is not None:
-        site = given_cluster(nodes or site.spec.nodes, gpus_per_node or site.spec.gpus_per_node)
+        base = site
+        site = given_cluster(nodes or base.spec.nodes, gpus_per_node or base.spec.gpus_per_node)
+        if nodes is None or gpus_per_node is None:
+            given = f"--nodes {nodes}" if nodes else f"--gpus-per-node {gpus_per_node}"
+            site = replace(site, how=f"{given} given; the rest {base.how}")
     _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}")
 
     try:

@@ -74,15 +74,19 @@ def waits_svg(s: dict, outcomes: Sequence[Outcome]) -> str:
     users = sorted(s["users"].items(), key=lambda kv: (-kv[1]["gpu_hours"], kv[0]))[:_TOP_USERS]
     fig, ax = plt.subplots(figsize=(8, 1.4 + 0.32 * len(users)))
     y = np.arange(len(users))
+    waits = {o.name: [(u["actual"] if o.name == "actual" else u["policies"][o.name])["avg_wait_s"] for _, u in users]
+             for o in outcomes}
+    top = max((max(v) for v in waits.values() if v), default=0.0)
+    unit, label = (3600.0, "h") if top >= 7200 else (60.0, "min")
     for o in outcomes:
-        vals = [(u["actual"] if o.name == "actual" else u["policies"][o.name])["avg_wait_s"] / 3600.0 for _, u in users]
+        vals = [w / unit for w in waits[o.name]]
         if o.name == "actual":
             ax.scatter(vals, y, marker="D", s=40, color="black", label=o.name, zorder=3)
         else:
             ax.scatter(vals, y, marker="o", s=22, alpha=0.8, label=o.name, zorder=2)
     ax.set_yticks(y, [u for u, _ in users], fontsize=8)
     ax.set_ylim(len(users) - 0.5, -0.5)
-    ax.set_xlabel("average wait (h)")
+    ax.set_xlabel(f"average wait ({label})")
     ax.set_title(f"average wait per user (the {len(users)} with most GPU-hours)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
