@@ -178,6 +178,8 @@ def main() -> None:
           file=sys.stderr)
 
     steps: dict[str, float] = {}
+    cpu0 = time.process_time()
+    load0 = os.getloadavg()[0]
     t = time.perf_counter()
     with open(path, encoding="utf-8") as f:
         parsed = parse_sacct(f.read(), path)
@@ -196,6 +198,7 @@ def main() -> None:
     outs += [policy_outcome(r, rep.index, len(hist.jobs)) for r in rep.results]
     s = build_summary(path, hist, parsed.steps, site, outs, slot=30.0, estimate_error=0.2, seed=a.seed, params={})
     steps["summary_s"] = time.perf_counter() - t
+    cpu = time.process_time() - cpu0  # this process's CPU time: what the work costs without the neighbours
     total = sum(steps.values())
     first = rep.results[0]
     figure = steps["parse_s"] + steps["history_s"] + (steps["replay_s"] - sum(r.wall_s for r in rep.results[1:])) + steps["summary_s"]
@@ -215,6 +218,8 @@ def main() -> None:
         "target_s": a.target,
         "met": figure <= a.target,
         "total_s": round(total, 2),
+        "cpu_s": round(cpu, 2),
+        "load_avg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
     }
     if a.json:
@@ -227,6 +232,8 @@ def main() -> None:
         print(f"  {name}: {p['wall_s']:.1f} s (policy.decide {p['decide_s']:.1f} s in {p['decide_calls']} calls), "
               f"avg JCT {p['avg_jct_s']:.0f} s (actual {out['actual_avg_jct_s']:.0f} s)")
     print(f"parse + replay under {first.policy}: {figure:.1f} s (target {a.target:g} s: {'met' if out['met'] else 'MISSED'})")
+    print(f"process CPU time {cpu:.1f} s for all of it; 1-min load average {load0:.1f} at start, "
+          f"{os.getloadavg()[0]:.1f} at end ({os.cpu_count()} cpus): wall time above CPU time is waiting for a core")
 
 
 if __name__ == "__main__":
