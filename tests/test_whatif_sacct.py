@@ -223,3 +223,11 @@ def test_missing_fields_listed():
     header = HEADER.replace("|Eligible", "").replace("|ReqTRES", "")
     with pytest.raises(SacctError, match=r"line 1: header lacks field\(s\) Eligible, ReqTRES; record with sacct"):
         parse_sacct(header + "\n", "h.txt")
+
+
+def test_heterogeneous_components_and_crlf_and_bom():
+    rows = [GOOD.replace("5|", f"9+{k}|", 1) for k in (0, 1)]
+    text = "\ufeff" + HEADER + "\r\n" + "\r\n".join(rows) + "\r\n"
+    h = build_history(parse_sacct(text).records)
+    assert sorted(j.job_id for j in h.jobs) == ["9+0", "9+1"]  # each component is a job
+    assert all(j.time_limit == 3600 for j in h.jobs)

@@ -131,7 +131,7 @@ def _header(line: str, source: str) -> dict[str, int]:
 
 def parse_sacct(text: str, source: str = "sacct") -> SacctText:
     """Parse the whole text (header first); raise SacctError on the first bad value."""
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")  # a byte-order mark from an editor
     first = next((k for k, ln in enumerate(lines) if ln.strip()), None)
     if first is None:
         raise SacctError(source, 1, None, "empty: no sacct header and no records")
