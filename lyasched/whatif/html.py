@@ -16,6 +16,13 @@ from lyasched.whatif.metrics import Outcome
 from lyasched.whatif.report import human_s
 
 _MAX_POINTS = 4000  # per curve
+_COUNT_LABELS = {
+    "gpu": "finished GPU jobs (replayed)", "cpu_only": "CPU-only jobs (left out)",
+    "cancelled_before_start": "cancelled before start (left out)", "still_running": "still running (left out)",
+    "pending": "pending (left out)", "never_started": "never started, not cancelled (left out)",
+    "requeued": "requeued jobs (one job each)", "other_partition": "other partitions (left out)",
+    "total": "distinct jobs", "records": "allocation lines", "steps": "job-step lines (skipped)",
+}
 _TOP_USERS = 20
 
 
@@ -148,7 +155,7 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         summary_rows.append([name, human_s(m["avg_jct_s"]), human_s(m["p95_jct_s"]), human_s(m["avg_wait_s"]),
                              human_s(m["p95_wait_s"]), f"{m['avg_slowdown']:.2f}", f"{m['worst_user_slowdown']:.2f}",
                              f"{m['gpu_util']:.2f}", m["other_gpu_count"]])
-    counts = _table(["what was read", "count"], [[k.replace("_", " "), v] for k, v in j.items()])
+    counts = _table(["what was read", "count"], [[_COUNT_LABELS.get(k, k), v] for k, v in j.items()])
     states = _table(["final state of replayed GPU jobs", "jobs"], list(s["final_states"].items()))
     imgs = [("JCT CDF", jct_cdf_svg(outcomes)), ("Waits per user", waits_svg(s, outcomes)),
             ("GPUs in use", gpus_svg(outcomes, c["total_gpus"]))]
