@@ -222,3 +222,18 @@ def test_rigid_keeps_recorded_gpu_counts():
     rigid = json.loads(run("--sacct", AWKWARD, "-p", "lyapunov,optimus", "--rigid", "--json").stdout)
     assert elastic["policies"]["lyapunov"]["other_gpu_count"] > 0 and not elastic["rigid"]
     assert rigid["rigid"] and all(p["other_gpu_count"] == 0 for p in rigid["policies"].values())
+
+
+def test_zero_length_job_slowdown_is_at_least_one(tmp_path):
+    """A job that failed the second it started (ElapsedRaw 0) is replayed; bounded slowdown >= 1."""
+    row = ("1099|gil|ml|gpu|2026-10-01T08:20:00|2026-10-01T08:20:00|2026-10-01T08:20:00|2026-10-01T08:20:00|0|FAILED|1|"
+           "gpu03|billing=2,cpu=2,gres/gpu=1,mem=16G,node=1|billing=2,cpu=2,gres/gpu=1,mem=16G,node=1|00:30:00")
+    f = _file(tmp_path, "\n".join(GOOD + [row]) + "\n")
+    r = run("--sacct", f, "-p", "fifo,lyapunov", "--json")
+    assert r.exit_code == 0, r.output + r.stderr
+    s = json.loads(r.stdout)
+    assert s["jobs"]["gpu"] == 11 and s["users"]["gil"]["jobs"] == 1
+    for m in [s["actual"], *s["policies"].values()]:
+        assert m["avg_slowdown"] >= 1 and m["worst_user_slowdown"] >= 1
+    for u in s["users"].values():
+        assert all(p["avg_slowdown"] >= 1 for p in [u["actual"], *u["policies"].values()])

@@ -171,8 +171,8 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         "<h2>Outcome</h2>",
         _table(["", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user slowdown", "GPU util",
                 "jobs on another GPU count"], summary_rows, first_class="actual"),
-        "<p class=\"note\">JCT = end - arrival (Eligible time); wait = JCT - time holding GPUs; slowdown = JCT / "
-        "max(run, 10 s), averaged over jobs; worst user = the highest per-user average. \"actual\" is what the "
+        "<p class=\"note\">JCT = end - arrival (Eligible time); wait = JCT - time holding GPUs; slowdown = max(1, JCT / "
+        "max(run, 10 s)), averaged over jobs; worst user = the highest per-user average. \"actual\" is what the "
         "records say happened; the others are replays of the same jobs (docs/whatif.md).</p>",
         *(f"<h2>{escape(t)}</h2><img alt=\"{escape(t)}\" src=\"data:image/svg+xml;base64,{b}\">" for t, b in imgs),
         "<h2>Records</h2>", counts, states,

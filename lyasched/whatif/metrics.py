@@ -2,7 +2,7 @@
 each replayed policy, overall and per user / per account.
 
 Per job: JCT = end - arrival, run = time holding GPUs, wait = JCT - run, and bounded slowdown
-= JCT / max(run, 10 s) (the 10 s floor keeps jobs that failed in a second from dominating
+= max(1, JCT / max(run, 10 s)) (the 10 s floor keeps jobs that failed in a second from dominating
 the mean; ASTRAEA-style fairness compares it per user).
 """
 
@@ -41,7 +41,7 @@ class Outcome:
 
     @property
     def slowdown(self) -> np.ndarray:
-        return self.jct / np.maximum(self.run, SLOWDOWN_FLOOR_S)
+        return np.maximum(1.0, self.jct / np.maximum(self.run, SLOWDOWN_FLOOR_S))
 
 
 def actual_outcome(hist: Sequence[HistoryJob], total_gpus: int) -> Outcome:
