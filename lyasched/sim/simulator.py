@@ -69,6 +69,7 @@ class JobRecord:
     job: Job
     factor: float  # true / predicted run time
     best_true_run: float  # shortest true run time over the job's allowed configurations
+    best_gpu_s: float = math.nan  # fewest true GPU-seconds over the job's allowed configurations
     first_start: float = math.nan
     end: float = math.nan
     run_s: float = 0.0  # time spent holding GPUs (restart overheads included)
@@ -154,6 +155,7 @@ class Simulation:
         estimate_error: float = DEFAULT_ESTIMATE_ERROR,
         seed: int = 0,
         restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
+        end_fraction: dict[str, float] | None = None,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -169,11 +171,21 @@ class Simulation:
         self.restart_overhead = float(restart_overhead)
         self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
+        if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
+            for i, j in enumerate(self.jobs):
+                f = end_fraction.get(j.job_id)
+                if f is not None:
+                    if not 0.0 < f <= 1.0:
+                        raise ValueError(f"end fraction of job {j.job_id} must be in (0, 1], got {f}")
+                    self.factors[i] *= f
         self._templates: dict[tuple, WaitingJob] = {}
         self._best = np.empty(len(self.jobs))
+        self._best_gpu = np.empty(len(self.jobs))
+        gcount = np.arange(1, self.row_len + 1, dtype=float)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
             best = t.best_run * j.iterations
+            self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
@@ -237,7 +249,9 @@ class Simulation:
         jobs, factors = self.jobs, self.factors
         n = len(jobs)
         best_true = self.best_true_runs()
-        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i])) for i, j in enumerate(jobs)]
+        best_gpu = self._best_gpu * factors
+        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
+                   for i, j in enumerate(jobs)]
         frac = [1.0] * n
         attained = [0.0] * n
         tokens = [0] * n
