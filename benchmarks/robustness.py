@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from lyasched.policy import make_policy
+from lyasched.policy.params import ParamError, parse_params
 from lyasched.sim import Simulation
 from lyasched.sim.metrics import summarize
 from lyasched.sim.synth import synth_workload
@@ -89,11 +90,11 @@ def workloads(quick: bool, only: str | None) -> list[dict]:
     return out
 
 
-def run_one(w: dict, policies: list[str]) -> dict:
+def run_one(w: dict, policies: list[str], params: dict[str, dict] | None = None) -> dict:
     sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     per = {}
     for p in policies:
-        per[p] = summarize(sim.run(make_policy(p, seed=w["seed"]), name=p))
+        per[p] = summarize(sim.run(make_policy(p, seed=w["seed"], **(params or {}).get(p, {})), name=p))
     jct = {p: per[p]["avg_jct_s"] for p in policies}
     ly = jct["lyapunov"]
     best_est = min(ESTIMATING, key=lambda p: jct[p])
@@ -151,13 +152,18 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
     ap.add_argument("--only", choices=("design", "heldout"), default=None)
+    ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
+    try:
+        params = parse_params(a.param, POLICIES)
+    except ParamError as e:
+        ap.exit(2, f"robustness.py: --param: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
     ws = workloads(a.quick, a.only)
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_one(w, POLICIES)
+        r = run_one(w, POLICIES, params)
         rows.append(r)
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: lyapunov/backfill {r['vs_backfill']:.3f} "
               f"/best-est {r['vs_best_estimating']:.3f} ({r['best_estimating']}) /oracle {r['vs_oracle']:.3f} "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import os
 import sys
@@ -12,50 +10,16 @@ from typing import Any
 import click
 
 from lyasched.policy import POLICIES, make_policy
-
-
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _accepts(name: str, key: str) -> bool:
-    mod, cls = POLICIES[name].split(":")
-    params = inspect.signature(getattr(importlib.import_module(mod), cls)).parameters
-    return key in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+from lyasched.policy.params import ParamError
+from lyasched.policy.params import parse_params as _parse
 
 
 def parse_params(items: tuple[str, ...], policies: list[str]) -> dict[str, dict[str, Any]]:
-    """``KEY=VALUE`` (every replayed policy that takes KEY) or ``POLICY.KEY=VALUE``."""
-    out: dict[str, dict[str, Any]] = {p: {} for p in policies}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE or POLICY.KEY=VALUE", param_hint="--param")
-        val = _value(raw)
-        pol, dot, k = key.rpartition(".")
-        if dot:
-            if pol not in POLICIES:
-                raise click.BadParameter(f"{item!r}: unknown policy {pol!r}", param_hint="--param")
-            if pol not in out:
-                raise click.BadParameter(f"{item!r}: policy {pol!r} is not being replayed", param_hint="--param")
-            if k == "seed" or not _accepts(pol, k):
-                raise click.BadParameter(f"{item!r}: policy {pol!r} has no parameter {k!r}", param_hint="--param")
-            out[pol][k] = val
-        else:
-            takers = [p for p in policies if _accepts(p, key)] if key != "seed" else []
-            if not takers:
-                raise click.BadParameter(f"{item!r}: no replayed policy has a parameter {key!r}", param_hint="--param")
-            for p in takers:
-                out[p][key] = val
-    return out
+    """``KEY=VALUE`` or ``POLICY.KEY=VALUE`` (lyasched.policy.params); a bad one is a usage error."""
+    try:
+        return _parse(items, policies)
+    except ParamError as e:
+        raise click.BadParameter(str(e), param_hint="--param") from None
 
 
 def _fmt_table(workload: str, summary: dict, info: str) -> str:

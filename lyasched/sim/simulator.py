@@ -125,6 +125,7 @@ class _Running:
     true_full: float  # true run time of the whole job on this configuration
     expected_end: float
     token: int
+    predicted_end: float = math.nan
 
 
 def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
@@ -181,17 +182,25 @@ class Simulation:
         self._templates: dict[tuple, WaitingJob] = {}
         self._best = np.empty(len(self.jobs))
         self._best_gpu = np.empty(len(self.jobs))
+        # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
+        # sum of requested GPU-seconds as predicted at submission
+        self._arr_t = np.array([j.submit_time for j in self.jobs], dtype=float)
+        self._arr_cum = np.empty(len(self.jobs))
         gcount = np.arange(1, self.row_len + 1, dtype=float)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
             best = t.best_run * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
+            r = min(j.requested_gpus, self.row_len)
+            pr = t.run_one_node[r - 1] if math.isfinite(t.run_one_node[r - 1]) else t.run_multi_node[r - 1]
+            self._arr_cum[i] = r * pr * j.iterations if math.isfinite(pr) else best * r
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
                     f"{cluster.nodes}x{cluster.gpus_per_node} GPUs: no allowed GPU count"
                 )
             self._best[i] = best
+        np.cumsum(self._arr_cum, out=self._arr_cum)
 
     # --- rows -------------------------------------------------------------------------
     def _template(self, job: Job) -> WaitingJob:
@@ -364,6 +373,7 @@ class Simulation:
                                     expected_end=r.expected_end,
                                     attained=attained[r.idx],
                                     preemptible=False,
+                                    predicted_end=r.predicted_end,
                                 )
                         if len(run_objs) != len(running):
                             for k in [k for k in run_objs if k not in running]:
@@ -379,6 +389,7 @@ class Simulation:
                                 expected_end=r.expected_end,
                                 attained=attained[r.idx] + r.gpus * (t - r.start),
                                 preemptible=preemptive,
+                                predicted_end=r.predicted_end,
                             )
                             for r in running.values()
                         )
@@ -389,6 +400,8 @@ class Simulation:
                         gpus_per_node=gpn,
                         waiting=waiting_view,
                         running=running_view,
+                        arrivals_t=self._arr_t[:next_arrival],
+                        arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
                     )
                     c0 = time.perf_counter()
                     res = policy.decide(state)
@@ -430,7 +443,8 @@ class Simulation:
                         expected = t + (max(predicted, limit) if math.isfinite(limit) else predicted)
                         tokens[i] += 1
                         running[i] = _Running(
-                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i]
+                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i],
+                            t + predicted,
                         )
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]
