@@ -39,6 +39,7 @@ RATIOS = ("vs_backfill", "vs_best_estimating", "vs_oracle", "vs_tiresias")
 # (spec, seed): looked at while designing the policy
 SYNTH_DESIGN = [
     ("synth:production,jobs=1500", 0),
+    ("synth:production,jobs=1200,dur=const,arrival=diurnal,load=0.9", 0),
     ("synth:mixed160", 0),
     ("synth:mixed160,load=0.4", 1),
     ("synth:jobs=300,one_gpu=0.9,dur=const,mean_h=4,load=1.0", 0),
@@ -69,7 +70,7 @@ def workloads(quick: bool, only: str | None) -> list[dict]:
             for s in range(1 if quick else 5):
                 w = seed_workload(g, s)
                 out.append(dict(name=f"{g} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
-        for spec, s in SYNTH_DESIGN[: 4 if quick else None]:
+        for spec, s in SYNTH_DESIGN[: 5 if quick else None]:
             if quick:
                 spec = spec.replace("jobs=1500", "jobs=400")
             w = synth_workload(spec, s)

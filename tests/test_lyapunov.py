@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from lyasched.cost import ClusterSpec, CostModel, Link, Profile
 from lyasched.job import Job
 from lyasched.policy import make_policy
+from lyasched.policy.common import nearest_allowed
 from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
 from lyasched.policy.state import SlotState, waiting_job
 
@@ -66,7 +67,9 @@ def test_never_over_capacity_and_only_allowed_configs(sv, force_greedy):
             assert n > 0
             free[node] -= n
         assert math.isfinite(by_id[d.job_id].run_time(d.gpus, d.spans_nodes))
-        assert d.score > 0
+        # a start has a positive score, or fills GPUs left idle at exactly the job's request
+        w = by_id[d.job_id]
+        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
     assert min(free, default=0) >= 0
     # deterministic for a given state
     again = pol.decide(state)
@@ -95,11 +98,13 @@ def test_small_v_is_work_conserving(sv, force_greedy):
 
 
 def test_large_v_waits_for_better_configuration():
-    # one job that scales well; only 1 GPU is free now (3 busy on the only node)
-    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4)
+    # one job that scales well and asks for 2 GPUs; only 1 GPU is free now (3 busy on the only node)
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4, requested_gpus=2)
     busy = make_state([job], [1], 4, now=0.0)
-    assert [d.gpus for d in LyapunovPolicy(V=1e-4).decide(busy).starts] == [1]
-    assert LyapunovPolicy(V=10.0).decide(busy).starts == ()
+    assert [d.gpus for d in LyapunovPolicy(V=1e-4, max_stretch=4).decide(busy).starts] == [1]
+    assert LyapunovPolicy(V=10.0, max_stretch=4).decide(busy).starts == ()
+    # never on a sliver: 1 GPU would more than double its run at the request
+    assert LyapunovPolicy(V=1e-4, max_stretch=1.5).decide(busy).starts == ()
     # when its best configuration is free, even a large V starts it there
     idle = make_state([job], [4], 4, now=0.0)
     (d,) = LyapunovPolicy(V=10.0).decide(idle).starts
@@ -107,8 +112,8 @@ def test_large_v_waits_for_better_configuration():
 
 
 def test_postponed_job_eventually_starts_on_what_is_free():
-    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4)
-    pol = LyapunovPolicy(V=10.0)
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    pol = LyapunovPolicy(V=10.0, max_stretch=4)
     started_at = None
     for slot in range(1, 100_000):
         s = make_state([job], [1], 4, now=slot * 30.0)
@@ -187,9 +192,9 @@ def test_every_job_starts_within_bounded_slots(seed, V):
 
 def test_wake_at_is_when_the_score_turns_positive():
     """The reported wake-up time is exact: nothing starts just before it, something just after."""
-    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4)
-    other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4)
-    pol = LyapunovPolicy(V=10.0)
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    pol = LyapunovPolicy(V=10.0, max_stretch=4)
     res = pol.decide(make_state([job, other], [1], 4, now=30.0))
     assert res.starts == ()
     wake = res.info["wake_at"]

@@ -124,7 +124,7 @@ class LyapunovPolicy:
         """
         jobs = state.waiting
         n = len(jobs)
-        one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs, cols)
+        one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)  # all counts: best needs them
         wait = state.now - submit
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
@@ -151,6 +151,8 @@ class LyapunovPolicy:
             one = np.where(over, np.inf, one)
             multi = np.where(over, np.inf, multi)
             best = np.fmin(one, multi).min(axis=1)
+        if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
+            one, multi = one[:, :cols], multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
         gain = self.q_weight * q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
