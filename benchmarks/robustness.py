@@ -60,7 +60,7 @@ SYNTH_HELDOUT = [
 PHILLY_WINDOWS = [2000, 40000, 62000]  # first job of each 3,000-job window: September, October, November 2017
 
 
-def workloads(quick: bool, only: str | None) -> list[dict]:
+def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     """The sweep's workloads: dict(name, set, jobs, cluster, end_fraction, seed)."""
     out: list[dict] = []
     design = only in (None, "design")
@@ -76,7 +76,7 @@ def workloads(quick: bool, only: str | None) -> list[dict]:
             w = synth_workload(spec, s)
             out.append(dict(name=f"{w.name} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
     if held:
-        rows = select_rows(read_trace(PHILLY))
+        rows = select_rows(read_trace(trace))
         for off in PHILLY_WINDOWS[:1] if quick else PHILLY_WINDOWS:
             win = rows[off: off + (1000 if quick else 3000)]
             for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
@@ -153,6 +153,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
     ap.add_argument("--only", choices=("design", "heldout"), default=None)
+    ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
     try:
@@ -160,7 +161,7 @@ def main() -> None:
     except ParamError as e:
         ap.exit(2, f"robustness.py: --param: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
-    ws = workloads(a.quick, a.only)
+    ws = workloads(a.quick, a.only, a.trace)
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
