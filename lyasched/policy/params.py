@@ -68,11 +68,16 @@ PARAMS: dict[str, dict[str, Param]] = {
 }
 
 
-def check_param(policy: str, key: str, value: Any) -> Any:
-    """``value`` (text or typed) converted to the parameter's type; ParamError if it is not valid."""
+# every policy takes a seed; replay sets it from --seed, serve's config may set it
+SEED = Param("int", lo=0, hi=2**63 - 1, help="seed of random choices (random); ignored elsewhere")
+
+
+def check_param(policy: str, key: str, value: Any, *, seed_ok: bool = False) -> Any:
+    """``value`` (text or typed) converted to the parameter's type; ParamError if it is not valid.
+    ``seed`` is accepted only with ``seed_ok`` (config files; replay takes it from --seed)."""
     if policy not in PARAMS:
         raise ParamError(f"unknown policy {policy!r}; known: {', '.join(PARAMS)}")
-    spec = PARAMS[policy].get(key)
+    spec = SEED if (seed_ok and key == "seed") else PARAMS[policy].get(key)
     if spec is None:
         known = ", ".join(PARAMS[policy]) or "none"
         raise ParamError(f"policy {policy!r} has no parameter {key!r} (its parameters: {known})")
@@ -143,7 +148,7 @@ def _convert(spec: Param, v: Any) -> Any:
 
 def check_params(policy: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """A whole ``{key: value}`` table for one policy (serve's config), converted."""
-    return {k: check_param(policy, k, v) for k, v in params.items()}
+    return {k: check_param(policy, k, v, seed_ok=True) for k, v in params.items()}
 
 
 def parse_params(items: Iterable[str], policies: list[str]) -> dict[str, dict[str, Any]]:
