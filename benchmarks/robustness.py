@@ -7,7 +7,9 @@ the best non-preemptive baseline that sees estimates (fixed-1, random, fifo, bac
 optimus), to sjf-oracle (true run times) and to tiresias (preemptive); then the worst case
 and the median of each ratio, overall and per set. ``design`` workloads are the ones looked
 at while designing the policy (seed groups, the two issue-8 shapes, the design synthetics);
-``heldout`` ones (Philly windows, held-out synthetics on other seeds and knob mixes) were not.
+``heldout`` ones (Philly windows, held-out synthetics on other seeds and knob mixes) were not
+looked at before the first full run; ``heldout2`` ones (other windows and seeds) not before the
+second design change; ``heldout3`` not before the last (max_stretch 2 -> 3).
 ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
 Targets (issue 8): vs_backfill and vs_best_estimating <= 1.00 everywhere; vs_oracle worst
 <= 1.05 and median <= 0.85. Progress on stderr.
@@ -58,6 +60,26 @@ SYNTH_HELDOUT = [
     ("synth:jobs=200,one_gpu=0.0,max_req=16,dur=heavy,models=mixed,load=0.8,fail=0.3", 10),
 ]
 PHILLY_WINDOWS = [2000, 40000, 62000]  # first job of each 3,000-job window: September, October, November 2017
+# Round 2 (set "heldout2"): run only after the last design change (q_credit="capped"), which came
+# after round 1's held-out results had been seen once; other windows, other seeds.
+PHILLY_WINDOWS_2 = [12000, 30000, 52000, 75000]  # September-October, October, October-November, December
+# Round 3 (set "heldout3"): run only after max_stretch went from 2 to 3 (a change prompted by round 2's
+# Philly[12000] miss, accepted on the design set alone).
+PHILLY_WINDOWS_3 = [20000, 45000, 68000, 79000]
+SYNTH_HELDOUT_3 = [
+    ("synth:production,jobs=1500,load=0.8,arrival=diurnal,dur=heavy", 31),
+    ("synth:mixed160,load=0.9", 32),
+    ("synth:jobs=300,one_gpu=0.6,max_req=32,nodes=16,models=mixed,arrival=bursts,bursts=6,load=1.0,cancel=0.2", 33),
+    ("synth:jobs=300,one_gpu=0.95,max_req=4,gpn=8,dur=const,mean_h=6,models=bad,load=0.9", 34),
+]
+SYNTH_HELDOUT_2 = [
+    ("synth:production,jobs=1500,load=1.0,arrival=bursts,bursts=20", 21),
+    ("synth:mixed160,load=0.6", 22),
+    ("synth:mixed160,load=1.0,cancel=0.28,fail=0.2", 23),
+    ("synth:jobs=400,one_gpu=0.7,max_req=16,dur=bimodal,models=cnn,arrival=poisson,load=1.1", 24),
+    ("synth:jobs=300,one_gpu=0.4,max_req=24,nodes=12,dur=heavy,models=bad,arrival=diurnal,load=0.8", 25),
+    ("synth:jobs=300,one_gpu=0.9,max_req=8,gpn=8,dur=const,mean_h=12,models=good,load=0.7", 26),
+]
 
 
 def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
@@ -65,6 +87,8 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     out: list[dict] = []
     design = only in (None, "design")
     held = only in (None, "heldout")
+    held2 = only in (None, "heldout2")
+    held3 = only in (None, "heldout3")
     if design:
         for g in SEED_GROUPS:
             for s in range(1 if quick else 5):
@@ -88,6 +112,28 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
                 spec = spec.replace("jobs=1500", "jobs=400")
             w = synth_workload(spec, s)
             out.append(dict(name=f"{w.name} seed {s}", set="heldout", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+    for name, on, windows, synth in (("heldout2", held2, PHILLY_WINDOWS_2, SYNTH_HELDOUT_2),
+                                     ("heldout3", held3, PHILLY_WINDOWS_3, SYNTH_HELDOUT_3)):
+        if on:
+            out += _heldout(name, windows, synth, quick, trace)
+    return out
+
+
+def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick: bool, trace: str) -> list[dict]:
+    """One later held-out round: Philly windows at four loads and synthetic workloads."""
+    out: list[dict] = []
+    rows = select_rows(read_trace(trace))
+    for off in windows[:1] if quick else windows:
+        win = rows[off: off + (1000 if quick else 3000)]
+        for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
+            cl = size_cluster(win, load)
+            out.append(dict(name=f"philly[{off}:+{len(win)}] load {load}", set=name, jobs=tuple(trace_jobs(win, cl)),
+                            cluster=cl, end_fraction={}, seed=0))
+    for spec, s in synth[: 2 if quick else None]:
+        if quick:
+            spec = spec.replace("jobs=1500", "jobs=400")
+        w = synth_workload(spec, s)
+        out.append(dict(name=f"{w.name} seed {s}", set=name, jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
     return out
 
 
@@ -135,10 +181,10 @@ def plot(rows: list[dict], out: str) -> str:
         ax.plot(x, [r[k] for r in rows], m, label=k, alpha=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels([("* " if r["set"] == "heldout" else "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
+    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("lyapunov avg JCT / other policy's")
-    ax.set_title("robustness sweep (* = held out)")
+    ax.set_title("robustness sweep (held out: * round 1, ** round 2, *** round 3)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(out, "robustness.png")
@@ -149,10 +195,10 @@ def plot(rows: list[dict], out: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="one seed, one 1,000-job Philly window at 2 loads, 4+4 synthetics")
+    ap.add_argument("--quick", action="store_true", help="one seed, 1,000-job Philly windows at 2 loads, fewer synthetics")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
-    ap.add_argument("--only", choices=("design", "heldout"), default=None)
+    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3"), default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
@@ -172,7 +218,7 @@ def main() -> None:
               f"/tiresias {r['vs_tiresias']:.3f}", file=sys.stderr)
     worst, med = summary(rows)
     sets = {}
-    for s in ("design", "heldout"):
+    for s in ("design", "heldout", "heldout2", "heldout3"):
         sub = [r for r in rows if r["set"] == s]
         if sub:
             sw, sm = summary(sub)

@@ -103,9 +103,10 @@ class LyapunovPolicy:
     V: float = 5.0  # chosen on the design workloads of benchmarks/robustness.py (with the fill step)
     externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
+    q_credit: str = "capped"  # a start's actual-queue credit: its work capped at the mean work ("work": uncapped)
     relative: bool = True  # externality relative to the job shortest-first would start instead
     max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this (inf = off: on the design sweep it only cost)
-    max_stretch: float = 2.0  # never fewer GPUs than asked if that more than multiplies the run time by this
+    max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -154,7 +155,8 @@ class LyapunovPolicy:
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
-        gain = self.q_weight * q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
+        credit = work if self.q_credit == "work" else np.minimum(work, q / n) if self.q_credit == "capped" else np.full(n, q / n)  # noqa: E501
+        gain = self.q_weight * q * credit + z * (wait + state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
         g = np.arange(1, one.shape[1] + 1, dtype=float)
         # Other waiting jobs left without even one GPU if this job takes g of the free ones:
@@ -188,7 +190,7 @@ class LyapunovPolicy:
             return np.where(np.isfinite(run), s, -np.inf)
 
         s_one, s_multi = score(one), score(multi)
-        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi}
+        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _offered_load(self, state: SlotState, horizon: np.ndarray, total_gpus: int) -> np.ndarray:
@@ -319,7 +321,7 @@ class LyapunovPolicy:
             return math.inf
         if vtheta <= 0:
             return state.now
-        gain = (self.q_weight * q * arr["work"] + z * (arr["wait"] + state.slot_len))[:, None]
+        gain = (self.q_weight * q * arr["credit"] + z * (arr["wait"] + state.slot_len))[:, None]
         s0 = np.where(ok, s, -1.0)
         pen = np.where(ok, (gain - s0) / vtheta, 0.0)
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen

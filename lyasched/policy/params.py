@@ -47,6 +47,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "V": Param("float", lo=0.0, hi=1e9, help="penalty weight: small starts at once, large waits for the best configuration"),
         "externality": Param("float", lo=0.0, hi=1e6, help="weight of the delay a start imposes on other waiting jobs"),
         "q_weight": Param("float", lo=0.0, hi=1e6, help="weight of the actual queue's drift term"),
+        "q_credit": Param("str", choices=("work", "capped", "mean"), help="actual-queue credit of a start: its work, capped at the mean, or the mean"),
         "relative": Param("bool", help="imposed delay relative to the job shortest-first would start instead"),
         "max_load": Param("float", allow_inf=True, **_POS, help="more GPUs than asked only while recent offered load / relative efficiency <= this (inf: off)"),
         "max_stretch": Param("float", lo=1.0, hi=1e6, help="fewer GPUs than asked only while the run stays within this factor of the request's"),
