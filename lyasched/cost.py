@@ -23,6 +23,10 @@ class Profile:
     mem_base: float = 0.0  # peak memory at batch 0 (bytes): weights, grads, optimizer state
     mem_per_sample: float = 0.0  # extra peak memory per sample (bytes): activations
     source: str = "measured"  # "measured" or "estimated"
+    # Factors on the ring all-reduce time learned from this model's own runs (lyasched.learn):
+    # 1 = the ring model as calibrated for the cluster.
+    comm_scale_intra: float = 1.0
+    comm_scale_inter: float = 1.0
 
     def step_time(self, local_batch: float) -> float:
         """Compute time of one training step at per-GPU batch ``local_batch``."""
@@ -79,7 +83,8 @@ class CostModel:
 
     def comm_time(self, profile: Profile, g: int, spans_nodes: bool) -> float:
         link = self.cluster.inter if spans_nodes else self.cluster.intra
-        return ring_allreduce_time(profile.grad_bytes, g, link)
+        scale = profile.comm_scale_inter if spans_nodes else profile.comm_scale_intra
+        return scale * ring_allreduce_time(profile.grad_bytes, g, link)
 
     def iter_time(self, profile: Profile, global_batch: int, g: int, spans_nodes: bool = False) -> float:
         return profile.step_time(global_batch / g) + self.comm_time(profile, g, spans_nodes)
@@ -107,8 +112,7 @@ class CostModel:
         compute = profile.step_time(local_batch)
         if g == 1:
             return compute
-        link = self.cluster.inter if len(placement) > 1 else self.cluster.intra
-        comm = ring_allreduce_time(profile.grad_bytes, g, link)
+        comm = self.comm_time(profile, g, len(placement) > 1)
         compute *= slowdown
         if comm <= 0.0:
             return compute
