@@ -149,7 +149,7 @@ def steps_path(workdir: str, job_id: str) -> Path:
     return Path(workdir) / ".lyasched" / f"steps-{job_id}.tsv"
 
 
-def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec, workdir: str | None,
+def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec | None, workdir: str | None,
               started: float | None = None) -> bool:
     """Learn from a finished job's step report, if it wrote one: record the run, refit the
     model's profile (cost table, provenance 'learned from N runs') and the start-up time of
@@ -170,6 +170,7 @@ def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec, workdir: st
     entry = costtable.get(db, row["sig"], device)
     if entry is None:
         return False
+    cluster = cluster or ClusterSpec(nodes=1, gpus_per_node=1)
     start = started if started else row.get("started")
     if start and rep.first_begin >= start:
         startup.observe(db, rep.cluster or "default", rep.launcher or "unknown", rep.first_begin - float(start),
@@ -179,3 +180,41 @@ def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec, workdir: st
     log.info("job %s: learned from %d steps on %s (median %.4f s/step)", row["slurm_id"], rep.steps,
              "".join(map(str, rep.placement)), rep.step_time)
     return True
+
+
+def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
+    """What the service predicts a waiting job from: the model's learned profile when its
+    runs have reported (else the job's own cost summary), and the start-up term (s)."""
+    import sqlite3
+
+    from lyasched import startup
+    from lyasched.profile.signature import device_type
+    from lyasched.store import costtable
+
+    profile = summary.to_profile()
+    try:
+        row = db.execute(f"SELECT * FROM {costtable.TABLE} WHERE signature = ? AND device_type = ? "
+                         "AND learned_runs > 0", [summary.sig, device_type(device)]).fetchone()
+        if row is not None:
+            names = [c[0] for c in db.execute(f"SELECT * FROM {costtable.TABLE} LIMIT 0").description]
+            profile = costtable._entry(dict(zip(names, row))).profile(corrected=False)
+    except sqlite3.OperationalError:  # no cost table yet, or one from before learning
+        pass
+    try:
+        s = startup.seconds(db)
+    except sqlite3.OperationalError:
+        s = 0.0
+    return profile, s
+
+
+def workdir_of(slurm: Any, job_id: str) -> str | None:
+    """The job's working directory (its step file lives there), from ``scontrol show job``;
+    None when Slurm no longer knows the job."""
+    from lyasched.slurm import query as q
+
+    try:
+        jobs = q.parse_show_job(slurm.run(q.show_job_args(job_id)))
+    except Exception as e:  # noqa: BLE001 -- any failure means: no report to learn from
+        log.info("job %s: no working directory from scontrol (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
+        return None
+    return next((j.extra.get("WorkDir") for j in jobs if j.extra.get("WorkDir")), None)

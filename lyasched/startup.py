@@ -81,3 +81,17 @@ def steady(pred: float, observed: float, startup_s: float) -> tuple[float, float
     """(predicted, observed) without the start-up term, for the run-time correction: the
     correction scales iterations, not launch time. Never below a tenth of the input."""
     return max(pred - startup_s, 0.1 * pred), max(observed - startup_s, 0.1 * observed)
+
+
+def with_startup(wj: Any, startup_s: float, limit: float | None = None) -> Any:
+    """A `WaitingJob` whose predicted run times include the start-up term (capped at the Slurm
+    time limit like the rest of the prediction)."""
+    import dataclasses
+
+    import numpy as np
+
+    if startup_s <= 0:
+        return wj
+    cap = limit if limit else np.inf
+    return dataclasses.replace(wj, run_one_node=np.minimum(wj.run_one_node + startup_s, cap),
+                               run_multi_node=np.minimum(wj.run_multi_node + startup_s, cap))
