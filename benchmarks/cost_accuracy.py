@@ -130,8 +130,15 @@ def _resolve(d: str) -> Path:
 
 
 def cluster_name(root: Path) -> str:
-    """A cluster's name: its directory's, or its parent's when that is a generic 'profiles'."""
-    return root.parent.parent.name if root.name == "profiles" and root.parent.name == "data" else root.name
+    """A cluster's name: the first line of its CLUSTER file, else its parent directory's name
+    (or grandparent's, for .../NAME/data/profiles) when the directory is a generic 'profiles',
+    else the directory's name: ../shared/data/profiles is cluster 'shared'."""
+    f = root / "CLUSTER"
+    if f.exists() and f.read_text().strip():
+        return f.read_text().split()[0]
+    if root.name == "profiles":
+        return root.parent.parent.name if root.parent.name == "data" else root.parent.name
+    return root.name
 
 
 def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:

@@ -219,3 +219,20 @@ def test_loao_protocol_never_reads_the_held_out_rows(tmp_path):
     assert base[0].placements.median_abs_rel_err < 0.2 < other[0].placements.median_abs_rel_err
     # ... while the other app's fit (which trains on cifar10's rows) does change
     assert base[1].shape != other[1].shape
+
+
+def test_cost_model_with_a_cluster_shape_uses_it_and_without_one_is_unchanged():
+    from lyasched.commshape import CommShape
+    from lyasched.cost import ring_allreduce_time
+
+    p = Profile("m", alpha=0.01, beta=0.001, params=5_000_000)
+    plain = CostModel(CLUSTER)
+    assert plain.iter_time(p, 64, 4) == pytest.approx(p.step_time(16) + ring_allreduce_time(p.grad_bytes, 4, CLUSTER.intra))
+    shape = CommShape(gamma=3.0, s_multi=0.05, sigma=0.02, inter_ratio=4.0, d_intra=0.1, d_inter=0.02, d_nodes=0.1)
+    shaped = CostModel(replace(CLUSTER, shape=shape))
+    v = ring_allreduce_time(p.grad_bytes, 2, CLUSTER.intra)
+    assert shaped.iter_time(p, 64, 4) == pytest.approx(shape.step_time(p.step_time(16), v, (4,)))
+    assert shaped.iter_time(p, 96, 6, True) == pytest.approx(shape.step_time(p.step_time(16), v, (4, 2)))
+    assert shaped.iter_time(p, 64, 1) == p.step_time(64)
+    # the all-reduce keeps growing with nodes under the shape, where the ring term saturates
+    assert shaped.iter_time(p, 12 * 16, 12, True) > shaped.iter_time(p, 8 * 16, 8, True)
