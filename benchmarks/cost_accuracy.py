@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="baseline: the plain ring term (no overlap, no multi-GPU slowdown), only V/bw fitted")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
-    dirs = args.profiles or [str(REPO.parent / "shared" / "data" / "profiles"), str(REPO / "benchmarks" / "data" / "profiles")]
+    dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles")]
     if args.protocol == "leave-one-app-out":
         return leave_one_out(dirs, args)
     if len(dirs) > 1 and args.profiles is None:
@@ -122,6 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         s = summarize(scal_all)
         print(f"overall scalability.csv rows={s.rows:4d}  median={s.median_abs_rel_err:6.1%}  p90={s.p90_abs_rel_err:6.1%}")
     return 0
+
+
+def shared_profiles() -> Path:
+    """../shared/data/profiles from the repo (the nearest ancestor that has one: worktrees sit deeper)."""
+    for parent in REPO.parents:
+        cand = parent / "shared" / "data" / "profiles"
+        if cand.is_dir():
+            return cand
+    return REPO.parent / "shared" / "data" / "profiles"
 
 
 def _resolve(d: str) -> Path:
