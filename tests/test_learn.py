@@ -236,3 +236,22 @@ def test_cost_model_with_a_cluster_shape_uses_it_and_without_one_is_unchanged():
     assert shaped.iter_time(p, 64, 1) == p.step_time(64)
     # the all-reduce keeps growing with nodes under the shape, where the ring term saturates
     assert shaped.iter_time(p, 12 * 16, 12, True) > shaped.iter_time(p, 8 * 16, 8, True)
+
+
+def test_lyastat_shows_the_start_up_term(tmp_path):
+    from test_lyastat import fill_db, run as lyastat
+
+    path = fill_db(tmp_path / "svc.db")
+    r = lyastat(["--db", str(path), "--no-slurm", "201"])
+    assert "start-up    0 s in predictions: none learned yet" in r.output
+    db = open_db(path)
+    for s in (20.0, 24.0, 22.0):
+        startup.observe(db, "cl", "srun+torchrun", s)
+    db.conn.close()
+    r = lyastat(["--db", str(path), "--no-slurm", "201"])
+    assert "start-up    22.0s included in predictions (srun+torchrun on cl, median of 3 job(s))" in r.output
+    assert "start-up    22.0s" in lyastat(["--db", str(path), "--queue"]).output
+    q = json.loads(lyastat(["--db", str(path), "--queue", "--json"]).output)
+    assert q["startup"] == [{"cluster": "cl", "launcher": "srun+torchrun", "seconds": 22.0, "samples": 3}]
+    j = json.loads(lyastat(["--db", str(path), "--no-slurm", "--json", "201"]).output)
+    assert j["startup"]["seconds"] == 22.0
