@@ -127,6 +127,10 @@ def run(model: str, global_batch: int, iterations: int, rounds: int, held_out: i
             "model": model, "global_batch": global_batch, "iterations": iterations, "rounds": rounds,
             "learned_from": [{"gpus": g, "job": j, "placement": "".join(map(str, d["report"].placement)) if d["report"] else None,
                               "step_time_s": d["report"].step_time if d["report"] else None,
+                              "first_step_pred_s": predict_step(first, cluster, d["report"].placement, global_batch / g)
+                              if d["report"] else None,
+                              "learned_step_pred_s": predict_step(learned, cluster, d["report"].placement, global_batch / g)
+                              if d["report"] else None,
                               "observed_s": d["row"]["observed"], "predicted_s": d["row"]["predicted"]}
                              for g, j, d in runs],
             "held_out": {"gpus": held_out, "job": hid, "placement": "".join(map(str, rep.placement)),

@@ -385,6 +385,9 @@ def cluster_main(args: argparse.Namespace) -> int:
     h, f, lp = out["held_out"], out["first_profile"], out["learned_profile"]
     print(f"\n{out['model']}, global batch {out['global_batch']}, {out['iterations']} iterations; learned from "
           + ", ".join(f"{r['gpus']} GPU(s) (job {r['job']}: {r['step_time_s'] * 1e3:.2f} ms/step)" for r in out["learned_from"]))
+    print("  (on the runs it learned from, step predicted by the first / the learned profile: "
+          + ", ".join(f"{r['gpus']} GPU(s) {r['first_step_pred_s'] * 1e3:.2f} / {r['learned_step_pred_s'] * 1e3:.2f} ms "
+                      f"vs {r['step_time_s'] * 1e3:.2f}" for r in out["learned_from"] if r["step_time_s"]) + ")")
     print(f"held out: {h['gpus']} GPUs (job {h['job']}, placement {h['placement']}): measured {h['step_time_s'] * 1e3:.2f} ms/step, "
           f"ran {h['observed_run_s']:.1f} s")
     print(f"{'':18s} {'step pred':>10s} {'step err':>9s} {'run pred':>9s} {'run err':>8s}")
