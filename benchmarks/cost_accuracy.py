@@ -138,6 +138,22 @@ def _resolve(d: str) -> Path:
     return REPO / root if not root.is_absolute() and not root.exists() else root
 
 
+def cluster_parallel(root: Path) -> float:
+    """``parallel=N`` on the first line of the CLUSTER file: replicas one node computes side by
+    side (a CPU node: its cores at one thread per replica); default unlimited (GPUs)."""
+    f = root / "CLUSTER"
+    for word in (f.read_text().split() if f.exists() else []):
+        if word.startswith("parallel="):
+            try:
+                v = float(word.split("=", 1)[1])
+            except ValueError:
+                raise ValueError(f"{f}: parallel= needs a number") from None
+            if v <= 0:
+                raise ValueError(f"{f}: parallel= must be > 0")
+            return v
+    return float("inf")
+
+
 def cluster_name(root: Path) -> str:
     """A cluster's name: the first line of its CLUSTER file, else its parent directory's name
     (or grandparent's, for .../NAME/data/profiles) when the directory is a generic 'profiles',
@@ -160,11 +176,11 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
             if not files:
                 print(f"error: no <app>/placements.csv under {root}", file=sys.stderr)
                 return 2
-            cluster = cluster_name(root)
+            cluster, parallel = cluster_name(root), cluster_parallel(root)
             for f in files:
                 scal_path = f.parent / "scalability.csv"
                 scal = read_scalability_csv(scal_path) if scal_path.exists() else []
-                apps.append(AppData(f.parent.name, cluster, read_placements_csv(f), scal))
+                apps.append(AppData(f.parent.name, cluster, read_placements_csv(f), scal, parallel))
         if len(apps) < 2:
             print("error: leave-one-app-out needs at least two applications", file=sys.stderr)
             return 2

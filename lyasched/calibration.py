@@ -372,6 +372,7 @@ class AppData:
     cluster: str
     rows: list[PlacementRow]
     scalability: list[PlacementRow] = field(default_factory=list)
+    parallel: float = math.inf  # replicas a node of this cluster computes side by side (CommShape.parallel)
 
     @property
     def key(self) -> str:
@@ -414,7 +415,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     cluster (all of them when A is its cluster's only one), A's compute t(b) on A's single-GPU
     rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
     multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen."""
-    from lyasched.commshape import Rows, fit_shape, fit_v
+    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
 
     keys = [a.key for a in apps]
     if len(set(keys)) != len(keys):
@@ -426,7 +427,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
         if not train:
             raise ValueError("leave-one-app-out needs at least two applications")
         shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability)
-                           for o in train])
+                           for o in train], CommShape(parallel=a.parallel))
         prof = compute[a.key]
         fp = fit_placement if fit_placement is not None else protocol_fit_placement(a.rows)
         seen = [r for r in a.rows if r.placement == fp]

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+import math
+
 import numpy as np
 
 # Field order = parameter vector order in fit_shape.
@@ -49,6 +51,10 @@ class CommShape:
     d_intra: float = 0.0
     d_inter: float = 0.0
     d_nodes: float = 0.0
+    # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
+    # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
+    # slowing compute by k/parallel (the CPU-sharing model of benchmarks/profile_accuracy.py).
+    parallel: float = math.inf
 
     def comm_factor(self, g: int, nodes: int) -> float:
         """All-reduce time of a g-GPU, ``nodes``-node placement in units of v (0 for one GPU)."""
@@ -60,7 +66,8 @@ class CommShape:
 
     def contention(self, per_node_max: int) -> float:
         """Compute slowdown of a multi-GPU run with at most ``per_node_max`` GPUs on one node."""
-        return 1.0 + self.s_multi + self.sigma * (max(1, per_node_max) - 1)
+        k = max(1, per_node_max)
+        return (1.0 + self.s_multi + self.sigma * (k - 1)) * max(1.0, k / self.parallel)
 
     def step_time(self, compute: float, v: float, placement: Sequence[int]) -> float:
         """Step time of one placement (GPUs per node) given the one-GPU compute time and v."""
@@ -78,9 +85,9 @@ class CommShape:
 
 
 def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
-              k: np.ndarray) -> np.ndarray:
+              k: np.ndarray, parallel: float = math.inf) -> np.ndarray:
     gamma, s_multi, sigma, ratio, di, dg, dn = shape_x
-    c = compute * (1.0 + s_multi + sigma * (k - 1.0))
+    c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * np.maximum(1.0, k / parallel)
     intra = 1.0 + di * (g - 2.0)
     inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
     comm = v * np.where(n > 1, inter, intra)
@@ -123,7 +130,8 @@ def fit_v(shape: CommShape, data: Rows) -> float:
         raise ValueError(f"{data.app}: no multi-GPU rows to fit the all-reduce time on")
     x = np.array([getattr(shape, f) for f in _BOUNDS])
     v_of = lambda lv: np.full_like(data.t, np.exp(lv[0]))  # noqa: E731
-    resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k) / data.t - 1.0  # noqa: E731
+    resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k,  # noqa: E731
+                                 shape.parallel) / data.t - 1.0
     best = None
     for v0 in (1e-4, 1e-2, 1.0):
         scale = v0 * float(np.median(data.t))
@@ -159,7 +167,8 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
         sx, vs = unpack(x)
         # every application weighs the same, whatever its row count
         return np.concatenate([
-            (_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k) / a.t - 1.0) / np.sqrt(a.t.size)
+            (_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k, base.parallel) / a.t - 1.0)
+            / np.sqrt(a.t.size)
             for a, v in zip(apps, vs)
         ])
 
@@ -176,4 +185,4 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
         if best is None or r.cost < best.cost:
             best = r
     sx, _ = unpack(best.x)
-    return CommShape(**{f: float(val) for f, val in zip(names, sx)})
+    return CommShape(**{f: float(val) for f, val in zip(names, sx)}, parallel=base.parallel)
