@@ -65,6 +65,8 @@ def run(model: str, global_batch: int, iterations: int, rounds: int, held_out: i
     cfg = svc / "config.toml"
     cfg.write_text(f'[service]\nslot_seconds = 2\nrelease_grace = 60\ndb = "{db_path}"\nusers = ["{USER}"]\n'
                    'log_level = "INFO"\n[policy]\nname = "lyapunov"\n')
+    # a SIGTERM (e.g. from `timeout`) must still stop the service and cancel the jobs below
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
     log = open(svc / "serve.log", "w")
     serve = subprocess.Popen([shutil.which("lyasched") or "lyasched", "serve", "--config", str(cfg)],
                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
