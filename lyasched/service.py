@@ -512,7 +512,7 @@ class Service:
             upd.update(state="finished", ended=job.end_time, reason=f"finished: {job.state}")
             if ran:
                 upd.update(started=job.start_time, observed=observed)
-            self._finish(row, job.state, observed, device)
+            self._finish({**row, **upd}, job.state, observed, device)  # with its start time (lyasched.learn)
             report.finished.append(job.job_id)
         elif job.pending and not job.held_by_service and st == "waiting":
             # Released by someone else (an operator) or by a slot that died before recording it.

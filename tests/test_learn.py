@@ -163,7 +163,8 @@ def test_startup_term_is_a_median_per_cluster_and_launcher(tmp_path):
 # ---------------------------------------------------------------- through the service
 
 
-def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term(tmp_path, monkeypatch):
+@pytest.mark.parametrize("seen_running", [True, False])
+def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term(tmp_path, monkeypatch, seen_running):
     from test_service import FakeJob, FakeSlurm, StartAs, service, summary
 
     class Slurm(FakeSlurm):
@@ -181,8 +182,9 @@ def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term
     pred1 = records.get_job(db, "uid-00000041")["predicted"]
     start = 1_000_101.0
     first.state, first.reason, first.start, first.nodes, first.gpn = "RUNNING", "None", start, ("node1",), 2
-    svc.clock_state["t"] += 2
-    svc.run_slot()
+    if seen_running:  # else it starts and ends between two slots: its start time comes with its end
+        svc.clock_state["t"] += 2
+        svc.run_slot()
     # the job reports: its first step began 25 s after Slurm started it; 200 steps of 0.3 s
     write_report(steps_path(str(tmp_path), "41"), 2, [[0.3] * 200, [0.31] * 200], first=start + 25.0,
                  local_bsz=32, monkeypatch=monkeypatch)
