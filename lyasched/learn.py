@@ -117,6 +117,7 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
             c = float(statistics.median(ratios))
             prof = replace(prof, alpha=base.alpha * c, beta=base.beta * c)
             why.append(f"compute x{c:.3f} from {len(single)} 1-GPU run(s)")
+    learned: dict[str, float] = {}
     for kind, pick in (("intra", lambda r: len(r.placement) == 1), ("inter", lambda r: len(r.placement) > 1)):
         multi = [r for r in runs if r.gpus > 1 and pick(r) and r.step_time > 0]
         pairs = [(_comm_unit(base, cluster, r.placement), r.step_time - prof.step_time(r.local_bsz)) for r in multi]
@@ -128,9 +129,18 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
         den = sum(u * u / r.step_time**2 for (u, _), r in zip(pairs, multi))
         k = max(0.0, num / den) if den > 0 else 1.0
         prof = replace(prof, **{f"comm_scale_{kind}": k})
+        learned[kind] = k
         gs = sorted({r.gpus for r in multi})
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(multi)} run(s) on "
                    f"{'/'.join(map(str, gs))} GPUs")
+    # A kind of link with no run borrows the other's factor: what the model's all-reduce costs
+    # relative to the ring model on one kind is the best guess for the other, and learning must
+    # never make the unmeasured kind look cheaper than before relative to the measured one.
+    if len(learned) == 1:
+        (kind, k), = learned.items()
+        other = "inter" if kind == "intra" else "intra"
+        prof = replace(prof, **{f"comm_scale_{other}": k})
+        why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
     return prof, why
 
 

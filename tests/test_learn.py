@@ -120,6 +120,9 @@ def test_cost_table_learns_with_provenance_history_and_a_new_profile_restarts(tm
     assert e.provenance == "learned from 3 runs" and e.correction == 1.0
     prof = e.profile()
     assert prof.comm_scale_intra == pytest.approx(6.0, rel=0.05) and prof.alpha == pytest.approx(0.013, rel=1e-3)
+    # no multi-node run yet: the inter link borrows the intra factor, so spanning nodes never looks cheaper
+    assert prof.comm_scale_inter == prof.comm_scale_intra
+    assert CostModel(CLUSTER).iter_time(prof, 48, 3, True) > CostModel(CLUSTER).iter_time(prof, 48, 3, False)
     assert e.profile(learned=False).alpha == 0.01  # the profiled fit is kept next to the learned one
     hist = costtable.events(db, "sig1", "gpu")
     assert [h["event"] for h in hist] == ["profiled", "run-time correction", "learned from 1 run",
