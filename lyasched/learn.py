@@ -45,6 +45,7 @@ class StepReport:
     created: float  # unix time the first rank's reporter was created (script start)
     launcher: str
     cluster: str
+    model: str = ""  # the model name the job was submitted with (lyasub --model), if it said
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def read_steps(path: str | Path) -> StepReport | None:
     placement = (gpn,) * nnodes if gpn * nnodes == world else (world,)
     created = min((float(m.get("t_created") or first) for m in meta.values()), default=first)
     return StepReport(placement, int(m0.get("local_bsz") or 0), float(statistics.median(slowest)), len(counted),
-                      len(steps), first, created, str(m0.get("launcher") or ""), str(m0.get("cluster") or ""))
+                      len(steps), first, created, str(m0.get("launcher") or ""), str(m0.get("cluster") or ""),
+                      str(m0.get("model") or ""))
 
 
 def _comm_unit(base: Profile, cluster: ClusterSpec, placement: Sequence[int]) -> float:
@@ -186,7 +188,7 @@ def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec | None, work
         startup.observe(db, rep.cluster or "default", rep.launcher or "unknown", rep.first_begin - float(start),
                         str(row["slurm_id"]))
     costtable.learn(db, row["sig"], device, Run(rep.placement, rep.local_bsz, rep.step_time, str(row["slurm_id"])),
-                    cluster)
+                    cluster, model=rep.model)
     log.info("job %s: learned from %d steps on %s (median %.4f s/step)", row["slurm_id"], rep.steps,
              "".join(map(str, rep.placement)), rep.step_time)
     return True

@@ -68,7 +68,7 @@ class StepTimes:
             "local_bsz": local_bsz if local_bsz is not None else _env_int("LYASCHED_LOCAL_BATCH", 0),
             "nnodes": _env_int("LYASCHED_NNODES", 1), "gpus_per_node": _env_int("LYASCHED_GPUS_PER_NODE", 1),
             "host": socket.gethostname(), "launcher": os.environ.get("LYASCHED_LAUNCHER", ""),
-            "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""),
+            "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""), "model": os.environ.get("LYASCHED_MODEL", ""),
             "job_id": os.environ.get("SLURM_JOB_ID", ""), "t_created": self.created,
         }
         self._buf.append(f"M\t{self.rank}\t{json.dumps(meta, separators=(',', ':'))}\n")

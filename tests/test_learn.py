@@ -32,6 +32,7 @@ def write_report(path: Path, world: int, per_rank_steps: list[list[float]], firs
         monkeypatch.setenv("LYASCHED_GPUS_PER_NODE", str(world // nnodes))
         monkeypatch.setenv("LYASCHED_LAUNCHER", launcher)
         monkeypatch.setenv("SLURM_CLUSTER_NAME", "testc")
+        monkeypatch.setenv("LYASCHED_MODEL", "resnet")
         st = StepTimes(path, local_bsz=local_bsz)
         t = first
         for d in steps:
@@ -196,6 +197,7 @@ def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term
     svc.run_slot()
     e = costtable.get(db, "cnn:test", "gpu")
     assert e.provenance == "learned from 1 run" and e.observations == 0  # learned, not corrected
+    assert e.model == "resnet"  # the reported model name replaces the signature placeholder
     assert startup.term(db).seconds == pytest.approx(25.0) and startup.term(db).cluster == "testc"
     second = FakeJob("42", summary("uid-00000042"), submit=svc.clock_state["t"])
     slurm.jobs.append(second)

@@ -41,7 +41,7 @@ def test_reporting_job_teaches_profile_and_start_up_term(serve, work, job_dir, t
     assert row and row["refined"], (work / "serve.log").read_text()[-2000:]
     db = records.open_records(db_path)
     (entry,) = costtable.list_entries(db)
-    assert entry.provenance == "learned from 1 run" and entry.observations == 0
+    assert entry.provenance == "learned from 1 run" and entry.observations == 0 and entry.model == "mlp"
     assert "intra-node all-reduce" in entry.learned["why"][0]
     (run,) = costtable.runs(db, entry.signature, entry.device_type)
     assert run["job_id"] == jid and run["placement"] == "2" and run["step_time"] == pytest.approx(rep.step_time)

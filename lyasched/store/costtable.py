@@ -249,10 +249,12 @@ def runs(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any
     return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
-def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: Any) -> CostEntry | None:
+def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: Any, model: str = "") -> CostEntry | None:
     """Record one reported run (a `lyasched.learn.Run`) and refit the entry's learned profile
     from every run since it was profiled (`lyasched.learn.refit` against ``cluster``, a
-    `ClusterSpec`). Resets the correction factor. None when there is no entry."""
+    `ClusterSpec`). Resets the correction factor. ``model`` (the name the job reported) replaces
+    a placeholder model name (the service creates entries named by their signature). None when
+    there is no entry."""
     from lyasched.learn import Run, refit
 
     dev = normalise_device(device)
@@ -272,8 +274,9 @@ def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: A
         prof, why = refit(base, cluster, seen)
         learned = {"alpha": prof.alpha, "beta": prof.beta, "comm_scale_intra": prof.comm_scale_intra,
                    "comm_scale_inter": prof.comm_scale_inter, "why": why}
-        db.execute(f"UPDATE {TABLE} SET learned_json = ?, learned_runs = ?, correction = 1.0, updated = ? "
-                   "WHERE signature = ? AND device_type = ?", [json.dumps(learned), len(seen), now, sig, dev])
+        name = model if model and old["model"] == sig else old["model"]
+        db.execute(f"UPDATE {TABLE} SET learned_json = ?, learned_runs = ?, correction = 1.0, updated = ?, model = ? "
+                   "WHERE signature = ? AND device_type = ?", [json.dumps(learned), len(seen), now, name, sig, dev])
         _event(db, sig, dev, now, f"learned from {len(seen)} run{'s' if len(seen) != 1 else ''}",
                f"job {run.job_id or '?'} on {label} at local batch {run.local_bsz:g}: {run.step_time * 1e3:.2f} ms/step; "
                + ("; ".join(why) or "nothing to refit"), prof.alpha, prof.beta, prof.comm_scale_intra,
