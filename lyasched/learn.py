@@ -189,34 +189,46 @@ def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec | None, work
                         str(row["slurm_id"]))
     costtable.learn(db, row["sig"], device, Run(rep.placement, rep.local_bsz, rep.step_time, str(row["slurm_id"])),
                     cluster, model=rep.model)
+    invalidate()
     log.info("job %s: learned from %d steps on %s (median %.4f s/step)", row["slurm_id"], rep.steps,
              "".join(map(str, rep.placement)), rep.step_time)
     return True
 
 
+# (id(conn), sig, device) -> (time, conn, learned profile, start-up s). The entry holds the
+# connection itself, so its id cannot be reused by another database while the entry lives.
+_CACHE: dict[tuple, tuple[float, Any, Profile | None, float]] = {}
+CACHE_SECONDS = 1.0  # a slot reads every waiting job's inputs: one cost-table read per model per second
+
+
+def invalidate() -> None:
+    """Forget cached inputs (after this process learned a profile or a start-up sample)."""
+    _CACHE.clear()
+
+
 def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
     """What the service predicts a waiting job from: the model's learned profile when its
-    runs have reported (else the job's own cost summary), and the start-up term (s)."""
+    runs have reported (else the job's own cost summary), and the start-up term (s). Cached
+    for `CACHE_SECONDS` per model; learning in this process invalidates the cache."""
     import sqlite3
+    import time
 
     from lyasched import startup
-    from lyasched.profile.signature import device_type
     from lyasched.store import costtable
 
-    profile = summary.to_profile()
-    try:
-        row = db.execute(f"SELECT * FROM {costtable.TABLE} WHERE signature = ? AND device_type = ? "
-                         "AND learned_runs > 0", [summary.sig, device_type(device)]).fetchone()
-        if row is not None:
-            names = [c[0] for c in db.execute(f"SELECT * FROM {costtable.TABLE} LIMIT 0").description]
-            profile = costtable._entry(dict(zip(names, row))).profile(corrected=False)
-    except sqlite3.OperationalError:  # no cost table yet, or one from before learning
-        pass
-    try:
-        s = startup.seconds(db)
-    except sqlite3.OperationalError:
-        s = 0.0
-    return profile, s
+    key = (id(db.conn), summary.sig, device)
+    now = time.monotonic()
+    hit = _CACHE.get(key)
+    if hit is None or now - hit[0] > CACHE_SECONDS:
+        try:
+            s = startup.seconds(db)
+        except sqlite3.OperationalError:
+            s = 0.0
+        if len(_CACHE) > 256:  # drop expired entries (and the connections they hold)
+            for k in [k for k, v in _CACHE.items() if now - v[0] > CACHE_SECONDS]:
+                del _CACHE[k]
+        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, summary.sig, device), s)
+    return hit[2] or summary.to_profile(), hit[3]
 
 
 def workdir_of(slurm: Any, job_id: str) -> str | None:

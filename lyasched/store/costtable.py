@@ -166,6 +166,20 @@ def get(db: sqlite_utils.Database, sig: str, device: str) -> CostEntry | None:
     return _entry(row) if row else None
 
 
+def learned_profile(db: sqlite_utils.Database, sig: str, device: str) -> Profile | None:
+    """The learned, uncorrected profile of (sig, device) when its jobs reported runs, else None.
+    One indexed read and no DDL (the service calls it for every waiting job every slot)."""
+    import sqlite3
+
+    try:
+        row = _select(db, sig, normalise_device(device))
+    except sqlite3.OperationalError:  # no table yet
+        return None
+    if not row or not row.get("learned_runs"):
+        return None
+    return _entry(row).profile(corrected=False)
+
+
 def get_profile(db: sqlite_utils.Database, sig: str, device: str, corrected: bool = True) -> Profile | None:
     """The (by default refinement-corrected) `Profile` for (signature, device), or None."""
     e = get(db, sig, device)
