@@ -60,11 +60,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_docker = pytest.mark.skip(reason="needs the docker test cluster: docker/cluster up, then "
                                           "LYASCHED_SLURM=1 LYASCHED_CLUSTER=docker (make test-docker)")
     for item in items:
-        if "slurm" in item.keywords and not slurm_enabled():
+        # Markers, not keywords: a directory named "docker" (this worktree) is a keyword of every test.
+        slurm, docker = item.get_closest_marker("slurm"), item.get_closest_marker("docker")
+        if slurm and not slurm_enabled():
             item.add_marker(skip)
-        elif "docker" in item.keywords and not (slurm_enabled() and CLUSTER_KIND == "docker"):
+        elif docker and not (slurm_enabled() and CLUSTER_KIND == "docker"):
             item.add_marker(skip_docker)
-        elif "slurm" in item.keywords and CLUSTER_KIND == "docker":
+        elif slurm and CLUSTER_KIND == "docker":
             why = next((w for prefix, w in NATIVE_ONLY.items() if item.nodeid.startswith(prefix)), None)
             if why:
                 item.add_marker(pytest.mark.skip(reason=f"native cluster only: {why}"))
