@@ -28,6 +28,8 @@ EXTRA = """
 # Docker cluster only (docker/render.py): slurmdbd on ctl.
 AccountingStorageHost=ctl
 AccountingStoragePort=6819
+# GPU counts in sacct's AllocTRES (lyasched whatif reads them: docs/whatif.md).
+AccountingStorageTRES=gres/gpu
 """
 
 SLURMDBD = f"""# Rendered by docker/render.py: slurmdbd of the docker test cluster (ctl), MariaDB on localhost.
