@@ -105,9 +105,9 @@ class LyapunovPolicy:
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
     q_credit: str = "capped"  # a start's actual-queue credit: its work capped at the mean work ("work": uncapped)
     relative: bool = True  # externality relative to the job shortest-first would start instead
-    max_load: float = 1.5  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off)
+    max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
-    spread_horizon: bool = True  # exempt from max_load: runs that end before the running jobs' last predicted end (or within lock_free)
+    spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
