@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--raw", default=None, help="also write every repeat's row to this CSV "
+                    "(model,repeat,placement,local_bsz,step_time,sync_time): the repeat-to-repeat spread")
     ap.add_argument("--stat", choices=["min", "median"], default="min", help="estimator across repeats")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -133,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown model(s) {unknown} or bad counts", file=sys.stderr)
         return 2
     est = min if args.stat == "min" else statistics.median
+    raw = open(args.raw, "w") if args.raw else None
+    if raw:
+        raw.write("model,repeat,placement,local_bsz,step_time,sync_time\n")
     for model in models:
         batches = DEFAULT_BATCHES[model]
         runs: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.time()
                 for gg, b, t, s in measure(model, g, batches, args.iters, args.warmup):
                     runs.setdefault((gg, b), []).append((t, s))
+                    if raw:
+                        raw.write(f"{model},{rep + 1},{gg},{b},{t:.6f},{s:.6f}\n")
+                        raw.flush()
                 print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s",
                       file=sys.stderr, flush=True)
         d = Path(args.out) / model

@@ -242,3 +242,18 @@ def workdir_of(slurm: Any, job_id: str) -> str | None:
         log.info("job %s: no working directory from scontrol (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
         return None
     return next((j.extra.get("WorkDir") for j in jobs if j.extra.get("WorkDir")), None)
+
+
+def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any) -> dict[int, float]:
+    """Predicted run time (s) per GPU count as lyasub prints it: from the same inputs the
+    service decides with (`waiting_inputs`: the learned profile when the model's runs have
+    reported, else the summary's; plus the start-up term). No database yet: the summary alone."""
+    from pathlib import Path
+
+    from lyasched.store import open_db
+
+    p = Path(db_path)
+    profile, startup_s = waiting_inputs(open_db(p), summary, device) if p.exists() else (summary.to_profile(), 0.0)
+    gpn = cost.cluster.gpus_per_node
+    return {g: cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
+            for g in counts}

@@ -485,7 +485,6 @@ def submit(
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
         )
     gpn = cluster.gpus_per_node
-    predictions = {g: model.run_time(profile, req.global_batch, iterations, g, g > gpn) for g in counts}
     try:
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
@@ -493,6 +492,9 @@ def submit(
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
+    from lyasched import learn  # what serve decides with: learned profile + start-up term (one lookup)
+
+    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
     hold = False
