@@ -245,7 +245,8 @@ def cluster_view(slurm: SlurmCLI, partition: str | None, config_path: Path | Non
     chosen = os.environ.get(DEVICE_ENV, "").strip() or conf.device
     chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
     dev = device_type(chosen)
-    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter)
+    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter,
+                       shape=conf.shape)  # [cluster] shape, as serve uses it
     return ClusterView(spec, dev)
 
 

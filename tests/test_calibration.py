@@ -218,3 +218,50 @@ def test_latency_bandwidth_split_recovers_growth_and_is_used_for_unseen_apps(tmp
     f.write_text("# grad_bytes=x\nplacement,local_bsz,step_time,sync_time\n1,8,0.1,0\n")
     with pytest.raises(ValueError, match="grad_bytes"):
         read_grad_bytes(f)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ({"gamma": 0.5}, "cluster.shape.gamma must be >= 1"),
+    ({"d_intra": "fast"}, "cluster.shape.d_intra must be a number"),
+    ({"d_intra": 9.0}, "cluster.shape.d_intra must be <= 4"),
+    ({"slope": 1.0}, "unknown key cluster.shape.slope"),
+    ({"lat_bytes": -1.0}, "cluster.shape.lat_bytes must be >= 0"),
+])
+def test_config_shape_errors_are_one_line(shape, message):
+    from lyasched.config import ConfigError, from_mapping
+
+    with pytest.raises(ConfigError) as e:
+        from_mapping({"cluster": {"shape": shape}}, source="x.toml")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_config_shape_reaches_the_cost_model():
+    """[cluster] shape is what serve's (and lyasub's) ClusterSpec.shape is built from."""
+    from lyasched.commshape import CommShape
+    from lyasched.config import from_mapping
+
+    conf = from_mapping({"cluster": {"shape": {"gamma": 2.0, "d_intra": 0.5, "d_intra_bw": 0.1, "lat_bytes": 1e6}}})
+    assert conf.shape == CommShape(gamma=2.0, d_intra=0.5, d_intra_bw=0.1, lat_bytes=1e6)
+    assert from_mapping({}).shape is None
+    prof = Profile(model="m", alpha=0.01, beta=0.001, params=10_000_000)
+    plain = CostModel(ClusterSpec(nodes=1, gpus_per_node=4))
+    shaped = CostModel(ClusterSpec(nodes=1, gpus_per_node=4, shape=conf.shape))
+    assert shaped.iter_time(prof, 64, 4) != plain.iter_time(prof, 64, 4)
+    # 4 GPUs: v*(1 + d*(g-2)) with d the bytes-weighted mix of 0.5 and 0.1
+    f = conf.shape.bw_share(prof.grad_bytes)
+    v = plain.comm_time(prof, 2, False)
+    c = prof.step_time(16)
+    assert shaped.iter_time(prof, 64, 4) == pytest.approx((c**2 + (v * (1 + ((1 - f) * 0.5 + f * 0.1) * 2))**2) ** 0.5)
+
+
+def test_lyasub_bad_shape_config_exits_2(tmp_path):
+    from click.testing import CliRunner
+
+    from lyasched.cli.lyasub import main as lyasub
+
+    p = tmp_path / "c.toml"
+    p.write_text("[cluster]\nshape = { gamma = 0 }\n")
+    (tmp_path / "train.py").write_text("")
+    r = CliRunner().invoke(lyasub, ["--config", str(p), "--model", "mlp", "--global-batch", "64", "--iterations",
+                                    "10", "--", str(tmp_path / "train.py")])
+    assert r.exit_code == 2 and "cluster.shape.gamma must be >= 1" in r.output
