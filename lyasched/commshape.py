@@ -46,7 +46,7 @@ _BOUNDS = {
     "d_intra": (0.0, 4.0),
     "d_inter": (0.0, 4.0),
     "d_nodes": (0.0, 4.0),
-    "d_intra_bw": (0.0, 4.0),
+    "d_intra_bw": (0.0, 1.0),  # <= the latency part's 1: bytes per rank saturate at 2V, hops do not
 }
 
 
