@@ -285,3 +285,11 @@ def test_lyasub_predictions_use_the_services_lookup(tmp_path):
     _, startup_s = waiting_inputs(open_db(path), s, "gpu")
     assert startup_s == pytest.approx(32.0)
     assert all(got[g] == pytest.approx(bare[g] + 32.0) for g in (1, 2, 4))
+    # the model's bounded run-time correction scales the iterations, not the start-up term
+    costtable.put(db, {"signature": "m:sig", "device_type": "gpu", "model": "m", "alpha": 0.01, "beta": 0.001,
+                       "params": 1_000_000, "source": "measured"})
+    costtable.refine(db, "m:sig", "gpu", 10.0, 15.0)
+    corr = costtable.get(db, "m:sig", "gpu").correction
+    assert corr > 1.0
+    got = submit_predictions(path, s, "gpu", cost, [1, 2, 4])
+    assert all(got[g] == pytest.approx(corr * bare[g] + 32.0) for g in (1, 2, 4))
