@@ -1,0 +1,222 @@
+"""The pyslurm side of the pyslurm backend: a long-lived process that answers requests with libslurm.
+
+PySlurm 22.5's calls hold the GIL while libslurm waits on the controller, so a hanging controller
+would freeze the caller; in this process it only freezes the worker, which the caller
+(lyasched.slurm.pyslurm_backend) kills on its timeout and starts afresh. Requests and answers are
+length-prefixed pickles on stdin/stdout (the process's own stdout is redirected to stderr so that
+nothing libslurm prints can corrupt the channel).
+
+    python -m lyasched.slurm.pyslurm_worker
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import struct
+import sys
+from typing import Any, Callable, Sequence
+
+from lyasched.slurm.query import expand_hostlist
+from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
+
+_NOVAL32 = {0xFFFFFFFE, 0xFFFFFFFF}  # NO_VAL, INFINITE as raw uint32 times
+
+Hook = Callable[[str, tuple, Callable[[], Any]], Any]
+
+
+def read_frame(f) -> Any:
+    head = f.read(4)
+    if len(head) < 4:
+        raise EOFError
+    (n,) = struct.unpack("!I", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def write_frame(f, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(struct.pack("!I", len(data)) + data)
+    f.flush()
+
+
+def _gpus(gres: Any) -> tuple[int, str]:
+    """GPU count and type from pyslurm's gres dict ({"gpu": 4}, {"gpu:a100": 4}, {"gpu:a100": {...}})."""
+    total, typ = 0, ""
+    for key, val in (gres or {}).items():
+        name, _, rest = str(key).partition(":")
+        if name != "gpu":
+            continue
+        if isinstance(val, dict):
+            val = val.get("count", 0)
+        try:
+            total += int(str(val).split("(")[0])
+        except ValueError:
+            continue
+        if rest and not typ:
+            typ = rest.split(":")[0]
+    return total, typ
+
+
+def _time(v: Any) -> float | None:
+    if v is None or v in _NOVAL32 or v == 0:
+        return None
+    return float(v)
+
+
+class Worker:
+    """Maps lyasched's requests to PySlurm calls; results are lyasched.slurm.types values."""
+
+    def __init__(self) -> None:
+        import pyslurm
+
+        self.ps = pyslurm
+
+    # ------------------------------------------------------------ reading
+
+    def hello(self) -> dict[str, Any]:
+        ps = self.ps
+        out: dict[str, Any] = {"pyslurm": ps.__version__, "pid": os.getpid()}
+        try:
+            out["libslurm"] = ".".join(str(x) for x in ps.slurm_api_version())
+        except Exception:  # noqa: BLE001
+            out["libslurm"] = ""
+        try:
+            out["controller"] = self.config().version
+        except Exception as e:  # noqa: BLE001 - the controller may be down at start-up
+            out["controller"], out["controller_error"] = "", str(e)
+        return out
+
+    def config(self) -> ClusterConfig:
+        c = self.ps.config().get()
+        acct = str(c.get("accounting_storage_type") or "").lower()
+        plugins = tuple(p.strip() for p in str(c.get("job_submit_plugins") or "").split(",")
+                        if p.strip() and p.strip() != "(null)")
+        return ClusterConfig(version=str(c.get("version") or ""),
+                             accounting=bool(acct) and not acct.endswith("/none") and acct != "(null)",
+                             submit_plugins=plugins)
+
+    def nodes(self) -> list[NodeInfo]:
+        out = []
+        for name, n in self.ps.Nodes.load().items():
+            total, typ = _gpus(n.configured_gres)
+            alloc, _ = _gpus(n.allocated_gres)
+            out.append(NodeInfo(name=str(name), state=_node_state(n), gpus_total=total, gpus_alloc=alloc,
+                                partitions=tuple(n.partitions or ()), reason=n.reason or "", gpu_type=typ))
+        out.sort(key=lambda n: _natural(n.name))
+        return out
+
+    def jobs(self, user: str | None = None, job_ids: Sequence[str] = (), lyasched_only: bool = True) -> list[SlurmJob]:
+        wanted = {str(j) for j in job_ids}
+        out = []
+        for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
+            comment = j.comment or ""
+            if lyasched_only and not comment.startswith(TAG):
+                continue
+            if wanted and str(jid) not in wanted:
+                continue
+            job = _job(j)
+            if user and job.user != user:
+                continue
+            out.append(job)
+        return out
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        try:
+            return _job(self.ps.Job.load(int(job_id)))
+        except ValueError:
+            return None
+        except self.ps.RPCError as e:
+            if "Invalid job id" in str(e):
+                return None
+            raise
+
+    # ------------------------------------------------------------ changing jobs
+
+    def release(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).release()
+
+    def hold(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).hold()
+
+    def cancel(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).cancel()
+
+    def submit(self, fields: dict[str, Any], script: str) -> str:
+        desc = self.ps.JobSubmitDescription(script=script, **fields)
+        return str(desc.submit())
+
+
+def _natural(name: str) -> tuple:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _node_state(n: Any) -> str:
+    """The state with its flags (``IDLE``, ``MIXED+DRAIN``, ``DOWN+NOT_RESPONDING``): what
+    NodeInfo.usable reads (scontrol prints NOT_RESPONDING as a trailing ``*``)."""
+    return str(n.state or "UNKNOWN")
+
+
+def _job(j: Any) -> SlurmJob:
+    state = str(j.state or "UNKNOWN")
+    gpn, _ = _gpus(j.gres_per_node)
+    limit = j.time_limit
+    tl = math.inf if limit is None or limit in _NOVAL32 else float(limit) * 60.0
+    nodes = j.allocated_nodes or ""
+    return SlurmJob(
+        job_id=str(j.id),
+        user=str(j.user_name or j.user_id),
+        uid=int(j.user_id) if j.user_id is not None else None,
+        state=state,
+        reason=str(j.state_reason or "None"),
+        priority=int(j.priority or 0),
+        submit_time=_time(j.submit_time),
+        start_time=None if state == "PENDING" else _time(j.start_time),
+        end_time=_time(j.end_time) if state in TERMINAL_STATES else None,
+        time_limit=tl,
+        num_nodes=int(j.num_nodes or 1),
+        gpus_per_node=gpn,
+        nodes=tuple(expand_hostlist(nodes)),
+        partition=str(j.partition or ""),
+        comment=str(j.comment or ""),
+        name=str(j.name or ""),
+    )
+
+
+def serve(hook: Hook | None = None) -> int:
+    """Answer requests until stdin closes. ``hook(op, args, call)`` may wrap each call (the fault
+    injector of tests/flaky_slurm.py); it returns the answer or raises."""
+    inp = os.fdopen(os.dup(0), "rb")
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed from now on goes to stderr, never into the channel
+    sys.stdout = sys.stderr
+    try:
+        worker = Worker()
+    except Exception as e:  # noqa: BLE001 - reported to the caller as the answer to its first request
+        worker, broken = None, f"cannot import pyslurm: {type(e).__name__}: {e}"
+    while True:
+        try:
+            op, args = read_frame(inp)
+        except EOFError:
+            return 0
+        try:
+            if worker is None:
+                raise RuntimeError(broken)
+            fn = getattr(worker, op)
+
+            def call(fn=fn, args=args) -> Any:
+                return fn(*args)
+
+            result = hook(op, args, call) if hook else call()
+            write_frame(out, ("ok", result))
+        except Exception as e:  # noqa: BLE001 - every failure goes back as an answer
+            write_frame(out, ("err", type(e).__name__, str(e)))
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
