@@ -16,6 +16,7 @@ with raw sbatch options (``SbatchOptions.extra``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -38,8 +39,6 @@ def pyslurm_installed() -> str | None:
     if importlib.util.find_spec("pyslurm") is None:
         return None
     try:
-        import importlib.metadata
-
         return importlib.metadata.version("pyslurm")
     except Exception:  # noqa: BLE001
         return "unknown"
