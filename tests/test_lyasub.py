@@ -46,12 +46,12 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fake:
     monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     for var in ("LYASCHED_DEVICE_TYPE", "LYASCHED_DB", "FAKE_NO_PLUGIN", "FAKE_SBATCH_FAIL", "FAKE_SBATCH_LOST",
-                "FAKE_ALTER_COMMENT", "FAKE_PROFILE_JSON", "FAKE_PROFILE_STATE", "LYASCHED_SLURM_BACKEND",
-                "LYASCHED_SLURM_PREFIX"):
+                "FAKE_ALTER_COMMENT", "FAKE_PROFILE_JSON", "FAKE_PROFILE_STATE", "LYASCHED_SLURM_PREFIX"):
         monkeypatch.delenv(var, raising=False)
+    # the fakes are Slurm's tools: the CLI backend, whether or not pyslurm is installed (and a cluster runs)
+    monkeypatch.setenv("LYASCHED_SLURM_BACKEND", "cli")
     monkeypatch.setenv("LYASCHED_CONFIG", str(tmp_path / "config.toml"))
-    # the fakes are Slurm's tools: the CLI backend, whether or not pyslurm is installed
-    (tmp_path / "config.toml").write_text('[slurm]\nbackend = "cli"\n[cluster]\ngpu_mem = 16e9\n')
+    (tmp_path / "config.toml").write_text("[cluster]\ngpu_mem = 16e9\n")
     work = tmp_path / "work"
     work.mkdir()
     (work / "train.py").write_text("print('training')\n")
