@@ -73,6 +73,10 @@ class CliSlurm:
         self._run(q.hold_args(job_id))
 
     def cancel(self, job_id: str) -> None:
+        # scancel (22.05) exits 0 and prints nothing for a job it does not know (the error shows
+        # only with -v): ask first, so that a missing job is NoSuchJob here as through pyslurm.
+        if self.job(job_id) is None:
+            raise NoSuchJob(["scancel"], f"Kill job error on job id {job_id}: Invalid job id specified")
         self._run(sub.scancel_command(str(job_id)))
 
     def submit(self, opts: sub.SbatchOptions, script: str | None = None) -> str:

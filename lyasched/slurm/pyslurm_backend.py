@@ -74,7 +74,7 @@ class PySlurm:
         self.command = [*prefix, "pyslurm-worker"] if prefix else [python, "-m", "lyasched.slurm.pyslurm_worker"]
         self.cli = cli if cli is not None else CliSlurm(SlurmCLI(timeout=timeout, retries=retries, prefix=tuple(prefix)))
         self.calls = 0
-        self.restarts = 0
+        self.starts = 0  # worker processes started (one more after each kill)
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._config: ClusterConfig | None = None
@@ -82,6 +82,7 @@ class PySlurm:
     # ------------------------------------------------------------ the worker
 
     def _start(self) -> subprocess.Popen:
+        self.starts += 1
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                       close_fds=True)
@@ -120,8 +121,6 @@ class PySlurm:
         what = [f"pyslurm {CALLS.get(op, op)}"]
         p = self._proc if self._proc is not None and self._proc.poll() is None else None
         if p is None:
-            if self._proc is not None:
-                self.restarts += 1
             self._kill()
             p = self._start()
         try:
@@ -164,10 +163,21 @@ class PySlurm:
         assert err is not None
         raise err
 
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
     def hello(self) -> dict[str, Any]:
-        """Start the worker (importing pyslurm) and ask the versions: pyslurm's, libslurm's, the
-        controller's ("" when it does not answer)."""
-        return self._call("hello")
+        """Start the worker (importing pyslurm) and ask the versions: pyslurm's, libslurm's, and the
+        controller's ("" when it does not answer within one timeout: no retries at start-up)."""
+        out = dict(self._call("hello"))
+        try:
+            with self._lock:
+                self._config = self._once("config", ())
+            out["controller"] = self._config.version
+        except SlurmError as e:
+            out["controller"], out["controller_error"] = "", e.detail
+        return out
 
     # ------------------------------------------------------------ Slurm
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import pickle
 import struct
 import sys
 from typing import Any, Callable, Sequence
 
-from lyasched.slurm.query import expand_hostlist
+from lyasched.slurm.query import expand_hostlist, gpus_in_tres
 from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
 
 _NOVAL32 = {0xFFFFFFFE, 0xFFFFFFFF}  # NO_VAL, INFINITE as raw uint32 times
@@ -84,10 +85,6 @@ class Worker:
             out["libslurm"] = ".".join(str(x) for x in ps.slurm_api_version())
         except Exception:  # noqa: BLE001
             out["libslurm"] = ""
-        try:
-            out["controller"] = self.config().version
-        except Exception as e:  # noqa: BLE001 - the controller may be down at start-up
-            out["controller"], out["controller_error"] = "", str(e)
         return out
 
     def config(self) -> ClusterConfig:
@@ -100,13 +97,17 @@ class Worker:
                              submit_plugins=plugins)
 
     def nodes(self) -> list[NodeInfo]:
+        # PySlurm's older node API: it loads with SHOW_DETAIL, without which 22.05 reports no GPUs
+        # in use (its Nodes.load() does not ask for it). Slurm's order, as scontrol prints it.
         out = []
-        for name, n in self.ps.Nodes.load().items():
-            total, typ = _gpus(n.configured_gres)
-            alloc, _ = _gpus(n.allocated_gres)
-            out.append(NodeInfo(name=str(name), state=_node_state(n), gpus_total=total, gpus_alloc=alloc,
-                                partitions=tuple(n.partitions or ()), reason=n.reason or "", gpu_type=typ))
-        out.sort(key=lambda n: _natural(n.name))
+        for name, d in self.ps.node().get().items():
+            gres = ",".join(d.get("gres") or [])
+            m = re.match(r"(?:gres:)?gpu:([A-Za-z][^:(,]*):", gres)
+            out.append(NodeInfo(
+                name=str(name), state=str(d.get("state") or "UNKNOWN"), gpus_total=gpus_in_tres(gres),
+                gpus_alloc=gpus_in_tres(",".join(d.get("gres_used") or [])),
+                partitions=tuple(p for p in (d.get("partitions") or []) if p and p != "(null)"),
+                reason=str(d.get("reason") or ""), gpu_type=m.group(1) if m and m.group(1) != "(null)" else ""))
         return out
 
     def jobs(self, user: str | None = None, job_ids: Sequence[str] = (), lyasched_only: bool = True) -> list[SlurmJob]:
@@ -143,17 +144,13 @@ class Worker:
         self.ps.Job(int(job_id)).hold()
 
     def cancel(self, job_id: str) -> None:
-        self.ps.Job(int(job_id)).cancel()
+        # Job.cancel() says nothing about a job Slurm does not know (as scancel): load it first,
+        # which raises "Invalid job id specified" for a missing one.
+        self.ps.Job.load(int(job_id)).cancel()
 
     def submit(self, fields: dict[str, Any], script: str) -> str:
         desc = self.ps.JobSubmitDescription(script=script, **fields)
         return str(desc.submit())
-
-
-def _natural(name: str) -> tuple:
-    import re
-
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _node_state(n: Any) -> str:
