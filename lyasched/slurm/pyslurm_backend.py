@@ -238,6 +238,8 @@ def submit_fields(opts: Any) -> dict[str, Any] | None:
         "comment": opts.comment, "nodes": opts.nodes, "working_directory": opts.chdir, "ntasks": opts.ntasks,
     }
     f.update({k: v for k, v in pairs.items() if v is not None})
+    if isinstance(f.get("time_limit"), str) and f["time_limit"].isdigit():
+        f["time_limit"] = int(f["time_limit"])  # minutes: PySlurm passes a digit string through as is
     if opts.gpus_per_node is not None:
         f["gres_per_node"] = f"gpu:{opts.gpus_per_node}"
     if opts.hold:
