@@ -25,6 +25,7 @@ def main() -> int:
     d = Path(os.environ["FAKE_WORKER_DIR"])
     hang = dict(x.partition(":")[::2] for x in os.environ.get("FAKE_WORKER_HANG", "").split(",") if x)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    last = None  # jobs_delta: the token of the last answer
     while True:
         try:
             op, args = read_frame(inp)
@@ -41,6 +42,13 @@ def main() -> int:
             write_frame(out, ("ok", ClusterConfig(version="22.05.8", accounting=False, submit_plugins=("lua",))))
         elif op == "nodes":
             write_frame(out, ("ok", [NodeInfo("node1", "IDLE", 4, 1)]))
+        elif op == "jobs_delta":  # three jobs; job 2 alternates PENDING/RUNNING; a fresh worker sends all
+            rows = {i: (i, "u", 1, "RUNNING" if i == "2" and n % 2 == 0 else "PENDING", "JobHeldUser", 0, 1.0, None,
+                        None, 600.0, 1, 1, (), "gpu", "lyasched:v1;id=" + i, "j") for i in ("1", "2", "3")}
+            fresh = args[0] is not None and args[0] == last
+            last = f"{os.getpid()}:{n}"
+            changed = {i: t for i, t in rows.items() if not fresh or i == "2"}
+            write_frame(out, ("ok", (last, list(rows), changed)))
         elif op == "release":
             write_frame(out, ("err", "RPCError", "Invalid job id specified"))
         elif op == "hold":

@@ -47,6 +47,7 @@ TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct")
 WORKER_KEYS = {
     "hello": ("scontrol", "scontrol show"), "config": ("scontrol", "scontrol show"),
     "nodes": ("scontrol", "scontrol show"), "jobs": ("squeue", "squeue"), "job": ("squeue", "squeue"),
+    "jobs_delta": ("squeue", "squeue"),
     "release": ("scontrol", "scontrol release"), "hold": ("scontrol", "scontrol hold"),
     "cancel": ("scancel", "scancel"), "submit": ("sbatch", "sbatch"),
 }
@@ -162,6 +163,9 @@ def worker() -> int:
         out = call()
         if op == "jobs" and hidden:
             out = [j for j in out if j.job_id not in hidden]
+        if op == "jobs_delta" and hidden:
+            token, order, changed = out
+            out = (token, [i for i in order if i not in hidden], changed)
         if action == "lost":
             raise RuntimeError(f"Socket timed out on send/recv operation [flaky_slurm: injected after running, "
                                f"call {key}#{n_key}]")

@@ -200,6 +200,22 @@ def test_worker_answers_keep_their_kind_and_are_not_retried(tmp_path, monkeypatc
         b.close()
 
 
+def test_job_list_sends_only_changes_and_survives_a_new_worker(tmp_path, monkeypatch) -> None:
+    b = _worker(tmp_path, monkeypatch, timeout=5, retries=0)
+    try:
+        first = b.jobs()
+        assert [(j.job_id, j.state) for j in first] == [("1", "PENDING"), ("2", "PENDING"), ("3", "PENDING")]
+        second = b.jobs()
+        assert [(j.job_id, j.state) for j in second] == [("1", "PENDING"), ("2", "RUNNING"), ("3", "PENDING")]
+        assert second[0] is first[0] and second[1] is not first[1]  # unchanged jobs were not sent again
+        b._kill()  # a fresh worker (as after a timeout) knows nothing: it sends everything
+        third = b.jobs()
+        assert [(j.job_id, j.state) for j in third] == [("1", "PENDING"), ("2", "PENDING"), ("3", "PENDING")]
+        assert third[0] is not first[0] and third[0] == first[0] and b.restarts == 1
+    finally:
+        b.close()
+
+
 def test_submit_fields() -> None:
     o = SbatchOptions(partition="gpu", time="00:30:00", comment="c", gpus_per_node=2, nodes=1, hold=True,
                       job_name="j", output="/o", ntasks=1)

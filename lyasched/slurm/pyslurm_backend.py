@@ -51,6 +51,7 @@ CALLS = {
     "config": "slurm_load_ctl_conf",
     "nodes": "slurm_load_node",
     "jobs": "slurm_load_jobs",
+    "jobs_delta": "slurm_load_jobs",
     "job": "slurm_load_job",
     "release": "slurm_update_job",
     "hold": "slurm_update_job",
@@ -78,6 +79,8 @@ class PySlurm:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._config: ClusterConfig | None = None
+        self._jobs_seen: dict[str, SlurmJob] = {}  # the last full job list, for jobs_delta
+        self._jobs_token: str | None = None
 
     # ------------------------------------------------------------ the worker
 
@@ -185,7 +188,28 @@ class PySlurm:
         return self._call("nodes")
 
     def jobs(self, *, user: str | None = None, job_ids: Sequence[str] = (), lyasched_only: bool = True) -> list[SlurmJob]:
+        if user is None and not job_ids and lyasched_only:
+            return self._all_lyasched_jobs()
         return self._call("jobs", user, tuple(str(j) for j in job_ids), lyasched_only)
+
+    def _all_lyasched_jobs(self, retry: bool = True) -> list[SlurmJob]:
+        """The service's every-slot read: the worker sends only the jobs that changed since the
+        answer this process kept (lyasched.slurm.pyslurm_worker.Worker.jobs_delta)."""
+        token, order, changed = self._call("jobs_delta", self._jobs_token)
+        old, new = self._jobs_seen, {}
+        for i in order:
+            t = changed.get(i)
+            if t is not None:
+                new[i] = SlurmJob(*t)
+            elif i in old:
+                new[i] = old[i]
+            else:  # the worker's last answer is not the one kept here: ask for everything
+                self._jobs_token, self._jobs_seen = None, {}
+                if retry:
+                    return self._all_lyasched_jobs(retry=False)
+                raise SlurmError(["pyslurm slurm_load_jobs"], f"job {i} neither sent nor known")
+        self._jobs_seen, self._jobs_token = new, token
+        return list(new.values())
 
     def job(self, job_id: str) -> SlurmJob | None:
         return self._call("job", str(job_id))

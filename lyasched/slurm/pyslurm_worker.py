@@ -75,6 +75,9 @@ class Worker:
         import pyslurm
 
         self.ps = pyslurm
+        self._sent: dict[str, tuple] = {}  # jobs_delta: the fields last sent, by job id
+        self._token: str | None = None
+        self._seq = 0
 
     # ------------------------------------------------------------ reading
 
@@ -125,6 +128,26 @@ class Worker:
             out.append(job)
         return out
 
+    def jobs_delta(self, have: str | None) -> tuple[str, list[str], dict[str, tuple]]:
+        """Every lyasched job, for a caller that kept the previous answer: (token of this answer,
+        job ids in order, SlurmJob fields of the jobs that changed since the answer ``have``
+        names). A slot re-reads thousands of held jobs that rarely change; this sends only the
+        changes (all of them when ``have`` is not this worker's last answer)."""
+        fresh = have is not None and have == self._token
+        sent, rows, order, changed = self._sent, {}, [], {}
+        for j in self.ps.Jobs.load(preload_passwd_info=True).values():
+            comment = j.comment or ""
+            if not comment.startswith(TAG):
+                continue
+            t = _fields(j, comment)
+            order.append(t[0])
+            rows[t[0]] = t
+            if not fresh or sent.get(t[0]) != t:
+                changed[t[0]] = t
+        self._seq += 1
+        self._sent, self._token = rows, f"{os.getpid()}:{self._seq}"
+        return self._token, order, changed
+
     def job(self, job_id: str) -> SlurmJob | None:
         try:
             return _job(self.ps.Job.load(int(job_id)))
@@ -160,28 +183,34 @@ def _node_state(n: Any) -> str:
 
 
 def _job(j: Any) -> SlurmJob:
+    return SlurmJob(*_fields(j))
+
+
+def _fields(j: Any, comment: str | None = None) -> tuple:
+    """A PySlurm Job as the positional fields of SlurmJob (what squeue's line would give)."""
     state = str(j.state or "UNKNOWN")
     gpn, _ = _gpus(j.gres_per_node)
     limit = j.time_limit
     tl = math.inf if limit is None or limit in _NOVAL32 else float(limit) * 60.0
-    nodes = j.allocated_nodes or ""
-    return SlurmJob(
-        job_id=str(j.id),
-        user=str(j.user_name or j.user_id),
-        uid=int(j.user_id) if j.user_id is not None else None,
-        state=state,
-        reason=str(j.state_reason or "None"),
-        priority=int(j.priority or 0),
-        submit_time=_time(j.submit_time),
-        start_time=None if state == "PENDING" else _time(j.start_time),
-        end_time=_time(j.end_time) if state in TERMINAL_STATES else None,
-        time_limit=tl,
-        num_nodes=int(j.num_nodes or 1),
-        gpus_per_node=gpn,
-        nodes=tuple(expand_hostlist(nodes)),
-        partition=str(j.partition or ""),
-        comment=str(j.comment or ""),
-        name=str(j.name or ""),
+    nodes = j.allocated_nodes
+    uid = j.user_id
+    return (
+        str(j.id),  # job_id
+        str(j.user_name or uid),  # user
+        int(uid) if uid is not None else None,  # uid
+        state,
+        str(j.state_reason or "None"),  # reason
+        int(j.priority or 0),
+        _time(j.submit_time),
+        None if state == "PENDING" else _time(j.start_time),
+        _time(j.end_time) if state in TERMINAL_STATES else None,
+        tl,  # time_limit (s)
+        int(j.num_nodes or 1),
+        gpn,  # gpus_per_node
+        tuple(expand_hostlist(nodes)) if nodes else (),
+        str(j.partition or ""),
+        str(j.comment or "") if comment is None else comment,
+        str(j.name or ""),
     )
 
 
