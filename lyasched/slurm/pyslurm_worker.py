@@ -76,6 +76,7 @@ class Worker:
 
         self.ps = pyslurm
         self._sent: dict[str, tuple] = {}  # jobs_delta: the fields last sent, by job id
+        self._final: dict[int, tuple] = {}  # jobs_delta: fields of lyasched jobs seen finished, by job id
         self._token: str | None = None
         self._seq = 0
 
@@ -135,17 +136,25 @@ class Worker:
         changes (all of them when ``have`` is not this worker's last answer)."""
         fresh = have is not None and have == self._token
         sent, rows, order, changed = self._sent, {}, [], {}
-        for j in self.ps.Jobs.load(preload_passwd_info=True).values():
-            comment = j.comment or ""
-            if not comment.startswith(TAG):
-                continue
-            t = _fields(j, comment)
+        for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
+            t = self._final.get(jid)  # a finished job never changes: not read again (MinJobAge keeps it listed)
+            if t is not None and t[6] != _time(j.submit_time):  # the id was reused (controller state lost)
+                t = None
+            if t is None:
+                comment = j.comment or ""
+                if not comment.startswith(TAG):
+                    continue
+                t = _fields(j, comment)
+                if t[3] in TERMINAL_STATES:
+                    self._final[jid] = t
             order.append(t[0])
             rows[t[0]] = t
             if not fresh or sent.get(t[0]) != t:
                 changed[t[0]] = t
         self._seq += 1
         self._sent, self._token = rows, f"{os.getpid()}:{self._seq}"
+        if len(self._final) > len(rows):  # purged jobs (MinJobAge): forget them
+            self._final = {k: v for k, v in self._final.items() if v[0] in rows}
         return self._token, order, changed
 
     def job(self, job_id: str) -> SlurmJob | None:
