@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Accuracy of the cost model on measured multi-GPU iteration times (Pollux artifact data).
+"""Accuracy of the cost model on measured multi-GPU iteration times.
 
-For every <app>/placements.csv under --profiles: fit t(b) on the single-GPU rows and the
-communication model (link, overlap, slowdown) on ONE multi-GPU placement, then predict
-step_time for every other multi-GPU row (and every scalability.csv row). Prints median
-and p90 absolute relative error per app and overall. docs/calibration.md discusses it.
+Protocol ``per-app`` (the old one): for every <app>/placements.csv under --profiles, fit t(b)
+on the single-GPU rows and the communication model (link, overlap, slowdown) on ONE
+multi-GPU placement of that app, then predict every other multi-GPU row.
 
-    python benchmarks/cost_accuracy.py [--profiles DIR] [--fit-placement 2222] [--json]
+Protocol ``leave-one-app-out`` (default): every cluster-level parameter (overlap, contention,
+growth of the all-reduce with GPUs and nodes: `lyasched.commshape`) is fitted on the OTHER
+apps of the held-out app's cluster; of the held-out app only its single-GPU rows and ONE
+multi-GPU placement are used; every other row of it, scalability.csv included, is predicted.
+Each --profiles directory is one cluster (default: the shared Pollux profiles and the
+profiles measured on this machine, benchmarks/data/profiles). docs/calibration.md.
+
+    python benchmarks/cost_accuracy.py [--protocol leave-one-app-out|per-app] [--profiles DIR ...] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lyasched.calibration import (  # noqa: E402
+    Accuracy,
+    AppData,
     calibrate_app,
+    leave_one_app_out,
     parse_placement,
     read_placements_csv,
     read_scalability_csv,
@@ -30,8 +39,10 @@ from lyasched.calibration import (  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", default=str(REPO.parent / "shared" / "data" / "profiles"),
-                    help="directory with <app>/placements.csv (default ../shared/data/profiles from the repo)")
+    ap.add_argument("--protocol", choices=["leave-one-app-out", "per-app"], default="leave-one-app-out")
+    ap.add_argument("--profiles", action="append", default=None,
+                    help="directory with <app>/placements.csv, one per cluster, repeatable (default "
+                         "../shared/data/profiles from the repo and benchmarks/data/profiles)")
     ap.add_argument("--fit-placement", default=None,
                     help="the one multi-GPU placement to fit the communication model on (default: 2222 or the "
                          "widest 2-GPUs-per-node placement present)")
@@ -39,8 +50,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="baseline: the plain ring term (no overlap, no multi-GPU slowdown), only V/bw fitted")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
+    dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles")]
+    if args.protocol == "leave-one-app-out":
+        return leave_one_out(dirs, args)
+    if len(dirs) > 1 and args.profiles is None:
+        dirs = dirs[:1]
+    if len(dirs) > 1:
+        print("error: --protocol per-app takes one --profiles directory", file=sys.stderr)
+        return 2
 
-    root = Path(args.profiles)
+    root = Path(dirs[0])
     if not root.is_absolute() and not root.exists():
         root = REPO / root
     files = sorted(root.glob("*/placements.csv"))
@@ -102,6 +121,126 @@ def main(argv: list[str] | None = None) -> int:
     if scal_all:
         s = summarize(scal_all)
         print(f"overall scalability.csv rows={s.rows:4d}  median={s.median_abs_rel_err:6.1%}  p90={s.p90_abs_rel_err:6.1%}")
+    return 0
+
+
+def shared_profiles() -> Path:
+    """../shared/data/profiles from the repo (the nearest ancestor that has one: worktrees sit deeper)."""
+    for parent in REPO.parents:
+        cand = parent / "shared" / "data" / "profiles"
+        if cand.is_dir():
+            return cand
+    return REPO.parent / "shared" / "data" / "profiles"
+
+
+def _resolve(d: str) -> Path:
+    root = Path(d)
+    return REPO / root if not root.is_absolute() and not root.exists() else root
+
+
+def cluster_parallel(root: Path) -> float:
+    """``parallel=N`` on the first line of the CLUSTER file: replicas one node computes side by
+    side (a CPU node: its cores at one thread per replica); default unlimited (GPUs)."""
+    f = root / "CLUSTER"
+    for word in (f.read_text().split() if f.exists() else []):
+        if word.startswith("parallel="):
+            try:
+                v = float(word.split("=", 1)[1])
+            except ValueError:
+                raise ValueError(f"{f}: parallel= needs a number") from None
+            if v <= 0:
+                raise ValueError(f"{f}: parallel= must be > 0")
+            return v
+    return float("inf")
+
+
+def cluster_name(root: Path) -> str:
+    """A cluster's name: the first line of its CLUSTER file, else its parent directory's name
+    (or grandparent's, for .../NAME/data/profiles) when the directory is a generic 'profiles',
+    else the directory's name: ../shared/data/profiles is cluster 'shared'."""
+    f = root / "CLUSTER"
+    if f.exists() and f.read_text().strip():
+        return f.read_text().split()[0]
+    if root.name == "profiles":
+        return root.parent.parent.name if root.parent.name == "data" else root.parent.name
+    return root.name
+
+
+def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
+    apps: list[AppData] = []
+    try:
+        fp = parse_placement(args.fit_placement) if args.fit_placement else None
+        for d in dirs:
+            root = _resolve(d)
+            files = sorted(root.glob("*/placements.csv"))
+            if not files:
+                print(f"error: no <app>/placements.csv under {root}", file=sys.stderr)
+                return 2
+            cluster, parallel = cluster_name(root), cluster_parallel(root)
+            for f in files:
+                scal_path = f.parent / "scalability.csv"
+                scal = read_scalability_csv(scal_path) if scal_path.exists() else []
+                apps.append(AppData(f.parent.name, cluster, read_placements_csv(f), scal, parallel))
+        if len(apps) < 2:
+            print("error: leave-one-app-out needs at least two applications", file=sys.stderr)
+            return 2
+        print(f"leave-one-app-out over {len(apps)} apps ...", file=sys.stderr)
+        reports = leave_one_app_out(apps, fp)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    place_all = [e for r in reports for e in r.errors]
+    scal_all = [e for r in reports for e in r.scal_errors]
+    every = place_all + scal_all
+
+    def app_acc(r) -> Accuracy:
+        return summarize(r.errors + r.scal_errors)
+
+    if args.json:
+        out = {
+            "protocol": "leave-one-app-out",
+            "apps": {
+                f"{r.cluster}/{r.app}": {
+                    "all": app_acc(r).as_dict(), "placements": r.placements.as_dict(),
+                    "scalability": r.scalability.as_dict() if r.scalability else None,
+                    "by_nodes": {str(n): a.as_dict() for n, a in r.by_nodes.items()},
+                    "by_gpus_one_node": {str(g): a.as_dict() for g, a in r.by_gpus.items()},
+                    "fit": {"alpha": r.profile.alpha, "beta": r.profile.beta, "v_s": r.v, "fitted_on": r.fitted_on,
+                            "shape": r.shape.to_dict(), "shape_fitted_on": r.shape_from},
+                }
+                for r in reports
+            },
+            "overall": summarize(every).as_dict(),
+            "overall_placements": summarize(place_all).as_dict(),
+            "overall_scalability": summarize(scal_all).as_dict() if scal_all else None,
+            "target": {"median_abs_rel_err": 0.10, "p90_abs_rel_err": 0.20},
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print("leave-one-app-out: cluster parameters from the other apps of the same cluster; of the held-out app "
+          "only its 1-GPU rows and one multi-GPU placement")
+    for r in reports:
+        s = r.shape
+        print(f"\n{r.cluster}/{r.app}: t(b) = {r.profile.alpha * 1e3:.2f} ms + {r.profile.beta * 1e3:.4f} ms/sample; "
+              f"v = {r.v * 1e3:.2f} ms fitted on placement {r.fitted_on}; shape from {', '.join(r.shape_from)}: "
+              f"gamma {s.gamma:.2f}, slowdown {s.s_multi:.3f} + {s.sigma:.3f}/co-located GPU, inter/intra "
+              f"{s.inter_ratio:.1f}, growth intra {s.d_intra:.3f}/GPU inter {s.d_inter:.3f}/GPU {s.d_nodes:.3f}/log2 node")
+        a = app_acc(r)
+        print(f"  all rows        rows={a.rows:4d}  median={a.median_abs_rel_err:6.1%}  p90={a.p90_abs_rel_err:6.1%}")
+        print(f"  placements.csv  rows={r.placements.rows:4d}  median={r.placements.median_abs_rel_err:6.1%}  "
+              f"p90={r.placements.p90_abs_rel_err:6.1%}")
+        for n, x in r.by_nodes.items():
+            print(f"    {n} node(s)     rows={x.rows:4d}  median={x.median_abs_rel_err:6.1%}  p90={x.p90_abs_rel_err:6.1%}")
+        if r.scalability:
+            x = r.scalability
+            print(f"  scalability.csv rows={x.rows:4d}  median={x.median_abs_rel_err:6.1%}  p90={x.p90_abs_rel_err:6.1%}")
+    for name, errs in (("overall (all rows)", every), ("overall placements.csv", place_all),
+                       ("overall scalability.csv", scal_all)):
+        if errs:
+            x = summarize(errs)
+            print(f"{'' if name != 'overall (all rows)' else chr(10)}{name:24s} rows={x.rows:4d}  "
+                  f"median={x.median_abs_rel_err:6.1%}  p90={x.p90_abs_rel_err:6.1%}")
+    print("target per app and overall: median <= 10%, p90 <= 20%")
     return 0
 
 

@@ -17,6 +17,13 @@ the copies and reductions is part of the measured link). No overlap term: these 
 in one DDP bucket, whose all-reduce starts after backward.
 
     python benchmarks/profile_accuracy.py [--json] [--models mlp,resnet] [--procs 1,2,4]
+
+``--cluster`` instead runs the learning test on the real Slurm test cluster (as root, cluster
+up, inside its flock; benchmarks/learn_on_cluster.py): jobs of one model on 1, 2 and 4 GPUs
+report their step times, the service learns the profile, and a held-out 3-GPU job is predicted
+by the first profile and by the learned one; both errors are printed.
+
+    python benchmarks/profile_accuracy.py --cluster [--models mlp] [--cluster-rounds 1] [--json]
 """
 
 from __future__ import annotations
@@ -178,11 +185,18 @@ def main(argv: list[str] | None = None) -> int:
                          "machine shared with other work, e.g. -10 makes our processes win the CPU so that the "
                          "measurement approaches an idle machine")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cluster", action="store_true",
+                    help="learning test on the real Slurm test cluster (first vs learned profile, held-out GPU count)")
+    ap.add_argument("--iterations", type=int, default=300, help="with --cluster: training iterations per job")
+    ap.add_argument("--held-out", type=int, default=3, help="with --cluster: the GPU count never learned from")
+    ap.add_argument("--cluster-rounds", type=int, default=1, help="with --cluster: jobs per GPU count (1, 2, 4)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
+    if args.cluster:
+        return cluster_main(args)
 
     try:
         procs = sorted({int(p) for p in args.procs.split(",")})
@@ -343,6 +357,51 @@ def main(argv: list[str] | None = None) -> int:
         if a["rows"]:
             print(f"{label}  rows={a['rows']:3d}  median={a['median_abs_rel_err']:6.1%}  p90={a['p90_abs_rel_err']:6.1%}")
     print(f"(target median <= 10%, p90 <= 20%); elapsed {elapsed:.0f} s")
+    return 0
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from learn_on_cluster import run
+
+    model = args.models.split(",")[0] if args.models != DEFAULT_MODELS else "mlp"
+    gb = args.global_batch if args.global_batch != 32 else 48  # divisible by 1, 2, 3 and 4
+    if gb % 12 or args.iterations < 10 or args.held_out not in (3, 5, 6, 7, 8):
+        print("error: --global-batch must be divisible by 1, 2, 3, 4 (12k); --iterations >= 10; "
+              "--held-out one of 3, 5-8", file=sys.stderr)
+        return 2
+    if gb % args.held_out:
+        print(f"error: --global-batch {gb} not divisible by --held-out {args.held_out}", file=sys.stderr)
+        return 2
+    try:
+        out = run(model, gb, args.iterations, max(1, args.cluster_rounds), args.held_out,
+                  lambda m: print(m, file=sys.stderr, flush=True))
+    except (RuntimeError, TimeoutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    h, f, lp = out["held_out"], out["first_profile"], out["learned_profile"]
+    print(f"\n{out['model']}, global batch {out['global_batch']}, {out['iterations']} iterations; learned from "
+          + ", ".join(f"{r['gpus']} GPU(s) (job {r['job']}: {r['step_time_s'] * 1e3:.2f} ms/step)" for r in out["learned_from"]))
+    print("  (on the runs it learned from, step predicted by the first / the learned profile: "
+          + ", ".join(f"{r['gpus']} GPU(s) {r['first_step_pred_s'] * 1e3:.2f} / {r['learned_step_pred_s'] * 1e3:.2f} ms "
+                      f"vs {r['step_time_s'] * 1e3:.2f}" for r in out["learned_from"] if r["step_time_s"]) + ")")
+    print(f"held out: {h['gpus']} GPUs (job {h['job']}, placement {h['placement']}): measured {h['step_time_s'] * 1e3:.2f} ms/step, "
+          f"ran {h['observed_run_s']:.1f} s")
+    print(f"{'':18s} {'step pred':>10s} {'step err':>9s} {'run pred':>9s} {'run err':>8s}")
+    print(f"{'first profile':18s} {f['step_pred_s'] * 1e3:8.2f}ms {f['step_abs_rel_err']:9.1%} {f['run_pred_s']:8.1f}s "
+          f"{f['run_abs_rel_err']:8.1%}   ({'profiled' if f['source'] == 'm' else 'estimated'}; no start-up term)")
+    run_err = "-" if lp["run_abs_rel_err"] is None else f"{lp['run_abs_rel_err']:.1%}"
+    run_pred = "-" if lp["run_pred_s"] is None else f"{lp['run_pred_s']:.1f}s"
+    print(f"{'learned profile':18s} {lp['step_pred_s'] * 1e3:8.2f}ms {lp['step_abs_rel_err']:9.1%} {run_pred:>9s} "
+          f"{run_err:>8s}   ({lp['provenance']}; the service's prediction, start-up term included)")
+    if out["startup"]:
+        s = out["startup"]
+        print(f"start-up term: {s['seconds']:.1f} s ({s['launcher']} on {s['cluster']}, {s['samples']} job(s))")
+    print("history:\n  " + "\n  ".join(out["history"]))
+    print(f"elapsed {out['elapsed_s']:.0f} s")
     return 0
 
 

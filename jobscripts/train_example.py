@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lyasched.profile.spec import SpecError, load_spec, parse_args
+from lyasched.steptimes import StepTimes
 
 
 def _env_int(name: str, default: int) -> int:
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    steps = StepTimes()  # first thing: reports step times to $LYASCHED_STEPS_FILE (no-op without it)
     args = build_parser().parse_args(argv)
     if args.batch_per_gpu < 1 or args.iterations < 1 or args.warmup < 0:
         print("error: --batch-per-gpu and --iterations must be >= 1, --warmup >= 0", file=sys.stderr)
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     times: list[float] = []
     loss_val = float("nan")
     for _ in range(args.iterations):
+        steps.begin()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = spec.loss(model(x), y)
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if use_cuda:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
+        steps.end()
         loss_val = float(loss.detach())
 
     timed = times[args.warmup:] or times
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.json:
             print(json.dumps(summary), flush=True)
+    steps.close()
     if distributed:
         dist.barrier()
         dist.destroy_process_group()

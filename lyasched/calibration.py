@@ -19,12 +19,15 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from lyasched.cost import ClusterSpec, CostModel, Link, Profile
 from lyasched.fit import fit_linear, fit_link
+
+if TYPE_CHECKING:
+    from lyasched.commshape import CommShape
 
 # Prior for the intra/inter bandwidth ratio when only one kind of link was measured:
 # the ratio of ClusterSpec's defaults (NVLink-class vs 100 Gb/s-class).
@@ -355,3 +358,97 @@ def fit_bench_result(doc: dict, source: str = "") -> LinkFit:
     kind = "inter" if doc["spans_nodes"] else "intra"
     return LinkFit(kind, link, r2, int(doc["world_size"]), str(doc.get("backend", "")),
                    tuple(doc.get("hosts") or ()), source)
+
+
+# ---------------------------------------------------------------- leave one application out
+
+
+@dataclass
+class AppData:
+    """One application's measured rows: ``cluster`` names where it was measured (the shared
+    Pollux artifact, this machine...): cluster-level parameters are learned per cluster."""
+
+    app: str
+    cluster: str
+    rows: list[PlacementRow]
+    scalability: list[PlacementRow] = field(default_factory=list)
+    parallel: float = math.inf  # replicas a node of this cluster computes side by side (CommShape.parallel)
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}/{self.app}"
+
+
+@dataclass
+class HeldOutReport:
+    """What `leave_one_app_out` predicts for one held-out application."""
+
+    app: str
+    cluster: str
+    profile: Profile
+    shape: "CommShape"
+    shape_from: list[str]
+    v: float
+    fitted_on: str
+    placements: Accuracy
+    errors: list[float]
+    scalability: Accuracy | None = None
+    scal_errors: list[float] = field(default_factory=list)
+    by_nodes: dict[int, Accuracy] = field(default_factory=dict)
+    by_gpus: dict[int, Accuracy] = field(default_factory=dict)
+
+
+def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
+    """The ONE multi-GPU placement of a held-out application the protocol may see: 2 GPUs on
+    each of as many nodes as measured (`default_fit_placement`) when it has multi-node rows,
+    else 2 GPUs on one node (the smallest distributed run: what a user tries first)."""
+    if any(r.nodes > 1 for r in rows):
+        return default_fit_placement(rows)
+    present = sorted({r.placement for r in rows if r.gpus > 1}, key=sum)
+    if not present:
+        raise ValueError("no multi-GPU placement to fit the communication model on")
+    return (2,) if (2,) in present else present[0]
+
+
+def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | None = None) -> list[HeldOutReport]:
+    """For every application A: fit the cluster's `CommShape` on the OTHER applications of A's
+    cluster (all of them when A is its cluster's only one), A's compute t(b) on A's single-GPU
+    rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
+    multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen."""
+    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
+
+    keys = [a.key for a in apps]
+    if len(set(keys)) != len(keys):
+        raise ValueError("two applications with the same cluster/app name")
+    compute = {a.key: fit_compute(a.app, a.rows) for a in apps}
+    reports: list[HeldOutReport] = []
+    for a in apps:
+        train = [o for o in apps if o.key != a.key and o.cluster == a.cluster] or [o for o in apps if o.key != a.key]
+        if not train:
+            raise ValueError("leave-one-app-out needs at least two applications")
+        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability)
+                           for o in train], CommShape(parallel=a.parallel))
+        prof = compute[a.key]
+        fp = fit_placement if fit_placement is not None else protocol_fit_placement(a.rows)
+        seen = [r for r in a.rows if r.placement == fp]
+        if not seen:
+            raise ValueError(f"{a.key}: placement {PlacementRow(fp, 0, 0).label} not in the data")
+        v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen))
+
+        def errs(rows: Iterable[PlacementRow]) -> list[float]:
+            return [abs(shape.step_time(prof.step_time(r.local_bsz), v, r.placement) / r.step_time - 1.0)
+                    for r in rows if r.step_time > 0]
+
+        held = [r for r in a.rows if r.gpus > 1 and r.placement != fp]
+        e = errs(held)
+        rep = HeldOutReport(a.app, a.cluster, prof, shape, [o.key for o in train], v, PlacementRow(fp, 0, 0).label,
+                            summarize(e), e)
+        for n in sorted({r.nodes for r in held}):
+            rep.by_nodes[n] = summarize(errs([r for r in held if r.nodes == n]))
+        for g in sorted({r.gpus for r in held if r.nodes == 1}):
+            rep.by_gpus[g] = summarize(errs([r for r in held if r.nodes == 1 and r.gpus == g]))
+        if a.scalability:
+            rep.scal_errors = errs(a.scalability)
+            rep.scalability = summarize(rep.scal_errors)
+        reports.append(rep)
+    return reports

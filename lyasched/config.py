@@ -172,7 +172,13 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
             raise ConfigError(f"{where}: policy.name must be one of {', '.join(POLICIES)}, got {pol['name']!r}")
         kw["policy"] = pol["name"]
     if "params" in pol:
-        kw["params"] = dict(_table(where, "policy.params", pol["params"]))
+        from lyasched.policy.params import ParamError, check_params
+
+        raw = dict(_table(where, "policy.params", pol["params"]))
+        try:
+            kw["params"] = check_params(kw.get("policy", Config.policy), raw)
+        except ParamError as e:
+            raise ConfigError(f"{where}: policy.params: {e}") from None
 
     sl = _table(where, "slurm", data.get("slurm", {}))
     for key in sl:

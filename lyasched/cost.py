@@ -8,7 +8,10 @@ the gradients over the slowest link the g GPUs use. docs/model.md derives every 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from lyasched.commshape import CommShape
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,10 @@ class Profile:
     mem_base: float = 0.0  # peak memory at batch 0 (bytes): weights, grads, optimizer state
     mem_per_sample: float = 0.0  # extra peak memory per sample (bytes): activations
     source: str = "measured"  # "measured" or "estimated"
+    # Factors on the ring all-reduce time learned from this model's own runs (lyasched.learn):
+    # 1 = the ring model as calibrated for the cluster.
+    comm_scale_intra: float = 1.0
+    comm_scale_inter: float = 1.0
 
     def step_time(self, local_batch: float) -> float:
         """Compute time of one training step at per-GPU batch ``local_batch``."""
@@ -53,6 +60,9 @@ class ClusterSpec:
     gpu_mem: float = 32e9  # bytes per GPU
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))  # NVLink-class
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))  # 100 Gb/s-class
+    # Optional cluster-level growth/overlap/contention terms (lyasched.commshape, fitted across
+    # applications by lyasched.calibration.leave_one_app_out); None = the plain ring model.
+    shape: "CommShape | None" = None
 
     @property
     def total_gpus(self) -> int:
@@ -62,6 +72,13 @@ class ClusterSpec:
         """Every GPU count the cluster can ever give one job (capped by ``max_gpus``)."""
         top = self.total_gpus if max_gpus is None else min(self.total_gpus, max_gpus)
         return tuple(range(1, top + 1))
+
+
+def balanced(g: int, nodes: int) -> tuple[int, ...]:
+    """g GPUs spread as evenly as possible over ``nodes`` nodes (at most g)."""
+    nodes = max(1, min(nodes, g))
+    q, r = divmod(g, nodes)
+    return tuple(q + 1 if i < r else q for i in range(nodes))
 
 
 def ring_allreduce_time(nbytes: float, g: int, link: Link) -> float:
@@ -79,9 +96,20 @@ class CostModel:
 
     def comm_time(self, profile: Profile, g: int, spans_nodes: bool) -> float:
         link = self.cluster.inter if spans_nodes else self.cluster.intra
-        return ring_allreduce_time(profile.grad_bytes, g, link)
+        scale = profile.comm_scale_inter if spans_nodes else profile.comm_scale_intra
+        return scale * ring_allreduce_time(profile.grad_bytes, g, link)
 
     def iter_time(self, profile: Profile, global_batch: int, g: int, spans_nodes: bool = False) -> float:
+        shape = self.cluster.shape
+        if shape is not None and g > 1:
+            # v = this model's 2-GPU one-node all-reduce time; the shape scales it to (g, nodes)
+            gpn = max(1, self.cluster.gpus_per_node)
+            nodes = max(2, -(-g // gpn)) if spans_nodes else 1
+            placement = balanced(g, nodes)
+            v = self.comm_time(profile, 2, False)
+            if spans_nodes and profile.comm_scale_intra > 0:  # a learned inter factor, relative to the intra one
+                v *= profile.comm_scale_inter / profile.comm_scale_intra
+            return shape.step_time(profile.step_time(global_batch / g), v, placement)
         return profile.step_time(global_batch / g) + self.comm_time(profile, g, spans_nodes)
 
     def iter_time_placement(
@@ -107,8 +135,7 @@ class CostModel:
         compute = profile.step_time(local_batch)
         if g == 1:
             return compute
-        link = self.cluster.inter if len(placement) > 1 else self.cluster.intra
-        comm = ring_allreduce_time(profile.grad_bytes, g, link)
+        comm = self.comm_time(profile, g, len(placement) > 1)
         compute *= slowdown
         if comm <= 0.0:
             return compute

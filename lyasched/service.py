@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import sqlite_utils
 
+from lyasched import learn, startup  # learning from reported step times; the start-up term
 from lyasched.config import Config
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
@@ -222,6 +223,7 @@ class Service:
         self._rows_used: set[tuple] = set()  # keys read this slot: the others are dropped after it
         self._device = "gpu"  # cost-table device key, set each slot from the nodes' GPU type
         self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
+        self._cluster: ClusterSpec | None = None  # the last slot's, for lyasched.learn
         self._accounting: bool | None = None
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
@@ -321,6 +323,7 @@ class Service:
         )
         cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
         cost = CostModel(cluster)
+        self._cluster = cluster  # lyasched.learn refits profiles against it
         device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
         self._device = device
         self._corrections = {}
@@ -513,7 +516,7 @@ class Service:
             upd.update(state="finished", ended=job.end_time, reason=f"finished: {job.state}")
             if ran:
                 upd.update(started=job.start_time, observed=observed)
-            self._finish(row, job.state, observed, device)
+            self._finish({**row, **upd}, job.state, observed, device)  # with its start time (lyasched.learn)
             report.finished.append(job.job_id)
         elif job.pending and not job.held_by_service and st == "waiting":
             # Released by someone else (an operator) or by a slot that died before recording it.
@@ -553,7 +556,10 @@ class Service:
                     "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
                     "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
                 })
-            costtable.refine(self.db, row["sig"], device, float(pred), float(observed))
+            # lyasched.learn: a job that reported its step times refits the profile instead
+            if not learn.job_ended(self.db, row, device, self._cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
+                costtable.refine(self.db, row["sig"], device, *startup.steady(float(pred), float(observed),
+                                                                              startup.seconds(self.db)))
             records.upsert_job(self.db, row["uid"], refined=1)
         except ValueError as e:
             log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
@@ -609,14 +615,15 @@ class Service:
 
     def _waiting(self, s: CostSummary, job: SlurmJob, cost: CostModel) -> WaitingJob:
         correction = self._correction(s.sig)
-        key = (s.uid, job.job_id, cost.cluster, correction)
+        profile, startup_s = learn.waiting_inputs(self.db, s, self._device)  # learned profile, start-up term
+        key = (s.uid, job.job_id, cost.cluster, correction, profile, startup_s)
         self._rows_used.add(key)
         wj = self._rows.get(key)
         if wj is None:
             limit = job.time_limit if math.isfinite(job.time_limit) else None
             j = Job(
                 job_id=job.job_id,
-                profile=s.to_profile(),
+                profile=profile,
                 global_batch=s.global_batch,
                 iterations=s.iterations,
                 submit_time=job.submit_time or self.clock(),
@@ -635,6 +642,7 @@ class Service:
                 run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
+            wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
             self._rows[key] = wj
             records.upsert_job(
                 self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),

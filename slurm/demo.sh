@@ -41,7 +41,9 @@ echo "demo: lyasched serve running (pid $serve_pid, db $DIR/lyasched.db)"
 
 submit() {  # submit NAME ARGS... -> job id
   local name=$1; shift
-  runuser -u "$USER_" -- "$BIN/lyasub" --parsable --no-profile --db "$DIR/jobs/lyasub.db" --time 10 \
+  # from a directory the user can write, as a user would: the job reports its step times there
+  local lyasub; lyasub=$(cd "$BIN" && pwd)/lyasub
+  cd "$DIR/jobs" && runuser -u "$USER_" -- "$lyasub" --parsable --no-profile --db "$DIR/jobs/lyasub.db" --time 10 \
     --job-name "$name" --output "$DIR/jobs/%j.out" --model mlp "$@" \
     -- "$REPO/jobscripts/train_example.py" --model mlp | tail -n 1
 }

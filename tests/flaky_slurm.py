@@ -47,7 +47,7 @@ TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct")
 WORKER_KEYS = {
     "hello": ("scontrol", "scontrol show"), "config": ("scontrol", "scontrol show"),
     "nodes": ("scontrol", "scontrol show"), "jobs": ("squeue", "squeue"), "job": ("squeue", "squeue"),
-    "jobs_delta": ("squeue", "squeue"),
+    "jobs_delta": ("squeue", "squeue"), "work_dir": ("scontrol", "scontrol show"),
     "release": ("scontrol", "scontrol release"), "hold": ("scontrol", "scontrol hold"),
     "cancel": ("scancel", "scancel"), "submit": ("sbatch", "sbatch"),
 }
@@ -158,7 +158,7 @@ def worker() -> int:
         if action == "hang":
             time.sleep(float(os.environ.get("FLAKY_HANG_S", "3600")))
             raise RuntimeError("Socket timed out on send/recv operation [flaky_slurm: hang ended]")
-        if op == "job" and args and str(args[0]) in hidden:
+        if op in ("job", "work_dir") and args and str(args[0]) in hidden:
             raise RuntimeError("Invalid job id specified")
         out = call()
         if op == "jobs" and hidden:

@@ -117,7 +117,8 @@ def test_benchmark_script_json(tmp_path):
     app.mkdir()
     (app / "placements.csv").write_text((DATA / "placements_cifar10_subset.csv").read_text())
     out = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(tmp_path), "--json"],
+        [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--protocol", "per-app", "--profiles",
+         str(tmp_path), "--json"],
         capture_output=True, text=True, check=True, cwd=tmp_path,
     )
     doc = json.loads(out.stdout)
@@ -152,3 +153,30 @@ def test_iter_time_placement_links_overlap_and_slowdown():
     assert cm.iter_time_placement(prof, 32, (2, 2), slowdown=1.5) == pytest.approx(1.5 * prof.step_time(32) + inter)
     with pytest.raises(ValueError):
         cm.iter_time_placement(prof, 32, ())
+
+
+def test_benchmark_leave_one_app_out_json(tmp_path):
+    """Two clusters: the Pollux subsets (2 apps) and a one-app cluster, which borrows the shape of
+    the others. Every app is scored; the protocol and the fitted placement are reported."""
+    pollux, other = tmp_path / "pollux", tmp_path / "other"
+    for app, src in (("cifar10", "placements_cifar10_subset.csv"), ("imagenet", "placements_imagenet_subset.csv")):
+        (pollux / app).mkdir(parents=True)
+        (pollux / app / "placements.csv").write_text((DATA / src).read_text())
+    (other / "solo").mkdir(parents=True)
+    (other / "solo" / "placements.csv").write_text((DATA / "placements_cifar10_subset.csv").read_text())
+    (other / "CLUSTER").write_text("elsewhere\n")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(pollux), "--profiles",
+         str(other), "--json"], capture_output=True, text=True, check=True,
+    )
+    doc = json.loads(out.stdout)
+    assert doc["protocol"] == "leave-one-app-out"
+    assert set(doc["apps"]) == {"pollux/cifar10", "pollux/imagenet", "elsewhere/solo"}
+    assert doc["apps"]["pollux/cifar10"]["fit"]["shape_fitted_on"] == ["pollux/imagenet"]
+    assert doc["apps"]["elsewhere/solo"]["fit"]["shape_fitted_on"] == ["pollux/cifar10", "pollux/imagenet"]
+    assert doc["apps"]["pollux/cifar10"]["fit"]["fitted_on"] == "2222"
+    assert doc["overall"]["rows"] == sum(a["all"]["rows"] for a in doc["apps"].values()) > 300
+    assert 0 < doc["overall"]["median_abs_rel_err"] < 0.15
+    one = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(other)],
+                         capture_output=True, text=True)
+    assert one.returncode == 2 and "at least two applications" in one.stderr

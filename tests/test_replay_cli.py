@@ -97,15 +97,36 @@ def test_trace_window_and_load(trace):
         (["--param", "fifo.V=3"], "has no parameter"),
         (["--param", "nokey=3"], "no replayed policy"),
         (["--param", "V"], "KEY=VALUE"),
+        (["--policies", "lyapunov", "--param", "lyapunov.V=abc"], "lyapunov.V=abc: must be a number"),
+        (["--policies", "lyapunov", "--param", "V=-1"], "must be a number in [0,"),
+        (["--policies", "lyapunov", "--param", "V=nan"], "must be a number"),
+        (["--policies", "lyapunov", "--param", "lyapunov.exact_limit=2.5"], "must be an integer"),
+        (["--policies", "tiresias", "--param", "thresholds=10,5"], "ascending"),
+        (["--policies", "optimus", "--param", "gain=fast"], "one of absolute, relative"),
         (["--end", "10", "--start", "20"], "--end"),
         (["--slot", "0"], "--slot"),
     ],
 )
 def test_bad_options_one_line(trace, args, needle):
     r = run("-w", trace, "--nodes", "2", "--policies", "fifo", *args) if "--policies" not in args else run("-w", trace, "--nodes", "2", *args)
-    assert r.exit_code != 0
+    assert r.exit_code == 2
     assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert r.stdout == ""
+
+
+def test_synthetic_workload_and_efficiency_columns():
+    r = run("-w", "synth:jobs=40,nodes=2,cancel=0.3,fail=0.2", "--policies", "lyapunov,backfill", "--json")
+    assert r.exit_code == 0, r.output + r.stderr
+    out = json.loads(r.stdout)
+    assert out["workload"].startswith("synth:") and out["jobs"] == 40
+    for s in out["policies"].values():
+        assert s["gpu_s_vs_best"] >= 1.0 - 1e-9
+        assert 0 <= s["idle_fit_frac"] <= s["idle_wait_frac"] <= 1
+        assert 0 <= s["fewer_gpus"] <= 1 and 0 <= s["more_gpus"] <= 1
+    assert out["policies"]["backfill"]["fewer_gpus"] == out["policies"]["backfill"]["more_gpus"] == 0
+    bad = run("-w", "synth:jobs=abc", "--policies", "fifo")
+    assert bad.exit_code != 0 and "jobs='abc'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

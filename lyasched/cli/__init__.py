@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, str] = {
     "profiles": "lyasched.cli.profiles:profiles",
     "calibrate": "lyasched.cli.calibrate:calibrate",
     "serve": "lyasched.cli.serve:serve",
+    "whatif": "lyasched.cli.whatif:whatif",
 }
 
 

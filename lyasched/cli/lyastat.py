@@ -264,6 +264,7 @@ def show_queue(rdb, as_json: bool) -> None:
             "policy": slot["policy"],
             "error": slot["error"] or "",
         }
+    out["startup"] = [t.to_dict() for t in _startup_terms(rdb)]
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -280,8 +281,36 @@ def show_queue(rdb, as_json: bool) -> None:
     click.echo(f"free GPUs   {s['free_gpus']}   ({free})")
     click.echo(f"jobs        {s['waiting']} waiting, {s['running']} running at the last slot; "
                + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + " recorded")
+    click.echo(f"start-up    {_startup_line(rdb)}")
     if s["error"]:
         click.echo(f"error       {s['error']}")
+
+
+# ---------------------------------------------------------------- start-up term (lyasched.startup)
+
+
+def _startup_terms(rdb) -> list:
+    from lyasched import startup
+
+    return startup.terms(rdb)
+
+
+def _startup_dict(rdb) -> dict | None:
+    from lyasched import startup
+
+    t = startup.term(rdb)
+    return t.to_dict() if t else None
+
+
+def _startup_line(rdb) -> str:
+    """The start-up term every prediction includes (launch, imports, rendezvous)."""
+    from lyasched import startup
+
+    t = startup.term(rdb)
+    if t is None:
+        return "0 s in predictions: none learned yet (jobs that report steps teach it)"
+    return (f"{fmt_seconds(t.seconds)} included in predictions ({t.launcher} on {t.cluster}, median of "
+            f"{t.samples} job(s))")
 
 
 def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config: str | None = None) -> None:
@@ -314,7 +343,8 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
     ]
     if as_json:
         click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec,
-                               "work": row["work"], "time_limit": row["time_limit"]}, indent=2))
+                               "work": row["work"], "time_limit": row["time_limit"],
+                               "startup": _startup_dict(rdb)}, indent=2))
         return
     click.echo(format_table([view]))
     click.echo("")
@@ -324,6 +354,7 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
                    f"params={profile['params']} B={profile['global_batch']} iterations={profile['iterations']} "
                    f"GPUs {profile['min_gpus']}..{profile['max_gpus']} ({'measured' if profile['source'] == 'm' else 'estimated'})")
     click.echo(f"predicted   {fmt_seconds(view['predicted'])}   observed {fmt_seconds(view['observed'])}")
+    click.echo(f"start-up    {_startup_line(rdb)}")
     if per_gpus:
         allowed = [p for p in per_gpus if p["one_node"] is not None or p["multi_node"] is not None]
         click.echo("GPUS  ONE-NODE  MULTI-NODE")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import os
 import sys
@@ -12,61 +10,29 @@ from typing import Any
 import click
 
 from lyasched.policy import POLICIES, make_policy
-
-
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _accepts(name: str, key: str) -> bool:
-    mod, cls = POLICIES[name].split(":")
-    params = inspect.signature(getattr(importlib.import_module(mod), cls)).parameters
-    return key in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+from lyasched.policy.params import ParamError
+from lyasched.policy.params import parse_params as _parse
 
 
 def parse_params(items: tuple[str, ...], policies: list[str]) -> dict[str, dict[str, Any]]:
-    """``KEY=VALUE`` (every replayed policy that takes KEY) or ``POLICY.KEY=VALUE``."""
-    out: dict[str, dict[str, Any]] = {p: {} for p in policies}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE or POLICY.KEY=VALUE", param_hint="--param")
-        val = _value(raw)
-        pol, dot, k = key.rpartition(".")
-        if dot:
-            if pol not in POLICIES:
-                raise click.BadParameter(f"{item!r}: unknown policy {pol!r}", param_hint="--param")
-            if pol not in out:
-                raise click.BadParameter(f"{item!r}: policy {pol!r} is not being replayed", param_hint="--param")
-            if k == "seed" or not _accepts(pol, k):
-                raise click.BadParameter(f"{item!r}: policy {pol!r} has no parameter {k!r}", param_hint="--param")
-            out[pol][k] = val
-        else:
-            takers = [p for p in policies if _accepts(p, key)] if key != "seed" else []
-            if not takers:
-                raise click.BadParameter(f"{item!r}: no replayed policy has a parameter {key!r}", param_hint="--param")
-            for p in takers:
-                out[p][key] = val
-    return out
+    """``KEY=VALUE`` or ``POLICY.KEY=VALUE`` (lyasched.policy.params); a bad one is a usage error."""
+    try:
+        return _parse(items, policies)
+    except ParamError as e:
+        raise click.BadParameter(str(e), param_hint="--param") from None
 
 
 def _fmt_table(workload: str, summary: dict, info: str) -> str:
-    cols = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "max_wait_s", "makespan_s", "avg_slowdown", "gpu_util", "wall_s")
-    heads = ("policy", "avg JCT s", "p50 JCT s", "p99 JCT s", "avg wait s", "max wait s", "makespan s", "slowdown", "util", "sim s")
+    cols = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "max_wait_s", "makespan_s", "avg_slowdown", "gpu_util",
+            "gpu_s_vs_best", "idle_fit_frac", "fewer_gpus", "more_gpus", "wall_s")
+    heads = ("policy", "avg JCT s", "p50 JCT s", "p99 JCT s", "avg wait s", "max wait s", "makespan s", "slowdown", "util",
+             "GPU-s/best", "idle fit", "fewer", "more", "sim s")
     rows = []
     for name, s in summary["policies"].items():
         row = [name]
         for c in cols:
             v = s[c]
-            row.append(f"{v:.2f}" if c in ("avg_slowdown", "gpu_util", "wall_s") else f"{v:.0f}")
+            row.append(f"{v:.2f}" if c in ("avg_slowdown", "gpu_util", "wall_s", "gpu_s_vs_best", "idle_fit_frac", "fewer_gpus", "more_gpus") else f"{v:.0f}")
         rows.append(row)
     rows.append(["lower bound", f"{summary['lower_bound']['avg_jct_s']:.0f}"] + [""] * (len(cols) - 1))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
@@ -75,7 +41,7 @@ def _fmt_table(workload: str, summary: dict, info: str) -> str:
 
 
 @click.command("replay")
-@click.option("--workload", "-w", required=True, help="Built-in group (seed-small-scattered, seed-small-bursty, seed-large-scattered, seed-large-bursty) or a CSV trace path.")
+@click.option("--workload", "-w", required=True, help="Built-in group (seed-small-scattered, seed-small-bursty, seed-large-scattered, seed-large-bursty), a synthetic workload synth:[PRESET,]KEY=VALUE,... (docs/simulator.md) or a CSV trace path.")
 @click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Cluster nodes (default: the workload's cluster, or sized by --load).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node (default: 4/8 for built-ins, 8 for traces).")
@@ -115,7 +81,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                           max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
-                         restart_overhead=restart_overhead)
+                         restart_overhead=restart_overhead, end_fraction=w.end_fraction)
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]
     except (TraceError, ValueError, TypeError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None

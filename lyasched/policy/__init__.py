@@ -22,13 +22,13 @@ from lyasched.policy.state import (  # noqa: F401  (re-exported)
 
 POLICIES: dict[str, str] = {
     "lyapunov": "lyasched.policy.lyapunov:LyapunovPolicy",
-    "fixed-1": "lyasched.policy.baselines:FixedOne",
-    "random": "lyasched.policy.baselines:RandomGpus",
-    "fifo": "lyasched.policy.baselines:Fifo",
-    "backfill": "lyasched.policy.baselines:Backfill",
-    "sjf-oracle": "lyasched.policy.baselines:SjfOracle",
-    "optimus": "lyasched.policy.baselines:Optimus",
-    "tiresias": "lyasched.policy.baselines:Tiresias",
+    "fixed-1": "lyasched.policy.fixed_one:FixedOne",
+    "random": "lyasched.policy.random_gpus:RandomGpus",
+    "fifo": "lyasched.policy.fifo:Fifo",
+    "backfill": "lyasched.policy.backfill:Backfill",
+    "sjf-oracle": "lyasched.policy.sjf_oracle:SjfOracle",
+    "optimus": "lyasched.policy.optimus:Optimus",
+    "tiresias": "lyasched.policy.tiresias:Tiresias",
 }
 
 PREEMPTIVE = frozenset({"tiresias"})

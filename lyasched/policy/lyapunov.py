@@ -49,9 +49,12 @@ class RowCache:
         self.work = np.empty(capacity)
         self.submit = np.empty(capacity)
         self.best = np.empty(capacity)
+        self.req = np.empty(capacity, dtype=np.intp)  # requested count, or the nearest allowed
+        self.run_req = np.empty(capacity)  # run time there (one node when allowed)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
-        """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run."""
+        """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
+        requested count (nearest allowed), run time at the request."""
         n = len(jobs)
         width = len(jobs[0].run_one_node)
         if width != self.width or len(self.index) > 4 * n + 4096:
@@ -64,7 +67,8 @@ class RowCache:
                     idx[pos] = self._add(w)
         sel = np.fromiter(idx, dtype=np.intp, count=n)
         c = self.width if cols is None else min(cols, self.width)
-        return self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel]
+        return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
+                self.req[sel], self.run_req[sel])
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
@@ -75,11 +79,18 @@ class RowCache:
             self.work = np.concatenate([self.work, np.empty(grow)])
             self.submit = np.concatenate([self.submit, np.empty(grow)])
             self.best = np.concatenate([self.best, np.empty(grow)])
+            self.req = np.concatenate([self.req, np.empty(grow, dtype=np.intp)])
+            self.run_req = np.concatenate([self.run_req, np.empty(grow)])
         self.one[i] = w.run_one_node
         self.multi[i] = w.run_multi_node
         self.work[i] = w.work
         self.submit[i] = w.submit_time
         self.best[i] = min(w.run_one_node.min(), w.run_multi_node.min())
+        fm = np.fmin(w.run_one_node, w.run_multi_node)
+        ok = np.flatnonzero(np.isfinite(fm)) + 1
+        r = int(ok[np.lexsort((ok, np.abs(ok - w.requested_gpus)))[0]]) if ok.size else 1
+        self.req[i] = r
+        self.run_req[i] = fm[r - 1]
         self.keep.append(w)
         self.index[id(w)] = i
         return i
@@ -89,10 +100,15 @@ class RowCache:
 class LyapunovPolicy:
     """Drift-plus-penalty over (Q, Z); V trades completion time against queue growth."""
 
-    V: float = 2.5  # tuned on the seed groups: benchmarks/v_sweep.py
+    V: float = 5.0  # chosen on the design workloads of benchmarks/robustness.py (with the fill step)
     externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
+    q_credit: str = "capped"  # a start's actual-queue credit: its work capped at the mean work ("work": uncapped)
     relative: bool = True  # externality relative to the job shortest-first would start instead
+    max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this (inf = off: on the design sweep it only cost)
+    max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
+    lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
+    min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
@@ -109,15 +125,38 @@ class LyapunovPolicy:
         """
         jobs = state.waiting
         n = len(jobs)
-        one, multi, work, submit, best = self._rows.arrays(jobs, cols)
+        one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)  # all counts: best needs them
         wait = state.now - submit
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
         z = float(wait.sum())
         theta = q + z
-        finite_best = np.where(np.isfinite(best), best, 0.0)
-        gain = self.q_weight * q * work + z * (wait + state.slot_len)  # drift reduction of starting the job now
         total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        # Stability: a configuration beyond the request burns GPU-seconds the arrivals will need;
+        # allowed only while the recent offered load divided by its efficiency relative to the
+        # request stays at most max_load (no arrival history on the state: never beyond the request).
+        # Masked configurations are out of the job's best too, so the allowed ones are not all
+        # charged against a configuration it may not take.
+        gk = np.arange(1, one.shape[1] + 1)
+        with np.errstate(invalid="ignore"):
+            fm = np.fmin(one, multi)
+            if math.isfinite(self.max_load):
+                rho = self._offered_load(state, run_req, total_gpus)
+                over = (gk[None, :] > req[:, None]) & (rho[:, None] * gk[None, :] * fm > self.max_load * req[:, None] * run_req[:, None])
+                over &= fm > self.lock_free
+            else:
+                over = np.zeros(fm.shape, dtype=bool)
+            # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
+            over |= (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
+        if over.any():
+            one = np.where(over, np.inf, one)
+            multi = np.where(over, np.inf, multi)
+            best = np.fmin(one, multi).min(axis=1)
+        if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
+            one, multi = one[:, :cols], multi[:, :cols]
+        finite_best = np.where(np.isfinite(best), best, 0.0)
+        credit = work if self.q_credit == "work" else np.minimum(work, q / n) if self.q_credit == "capped" else np.full(n, q / n)  # noqa: E501
+        gain = self.q_weight * q * credit + z * (wait + state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
         g = np.arange(1, one.shape[1] + 1, dtype=float)
         # Other waiting jobs left without even one GPU if this job takes g of the free ones:
@@ -150,7 +189,23 @@ class LyapunovPolicy:
             s = gain[:, None] - self.V * theta * pen
             return np.where(np.isfinite(run), s, -np.inf)
 
-        return score(one), score(multi), q, z, {"work": work, "wait": wait, "best": best}
+        s_one, s_multi = score(one), score(multi)
+        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit}
+        return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _offered_load(self, state: SlotState, horizon: np.ndarray, total_gpus: int) -> np.ndarray:
+        """Recent offered load per job: requested GPU-seconds submitted in the last
+        max(its run at the request, min_window) seconds, over that window, over the GPUs.
+        inf when the state carries no arrival history."""
+        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
+        n = len(horizon)
+        if t is None or cum is None or len(t) == 0:
+            return np.full(n, np.inf)
+        win = np.maximum(np.where(np.isfinite(horizon), horizon, self.min_window), self.min_window)
+        span = np.maximum(np.minimum(win, state.now - float(t[0])), state.slot_len)
+        lo = np.searchsorted(t, state.now - span, side="left")
+        before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
+        return (float(cum[-1]) - before) / span / max(1, total_gpus)
 
     def decide(self, state: SlotState) -> SlotResult:
         if not state.waiting:
@@ -200,6 +255,8 @@ class LyapunovPolicy:
                 solver = "greedy"
         if solver == "greedy":
             starts = self._greedy(state, s_one, s_multi, cand, free)
+        if free.total > 0 and len(starts) < len(state.waiting):
+            starts += self._fill(state, arr, free)
         idx = list(self._started)
         q_after = q - float(arr["work"][idx].sum())
         z_after = z - float(arr["wait"][idx].sum())
@@ -208,6 +265,45 @@ class LyapunovPolicy:
         if not starts and cand.size == 0:
             info["wake_at"] = self._wake_at(state, s_one, s_multi, arr, q, z)
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
+
+    def _fill(self, state: SlotState, arr: dict, free: FreeGpus) -> list[Decision]:
+        """Work conservation: GPUs the scores left free go to waiting jobs that fit at their request.
+
+        Shortest estimated GPU-time at the request first. Fewer GPUs than asked stay the scores'
+        choice (bounded by ``max_stretch``): filling only ever gives a job what it asked for.
+        """
+        req, run_req, one, multi = arr["req"], arr["run_req"], arr["one"], arr["multi"]
+        n = len(req)
+        left = np.ones(n, dtype=bool)
+        left[self._started] = False
+        k = one.shape[1]
+        gk = np.arange(1, k + 1)
+        with np.errstate(invalid="ignore"):
+            fm = np.fmin(one, multi)
+            ok = np.isfinite(fm) & (gk[None, :] == req[:, None])
+        ok[~left] = False
+        has = ok.any(axis=1)
+        gmin = np.where(has, ok.argmax(axis=1) + 1, k + 1)
+        key = req * run_req
+        cand = np.flatnonzero(has & (gmin <= free.total))
+        out: list[Decision] = []
+        gpn = state.gpus_per_node
+        for j in cand[np.lexsort((cand, key[cand]))]:
+            if free.total < gmin[j]:
+                continue
+            for g in np.flatnonzero(ok[j]) + 1:  # the request
+                g = int(g)
+                pl = None
+                if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
+                    pl = free.take(g, True)
+                elif g <= multi.shape[1] and np.isfinite(multi[j, g - 1]) and free.fits(g, False):
+                    pl = free.take(g, False)
+                if pl is not None:
+                    out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
+                    break
+            if free.total == 0:
+                break
+        return out
 
     def _wake_at(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float, z: float) -> float:
         """Earliest time a configuration that fits now gets a positive score, if nothing else changes.
@@ -225,7 +321,7 @@ class LyapunovPolicy:
             return math.inf
         if vtheta <= 0:
             return state.now
-        gain = (self.q_weight * q * arr["work"] + z * (arr["wait"] + state.slot_len))[:, None]
+        gain = (self.q_weight * q * arr["credit"] + z * (arr["wait"] + state.slot_len))[:, None]
         s0 = np.where(ok, s, -1.0)
         pen = np.where(ok, (gain - s0) / vtheta, 0.0)
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen

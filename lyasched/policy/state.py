@@ -56,6 +56,7 @@ class RunningJob:
     expected_end: float
     attained: float = 0.0  # GPU-seconds received so far (for LAS-style policies)
     preemptible: bool = False
+    predicted_end: float = math.nan  # start + predicted run time (lyapunov's release forecast); nan = unknown
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ class SlotState:
     gpus_per_node: int
     waiting: tuple[WaitingJob, ...]
     running: tuple[RunningJob, ...] = ()
+    # Recent arrival history, for an arrival-rate estimate (lyapunov): submit times of the jobs
+    # submitted before ``now`` (ascending; finished, running and waiting alike) and the running
+    # sum of their requested GPU-seconds as estimated at submission (requested GPUs x predicted
+    # run time there). None = unknown: the policy then never hands out more GPUs than asked.
+    arrivals_t: np.ndarray | None = None
+    arrivals_cum_gpu_s: np.ndarray | None = None
 
     @property
     def max_gpus(self) -> int:
@@ -193,6 +200,13 @@ class FreeGpus:
             self._move(node, self.free[node] - n)
         self.total -= g
         return tuple(sorted(out))
+
+
+    def give(self, placement: Placement) -> None:
+        """Return a placement's GPUs (undo a `take`)."""
+        for node, n in placement:
+            self._move(node, self.free[node] + n)
+        self.total += sum(n for _, n in placement)
 
 
 def apply(free: list[int], placement: Placement) -> None:

@@ -182,6 +182,67 @@ class MLP(nn.Module):
         return self.net(x)
 
 
+# ---------------------------------------------------------------- recommendation (embedding-heavy)
+
+
+class RecSys(nn.Module):
+    """DLRM-like click model: a large embedding table (most of the parameters, little compute)
+    looked up by a few categorical ids per sample, plus a small MLP over dense features.
+    Its gradient is dense (DDP all-reduces the whole table), so communication dominates."""
+
+    def __init__(self, rows: int = 200_000, dim: int = 64, fields: int = 8, dense: int = 13, width: int = 128) -> None:
+        super().__init__()
+        self.rows, self.fields, self.dense = rows, fields, dense
+        self.emb = nn.EmbeddingBag(rows, dim, mode="sum")
+        self.bottom = nn.Sequential(nn.Linear(dense, dim), nn.ReLU())
+        self.top = nn.Sequential(nn.Linear(dim * 2, width), nn.ReLU(), nn.Linear(width, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ids = x[:, self.dense:].long()  # the ids travel as floats in one input tensor
+        e = self.emb(ids)
+        return self.top(torch.cat([self.bottom(x[:, : self.dense]), e], dim=1))
+
+
+def recsys_batches(rows: int, fields: int, dense: int) -> Callable[[int, Any], Batch]:
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        ids = torch.randint(0, rows, (b, fields), device=device).float()
+        x = torch.cat([torch.randn(b, dense, device=device), ids], dim=1)
+        return x, torch.randint(0, 2, (b,), device=device)
+
+    return make_batch
+
+
+# ---------------------------------------------------------------- transformer language model
+
+
+class TinyLM(nn.Module):
+    """Small causal transformer language model (token + position embeddings, pre-norm encoder
+    layers with a causal mask, tied output projection)."""
+
+    def __init__(self, vocab: int = 8000, dim: int = 128, layers: int = 2, heads: int = 4, seq: int = 32) -> None:
+        super().__init__()
+        self.seq = seq
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.zeros(seq, dim))
+        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok(x) + self.pos[: x.shape[1]]
+        h = self.norm(self.blocks(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True))
+        return (h @ self.tok.weight.t()).flatten(0, 1)  # (b*seq, vocab)
+
+
+def token_batches(vocab: int, seq: int) -> Callable[[int, Any], Batch]:
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        x = torch.randint(0, vocab, (b, seq), device=device)
+        return x, torch.randint(0, vocab, (b * seq,), device=device)
+
+    return make_batch
+
+
 # ---------------------------------------------------------------- factories (the library)
 
 
@@ -209,6 +270,22 @@ def mlp(input_dim: int = 784, width: int = 512, depth: int = 2, classes: int = 1
                      args=dict(input_dim=input_dim, width=width, depth=depth, classes=classes))
 
 
+def recsys(rows: int = 200_000, dim: int = 64, fields: int = 8, dense: int = 13, width: int = 128,
+           name: str = "recsys") -> ModelSpec:
+    """Embedding-heavy recommendation model (12.8 M embedding parameters by default)."""
+    return ModelSpec(name, RecSys(rows, dim, fields, dense, width), recsys_batches(rows, fields, dense),
+                     optimizer=lambda ps: torch.optim.SGD(ps, lr=0.01),
+                     args=dict(rows=rows, dim=dim, fields=fields, dense=dense, width=width))
+
+
+def transformer(vocab: int = 8000, dim: int = 128, layers: int = 2, heads: int = 4, seq: int = 32,
+                name: str = "transformer") -> ModelSpec:
+    """Small causal transformer language model over random tokens."""
+    return ModelSpec(name, TinyLM(vocab, dim, layers, heads, seq), token_batches(vocab, seq),
+                     optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3),
+                     args=dict(vocab=vocab, dim=dim, layers=layers, heads=heads, seq=seq))
+
+
 # name -> (factory, default keyword arguments); `--arg k=v` overrides the defaults.
 EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "mlp": (mlp, {}),
@@ -218,6 +295,8 @@ EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "vgg": (vgg, {}),
     "vgg11": (vgg, dict(width=64)),
     "mobilenet": (mobilenet, {}),
+    "recsys": (recsys, {}),
+    "transformer": (transformer, {}),
 }
 
 

@@ -39,10 +39,27 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
+# Other domains, for the synthetic workloads (lyasched.sim.synth) only: kept out of MODELS so the
+# seed groups and the trace mapping, which index MODELS, stay as they were. Timings are plausible
+# V100 fp32 figures per sample (a sequence, an utterance, a batch row), same caveats as above.
+OTHER_MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec("bert_base", 110_000_000, 0.020, 6.0e-3, 120e6, 32),  # language, seq 128
+        ModelSpec("gpt2_medium", 355_000_000, 0.030, 18.0e-3, 300e6, 8),  # language, seq 1024
+        ModelSpec("transformer_big", 213_000_000, 0.025, 9.0e-3, 200e6, 16),  # translation
+        ModelSpec("deepspeech2", 87_000_000, 0.020, 8.0e-3, 250e6, 16),  # speech
+        ModelSpec("wav2vec2_base", 95_000_000, 0.025, 10.0e-3, 300e6, 8),  # speech
+        ModelSpec("dlrm", 540_000_000, 0.010, 0.02e-3, 2e6, 2048),  # recommendation: embedding-heavy
+        ModelSpec("ncf", 30_000_000, 0.004, 0.01e-3, 1e6, 1024),  # recommendation, small
+    )
+}
+
 # dataset -> (samples per epoch, per-sample time divisor, activation memory divisor)
 DATASETS: dict[str, tuple[int, float, float]] = {
     "cifar10": (50_000, 3.0, 10.0),
     "imagenet": (1_281_167, 1.0, 1.0),
+    "native": (1_000_000, 1.0, 1.0),  # the model's own input (OTHER_MODELS): timings as listed
 }
 
 # weights + gradients + SGD momentum in fp32, plus ~1 GB of CUDA context and workspace
@@ -52,11 +69,11 @@ _CONTEXT_BYTES = 1.0e9
 
 def profile(model: str, dataset: str = "imagenet") -> Profile:
     """The cost-model profile of ``model`` trained on ``dataset``."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    if model not in MODELS and model not in OTHER_MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join([*MODELS, *OTHER_MODELS])}")
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
-    m = MODELS[model]
+    m = MODELS[model] if model in MODELS else OTHER_MODELS[model]
     _, beta_div, mem_div = DATASETS[dataset]
     return Profile(
         model=f"{model}/{dataset}",

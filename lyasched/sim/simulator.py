@@ -69,6 +69,7 @@ class JobRecord:
     job: Job
     factor: float  # true / predicted run time
     best_true_run: float  # shortest true run time over the job's allowed configurations
+    best_gpu_s: float = math.nan  # fewest true GPU-seconds over the job's allowed configurations
     first_start: float = math.nan
     end: float = math.nan
     run_s: float = 0.0  # time spent holding GPUs (restart overheads included)
@@ -124,6 +125,7 @@ class _Running:
     true_full: float  # true run time of the whole job on this configuration
     expected_end: float
     token: int
+    predicted_end: float = math.nan
 
 
 def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
@@ -154,6 +156,7 @@ class Simulation:
         estimate_error: float = DEFAULT_ESTIMATE_ERROR,
         seed: int = 0,
         restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
+        end_fraction: dict[str, float] | None = None,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -169,17 +172,35 @@ class Simulation:
         self.restart_overhead = float(restart_overhead)
         self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
+        if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
+            for i, j in enumerate(self.jobs):
+                f = end_fraction.get(j.job_id)
+                if f is not None:
+                    if not 0.0 < f <= 1.0:
+                        raise ValueError(f"end fraction of job {j.job_id} must be in (0, 1], got {f}")
+                    self.factors[i] *= f
         self._templates: dict[tuple, WaitingJob] = {}
         self._best = np.empty(len(self.jobs))
+        self._best_gpu = np.empty(len(self.jobs))
+        # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
+        # sum of requested GPU-seconds as predicted at submission
+        self._arr_t = np.array([j.submit_time for j in self.jobs], dtype=float)
+        self._arr_cum = np.empty(len(self.jobs))
+        gcount = np.arange(1, self.row_len + 1, dtype=float)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
             best = t.best_run * j.iterations
+            self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
+            r = min(j.requested_gpus, self.row_len)
+            pr = t.run_one_node[r - 1] if math.isfinite(t.run_one_node[r - 1]) else t.run_multi_node[r - 1]
+            self._arr_cum[i] = r * pr * j.iterations if math.isfinite(pr) else best * r
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
                     f"{cluster.nodes}x{cluster.gpus_per_node} GPUs: no allowed GPU count"
                 )
             self._best[i] = best
+        np.cumsum(self._arr_cum, out=self._arr_cum)
 
     # --- rows -------------------------------------------------------------------------
     def _template(self, job: Job) -> WaitingJob:
@@ -237,7 +258,9 @@ class Simulation:
         jobs, factors = self.jobs, self.factors
         n = len(jobs)
         best_true = self.best_true_runs()
-        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i])) for i, j in enumerate(jobs)]
+        best_gpu = self._best_gpu * factors
+        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
+                   for i, j in enumerate(jobs)]
         frac = [1.0] * n
         attained = [0.0] * n
         tokens = [0] * n
@@ -350,6 +373,7 @@ class Simulation:
                                     expected_end=r.expected_end,
                                     attained=attained[r.idx],
                                     preemptible=False,
+                                    predicted_end=r.predicted_end,
                                 )
                         if len(run_objs) != len(running):
                             for k in [k for k in run_objs if k not in running]:
@@ -365,6 +389,7 @@ class Simulation:
                                 expected_end=r.expected_end,
                                 attained=attained[r.idx] + r.gpus * (t - r.start),
                                 preemptible=preemptive,
+                                predicted_end=r.predicted_end,
                             )
                             for r in running.values()
                         )
@@ -375,6 +400,8 @@ class Simulation:
                         gpus_per_node=gpn,
                         waiting=waiting_view,
                         running=running_view,
+                        arrivals_t=self._arr_t[:next_arrival],
+                        arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
                     )
                     c0 = time.perf_counter()
                     res = policy.decide(state)
@@ -416,7 +443,8 @@ class Simulation:
                         expected = t + (max(predicted, limit) if math.isfinite(limit) else predicted)
                         tokens[i] += 1
                         running[i] = _Running(
-                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i]
+                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i],
+                            t + predicted,
                         )
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
 
@@ -32,6 +32,8 @@ class Workload:
     jobs: tuple[Job, ...]
     cluster: ClusterSpec  # the default cluster (used when --nodes is not given)
     description: str = ""
+    # job id -> share of its run a job does before it ends early (cancelled/failed; synthetic workloads)
+    end_fraction: dict = field(default_factory=dict)
 
 
 # 25 Gb/s Ethernet between nodes, NVLink-class inside one: cross-node data parallelism
@@ -304,7 +306,22 @@ def load_workload(
     start: float | None = None,
     end: float | None = None,
 ) -> Workload:
-    """A built-in group by name or a CSV trace by path, on the cluster the options describe."""
+    """A built-in group by name, a ``synth:`` spec (lyasched.sim.synth) or a CSV trace by path,
+    on the cluster the options describe."""
+    from lyasched.sim.synth import is_synth, synth_workload
+
+    if is_synth(name):
+        try:
+            s = synth_workload(name, seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load)
+        except ValueError as e:
+            raise TraceError(str(e)) from None
+        jobs = list(s.jobs)
+        if start is not None or end is not None or max_jobs is not None:
+            rows = [TraceRow(k, j.submit_time, 1.0, 1, "") for k, j in enumerate(jobs)]
+            keep = {r.row for r in select_rows(rows, max_jobs, start, end)}
+            jobs = [j for k, j in enumerate(jobs) if k in keep]
+        ends = {j.job_id: s.end_fraction[j.job_id] for j in jobs if j.job_id in s.end_fraction}
+        return Workload(name=s.name, jobs=tuple(jobs), cluster=s.cluster, description=s.description, end_fraction=ends)
     if name in SEED_GROUPS:
         base = seed_workload(name, seed)
         rows = [
@@ -328,7 +345,7 @@ def load_workload(
             jobs = [_refit(j, cost) for j in jobs]
         return Workload(name=name, jobs=tuple(jobs), cluster=cluster, description=base.description)
     if not (name.endswith(".csv") or os.sep in name or os.path.exists(name)):
-        raise TraceError(f"unknown workload {name!r}: not a built-in ({', '.join(SEED_GROUPS)}) nor a CSV path")
+        raise TraceError(f"unknown workload {name!r}: not a built-in ({', '.join(SEED_GROUPS)}), a synth:... spec nor a CSV path")
     rows = select_rows(read_trace(name), max_jobs, start, end)
     gpn = gpus_per_node or TRACE_GPUS_PER_NODE
     if nodes is not None:

@@ -44,6 +44,10 @@ class Slurm(Protocol):
         """One job, any owner; None when Slurm does not know it (never existed, or purged)."""
         ...
 
+    def work_dir(self, job_id: str) -> str | None:
+        """The job's working directory (where it writes its reports); None when Slurm does not know it."""
+        ...
+
     def config(self) -> ClusterConfig:
         """Controller version, accounting, submit plugins (asked once, then remembered)."""
         ...

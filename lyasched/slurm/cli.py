@@ -51,6 +51,13 @@ class CliSlurm:
             return None
         return shown[0] if shown else None
 
+    def work_dir(self, job_id: str) -> str | None:
+        try:
+            shown = q.parse_show_job(self._run(q.show_job_args(job_id)))
+        except NoSuchJob:
+            return None
+        return next((j.extra.get("WorkDir") for j in shown if j.extra.get("WorkDir")), None)
+
     def config(self) -> ClusterConfig:
         if self._config is None:
             self._config = q.parse_config(self._run(q.config_args()))

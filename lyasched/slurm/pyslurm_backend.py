@@ -53,6 +53,7 @@ CALLS = {
     "jobs": "slurm_load_jobs",
     "jobs_delta": "slurm_load_jobs",
     "job": "slurm_load_job",
+    "work_dir": "slurm_load_job",
     "release": "slurm_update_job",
     "hold": "slurm_update_job",
     "cancel": "slurm_kill_job",
@@ -213,6 +214,9 @@ class PySlurm:
 
     def job(self, job_id: str) -> SlurmJob | None:
         return self._call("job", str(job_id))
+
+    def work_dir(self, job_id: str) -> str | None:
+        return self._call("work_dir", str(job_id))
 
     def config(self) -> ClusterConfig:
         if self._config is None:

@@ -167,6 +167,16 @@ class Worker:
                 return None
             raise
 
+    def work_dir(self, job_id: str) -> str | None:
+        try:
+            return self.ps.Job.load(int(job_id)).working_directory or None
+        except ValueError:
+            return None
+        except self.ps.RPCError as e:
+            if "Invalid job id" in str(e):
+                return None
+            raise
+
     # ------------------------------------------------------------ changing jobs
 
     def release(self, job_id: str) -> None:

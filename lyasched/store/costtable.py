@@ -9,6 +9,13 @@ Online refinement (docs/profiling.md): each entry carries a correction factor c 
 When a job finishes, r = observed / uncorrected-prediction is clamped to [0.25, 4] and
 c <- clamp((1 - W) * c + W * r, 0.5, 2) with W = 0.3; the corrected profile scales alpha and
 beta by c. A fresh measurement of the same key resets c (the new fit is the new baseline).
+
+Learning from every run (`lyasched.learn`, docs/profiling.md): a job that reports its step
+times adds a row to ``profile_runs``; the entry's learned profile (compute and per-link
+all-reduce factors, ``learned_json``) is refitted from every run since the entry was last
+profiled, c is reset (the learned fit is the new baseline), and ``profile_events`` keeps one
+line per change and why, which `lyasched profiles show` prints. Provenance: "profiled",
+"estimated", or "learned from N runs".
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ COLUMNS: dict[str, type] = {
     "step_points": str, "mem_points": str, "params": int, "bytes_per_param": int, "grad_bytes": int,
     "torch_version": str, "cuda_version": str, "created": str, "updated": str,
     "correction": float, "observations": int, "last_ratio": float, "result_json": str,
+    "learned_json": str, "learned_runs": int,
 }
+RUNS = "profile_runs"
+EVENTS = "profile_events"
 
 
 @dataclass(frozen=True)
@@ -63,13 +73,30 @@ class CostEntry:
     correction: float = 1.0
     observations: int = 0
     last_ratio: float | None = None  # last observed / uncorrected-predicted run time (unclamped)
+    learned_json: str | None = None  # the profile learned from reported runs (lyasched.learn), if any
+    learned_runs: int | None = 0
 
-    def profile(self, corrected: bool = True) -> Profile:
-        """The cost model's `Profile`; ``corrected`` scales alpha and beta by the correction factor."""
+    @property
+    def learned(self) -> dict[str, Any] | None:
+        return json.loads(self.learned_json) if self.learned_json else None
+
+    @property
+    def provenance(self) -> str:
+        """profiled / estimated / learned from N runs."""
+        if self.learned_runs:
+            return f"learned from {self.learned_runs} run{'s' if self.learned_runs != 1 else ''}"
+        return "profiled" if self.source == "measured" else "estimated"
+
+    def profile(self, corrected: bool = True, learned: bool = True) -> Profile:
+        """The cost model's `Profile`: the learned one where runs were reported (``learned``),
+        else the profiled one; ``corrected`` scales alpha and beta by the correction factor."""
         c = self.correction if corrected else 1.0
+        lp = (self.learned or {}) if learned else {}
         return Profile(
-            model=self.model, alpha=self.alpha * c, beta=self.beta * c, params=self.params,
-            bytes_per_param=self.bytes_per_param, mem_base=self.m0, mem_per_sample=self.m1, source=self.source,
+            model=self.model, alpha=float(lp.get("alpha", self.alpha)) * c, beta=float(lp.get("beta", self.beta)) * c,
+            params=self.params, bytes_per_param=self.bytes_per_param, mem_base=self.m0, mem_per_sample=self.m1,
+            source=self.source, comm_scale_intra=float(lp.get("comm_scale_intra", 1.0)),
+            comm_scale_inter=float(lp.get("comm_scale_inter", 1.0)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,6 +118,19 @@ def ensure_table(db: sqlite_utils.Database) -> None:
             not_null={"model", "source", "alpha", "beta", "params", "correction", "observations"},
             defaults={"correction": 1.0, "observations": 0},
         )
+    else:  # a table from before learning: add its columns
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({TABLE})").fetchall()}
+        for col, sqltype in (("learned_json", "TEXT"), ("learned_runs", "INTEGER DEFAULT 0")):
+            if col not in have:
+                try:
+                    db.execute(f"ALTER TABLE {TABLE} ADD COLUMN {col} {sqltype}")
+                except Exception:  # another process added it first
+                    pass
+    db.execute(f"CREATE TABLE IF NOT EXISTS {RUNS} (signature TEXT, device_type TEXT, job_id TEXT, "
+               "placement TEXT, local_bsz REAL, step_time REAL, time TEXT)")
+    db.execute(f"CREATE TABLE IF NOT EXISTS {EVENTS} (signature TEXT, device_type TEXT, time TEXT, event TEXT, "
+               "detail TEXT, alpha REAL, beta REAL, comm_scale_intra REAL, comm_scale_inter REAL)")
+
 
 
 def _entry(row: dict[str, Any]) -> CostEntry:
@@ -124,6 +164,20 @@ def get(db: sqlite_utils.Database, sig: str, device: str) -> CostEntry | None:
     ensure_table(db)
     row = _select(db, sig, normalise_device(device))
     return _entry(row) if row else None
+
+
+def learned_profile(db: sqlite_utils.Database, sig: str, device: str) -> Profile | None:
+    """The learned, uncorrected profile of (sig, device) when its jobs reported runs, else None.
+    One indexed read and no DDL (the service calls it for every waiting job every slot)."""
+    import sqlite3
+
+    try:
+        row = _select(db, sig, normalise_device(device))
+    except sqlite3.OperationalError:  # no table yet
+        return None
+    if not row or not row.get("learned_runs"):
+        return None
+    return _entry(row).profile(corrected=False)
 
 
 def get_profile(db: sqlite_utils.Database, sig: str, device: str, corrected: bool = True) -> Profile | None:
@@ -164,7 +218,7 @@ def put(db: sqlite_utils.Database, result: Any) -> CostEntry:
         "grad_bytes": int(d["params"]) * int(d.get("bytes_per_param") or 4),
         "torch_version": d.get("torch_version"), "cuda_version": d.get("cuda_version"),
         "created": now, "updated": now, "correction": 1.0, "observations": 0, "last_ratio": None,
-        "result_json": json.dumps(d),
+        "result_json": json.dumps(d), "learned_json": None, "learned_runs": 0,
     }
     cols = list(row)
     keep_created = [c for c in cols if c not in ("signature", "device_type", "created")]
@@ -178,9 +232,71 @@ def put(db: sqlite_utils.Database, result: Any) -> CostEntry:
         if old is not None and old["source"] == "measured" and source == "estimated":
             return _entry(old)
         db.execute(sql, [row[c] for c in cols])
+        _event(db, row["signature"], dev, now, "profiled" if source == "measured" else "estimated",
+               "new profile" + (" (replaces the previous one; learned runs restart)" if old else ""),
+               row["alpha"], row["beta"], 1.0, 1.0)
         stored = _select(db, row["signature"], dev)
     assert stored is not None
     return _entry(stored)
+
+
+def _event(db: sqlite_utils.Database, sig: str, dev: str, when: str, event: str, detail: str, alpha: float,
+           beta: float, ci: float, ce: float) -> None:
+    db.execute(f"INSERT INTO {EVENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [sig, dev, when, event, detail, alpha, beta, ci, ce])
+
+
+def events(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any]]:
+    """How (sig, device)'s profile changed and why, oldest first."""
+    ensure_table(db)
+    cur = db.execute(f"SELECT * FROM {EVENTS} WHERE signature = ? AND device_type = ? ORDER BY rowid",
+                     [sig, normalise_device(device)])
+    names = [c[0] for c in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def runs(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any]]:
+    """The reported runs the learned profile of (sig, device) is fitted on, oldest first."""
+    ensure_table(db)
+    cur = db.execute(f"SELECT * FROM {RUNS} WHERE signature = ? AND device_type = ? ORDER BY rowid",
+                     [sig, normalise_device(device)])
+    names = [c[0] for c in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: Any, model: str = "") -> CostEntry | None:
+    """Record one reported run (a `lyasched.learn.Run`) and refit the entry's learned profile
+    from every run since it was profiled (`lyasched.learn.refit` against ``cluster``, a
+    `ClusterSpec`). Resets the correction factor. ``model`` (the name the job reported) replaces
+    a placeholder model name (the service creates entries named by their signature). None when
+    there is no entry."""
+    from lyasched.learn import Run, refit
+
+    dev = normalise_device(device)
+    ensure_table(db)
+    now = _now()
+    label = "".join(map(str, run.placement)) if max(run.placement) < 10 else "-".join(map(str, run.placement))
+    with _Immediate(db):
+        old = _select(db, sig, dev)
+        if old is None:
+            return None
+        db.execute(f"INSERT INTO {RUNS} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   [sig, dev, run.job_id, label, float(run.local_bsz), float(run.step_time), now])
+        cur = db.execute(f"SELECT placement, local_bsz, step_time, job_id FROM {RUNS} WHERE signature = ? AND "
+                         "device_type = ? AND time >= ? ORDER BY rowid", [sig, dev, old["created"]])
+        seen = [Run(tuple(int(x) for x in (p.split("-") if "-" in p else p)), b, t, j) for p, b, t, j in cur.fetchall()]
+        base = _entry(old).profile(corrected=False, learned=False)
+        prof, why = refit(base, cluster, seen)
+        learned = {"alpha": prof.alpha, "beta": prof.beta, "comm_scale_intra": prof.comm_scale_intra,
+                   "comm_scale_inter": prof.comm_scale_inter, "why": why}
+        name = model if model and old["model"] == sig else old["model"]
+        db.execute(f"UPDATE {TABLE} SET learned_json = ?, learned_runs = ?, correction = 1.0, updated = ?, model = ? "
+                   "WHERE signature = ? AND device_type = ?", [json.dumps(learned), len(seen), now, name, sig, dev])
+        _event(db, sig, dev, now, f"learned from {len(seen)} run{'s' if len(seen) != 1 else ''}",
+               f"job {run.job_id or '?'} on {label} at local batch {run.local_bsz:g}: {run.step_time * 1e3:.2f} ms/step; "
+               + ("; ".join(why) or "nothing to refit"), prof.alpha, prof.beta, prof.comm_scale_intra,
+               prof.comm_scale_inter)
+        new = _select(db, sig, dev)
+    return _entry(new) if new else None
 
 
 def list_entries(db: sqlite_utils.Database) -> list[CostEntry]:
@@ -215,11 +331,15 @@ def refine(
             return None
         c = float(old["correction"])
         ratio = observed_s / predicted_s * (c if corrected else 1.0)
+        now, c_new = _now(), next_correction(c, ratio)
         db.execute(
             f"UPDATE {TABLE} SET correction = ?, observations = observations + 1, last_ratio = ?, updated = ? "
             "WHERE signature = ? AND device_type = ?",
-            [next_correction(c, ratio), ratio, _now(), sig, dev],
+            [c_new, ratio, now, sig, dev],
         )
+        _event(db, sig, dev, now, "run-time correction",
+               f"a job that did not report steps ran {ratio:.3f}x the uncorrected prediction: correction "
+               f"{c:.3f} -> {c_new:.3f}", float(old["alpha"]), float(old["beta"]), None, None)
         new = _select(db, sig, dev)
     return _entry(new) if new else None
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Measure DDP per-iteration times on this machine (gloo on CPU, 1-N processes): a third
+source of profiles for `benchmarks/cost_accuracy.py`, next to the two shared Pollux apps.
+
+For each model and each world size g it starts g processes (torch.multiprocessing, gloo,
+one intra-op thread each), and for each per-rank batch b times ``--iters`` DDP training
+steps (after ``--warmup``) and as many steps under ``no_sync()`` (no all-reduce). It writes
+``<out>/<model>/placements.csv`` in the shared format ``placement,local_bsz,step_time,sync_time``:
+placement is g (one node), step_time the median over iterations of the slowest rank's step,
+sync_time = max(0, step_time - the no_sync median). ``--repeats`` runs everything that many
+times, g = 1..N interleaved within each repeat, and keeps per row the smallest of the repeats'
+medians (``--stat min``, the default: on a machine shared with other work a slower repeat is
+other work interfering, as timeit assumes) or their median (``--stat median``). The 2 shared
+cores are noisy: run it under ``nice``.
+
+    nice python benchmarks/measure_ddp_profiles.py --out benchmarks/data/profiles \\
+        --models mlp,resnet,recsys,transformer --max-procs 4 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+DEFAULT_BATCHES = {"mlp": [8, 32, 64, 128], "resnet": [4, 8, 16, 32], "recsys": [16, 64, 256, 1024],
+                   "transformer": [2, 4, 8, 16], "mobilenet": [2, 4, 8, 16], "vgg": [2, 4, 8, 16]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, model: str, batches: list[int], iters: int, warmup: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from lyasched.profile.models import example
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(rank)
+    spec = example(model)
+    net = spec.model.train()
+    if world > 1:
+        net = DDP(net)
+    spec.model = net
+    opt = spec.make_optimizer()
+
+    def step(x, y) -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        spec.loss(net(x), y).backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    lines = []
+    for b in batches:
+        x, y = spec.make_batch(b, "cpu")
+        full, local = [], []
+        for i in range(warmup + iters):
+            t = torch.tensor([step(x, y)], dtype=torch.float64)
+            if world > 1:
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+            if i >= warmup:
+                full.append(float(t))
+        if world > 1:
+            for i in range(warmup + iters):
+                with net.no_sync():
+                    t = torch.tensor([step(x, y)], dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                if i >= warmup:
+                    local.append(float(t))
+        st = statistics.median(full)
+        sync = max(0.0, st - statistics.median(local)) if local else 0.0
+        lines.append(f"{world},{b},{st:.6f},{sync:.6f}\n")
+    if rank == 0:
+        Path(out).write_text("".join(lines))
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def measure(model: str, world: int, batches: list[int], iters: int, warmup: int) -> list[tuple[int, int, float, float]]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.csv")
+        mp.spawn(_worker, args=(world, _free_port(), model, batches, iters, warmup, out), nprocs=world, join=True)
+        rows = []
+        for line in Path(out).read_text().splitlines():
+            g, b, t, s = line.split(",")
+            rows.append((int(g), int(b), float(t), float(s)))
+        return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "data" / "profiles"))
+    ap.add_argument("--models", default="mlp,resnet,recsys,transformer")
+    ap.add_argument("--max-procs", type=int, default=4)
+    ap.add_argument("--iters", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stat", choices=["min", "median"], default="min", help="estimator across repeats")
+    args = ap.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in DEFAULT_BATCHES]
+    if unknown or args.max_procs < 2 or args.iters < 1 or args.repeats < 1:
+        print(f"error: unknown model(s) {unknown} or bad counts", file=sys.stderr)
+        return 2
+    est = min if args.stat == "min" else statistics.median
+    for model in models:
+        batches = DEFAULT_BATCHES[model]
+        runs: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        for rep in range(args.repeats):
+            for g in range(1, args.max_procs + 1):
+                t0 = time.time()
+                for gg, b, t, s in measure(model, g, batches, args.iters, args.warmup):
+                    runs.setdefault((gg, b), []).append((t, s))
+                print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s",
+                      file=sys.stderr, flush=True)
+        d = Path(args.out) / model
+        d.mkdir(parents=True, exist_ok=True)
+        with (d / "placements.csv").open("w") as fh:
+            fh.write(f"# measured by benchmarks/measure_ddp_profiles.py on {platform.node() or 'host'} "
+                     f"({os.cpu_count()} CPUs, shared, nice): DDP gloo CPU, 1 thread/rank, {args.stat} over "
+                     f"{args.repeats} repeat(s) of the median of {args.iters} iterations\n")
+            fh.write("placement,local_bsz,step_time,sync_time\n")
+            for (g, b), vals in sorted(runs.items()):
+                best = est(v[0] for v in vals)
+                sync = statistics.median(v[1] for v in vals)
+                fh.write(f"{g},{b},{best:.6f},{min(sync, best):.6f}\n")
+        print(f"wrote {d / 'placements.csv'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Robustness sweep: every policy on the seed groups, Philly windows and synthetic workloads.
+
+    python benchmarks/robustness.py [--quick] [--json] [--out DIR] [--only design|heldout]
+
+Per workload: avg JCT per policy, GPU-seconds per job, and lyapunov's ratios to backfill, to
+the best non-preemptive baseline that sees estimates (fixed-1, random, fifo, backfill,
+optimus), to sjf-oracle (true run times) and to tiresias (preemptive); then the worst case
+and the median of each ratio, overall and per set. ``design`` workloads are the ones looked
+at while designing the policy (seed groups, the two issue-8 shapes, the design synthetics);
+``heldout`` ones (Philly windows, held-out synthetics on other seeds and knob mixes) were not
+looked at before the first full run; ``heldout2`` ones (other windows and seeds) not before the
+second design change; ``heldout3`` not before the last (max_stretch 2 -> 3).
+``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
+Targets (issue 8): vs_backfill and vs_best_estimating <= 1.00 everywhere; vs_oracle worst
+<= 1.05 and median <= 0.85. Progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from lyasched.policy import make_policy
+from lyasched.policy.params import ParamError, parse_params
+from lyasched.sim import Simulation
+from lyasched.sim.metrics import summarize
+from lyasched.sim.synth import synth_workload
+from lyasched.sim.workloads import SEED_GROUPS, read_trace, seed_workload, select_rows, size_cluster, trace_jobs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
+POLICIES = ["lyapunov", "fixed-1", "random", "fifo", "backfill", "optimus", "sjf-oracle", "tiresias"]
+ESTIMATING = ["fixed-1", "random", "fifo", "backfill", "optimus"]
+RATIOS = ("vs_backfill", "vs_best_estimating", "vs_oracle", "vs_tiresias")
+
+# (spec, seed): looked at while designing the policy
+SYNTH_DESIGN = [
+    ("synth:production,jobs=1500", 0),
+    ("synth:production,jobs=1200,dur=const,arrival=diurnal,load=0.9", 0),
+    ("synth:mixed160", 0),
+    ("synth:mixed160,load=0.4", 1),
+    ("synth:jobs=300,one_gpu=0.9,dur=const,mean_h=4,load=1.0", 0),
+    ("synth:jobs=300,models=bad,arrival=bursts,load=1.2", 0),
+    ("synth:jobs=300,models=good,one_gpu=0.3,dur=bimodal,load=0.8", 0),
+]
+# (spec, seed): never run while designing; other seeds and knob mixes
+SYNTH_HELDOUT = [
+    ("synth:production,jobs=1500,load=0.8", 7),
+    ("synth:mixed160,load=1.2", 11),
+    ("synth:mixed160,arrival=bursts,bursts=3", 12),
+    ("synth:jobs=400,one_gpu=0.97,max_req=8,dur=heavy,arrival=diurnal,models=cnn,load=0.6,cancel=0.28,fail=0.2", 5),
+    ("synth:jobs=300,one_gpu=0.5,max_req=32,nodes=16,dur=heavy,models=mixed,load=1.0,cancel=0.2,fail=0.1", 6),
+    ("synth:jobs=300,one_gpu=0.2,max_req=16,dur=const,models=good,arrival=bursts,load=0.6", 8),
+    ("synth:jobs=300,one_gpu=0.8,max_req=4,dur=bimodal,models=bad,arrival=diurnal,load=1.2", 9),
+    ("synth:jobs=200,one_gpu=0.0,max_req=16,dur=heavy,models=mixed,load=0.8,fail=0.3", 10),
+]
+PHILLY_WINDOWS = [2000, 40000, 62000]  # first job of each 3,000-job window: September, October, November 2017
+# Round 2 (set "heldout2"): run only after the last design change (q_credit="capped"), which came
+# after round 1's held-out results had been seen once; other windows, other seeds.
+PHILLY_WINDOWS_2 = [12000, 30000, 52000, 75000]  # September-October, October, October-November, December
+# Round 3 (set "heldout3"): run only after max_stretch went from 2 to 3 (a change prompted by round 2's
+# Philly[12000] miss, accepted on the design set alone).
+PHILLY_WINDOWS_3 = [20000, 45000, 68000, 79000]
+SYNTH_HELDOUT_3 = [
+    ("synth:production,jobs=1500,load=0.8,arrival=diurnal,dur=heavy", 31),
+    ("synth:mixed160,load=0.9", 32),
+    ("synth:jobs=300,one_gpu=0.6,max_req=32,nodes=16,models=mixed,arrival=bursts,bursts=6,load=1.0,cancel=0.2", 33),
+    ("synth:jobs=300,one_gpu=0.95,max_req=4,gpn=8,dur=const,mean_h=6,models=bad,load=0.9", 34),
+]
+SYNTH_HELDOUT_2 = [
+    ("synth:production,jobs=1500,load=1.0,arrival=bursts,bursts=20", 21),
+    ("synth:mixed160,load=0.6", 22),
+    ("synth:mixed160,load=1.0,cancel=0.28,fail=0.2", 23),
+    ("synth:jobs=400,one_gpu=0.7,max_req=16,dur=bimodal,models=cnn,arrival=poisson,load=1.1", 24),
+    ("synth:jobs=300,one_gpu=0.4,max_req=24,nodes=12,dur=heavy,models=bad,arrival=diurnal,load=0.8", 25),
+    ("synth:jobs=300,one_gpu=0.9,max_req=8,gpn=8,dur=const,mean_h=12,models=good,load=0.7", 26),
+]
+
+
+def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
+    """The sweep's workloads: dict(name, set, jobs, cluster, end_fraction, seed)."""
+    out: list[dict] = []
+    design = only in (None, "design")
+    held = only in (None, "heldout")
+    held2 = only in (None, "heldout2")
+    held3 = only in (None, "heldout3")
+    if design:
+        for g in SEED_GROUPS:
+            for s in range(1 if quick else 5):
+                w = seed_workload(g, s)
+                out.append(dict(name=f"{g} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+        for spec, s in SYNTH_DESIGN[: 5 if quick else None]:
+            if quick:
+                spec = spec.replace("jobs=1500", "jobs=400")
+            w = synth_workload(spec, s)
+            out.append(dict(name=f"{w.name} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+    if held:
+        rows = select_rows(read_trace(trace))
+        for off in PHILLY_WINDOWS[:1] if quick else PHILLY_WINDOWS:
+            win = rows[off: off + (1000 if quick else 3000)]
+            for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
+                cl = size_cluster(win, load)
+                out.append(dict(name=f"philly[{off}:+{len(win)}] load {load}", set="heldout", jobs=tuple(trace_jobs(win, cl)),
+                                cluster=cl, end_fraction={}, seed=0))
+        for spec, s in SYNTH_HELDOUT[: 4 if quick else None]:
+            if quick:
+                spec = spec.replace("jobs=1500", "jobs=400")
+            w = synth_workload(spec, s)
+            out.append(dict(name=f"{w.name} seed {s}", set="heldout", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+    for name, on, windows, synth in (("heldout2", held2, PHILLY_WINDOWS_2, SYNTH_HELDOUT_2),
+                                     ("heldout3", held3, PHILLY_WINDOWS_3, SYNTH_HELDOUT_3)):
+        if on:
+            out += _heldout(name, windows, synth, quick, trace)
+    return out
+
+
+def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick: bool, trace: str) -> list[dict]:
+    """One later held-out round: Philly windows at four loads and synthetic workloads."""
+    out: list[dict] = []
+    rows = select_rows(read_trace(trace))
+    for off in windows[:1] if quick else windows:
+        win = rows[off: off + (1000 if quick else 3000)]
+        for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
+            cl = size_cluster(win, load)
+            out.append(dict(name=f"philly[{off}:+{len(win)}] load {load}", set=name, jobs=tuple(trace_jobs(win, cl)),
+                            cluster=cl, end_fraction={}, seed=0))
+    for spec, s in synth[: 2 if quick else None]:
+        if quick:
+            spec = spec.replace("jobs=1500", "jobs=400")
+        w = synth_workload(spec, s)
+        out.append(dict(name=f"{w.name} seed {s}", set=name, jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+    return out
+
+
+def run_one(w: dict, policies: list[str], params: dict[str, dict] | None = None) -> dict:
+    sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
+    per = {}
+    for p in policies:
+        per[p] = summarize(sim.run(make_policy(p, seed=w["seed"], **(params or {}).get(p, {})), name=p))
+    jct = {p: per[p]["avg_jct_s"] for p in policies}
+    ly = jct["lyapunov"]
+    best_est = min(ESTIMATING, key=lambda p: jct[p])
+    c = w["cluster"]
+    return {
+        "name": w["name"], "set": w["set"], "jobs": len(w["jobs"]), "cluster": f"{c.nodes}x{c.gpus_per_node}",
+        "avg_jct_s": jct,
+        "gpu_s_per_job": {p: per[p]["gpu_s_per_job"] for p in policies},
+        "gpu_s_vs_best": {p: per[p]["gpu_s_vs_best"] for p in policies},
+        "idle_fit_frac": {p: per[p]["idle_fit_frac"] for p in policies},
+        "fewer_gpus": {p: per[p]["fewer_gpus"] for p in policies},
+        "more_gpus": {p: per[p]["more_gpus"] for p in policies},
+        "best_estimating": best_est,
+        "vs_backfill": ly / jct["backfill"],
+        "vs_best_estimating": ly / jct[best_est],
+        "vs_oracle": ly / jct["sjf-oracle"],
+        "vs_tiresias": ly / jct["tiresias"],
+    }
+
+
+def summary(rows: list[dict]) -> tuple[dict, dict]:
+    worst = {k: float(max(r[k] for r in rows)) for k in RATIOS} if rows else {}
+    med = {k: float(np.median([r[k] for r in rows])) for k in RATIOS} if rows else {}
+    return worst, med
+
+
+def plot(rows: list[dict], out: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rows)), 5))
+    x = np.arange(len(rows))
+    for k, m in zip(RATIOS, "os^v"):
+        ax.plot(x, [r[k] for r in rows], m, label=k, alpha=0.8)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x)
+    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel("lyapunov avg JCT / other policy's")
+    ax.set_title("robustness sweep (held out: * round 1, ** round 2, *** round 3)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out, "robustness.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one seed, 1,000-job Philly windows at 2 loads, fewer synthetics")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
+    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3"), default=None)
+    ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
+    ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
+    a = ap.parse_args()
+    try:
+        params = parse_params(a.param, POLICIES)
+    except ParamError as e:
+        ap.exit(2, f"robustness.py: --param: {e}\n")
+    print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
+    ws = workloads(a.quick, a.only, a.trace)
+    rows = []
+    t0 = time.perf_counter()
+    for k, w in enumerate(ws):
+        r = run_one(w, POLICIES, params)
+        rows.append(r)
+        print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: lyapunov/backfill {r['vs_backfill']:.3f} "
+              f"/best-est {r['vs_best_estimating']:.3f} ({r['best_estimating']}) /oracle {r['vs_oracle']:.3f} "
+              f"/tiresias {r['vs_tiresias']:.3f}", file=sys.stderr)
+    worst, med = summary(rows)
+    sets = {}
+    for s in ("design", "heldout", "heldout2", "heldout3"):
+        sub = [r for r in rows if r["set"] == s]
+        if sub:
+            sw, sm = summary(sub)
+            sets[s] = {"workloads": len(sub), "worst": sw, "median": sm}
+    report = {"workloads": rows, "worst": worst, "median": med, "sets": sets, "wall_s": round(time.perf_counter() - t0, 1)}
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "robustness.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        print("wrote", plot(rows, a.out), file=sys.stderr)
+    if a.json:
+        print(json.dumps(report))
+        return
+    print(f"{'workload':64s} {'set':7s} {'lyapunov':>9s} {'backfill':>9s} {'best-est':>9s} {'oracle':>9s} {'tiresias':>9s}  "
+          f"{'/bf':>5s} {'/best':>5s} {'/orc':>5s} {'/tir':>5s}  GPU-s/best ly bf")
+    for r in rows:
+        j = r["avg_jct_s"]
+        print(f"{r['name'][:64]:64s} {r['set']:7s} {j['lyapunov']:9.0f} {j['backfill']:9.0f} {j[r['best_estimating']]:9.0f} "
+              f"{j['sjf-oracle']:9.0f} {j['tiresias']:9.0f}  {r['vs_backfill']:5.2f} {r['vs_best_estimating']:5.2f} "
+              f"{r['vs_oracle']:5.2f} {r['vs_tiresias']:5.2f}  {r['gpu_s_vs_best']['lyapunov']:.2f} {r['gpu_s_vs_best']['backfill']:.2f}")
+    for label, d in [("all", {"worst": worst, "median": med}), *sets.items()]:
+        print(f"{label:8s} worst  " + "  ".join(f"{k} {d['worst'][k]:.3f}" for k in RATIOS))
+        print(f"{label:8s} median " + "  ".join(f"{k} {d['median'][k]:.3f}" for k in RATIOS))
+
+
+if __name__ == "__main__":
+    main()

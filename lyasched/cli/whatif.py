@@ -1,0 +1,167 @@
+"""`lyasched whatif`: replay the site's Slurm accounting history under lyasched and the
+baselines, and compare with what actually happened. Thin over `lyasched.whatif`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import replace
+
+import click
+
+from lyasched.cli.replay import parse_params
+from lyasched.policy import POLICIES
+
+
+class _BadInput(click.ClickException):
+    """Bad input data (a sacct file, a too-small cluster): one line, exit 2."""
+
+    exit_code = 2
+
+
+def _say(msg: str) -> None:
+    click.echo(f"whatif: {msg}", err=True)
+
+
+def _read_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _BadInput(f"{path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise _BadInput(f"{path} line {line}: not UTF-8 text (byte {data[e.start]:#04x}); not sacct output?") from None
+
+
+def _write_atomic(path: str, text: str) -> None:
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".whatif-", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the report is for sharing
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@click.command("whatif")
+@click.option("--sacct", "sacct_file", type=click.Path(dir_okay=False), default=None,
+              help="Saved output of sacct --parsable2 --allusers --allocations --duplicates --format=... (docs/whatif.md).")
+@click.option("--since", default=None, help="Read sacct on this cluster from this time (sacct --starttime: 2026-10-01, now-30days).")
+@click.option("--until", default=None, help="With --since: up to this time (sacct --endtime; default now).")
+@click.option("--partition", default=None, help="Only jobs of this partition (and, with --since, its nodes).")
+@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Replay cluster nodes (default: scontrol show node with --since, else inferred from the records).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Replay cluster GPUs per node (default: as --nodes).")
+@click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
+@click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True,
+              help="Sigma of log(recorded/predicted run time) the policies face; 0 = exact predictions.")
+@click.option("--rigid", is_flag=True,
+              help="Keep every job on the GPU count it had: policies choose when jobs start, not how many GPUs they get.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the job profiles, estimate errors and random policies.")
+@click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, as for lyasched replay (repeatable).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.html (self-contained) and summary.json here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the tables.")
+def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, rigid, seed, params,
+           out_dir, as_json) -> None:
+    """Replay the site's accounting history under each policy and compare with what happened."""
+    from lyasched.sim import InvalidDecision
+    from lyasched.slurm import SlurmError
+    from lyasched.whatif import live
+    from lyasched.whatif.cluster import given_cluster, infer_cluster
+    from lyasched.whatif.history import build_history
+    from lyasched.whatif.metrics import actual_outcome, policy_outcome
+    from lyasched.whatif.replay import HistoryTooBig, replay_history
+    from lyasched.whatif.report import build_summary, format_tables
+    from lyasched.whatif.sacct import SacctError, parse_sacct
+
+    if (sacct_file is None) == (since is None):
+        raise click.UsageError("give either --sacct FILE or --since DATE")
+    if until is not None and since is None:
+        raise click.BadParameter("--until needs --since", param_hint="--until")
+    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(POLICIES)
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")
+    if not names or len(set(names)) != len(names):
+        raise click.BadParameter("give each policy once", param_hint="--policies")
+    pparams = parse_params(params, names)
+    if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
+
+    cli = None
+    if sacct_file is not None:
+        source = sacct_file
+        _say(f"reading {sacct_file}")
+        text = _read_file(sacct_file)
+    else:
+        source = f"sacct --starttime={since}" + (f" --endtime={until}" if until else "") + (f" --partition={partition}" if partition else "")
+        cli = live.make_cli()
+        _say(f"running {source}")
+        try:
+            text = live.read_sacct(cli, since, until, partition)
+        except (SlurmError, live.AccountingOff) as e:
+            raise click.ClickException(str(e).strip().splitlines()[0]) from None
+    try:
+        parsed = parse_sacct(text, source)
+    except SacctError as e:
+        raise _BadInput(str(e)) from None
+    hist = build_history(parsed.records, partition)
+    c = hist.counts
+    _say(f"read {len(parsed.records)} allocation records ({parsed.steps} step lines skipped): {c['gpu']} finished GPU jobs")
+    if not hist.jobs:
+        raise _BadInput(f"{source}: no finished GPU job to replay ({len(parsed.records)} records: {c['cpu_only']} CPU-only, "
+                        f"{c['cancelled_before_start']} cancelled before start, {c['still_running']} still running, "
+                        f"{c['pending']} pending, {c['other_partition']} in other partitions)")
+
+    site = infer_cluster(hist.jobs)
+    if cli is not None and (nodes is None or gpus_per_node is None):
+        try:
+            site = live.read_cluster(cli, partition) or site
+        except (SlurmError, ValueError) as e:
+            _say(f"scontrol show node failed ({str(e).splitlines()[0]}); cluster inferred from the records")
+    if nodes is not None or gpus_per_node is not None:
+        base = site
+        site = given_cluster(nodes or base.spec.nodes, gpus_per_node or base.spec.gpus_per_node)
+        if nodes is None or gpus_per_node is None:
+            given = f"--nodes {nodes}" if nodes else f"--gpus-per-node {gpus_per_node}"
+            site = replace(site, how=f"{given} given; the rest {base.how}")
+    _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}")
+
+    try:
+        rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
+                             rigid=rigid, progress=sys.stderr.isatty(), say=_say)
+    except HistoryTooBig as e:
+        raise _BadInput(str(e)) from None
+    except (InvalidDecision, RuntimeError, TypeError, ValueError) as e:
+        raise click.ClickException(str(e).splitlines()[0]) from None
+
+    n = len(hist.jobs)
+    outcomes = [actual_outcome(hist.jobs, site.spec.total_gpus)]
+    outcomes += [policy_outcome(r, rep.index, n) for r in rep.results]
+    summary = build_summary(source, hist, parsed.steps, site, outcomes, slot=slot, estimate_error=estimate_error,
+                            seed=seed, params=pparams, rigid=rigid)
+    if out_dir:
+        from lyasched.whatif.html import render
+
+        _say("plotting the report")
+        page = render(summary, outcomes)  # everything computed before the first file is written
+        os.makedirs(out_dir, exist_ok=True)
+        _write_atomic(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
+        _write_atomic(os.path.join(out_dir, "report.html"), page)
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False))
+    else:
+        click.echo(format_tables(summary))
+        if out_dir:
+            click.echo(f"wrote {out_dir}/report.html and {out_dir}/summary.json")

@@ -1,0 +1,188 @@
+"""How a cluster's communication and contention grow with the placement (pure, no torch).
+
+The ring term ``2(g-1)/g * V/bw`` of `lyasched.cost` saturates at 2V/bw, but measured
+all-reduces keep growing with the number of replicas and nodes (stragglers, per-hop
+latency, switch contention; Pollux, OSDI'21, models it as linear in the replica count).
+A `CommShape` is what one *cluster* contributes to a job's step time, whatever the model:
+
+    compute_g = (alpha + beta*b) * (1 + s_multi + sigma*(k - 1))   k = most GPUs used on one node
+    comm      = v                        * (1 + d_intra*(g - 2))                  one node
+              = v * inter_ratio          * (1 + d_inter*(g - 2) + d_nodes*log2(n/2)) n >= 2
+    step      = (compute_g^gamma + comm^gamma)^(1/gamma)                         g >= 2
+
+Only ``v`` (seconds: the all-reduce time of this model's gradients between 2 GPUs of one
+node) belongs to the *application*: it is proportional to the gradient volume and is fitted
+from one multi-GPU placement of that application. ``gamma`` (overlap of the all-reduce with
+the backward pass), ``s_multi`` (compute slowdown of any multi-GPU run: hooks, host
+contention), ``sigma`` (contention of co-located replicas) and the growth terms are
+fitted across *other* applications measured on the same cluster (`fit_shape`).
+docs/model.md (cost model) and docs/calibration.md describe the evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import math
+
+import numpy as np
+
+# Field order = parameter vector order in fit_shape.
+_BOUNDS = {
+    "gamma": (1.0, 12.0),
+    "s_multi": (0.0, 1.0),
+    "sigma": (0.0, 2.0),
+    "inter_ratio": (0.2, 200.0),
+    "d_intra": (0.0, 4.0),
+    "d_inter": (0.0, 4.0),
+    "d_nodes": (0.0, 4.0),
+}
+
+
+@dataclass(frozen=True)
+class CommShape:
+    """Cluster-level parameters of the step-time model (see the module doc)."""
+
+    gamma: float = 1.0
+    s_multi: float = 0.0
+    sigma: float = 0.0
+    inter_ratio: float = 10.0
+    d_intra: float = 0.0
+    d_inter: float = 0.0
+    d_nodes: float = 0.0
+    # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
+    # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
+    # slowing compute by k/parallel (the CPU-sharing model of benchmarks/profile_accuracy.py).
+    parallel: float = math.inf
+
+    def comm_factor(self, g: int, nodes: int) -> float:
+        """All-reduce time of a g-GPU, ``nodes``-node placement in units of v (0 for one GPU)."""
+        if g <= 1:
+            return 0.0
+        if nodes <= 1:
+            return 1.0 + self.d_intra * (g - 2)
+        return self.inter_ratio * (1.0 + self.d_inter * (g - 2) + self.d_nodes * np.log2(nodes / 2.0))
+
+    def contention(self, per_node_max: int) -> float:
+        """Compute slowdown of a multi-GPU run with at most ``per_node_max`` GPUs on one node."""
+        k = max(1, per_node_max)
+        return (1.0 + self.s_multi + self.sigma * (k - 1)) * max(1.0, k / self.parallel)
+
+    def step_time(self, compute: float, v: float, placement: Sequence[int]) -> float:
+        """Step time of one placement (GPUs per node) given the one-GPU compute time and v."""
+        g, n = int(sum(placement)), len(placement)
+        if g <= 1:
+            return compute
+        c = compute * self.contention(max(placement))
+        comm = v * self.comm_factor(g, n)
+        if comm <= 0.0:
+            return c
+        return (c**self.gamma + comm**self.gamma) ** (1.0 / self.gamma)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
+              k: np.ndarray, parallel: float = math.inf) -> np.ndarray:
+    gamma, s_multi, sigma, ratio, di, dg, dn = shape_x
+    c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * np.maximum(1.0, k / parallel)
+    intra = 1.0 + di * (g - 2.0)
+    inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
+    comm = v * np.where(n > 1, inter, intra)
+    out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
+    return np.where(g > 1, out, compute)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Measured multi-GPU rows of one application, as arrays (b, g, n, k, t) plus its compute fit."""
+
+    app: str
+    alpha: float
+    beta: float
+    b: np.ndarray
+    g: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    t: np.ndarray
+
+    @classmethod
+    def of(cls, app: str, alpha: float, beta: float, rows: Sequence) -> "Rows":
+        """From `lyasched.calibration.PlacementRow`-like rows (placement, local_bsz, step_time)."""
+        rows = [r for r in rows if sum(r.placement) > 1 and r.step_time > 0]
+        return cls(app, alpha, beta,
+                   np.array([r.local_bsz for r in rows], float), np.array([sum(r.placement) for r in rows], float),
+                   np.array([len(r.placement) for r in rows], float),
+                   np.array([max(r.placement) for r in rows], float), np.array([r.step_time for r in rows], float))
+
+    @property
+    def compute(self) -> np.ndarray:
+        return self.alpha + self.beta * self.b
+
+
+def fit_v(shape: CommShape, data: Rows) -> float:
+    """The application's v from its rows (normally ONE placement) with the cluster's shape fixed."""
+    from scipy.optimize import least_squares
+
+    if data.t.size == 0:
+        raise ValueError(f"{data.app}: no multi-GPU rows to fit the all-reduce time on")
+    x = np.array([getattr(shape, f) for f in _BOUNDS])
+    v_of = lambda lv: np.full_like(data.t, np.exp(lv[0]))  # noqa: E731
+    resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k,  # noqa: E731
+                                 shape.parallel) / data.t - 1.0
+    best = None
+    for v0 in (1e-4, 1e-2, 1.0):
+        scale = v0 * float(np.median(data.t))
+        r = least_squares(resid, [np.log(max(scale, 1e-9))], bounds=([np.log(1e-9)], [np.log(1e4)]))
+        if best is None or r.cost < best.cost:
+            best = r
+    return float(np.exp(best.x[0]))
+
+
+def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape:
+    """Fit the cluster's shape jointly over applications (each with its own free v, fitted on
+    all its rows). Parameters the data cannot identify (no multi-node rows: the inter terms)
+    keep the values of ``fixed`` (default `CommShape()`)."""
+    from scipy.optimize import least_squares
+
+    apps = [a for a in apps if a.t.size]
+    if not apps:
+        raise ValueError("fit_shape needs at least one application with multi-GPU rows")
+    base = fixed or CommShape()
+    names = list(_BOUNDS)
+    multi_node = any((a.n > 1).any() for a in apps)
+    free = [f for f in names if multi_node or f not in ("inter_ratio", "d_inter", "d_nodes")]
+    lo = [np.log(_BOUNDS[f][0]) if f == "inter_ratio" else _BOUNDS[f][0] for f in free]
+    hi = [np.log(_BOUNDS[f][1]) if f == "inter_ratio" else _BOUNDS[f][1] for f in free]
+
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vals = {f: getattr(base, f) for f in names}
+        for f, val in zip(free, x[: len(free)]):
+            vals[f] = float(np.exp(val)) if f == "inter_ratio" else float(val)
+        return np.array([vals[f] for f in names]), np.exp(x[len(free):])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        sx, vs = unpack(x)
+        # every application weighs the same, whatever its row count
+        return np.concatenate([
+            (_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k, base.parallel) / a.t - 1.0)
+            / np.sqrt(a.t.size)
+            for a, v in zip(apps, vs)
+        ])
+
+    best = None
+    for gam0 in (1.5, 4.0):
+        x0 = []
+        for f in free:
+            v0 = {"gamma": gam0, "sigma": 0.05, "inter_ratio": np.log(5.0)}.get(f, 0.05)
+            x0.append(v0)
+        x0 += [np.log(max(float(np.median(a.t)) * 0.3, 1e-6)) for a in apps]
+        lov = lo + [np.log(1e-9)] * len(apps)
+        hiv = hi + [np.log(1e4)] * len(apps)
+        r = least_squares(resid, np.clip(x0, lov, hiv), bounds=(lov, hiv))
+        if best is None or r.cost < best.cost:
+            best = r
+    sx, _ = unpack(best.x)
+    return CommShape(**{f: float(val) for f, val in zip(names, sx)}, parallel=base.parallel)

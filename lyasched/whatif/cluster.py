@@ -1,0 +1,82 @@
+"""The cluster a what-if replays on: given, read from `scontrol show node`, or inferred from
+the records. The simulator's cluster is homogeneous (nodes x GPUs per node)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from lyasched.cost import ClusterSpec
+from lyasched.slurm.query import NodeInfo, expand_hostlist
+from lyasched.whatif.history import HistoryJob
+
+
+@dataclass(frozen=True)
+class SiteCluster:
+    spec: ClusterSpec
+    source: str  # "options", "scontrol" or "records"
+    how: str  # one sentence: where nodes and GPUs per node came from
+
+
+def _peak(events: list[tuple[float, int]]) -> int:
+    """Highest running sum of (time, +/-n) events; ends sort before starts at equal times."""
+    events.sort()
+    cur = peak = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def infer_cluster(jobs: Sequence[HistoryJob]) -> SiteCluster:
+    """Nodes = distinct nodes that ran a GPU job; GPUs per node = the most GPUs ever in use at
+    once on one node (a job on N nodes counts ceil(GPUs / N) on each). Without node names
+    (anonymised records): GPUs per node = the largest per-node share of any job and nodes =
+    enough for the peak of GPUs in use at once. Always enough for the largest job."""
+    per_node: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    total: list[tuple[float, int]] = []
+    share_max = 1
+    biggest = 1
+    for j in jobs:
+        biggest = max(biggest, j.gpus)
+        for r in j.runs:
+            share = math.ceil(r.gpus / max(1, r.nnodes))
+            share_max = max(share_max, share)
+            total += [(r.start, r.gpus), (r.end, -r.gpus)]
+            for name in expand_hostlist(r.nodelist) if r.nodelist and r.nodelist != "None assigned" else ():
+                per_node[name] += [(r.start, share), (r.end, -share)]
+    peak_total = _peak(total)
+    if per_node:
+        gpn = max(_peak(ev) for ev in per_node.values())
+        nodes = len(per_node)
+        how = (f"inferred from the records: {nodes} nodes ran GPU jobs, at most {gpn} GPUs were in use "
+               "at once on one node")
+    else:
+        gpn = share_max
+        nodes = math.ceil(peak_total / gpn)
+        how = (f"inferred from the records (no node names): at most {gpn} GPUs per node in one job, "
+               f"{peak_total} GPUs in use at once")
+    nodes = max(nodes, math.ceil(peak_total / gpn), math.ceil(biggest / gpn), 1)
+    return SiteCluster(ClusterSpec(nodes=nodes, gpus_per_node=gpn), "records", how)
+
+
+def cluster_from_nodes(nodes: Sequence[NodeInfo], partition: str | None = None) -> SiteCluster | None:
+    """GPU nodes of `scontrol show node` (of ``partition`` if given): GPUs per node = the most
+    on one node, nodes = enough for all their GPUs. None when no node has a GPU."""
+    gpu_nodes = [n for n in nodes if n.gpus_total > 0 and (partition is None or partition in n.partitions)]
+    if not gpu_nodes:
+        return None
+    gpn = max(n.gpus_total for n in gpu_nodes)
+    total = sum(n.gpus_total for n in gpu_nodes)
+    count = math.ceil(total / gpn)
+    how = f"from scontrol show node: {len(gpu_nodes)} GPU nodes, {total} GPUs"
+    if count != len(gpu_nodes):
+        how += f" (uneven: replayed as {count} x {gpn})"
+    return SiteCluster(ClusterSpec(nodes=count, gpus_per_node=gpn), "scontrol", how)
+
+
+def given_cluster(nodes: int, gpus_per_node: int) -> SiteCluster:
+    return SiteCluster(ClusterSpec(nodes=nodes, gpus_per_node=gpus_per_node), "options",
+                       f"given: --nodes {nodes} --gpus-per-node {gpus_per_node}")

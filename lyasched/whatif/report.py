@@ -1,0 +1,129 @@
+"""The what-if summary (the `--json` object) and its terminal tables."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import datetime
+from typing import Any, Sequence
+
+import numpy as np
+
+from lyasched.whatif.cluster import SiteCluster
+from lyasched.whatif.history import History
+from lyasched.whatif.metrics import Outcome, by_group, summary
+
+COUNT_KEYS = ("gpu", "cpu_only", "cancelled_before_start", "still_running", "pending", "never_started",
+              "requeued", "other_partition", "total", "records", "steps")
+
+
+def build_summary(
+    source: str,
+    hist: History,
+    steps: int,
+    site: SiteCluster,
+    outcomes: Sequence[Outcome],
+    *,
+    slot: float,
+    estimate_error: float,
+    seed: int,
+    params: dict[str, dict[str, Any]],
+    rigid: bool = False,
+) -> dict:
+    """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual"."""
+    jobs = hist.jobs
+    recorded = np.array([j.gpus for j in jobs], dtype=int)
+    users = [j.user for j in jobs]
+    accounts = [j.account for j in jobs]
+    gpu_s = np.array([sum((r.end - r.start) * r.gpus for r in j.runs) for j in jobs], dtype=float)
+    first, last = min(j.arrival for j in jobs), max(j.end for j in jobs)
+    counts = {**{k: 0 for k in COUNT_KEYS}, **hist.counts, "steps": steps}
+    c = site.spec
+    return {
+        "source": source,
+        "period": {
+            "first_arrival": datetime.fromtimestamp(first).isoformat(timespec="seconds"),
+            "last_end": datetime.fromtimestamp(last).isoformat(timespec="seconds"),
+            "days": round((last - first) / 86400.0, 3),
+        },
+        "jobs": {k: int(counts[k]) for k in COUNT_KEYS},
+        "final_states": dict(sorted(hist.final_states.items())),
+        "gpu_types": dict(sorted(hist.gpu_types.items())),
+        "cluster": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "total_gpus": c.total_gpus,
+                    "source": site.source, "how": site.how},
+        "slot_s": slot,
+        "estimate_error": estimate_error,
+        "seed": seed,
+        "rigid": rigid,
+        "params": {n: p for n, p in params.items() if p},
+        "actual": summary(outcomes[0], recorded, users),
+        "policies": {o.name: summary(o, recorded, users) for o in outcomes[1:]},
+        "users": by_group(users, outcomes, gpu_s),
+        "accounts": by_group(accounts, outcomes, gpu_s),
+    }
+
+
+def human_s(s: float) -> str:
+    """Seconds for people: 45s, 12.5m, 3.40h, 2.1d."""
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{s / 60:.1f}m"
+    if s < 86400 * 2:
+        return f"{s / 3600:.2f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def _width(s: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
+
+
+def _table(heads: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(_width(h), *(_width(r[i]) for r in rows)) for i, h in enumerate(heads)]
+
+    def line(r: Sequence[str]) -> str:
+        cells = []
+        for i, (cell, w) in enumerate(zip(r, widths)):
+            pad = " " * (w - _width(cell))
+            cells.append(cell + pad if i == 0 else pad + cell)
+        return "  ".join(cells).rstrip()
+
+    return [line(heads), *(line(r) for r in rows)]
+
+
+def format_tables(s: dict, top_users: int = 10) -> str:
+    """The terminal view: what was read, the cluster, actual vs policies, the busiest users."""
+    j = s["jobs"]
+    c = s["cluster"]
+    out = [
+        f"{s['source']}: {s['period']['first_arrival']} to {s['period']['last_end']} ({s['period']['days']:g} days)",
+        f"jobs: {j['gpu']} GPU jobs replayed; left out: {j['cpu_only']} CPU-only, {j['cancelled_before_start']} "
+        f"cancelled before start, {j['still_running']} still running, {j['pending']} pending, "
+        f"{j['never_started']} never started, {j['other_partition']} other partitions; "
+        f"{j['requeued']} requeued; {j['steps']} step lines skipped",
+        f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
+        f"estimate error {s['estimate_error']:g}; "
+        + ("GPU counts as recorded (--rigid)" if s["rigid"] else "policies may choose GPU counts (jobs treated as elastic data-parallel training)"),
+        "",
+    ]
+    heads = ("", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user", "GPU util", "other GPUs", "sim s")
+    rows = []
+    for name, m in [("actual", s["actual"]), *s["policies"].items()]:
+        rows.append([
+            name, human_s(m["avg_jct_s"]), human_s(m["p95_jct_s"]), human_s(m["avg_wait_s"]),
+            human_s(m["p95_wait_s"]), f"{m['avg_slowdown']:.2f}", f"{m['worst_user_slowdown']:.2f}",
+            f"{m['gpu_util']:.2f}", str(m["other_gpu_count"]), f"{m['wall_s']:.1f}" if "wall_s" in m else "",
+        ])
+    out += _table(heads, rows)
+    pols = list(s["policies"])
+    if pols:
+        users = sorted(s["users"].items(), key=lambda kv: (-kv[1]["gpu_hours"], kv[0]))[:top_users]
+        p = "lyapunov" if "lyapunov" in pols else pols[0]
+        out += ["", f"busiest users (of {len(s['users'])}) by recorded GPU-hours: actual vs {p}"]
+        heads2 = ("user", "jobs", "GPU-h", "avg wait", f"{p} wait", "slowdown", f"{p} slowdown")
+        rows2 = []
+        for name, u in users:
+            a, q = u["actual"], u["policies"][p]
+            rows2.append([name, str(u["jobs"]), f"{u['gpu_hours']:.1f}", human_s(a["avg_wait_s"]),
+                          human_s(q["avg_wait_s"]), f"{a['avg_slowdown']:.2f}", f"{q['avg_slowdown']:.2f}"])
+        out += _table(heads2, rows2)
+    return "\n".join(out)
