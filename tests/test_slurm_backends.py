@@ -304,6 +304,8 @@ def test_both_backends_read_the_same_cluster_state(backends, plain_job, slurm_jo
            [(n.name, n.gpus_total, n.gpus_alloc, n.gpus_free, n.partitions, n.usable) for n in pn]
     assert sum(n.gpus_free for n in cn) == sum(n.gpus_free for n in pn) <= 10  # the plain job's 2 GPUs are busy
     assert cli.job(plain_job) == ps.job(plain_job)  # a non-lyasched job, any owner
+    assert cli.work_dir(plain_job) == ps.work_dir(plain_job) == "/tmp"  # where its step reports would be
+    assert cli.work_dir("99999999") is None and ps.work_dir("99999999") is None
     by_id = lambda js: sorted(js, key=lambda j: int(j.job_id))  # noqa: E731 - the order is not part of the answer
     assert by_id(cli.jobs(user=TEST_USER, job_ids=ids[:2])) == by_id(ps.jobs(user=TEST_USER, job_ids=ids[:2]))
     assert len(cli.jobs(user=TEST_USER, job_ids=ids[:2])) == 2
