@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
-import shutil
 import subprocess
 import sys
 import time
