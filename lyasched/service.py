@@ -320,6 +320,7 @@ class Service:
             gpu_mem=self.config.gpu_mem,
             intra=self.config.intra,
             inter=self.config.inter,
+            shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
         )
         cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
         cost = CostModel(cluster)

@@ -249,7 +249,8 @@ def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, 
     chosen = os.environ.get(DEVICE_ENV, "").strip() or conf.device
     chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
     dev = device_type(chosen)
-    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter)
+    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter,
+                       shape=conf.shape)  # [cluster] shape, as serve uses it
     return ClusterView(spec, dev)
 
 
@@ -492,7 +493,6 @@ def submit(
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
         )
     gpn = cluster.gpus_per_node
-    predictions = {g: model.run_time(profile, req.global_batch, iterations, g, g > gpn) for g in counts}
     try:
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
@@ -500,6 +500,9 @@ def submit(
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
+    from lyasched import learn  # what serve decides with: learned profile + start-up term (one lookup)
+
+    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
     hold = False
