@@ -16,6 +16,9 @@ name = "lyapunov"
 [policy.params]            # passed to make_policy(name, **params)
 V = 10.0
 
+[slurm]
+backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
+
 [cluster]                  # what the cost model assumes about the hardware
 gpu_mem = 32e9
 intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
@@ -61,6 +64,7 @@ class Config:
     log_level: str = "INFO"
     users: tuple[str, ...] = ()  # schedule only these users' jobs (() = everybody's)
     device: str = ""  # cost-table device key for refinement ("" = the nodes' GPU type, else "gpu")
+    slurm_backend: str = "auto"  # [slurm] backend: "auto" | "cli" | "pyslurm"
     policy: str = "lyapunov"
     params: Mapping[str, Any] = field(default_factory=dict)
     gpu_mem: float = 32e9
@@ -142,9 +146,9 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     """Validate a parsed TOML document and build a Config (relative db paths resolve against
     ``base_dir``, the config file's directory)."""
     where = source
-    unknown = set(data) - {"service", "policy", "cluster"}
+    unknown = set(data) - {"service", "policy", "cluster", "slurm"}
     if unknown:
-        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster)")
+        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm)")
     d = Config()
     kw: dict[str, Any] = {"source": source}
 
@@ -198,6 +202,17 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
             kw["params"] = check_params(kw.get("policy", Config.policy), raw)
         except ParamError as e:
             raise ConfigError(f"{where}: policy.params: {e}") from None
+
+    sl = _table(where, "slurm", data.get("slurm", {}))
+    for key in sl:
+        if key != "backend":
+            raise ConfigError(f"{where}: unknown key slurm.{key} (known: backend)")
+    if "backend" in sl:
+        from lyasched.slurm.backend import BACKENDS
+
+        if sl["backend"] not in BACKENDS:
+            raise ConfigError(f"{where}: slurm.backend must be one of {', '.join(BACKENDS)}, got {sl['backend']!r}")
+        kw["slurm_backend"] = sl["backend"]
 
     cl = _table(where, "cluster", data.get("cluster", {}))
     for key in cl:

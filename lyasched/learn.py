@@ -232,16 +232,15 @@ def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
 
 
 def workdir_of(slurm: Any, job_id: str) -> str | None:
-    """The job's working directory (its step file lives there), from ``scontrol show job``;
-    None when Slurm no longer knows the job."""
-    from lyasched.slurm import query as q
+    """The job's working directory (its step file lives there), from the Slurm interface
+    (``scontrol show job``, or pyslurm); None when Slurm no longer knows the job."""
+    from lyasched.slurm import as_backend
 
-    try:
-        jobs = q.parse_show_job(slurm.run(q.show_job_args(job_id)))
+    try:  # the Slurm interface (lyasched.slurm.backend): scontrol show job, or pyslurm
+        return as_backend(slurm).work_dir(job_id)
     except Exception as e:  # noqa: BLE001 -- any failure means: no report to learn from
-        log.info("job %s: no working directory from scontrol (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
+        log.info("job %s: no working directory from Slurm (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
         return None
-    return next((j.extra.get("WorkDir") for j in jobs if j.extra.get("WorkDir")), None)
 
 
 def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any) -> dict[int, float]:

@@ -111,3 +111,14 @@ def wait_for_job(job_id: str, states: frozenset[str] = FINAL_STATES, timeout: fl
 def wait_job() -> Callable[..., str]:
     """``wait_job(job_id, states=FINAL_STATES, timeout=60)`` -> the state reached."""
     return wait_for_job
+
+
+@pytest.fixture(params=["cli", "pyslurm"])
+def slurm_backend(request: pytest.FixtureRequest) -> str:
+    """The Slurm backend an edge test uses (lyasched.slurm.backend): every such test runs with both;
+    pyslurm is skipped where it is not installed (`make pyslurm`)."""
+    import importlib.util
+
+    if request.param == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (make pyslurm)")
+    return request.param

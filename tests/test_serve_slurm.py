@@ -9,6 +9,7 @@ LYASCHED_SLURM=1. The service schedules only the test user's jobs (service.users
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 import shutil
 import signal
@@ -60,8 +61,9 @@ def work(job_dir: Path) -> Path:
 
 
 @pytest.fixture
-def serve(work: Path, test_user: str):
-    """Start `lyasched serve` in the background (2 s slots); stop it with SIGTERM at teardown."""
+def serve(work: Path, test_user: str, slurm_backend: str):
+    """Start `lyasched serve` in the background (2 s slots) with each Slurm backend (cli, pyslurm);
+    stop it with SIGTERM at teardown."""
     procs: list[subprocess.Popen] = []
 
     def start(**service) -> tuple[subprocess.Popen, Path]:
@@ -69,10 +71,11 @@ def serve(work: Path, test_user: str):
         settings = {"slot_seconds": 2, "release_grace": 20, "db": str(work / "lyasched.db"), "users": [test_user],
                     "log_level": "INFO", **service}
         cfg.write_text("[service]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
-                       + '[policy]\nname = "lyapunov"\n')
+                       + '[policy]\nname = "lyapunov"\n' + f'[slurm]\nbackend = "{slurm_backend}"\n')
         log = open(work / "serve.log", "w")
+        env = {k: v for k, v in os.environ.items() if k != "LYASCHED_SLURM_BACKEND"}
         p = subprocess.Popen([shutil.which("lyasched") or "lyasched", "serve", "--config", str(cfg)],
-                             stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                             stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         procs.append(p)
         return p, work / "lyasched.db"
 
@@ -112,7 +115,8 @@ def wait_all(ids: list[str], states=FINAL, timeout: float = 150, log: Path | Non
                 + ("\nservice log:\n" + tail if tail else ""))
 
 
-def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_dir, test_user, as_user, slurm_jobs):
+def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_dir, test_user, as_user, slurm_jobs,
+                                                              slurm_backend):
     small = [("--job-name", f"small{i}", "--model", "mlp", "--global-batch", "8", "--iterations", "3",
               "--max-gpus", "2") for i in range(5)]  # small jobs: 1..2 GPUs
     # Wants more GPUs than a node has (4): the policy must place it on two nodes.
@@ -158,6 +162,7 @@ def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_d
     assert proc.wait(timeout=30) == 0
     log = (work / "serve.log").read_text()
     assert "lyasched serve: stopped" in log and "Traceback" not in log
+    assert f"Slurm backend: {slurm_backend} (configured" in log
     db = records.open_readonly(db_path)
     slots = list(db.query("select duration, error from slots"))
     assert slots and not any(s["error"] for s in slots)
