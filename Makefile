@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 
-.PHONY: install test test-unit demo docker-up docker-down test-docker
+.PHONY: install test test-unit demo pyslurm docker-up docker-down test-docker
 
 install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
@@ -36,3 +36,13 @@ docker-down:
 # The slurm-marked suite plus the docker-only tests (multi-host DDP, accounting, faults).
 test-docker:
 	LYASCHED_SLURM=1 LYASCHED_CLUSTER=docker $(PY) -m pytest -q -p no:cacheprovider -m slurm tests
+
+# PySlurm 22.5.3 (matches Debian bookworm's Slurm 22.05; the package index only has 25.11) for the
+# `pyslurm` Slurm backend (docs/slurm-backends.md). Built once from ../shared/vendor into .whl/ (ignored,
+# cached: ~5 min on 2 cores), then installed into the venv. Needs apt's libslurm-dev (installed if missing).
+SHARED ?= $(firstword $(wildcard ../shared ../../shared /work/shared))
+PYSLURM_VERSION = 22.5.3
+PYSLURM_WHEEL_DIR ?= .whl
+
+pyslurm: $(VENV)/bin/python
+	PY=$(PY) SHARED=$(SHARED) WHEEL_DIR=$(PYSLURM_WHEEL_DIR) VERSION=$(PYSLURM_VERSION) bash slurm/pyslurm-wheel

@@ -31,6 +31,7 @@ from lyasched.calibration import (  # noqa: E402
     calibrate_app,
     leave_one_app_out,
     parse_placement,
+    read_grad_bytes,
     read_placements_csv,
     read_scalability_csv,
     summarize,
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                          "widest 2-GPUs-per-node placement present)")
     ap.add_argument("--plain", action="store_true",
                     help="baseline: the plain ring term (no overlap, no multi-GPU slowdown), only V/bw fitted")
+    ap.add_argument("--ignore-grad-bytes", action="store_true",
+                    help="baseline: ignore grad_bytes= in the profiles (one all-reduce growth rate per cluster, "
+                         "no latency/bandwidth split)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles")]
@@ -180,7 +184,8 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
             for f in files:
                 scal_path = f.parent / "scalability.csv"
                 scal = read_scalability_csv(scal_path) if scal_path.exists() else []
-                apps.append(AppData(f.parent.name, cluster, read_placements_csv(f), scal, parallel))
+                apps.append(AppData(f.parent.name, cluster, read_placements_csv(f), scal, parallel,
+                                    None if args.ignore_grad_bytes else read_grad_bytes(f)))
         if len(apps) < 2:
             print("error: leave-one-app-out needs at least two applications", file=sys.stderr)
             return 2
@@ -206,7 +211,8 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
                     "by_nodes": {str(n): a.as_dict() for n, a in r.by_nodes.items()},
                     "by_gpus_one_node": {str(g): a.as_dict() for g, a in r.by_gpus.items()},
                     "fit": {"alpha": r.profile.alpha, "beta": r.profile.beta, "v_s": r.v, "fitted_on": r.fitted_on,
-                            "shape": r.shape.to_dict(), "shape_fitted_on": r.shape_from},
+                            "shape": r.shape.to_dict(), "shape_fitted_on": r.shape_from,
+                            "grad_bytes": r.grad_bytes, "bw_share": r.shape.bw_share(r.grad_bytes)},
                 }
                 for r in reports
             },
@@ -224,7 +230,9 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
         print(f"\n{r.cluster}/{r.app}: t(b) = {r.profile.alpha * 1e3:.2f} ms + {r.profile.beta * 1e3:.4f} ms/sample; "
               f"v = {r.v * 1e3:.2f} ms fitted on placement {r.fitted_on}; shape from {', '.join(r.shape_from)}: "
               f"gamma {s.gamma:.2f}, slowdown {s.s_multi:.3f} + {s.sigma:.3f}/co-located GPU, inter/intra "
-              f"{s.inter_ratio:.1f}, growth intra {s.d_intra:.3f}/GPU inter {s.d_inter:.3f}/GPU {s.d_nodes:.3f}/log2 node")
+              f"{s.inter_ratio:.1f}, growth intra {s.d_intra:.3f}/GPU"
+              + (f" (bandwidth part {s.d_intra_bw:.3f}/GPU, bandwidth share {s.bw_share(r.grad_bytes):.2f})"
+                 if s.lat_bytes > 0 else "") + f" inter {s.d_inter:.3f}/GPU {s.d_nodes:.3f}/log2 node")
         a = app_acc(r)
         print(f"  all rows        rows={a.rows:4d}  median={a.median_abs_rel_err:6.1%}  p90={a.p90_abs_rel_err:6.1%}")
         print(f"  placements.csv  rows={r.placements.rows:4d}  median={r.placements.median_abs_rel_err:6.1%}  "

@@ -7,7 +7,8 @@ one intra-op thread each), and for each per-rank batch b times ``--iters`` DDP t
 steps (after ``--warmup``) and as many steps under ``no_sync()`` (no all-reduce). It writes
 ``<out>/<model>/placements.csv`` in the shared format ``placement,local_bsz,step_time,sync_time``:
 placement is g (one node), step_time the median over iterations of the slowest rank's step,
-sync_time = max(0, step_time - the no_sync median). ``--repeats`` runs everything that many
+sync_time = max(0, step_time - the no_sync median); the header line records the model's
+gradient bytes (``grad_bytes=``). ``--repeats`` runs everything that many
 times, g = 1..N interleaved within each repeat, and keeps per row the smallest of the repeats'
 medians (``--stat min``, the default: on a machine shared with other work a slower repeat is
 other work interfering, as timeit assumes) or their median (``--stat median``). The 2 shared
@@ -108,6 +109,14 @@ def measure(model: str, world: int, batches: list[int], iters: int, warmup: int)
         return rows
 
 
+def grad_bytes(model: str) -> int:
+    """Bytes of the model's gradients (what DDP all-reduces): known, not fitted; the cost model
+    splits the all-reduce into latency and bandwidth parts with it (lyasched.commshape)."""
+    from lyasched.profile.models import example
+
+    return sum(p.numel() * p.element_size() for p in example(model).model.parameters() if p.requires_grad)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "data" / "profiles"))
@@ -116,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--raw", default=None, help="also write every repeat's row to this CSV "
+                    "(model,repeat,placement,local_bsz,step_time,sync_time): the repeat-to-repeat spread")
     ap.add_argument("--stat", choices=["min", "median"], default="min", help="estimator across repeats")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -124,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown model(s) {unknown} or bad counts", file=sys.stderr)
         return 2
     est = min if args.stat == "min" else statistics.median
+    raw = open(args.raw, "w") if args.raw else None
+    if raw:
+        raw.write("model,repeat,placement,local_bsz,step_time,sync_time\n")
     for model in models:
         batches = DEFAULT_BATCHES[model]
         runs: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -132,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.time()
                 for gg, b, t, s in measure(model, g, batches, args.iters, args.warmup):
                     runs.setdefault((gg, b), []).append((t, s))
+                    if raw:
+                        raw.write(f"{model},{rep + 1},{gg},{b},{t:.6f},{s:.6f}\n")
+                        raw.flush()
                 print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s",
                       file=sys.stderr, flush=True)
         d = Path(args.out) / model
@@ -139,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         with (d / "placements.csv").open("w") as fh:
             fh.write(f"# measured by benchmarks/measure_ddp_profiles.py on {platform.node() or 'host'} "
                      f"({os.cpu_count()} CPUs, shared, nice): DDP gloo CPU, 1 thread/rank, {args.stat} over "
-                     f"{args.repeats} repeat(s) of the median of {args.iters} iterations\n")
+                     f"{args.repeats} repeat(s) of the median of {args.iters} iterations; "
+                     f"grad_bytes={grad_bytes(model)} (float32 parameters)\n")
             fh.write("placement,local_bsz,step_time,sync_time\n")
             for (g, b), vals in sorted(runs.items()):
                 best = est(v[0] for v in vals)

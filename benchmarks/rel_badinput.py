@@ -351,6 +351,8 @@ class Sandbox:
             "LYASCHED_DEVICE_TYPE": None,
             "FAKE_NO_PLUGIN": None, "FAKE_SBATCH_FAIL": None, "FAKE_SBATCH_LOST": None,
             "FAKE_ALTER_COMMENT": None, "FAKE_PROFILE_JSON": None, "FAKE_PROFILE_STATE": None,
+            # the fakes are Slurm's tools: the CLI backend even where pyslurm is installed and a cluster runs
+            "LYASCHED_SLURM_BACKEND": "cli", "LYASCHED_SLURM_PREFIX": None,
         }
 
     def fake_calls(self) -> list[list[str]]:

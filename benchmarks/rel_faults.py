@@ -77,7 +77,9 @@ def squeue(ids: list[str]) -> dict[str, q.SlurmJob]:
 class Bed:
     """A work directory, a service config and database, and the jobs submitted for one suite."""
 
-    def __init__(self, name: str, slot: float = 1.0, grace: float = 30, slurm_timeout: float = 10) -> None:
+    def __init__(self, name: str, slot: float = 1.0, grace: float = 30, slurm_timeout: float = 10,
+                 backend: str = "cli") -> None:
+        self.backend = backend
         self.dir = Path(tempfile.mkdtemp(prefix=f"lyasched-rel-{name}-", dir="/tmp"))
         self.dir.chmod(0o1777)
         (self.dir / "runs").mkdir()
@@ -90,6 +92,7 @@ class Bed:
             f"slot_seconds = {slot}\nrelease_grace = {grace}\nslurm_timeout = {slurm_timeout}\n"
             f'db = "{self.db}"\nusers = ["{TEST_USER}"]\nlog_level = "INFO"\n'
             '[policy]\nname = "lyapunov"\n'
+            f'[slurm]\nbackend = "{backend}"\n'
         )
         self.script = self.dir / "job.sh"
         # One line per start of the job: a job started twice would leave two lines.
@@ -137,7 +140,7 @@ class Bed:
 
     # --------------------------------------------------------- service
     def start(self, crash_at: str = "", env: dict | None = None) -> subprocess.Popen:
-        e = {**os.environ, **(env or {})}
+        e = {**os.environ, **(env or {}), "LYASCHED_SLURM_BACKEND": self.backend}
         e.pop("LYASCHED_CRASH_AT", None)
         if crash_at:
             e["LYASCHED_CRASH_AT"] = crash_at
@@ -150,7 +153,7 @@ class Bed:
         return p
 
     def once(self, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = {**os.environ, **(env or {})}
+        e = {**os.environ, **(env or {}), "LYASCHED_SLURM_BACKEND": self.backend}
         e.pop("LYASCHED_CRASH_AT", None)
         r = subprocess.run([LYASCHED, "serve", "--config", str(self.config), "--once"], capture_output=True,
                            text=True, env=e, cwd=REPO, timeout=120)
@@ -231,11 +234,11 @@ def _final(bed: Bed, timeout: float = 180) -> dict[str, Any]:
 # ===================================================================== kills
 
 
-def run_kills(n: int = 20, seed: int = 5) -> dict[str, Any]:
+def run_kills(n: int = 20, seed: int = 5, backend: str = "cli") -> dict[str, Any]:
     """SIGKILL the service ``n`` times: named points (cycled, so ``after_update`` = between update and
     release comes up every few kills) and random external kills during slots."""
     rng = random.Random(seed)
-    bed = Bed("kills", slot=1.0)
+    bed = Bed("kills", slot=1.0, backend=backend)
     # Every other kill at a named point, the update/release gap most often; the rest at random moments.
     named = ["after_update", "before_update", "after_update", "after_release", "after_update", "after_record",
              "after_read", "slot_start", "before_slot_record"]
@@ -337,10 +340,10 @@ def start_ctld(timeout: float = 60) -> int:
     raise RuntimeError("slurmctld did not answer after restart")
 
 
-def run_outage(seconds: float = 120) -> dict[str, Any]:
+def run_outage(seconds: float = 120, backend: str = "cli") -> dict[str, Any]:
     """Stop slurmctld for ``seconds`` while lyasched jobs run (they end during the outage) and wait
     (blocked by another user's plain job that also ends during it); start it again."""
-    bed = Bed("outage", slot=2.0, slurm_timeout=5)
+    bed = Bed("outage", slot=2.0, slurm_timeout=5, backend=backend)
     t0 = time.monotonic()
     blocker = None
     result: dict[str, Any] = {"outage_s": seconds}
@@ -429,11 +432,11 @@ def _failed_slots(bed: Bed) -> int:
 # ===================================================================== failing / hanging commands
 
 
-def run_flaky() -> dict[str, Any]:
+def run_flaky(backend: str = "cli") -> dict[str, Any]:
     """Failing, hanging and answer-losing Slurm commands under the service and under lyasub."""
     t0 = time.monotonic()
     out: dict[str, Any] = {}
-    bed = Bed("flaky", slot=1.0, slurm_timeout=2)
+    bed = Bed("flaky", slot=1.0, slurm_timeout=2, backend=backend)
     fdir = bed.dir / "flaky"
     fdir.mkdir()
     fdir.chmod(0o1777)
@@ -502,7 +505,10 @@ def _flaky_lyasub(bed: Bed) -> dict[str, Any]:
         fdir = Path(tempfile.mkdtemp(prefix="flaky-", dir=bed.dir))
         fdir.chmod(0o1777)
         uid = new_uid()
-        env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "FLAKY_DIR": str(fdir), "FLAKY_RULES": rules}
+        env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "FLAKY_DIR": str(fdir), "FLAKY_RULES": rules,
+               "LYASCHED_SLURM_BACKEND": bed.backend}
+        if bed.backend != "cli":  # the pyslurm worker goes through the injector as a prefix (PATH shims: the CLI)
+            env["LYASCHED_SLURM_PREFIX"] = f"{sys.executable} {REPO / 'tests' / 'flaky_slurm.py'}"
         r = as_user(TEST_USER, LYASUB, "--parsable", "--no-profile", "--uid", uid, "--db", str(bed.dir / "sub.db"),
                     "--time", "5", "--output", "/dev/null", "--model", "mlp", "--global-batch", "8",
                     "--iterations", "3", "--", str(bed.script), "1", env=env, cwd=str(bed.dir), timeout=180)
@@ -528,14 +534,14 @@ def _flaky_lyasub(bed: Bed) -> dict[str, Any]:
 # ===================================================================== MinJobAge
 
 
-def run_minjobage() -> dict[str, Any]:
+def run_minjobage(backend: str = "cli") -> dict[str, Any]:
     """A job the service saw running finishes while the service is down and is then purged by Slurm.
 
     Purging needs MinJobAge to pass (3600 s here; lowering it changes the cluster for everyone),
     so the purge is shown by tests/flaky_slurm.py hiding the finished job from ``squeue`` and
     ``scontrol show job``, exactly what both print for a purged job; everything else is real."""
     t0 = time.monotonic()
-    bed = Bed("minjobage", slot=1.0)
+    bed = Bed("minjobage", slot=1.0, backend=backend)
     fdir = bed.dir / "flaky"
     fdir.mkdir()
     try:
@@ -582,17 +588,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--outage", type=float, default=120, help="seconds slurmctld stays down")
     ap.add_argument("--only", default="kills,outage,flaky,minjobage")
+    ap.add_argument("--backend", default="cli", choices=["cli", "pyslurm", "auto"], help="the service's Slurm backend")
     a = ap.parse_args(argv)
     which = set(a.only.split(","))
     res: dict[str, Any] = {}
     if "kills" in which:
-        res["kills"] = run_kills(a.kills)
+        res["kills"] = run_kills(a.kills, backend=a.backend)
     if "outage" in which:
-        res["outage"] = run_outage(a.outage)
+        res["outage"] = run_outage(a.outage, backend=a.backend)
     if "flaky" in which:
-        res["flaky"] = run_flaky()
+        res["flaky"] = run_flaky(backend=a.backend)
     if "minjobage" in which:
-        res["minjobage"] = run_minjobage()
+        res["minjobage"] = run_minjobage(backend=a.backend)
     if a.json:
         print(json.dumps(res, indent=2, default=str))
     else:

@@ -2,6 +2,7 @@
 """Reliability figures of issue 5: the fault, load and bad-input suites, one line per figure.
 
     python benchmarks/reliability.py [--json] [--quick] [--only faults,load,badinput] [--details FILE]
+                                     [--backend cli[,pyslurm]]
 
 Runs, against the real local Slurm cluster (`slurm/cluster up`; needs root):
 
@@ -19,6 +20,10 @@ run gives null figures, never a guess. ``--json`` prints one object with the key
 kills_survived, outages_survived, jobs_lost, jobs_duplicated, bad_inputs_tried,
 bad_inputs_refused, burst_accepted, burst_lost, slot_s_at_10k (plus ``details``).
 Exit 0 when every suite ran and no job was lost or duplicated, else 1.
+
+``--backend cli,pyslurm`` runs the fault suites once per Slurm backend of the service (and of
+lyasub in the flaky suite; docs/slurm-backends.md): the figures then add up over the backends and
+``--json`` has them per backend under ``by_backend``. Load and bad-input suites run once (CLI).
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ def attempt(name: str, fn: Callable[[], dict[str, Any]], details: dict[str, Any]
     return res
 
 
-def fault_suites(sizes: dict[str, Any], details: dict[str, Any]) -> dict[str, dict | None]:
+def fault_suites(sizes: dict[str, Any], details: dict[str, Any], backend: str = "cli") -> dict[str, dict | None]:
     try:
         import rel_faults
     except Exception as e:  # noqa: BLE001
@@ -73,13 +78,29 @@ def fault_suites(sizes: dict[str, Any], details: dict[str, Any]) -> dict[str, di
     out: dict[str, dict | None] = {}
     calls = {"kills": ("run_kills", {"n": sizes["kills"]}), "outage": ("run_outage", {"seconds": sizes["outage"]}),
              "flaky": ("run_flaky", {}), "minjobage": ("run_minjobage", {})}
+    calls = {k: (f, {**kw, "backend": backend}) for k, (f, kw) in calls.items()}
     for name, (fn_name, kw) in calls.items():
         fn = getattr(rel_faults, fn_name, None)
         if fn is None:
             details[name] = {"error": f"rel_faults.{fn_name} missing"}
             out[name] = None
             continue
-        out[name] = attempt(name, lambda fn=fn, kw=kw: fn(**kw), details)
+        out[name] = attempt(f"{name}[{backend}]" if backend != "cli" else name, lambda fn=fn, kw=kw: fn(**kw), details)
+    return out
+
+
+def merge_faults(by_backend: dict[str, dict[str, dict | None]]) -> dict[str, dict | None]:
+    """One backend's suites as they are; several: each suite's counts added up (None if one is missing)."""
+    if len(by_backend) <= 1:
+        return next(iter(by_backend.values()), {})
+    out: dict[str, dict | None] = {}
+    for name in {k for fs in by_backend.values() for k in fs}:
+        parts = [fs.get(name) for fs in by_backend.values()]
+        if any(p is None for p in parts):
+            out[name] = None
+            continue
+        keys = ("kills_tried", "kills_survived", "outages_survived", "jobs_lost", "jobs_duplicated")
+        out[name] = {k: sum(p.get(k) or 0 for p in parts) for k in keys if any(k in p for p in parts)}
     return out
 
 
@@ -164,7 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (see the module doc)")
     ap.add_argument("--only", default="faults,load,badinput", help="comma-separated suites to run")
     ap.add_argument("--details", type=Path, help="write every suite's full result as JSON here")
+    ap.add_argument("--backend", default="cli", help="the service's Slurm backend(s) for the fault suites: cli, pyslurm "
+                    "or cli,pyslurm")
     a = ap.parse_args(argv)
+    backends = [b for b in a.backend.split(",") if b]
+    if not backends or any(b not in ("cli", "pyslurm") for b in backends):
+        print(f"reliability: error: --backend must be cli, pyslurm or cli,pyslurm, got {a.backend!r}", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("reliability: error: needs root (runs the service and submits as the test user)", file=sys.stderr)
         return 1
@@ -175,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     only = set(a.only.split(","))
     details: dict[str, Any] = {"sizes": sizes}
     t0 = time.monotonic()
-    faults = fault_suites(sizes, details) if "faults" in only else {}
+    by_backend: dict[str, dict[str, dict | None]] = {}
+    if "faults" in only:
+        for b in backends:
+            by_backend[b] = fault_suites(sizes, details, b)
+    faults = merge_faults(by_backend)
     burst = held = None
     if "load" in only:
         burst = attempt("burst", lambda: run_burst(sizes["burst"], sizes["procs"]), details)
@@ -183,14 +214,21 @@ def main(argv: list[str] | None = None) -> int:
     bad = bad_input_suite(details) if "badinput" in only else None
     details["wall_s"] = round(time.monotonic() - t0, 1)
     f = figures(faults, burst, held, bad, sizes)
+    per = {b: figures(fs, None, None, None, sizes) for b, fs in by_backend.items()}
     if a.details:
-        a.details.write_text(json.dumps({**f, "details": details}, indent=2, default=str))
+        a.details.write_text(json.dumps({**f, "by_backend": per, "details": details}, indent=2, default=str))
     if a.json:
-        print(json.dumps({**f, "details": details}, default=str))
+        print(json.dumps({**f, "by_backend": per, "details": details}, default=str))
     else:
+        if len(per) > 1:
+            for b, fb in per.items():
+                print(f"[{b}] kills survived / tried: {fmt(fb['kills_survived'])} / {fmt(fb['kills_tried'])}; "
+                      f"outages survived: {fmt(fb['outages_survived'])}; jobs lost {fmt(fb['jobs_lost'])}, "
+                      f"duplicated {fmt(fb['jobs_duplicated'])}")
         print_lines(f, faults, burst, held, bad, sizes)
         print(f"({details['wall_s']:.0f} s in all)")
-    ran_all = all(faults.get(k) for k in ("kills", "outage", "flaky", "minjobage")) if "faults" in only else True
+    ran_all = all(fs.get(k) for fs in by_backend.values() for k in ("kills", "outage", "flaky", "minjobage")) \
+        if "faults" in only else True
     ran_all = ran_all and (burst is not None and held is not None if "load" in only else True)
     ran_all = ran_all and (bad is not None if "badinput" in only else True)
     good = (f["jobs_lost"] in (0, None) and f["jobs_duplicated"] in (0, None) and f["burst_lost"] in (0, None))

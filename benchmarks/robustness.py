@@ -9,7 +9,8 @@ and the median of each ratio, overall and per set. ``design`` workloads are the 
 at while designing the policy (seed groups, the two issue-8 shapes, the design synthetics);
 ``heldout`` ones (Philly windows, held-out synthetics on other seeds and knob mixes) were not
 looked at before the first full run; ``heldout2`` ones (other windows and seeds) not before the
-second design change; ``heldout3`` not before the last (max_stretch 2 -> 3).
+second design change; ``heldout3`` not before max_stretch 2 -> 3; ``heldout4`` (issue 8, second
+pass) not before the offered-load guard with its horizon exemption was tried as the default.
 ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
 Targets (issue 8): vs_backfill and vs_best_estimating <= 1.00 everywhere; vs_oracle worst
 <= 1.05 and median <= 0.85. Progress on stderr.
@@ -72,6 +73,17 @@ SYNTH_HELDOUT_3 = [
     ("synth:jobs=300,one_gpu=0.6,max_req=32,nodes=16,models=mixed,arrival=bursts,bursts=6,load=1.0,cancel=0.2", 33),
     ("synth:jobs=300,one_gpu=0.95,max_req=4,gpn=8,dur=const,mean_h=6,models=bad,load=0.9", 34),
 ]
+# Round 4 (set "heldout4"): first run with max_load=1.5 as the default (issue 8, second pass), then with
+# the shipped defaults (the guard off again);
+# windows and seeds/knob mixes no earlier round used.
+PHILLY_WINDOWS_4 = [8000, 25000, 58000, 71000]
+SYNTH_HELDOUT_4 = [
+    ("synth:production,jobs=1500,load=1.1,arrival=diurnal,dur=bimodal", 41),
+    ("synth:mixed160,load=0.7,arrival=bursts,bursts=4", 42),
+    ("synth:jobs=350,one_gpu=0.85,max_req=16,nodes=12,dur=heavy,models=good,arrival=poisson,load=0.9,cancel=0.15", 43),
+    ("synth:jobs=300,one_gpu=0.3,max_req=8,gpn=8,dur=bimodal,models=bad,arrival=bursts,bursts=8,load=1.2,fail=0.15", 44),
+    ("synth:jobs=400,one_gpu=0.95,max_req=4,dur=const,mean_h=3,models=cnn,arrival=diurnal,load=0.7", 45),
+]
 SYNTH_HELDOUT_2 = [
     ("synth:production,jobs=1500,load=1.0,arrival=bursts,bursts=20", 21),
     ("synth:mixed160,load=0.6", 22),
@@ -89,6 +101,7 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     held = only in (None, "heldout")
     held2 = only in (None, "heldout2")
     held3 = only in (None, "heldout3")
+    held4 = only in (None, "heldout4")
     if design:
         for g in SEED_GROUPS:
             for s in range(1 if quick else 5):
@@ -113,7 +126,8 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
             w = synth_workload(spec, s)
             out.append(dict(name=f"{w.name} seed {s}", set="heldout", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
     for name, on, windows, synth in (("heldout2", held2, PHILLY_WINDOWS_2, SYNTH_HELDOUT_2),
-                                     ("heldout3", held3, PHILLY_WINDOWS_3, SYNTH_HELDOUT_3)):
+                                     ("heldout3", held3, PHILLY_WINDOWS_3, SYNTH_HELDOUT_3),
+                                     ("heldout4", held4, PHILLY_WINDOWS_4, SYNTH_HELDOUT_4)):
         if on:
             out += _heldout(name, windows, synth, quick, trace)
     return out
@@ -181,10 +195,10 @@ def plot(rows: list[dict], out: str) -> str:
         ax.plot(x, [r[k] for r in rows], m, label=k, alpha=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
+    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** ", "heldout4": "**** "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("lyapunov avg JCT / other policy's")
-    ax.set_title("robustness sweep (held out: * round 1, ** round 2, *** round 3)")
+    ax.set_title("robustness sweep (held out: * round 1 ... **** round 4)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(out, "robustness.png")
@@ -198,7 +212,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one seed, 1,000-job Philly windows at 2 loads, fewer synthetics")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
-    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3"), default=None)
+    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3", "heldout4"), default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
@@ -218,7 +232,7 @@ def main() -> None:
               f"/tiresias {r['vs_tiresias']:.3f}", file=sys.stderr)
     worst, med = summary(rows)
     sets = {}
-    for s in ("design", "heldout", "heldout2", "heldout3"):
+    for s in ("design", "heldout", "heldout2", "heldout3", "heldout4"):
         sub = [r for r in rows if r["set"] == s]
         if sub:
             sw, sm = summary(sub)

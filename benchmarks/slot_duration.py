@@ -1,6 +1,20 @@
 #!/usr/bin/env python3
 """How long one `lyasched serve` slot takes (prints figures; no thresholds asserted).
 
+With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the two Slurm backends side by side on
+the real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000
+and then 10,000 held lyasched jobs of the test user (parallel sbatch, as in
+benchmarks/rel_load.py) while a plain job holds every GPU, so the slots read, record and decide
+but change nothing. Per backend and job count: a first slot (fresh records) and then ``--slots``
+slots alternating between the backends; the median of those, and of the Slurm reads alone
+(``jobs()`` + ``nodes()``). ``--json``: one object with ``ratio_at_10000`` = pyslurm / cli median
+slot time. All the jobs are cancelled at the end (they stay listed, CANCELLED, for MinJobAge).
+
+    flock /tmp/lyasched-native-cluster.lock python benchmarks/slot_duration.py --backend cli,pyslurm [--json]
+          [--sizes 1000,10000] [--slots 5]
+
+Without ``--backend``:
+
 1. live: K slots against the running Slurm cluster (if `squeue` answers), read-only: the service
    is restricted to a user with no jobs, so it reads and parses everything but changes nothing.
 2. synthetic: slots with N held jobs on M nodes x 4 GPUs, Slurm answered by an
@@ -13,13 +27,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lyasched.config import Config  # noqa: E402
 from lyasched.service import Service  # noqa: E402
@@ -62,13 +80,123 @@ def stats(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, max {xs[-1] * 1000:.1f} ms (n={len(xs)})"
 
 
+def say(msg: str) -> None:
+    print(f"[slot_duration {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: int = 8) -> dict:
+    """Slot times of each backend at each number of held jobs, side by side (see the module doc)."""
+    from rel_load import HELD_NAME, TEST_USER, block_gpus, cancel_named, submit_held, workdir
+
+    from lyasched.slurm.backend import make_backend
+
+    made = {b: make_backend(b, timeout=120) for b in backends}
+    for b, (slurm, why) in made.items():
+        say(f"backend {b}: {slurm.name} ({why})")
+        if slurm.name != b:
+            raise SystemExit(f"slot_duration: error: backend {b} not usable here: {why}")
+    work = workdir("lyasched-slotbench-")
+    out: dict = {"backends": {b: {} for b in backends}, "sizes": sizes, "slots": slots}
+    blocker = None
+    try:
+        cancel_named(TEST_USER, HELD_NAME)
+        blocker = block_gpus(TEST_USER, work)
+        held = 0
+        for n in sorted(sizes):
+            sub = submit_held(n - held, procs, TEST_USER, work) if n > held else {"submitted": 0, "submit_s": 0.0}
+            held += sub["submitted"]
+            say(f"{held} held jobs ({sub['submitted']} submitted in {sub['submit_s']:.0f} s); timing slots")
+            svcs = {b: Service(Config(slot_seconds=30, users=(TEST_USER,)), open_records(work / f"{b}-{n}.db"),
+                               slurm=made[b][0]) for b in backends}
+            first = {b: svcs[b].run_slot() for b in backends}
+            times: dict[str, list[float]] = {b: [] for b in backends}
+            reads: dict[str, list[float]] = {b: [] for b in backends}
+            errors: dict[str, str] = {b: first[b].error for b in backends if first[b].error}
+            for i in range(slots):
+                for b in (backends if i % 2 == 0 else backends[::-1]):  # alternate who goes first
+                    rep = svcs[b].run_slot()
+                    if rep.error:
+                        errors[b] = rep.error
+                    times[b].append(rep.duration)
+                    slurm = made[b][0]
+                    reads[b].append(_timed(lambda: (slurm.jobs(), slurm.nodes())))
+            for b in backends:
+                out["backends"][b][str(n)] = {
+                    "held_jobs": held, "waiting_seen": first[b].waiting, "first_slot_s": first[b].duration,
+                    "median_slot_s": statistics.median(times[b]) if times[b] else None,
+                    "slot_s": times[b], "median_read_s": statistics.median(reads[b]) if reads[b] else None,
+                    "error": errors.get(b, ""),
+                }
+                r = out["backends"][b][str(n)]
+                say(f"  {b:8s} {n:6d} held: slot median {r['median_slot_s'] * 1000:.0f} ms (first "
+                    f"{r['first_slot_s'] * 1000:.0f} ms, {r['waiting_seen']} waiting), Slurm reads median "
+                    f"{r['median_read_s'] * 1000:.0f} ms")
+    finally:
+        say("cancelling the held jobs")
+        cancel_named(TEST_USER, HELD_NAME)
+        if blocker:
+            subprocess.run(["scancel", blocker], capture_output=True, timeout=60)
+        for slurm, _ in made.values():
+            slurm.close()
+        shutil.rmtree(work, ignore_errors=True)
+    if "cli" in backends and "pyslurm" in backends:
+        for n in sizes:
+            c, p = out["backends"]["cli"][str(n)], out["backends"]["pyslurm"][str(n)]
+            ok = c["median_slot_s"] and p["median_slot_s"] is not None
+            out[f"ratio_at_{n}"] = p["median_slot_s"] / c["median_slot_s"] if ok else None
+            okr = c["median_read_s"] and p["median_read_s"] is not None
+            out[f"read_ratio_at_{n}"] = p["median_read_s"] / c["median_read_s"] if okr else None
+    return out
+
+
+def print_comparison(res: dict) -> None:
+    backends = list(res["backends"])
+    print(f"slot time on the test cluster, median of {res['slots']} slots per backend (every GPU busy):")
+    print(f"{'held jobs':>10} " + " ".join(f"{b + ' slot':>14} {b + ' reads':>14}" for b in backends))
+    for n in res["sizes"]:
+        cells = []
+        for b in backends:
+            r = res["backends"][b][str(n)]
+            cells.append(f"{r['median_slot_s'] * 1000:>11.0f} ms {r['median_read_s'] * 1000:>11.0f} ms")
+        print(f"{n:>10} " + " ".join(cells))
+    for n in res["sizes"]:
+        if res.get(f"ratio_at_{n}") is not None:
+            print(f"pyslurm/cli at {n}: slot {res[f'ratio_at_{n}']:.2f}, Slurm reads {res[f'read_ratio_at_{n}']:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slots", type=int, default=20)
+    ap.add_argument("--slots", type=int, default=None, help="slots per run (default 20; 5 with --backend)")
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--backend", help="compare Slurm backends on the real cluster: cli, pyslurm or cli,pyslurm")
+    ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
+    ap.add_argument("--json", action="store_true", help="with --backend: one JSON object")
     a = ap.parse_args()
+    if a.backend:
+        backends = [b for b in a.backend.split(",") if b]
+        if not backends or any(b not in ("cli", "pyslurm") for b in backends):
+            print(f"slot_duration: error: --backend takes cli, pyslurm or cli,pyslurm, got {a.backend!r}", file=sys.stderr)
+            sys.exit(2)
+        try:
+            sizes = [int(x) for x in a.sizes.split(",") if x]
+        except ValueError:
+            print(f"slot_duration: error: --sizes takes numbers, got {a.sizes!r}", file=sys.stderr)
+            sys.exit(2)
+        res = compare_backends(backends, sizes, a.slots or 5)
+        if a.json:
+            print(json.dumps(res))
+        else:
+            print_comparison(res)
+        return
+    a.slots = a.slots or 20
     tmp = Path(tempfile.mkdtemp(prefix="lyasched-bench-"))
     try:
         if shutil.which("squeue"):

@@ -157,6 +157,26 @@ def read_placements_csv(path: str | Path) -> list[PlacementRow]:
     return out
 
 
+def read_grad_bytes(path: str | Path) -> float | None:
+    """``grad_bytes=N`` in a placements.csv's leading '#' comment lines (the model's gradient
+    size: known from the model, not fitted), or None."""
+    p = Path(path)
+    with p.open() as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            for word in line.replace(";", " ").replace(",", " ").split():
+                if word.startswith("grad_bytes="):
+                    try:
+                        v = float(word.split("=", 1)[1])
+                    except ValueError:
+                        raise ValueError(f"{p}: grad_bytes= needs a number") from None
+                    if not math.isfinite(v) or v <= 0:
+                        raise ValueError(f"{p}: grad_bytes= must be > 0")
+                    return v
+    return None
+
+
 def read_scalability_csv(path: str | Path) -> list[PlacementRow]:
     """Rows of a `scalability.csv` (num_nodes,num_replicas,local_bsz,step_time,sync_time),
     as balanced placements."""
@@ -373,6 +393,7 @@ class AppData:
     rows: list[PlacementRow]
     scalability: list[PlacementRow] = field(default_factory=list)
     parallel: float = math.inf  # replicas a node of this cluster computes side by side (CommShape.parallel)
+    grad_bytes: float | None = None  # the model's gradient bytes, when known (read_grad_bytes)
 
     @property
     def key(self) -> str:
@@ -396,6 +417,7 @@ class HeldOutReport:
     scal_errors: list[float] = field(default_factory=list)
     by_nodes: dict[int, Accuracy] = field(default_factory=dict)
     by_gpus: dict[int, Accuracy] = field(default_factory=dict)
+    grad_bytes: float | None = None
 
 
 def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
@@ -426,23 +448,23 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
         train = [o for o in apps if o.key != a.key and o.cluster == a.cluster] or [o for o in apps if o.key != a.key]
         if not train:
             raise ValueError("leave-one-app-out needs at least two applications")
-        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability)
-                           for o in train], CommShape(parallel=a.parallel))
+        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
+                                   o.grad_bytes) for o in train], CommShape(parallel=a.parallel))
         prof = compute[a.key]
         fp = fit_placement if fit_placement is not None else protocol_fit_placement(a.rows)
         seen = [r for r in a.rows if r.placement == fp]
         if not seen:
             raise ValueError(f"{a.key}: placement {PlacementRow(fp, 0, 0).label} not in the data")
-        v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen))
+        v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen, a.grad_bytes))
 
         def errs(rows: Iterable[PlacementRow]) -> list[float]:
-            return [abs(shape.step_time(prof.step_time(r.local_bsz), v, r.placement) / r.step_time - 1.0)
+            return [abs(shape.step_time(prof.step_time(r.local_bsz), v, r.placement, a.grad_bytes) / r.step_time - 1.0)
                     for r in rows if r.step_time > 0]
 
         held = [r for r in a.rows if r.gpus > 1 and r.placement != fp]
         e = errs(held)
         rep = HeldOutReport(a.app, a.cluster, prof, shape, [o.key for o in train], v, PlacementRow(fp, 0, 0).label,
-                            summarize(e), e)
+                            summarize(e), e, grad_bytes=a.grad_bytes)
         for n in sorted({r.nodes for r in held}):
             rep.by_nodes[n] = summarize(errs([r for r in held if r.nodes == n]))
         for g in sorted({r.gpus for r in held if r.nodes == 1}):

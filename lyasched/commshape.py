@@ -6,7 +6,8 @@ latency, switch contention; Pollux, OSDI'21, models it as linear in the replica 
 A `CommShape` is what one *cluster* contributes to a job's step time, whatever the model:
 
     compute_g = (alpha + beta*b) * (1 + s_multi + sigma*(k - 1))   k = most GPUs used on one node
-    comm      = v                        * (1 + d_intra*(g - 2))                  one node
+    comm      = v                        * (1 + d_g*(g - 2))                      one node
+    d_g       = (1 - f)*d_intra + f*d_intra_bw,   f = V/(V + lat_bytes)   (V: gradient bytes)
               = v * inter_ratio          * (1 + d_inter*(g - 2) + d_nodes*log2(n/2)) n >= 2
     step      = (compute_g^gamma + comm^gamma)^(1/gamma)                         g >= 2
 
@@ -16,6 +17,14 @@ from one multi-GPU placement of that application. ``gamma`` (overlap of the all-
 the backward pass), ``s_multi`` (compute slowdown of any multi-GPU run: hooks, host
 contention), ``sigma`` (contention of co-located replicas) and the growth terms are
 fitted across *other* applications measured on the same cluster (`fit_shape`).
+
+An all-reduce costs a per-message latency plus bytes over a bandwidth, and the two parts grow
+differently with g: the latency part with the 2(g-1) hops of the ring (a model with few
+parameters is latency-bound), the bandwidth part far less (an embedding-heavy model is
+bandwidth-bound). ``f`` is the bandwidth share of v, known from the model's gradient bytes V
+and the cluster's ``lat_bytes`` (latency x bandwidth, fitted from the other applications'
+v = latency + V/bandwidth). Unknown V (or a cluster with fewer than two applications of known
+V) gives f = 0: one growth rate, ``d_intra``, as before.
 docs/model.md (cost model) and docs/calibration.md describe the evaluation.
 """
 
@@ -37,6 +46,7 @@ _BOUNDS = {
     "d_intra": (0.0, 4.0),
     "d_inter": (0.0, 4.0),
     "d_nodes": (0.0, 4.0),
+    "d_intra_bw": (0.0, 1.0),  # <= the latency part's 1: bytes per rank saturate at 2V, hops do not
 }
 
 
@@ -51,17 +61,26 @@ class CommShape:
     d_intra: float = 0.0
     d_inter: float = 0.0
     d_nodes: float = 0.0
+    # bandwidth part of the intra-node growth and the latency x bandwidth product (bytes) that
+    # splits v into its latency and bandwidth parts; lat_bytes = 0: no split (d_intra only)
+    d_intra_bw: float = 0.0
+    lat_bytes: float = 0.0
     # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
     # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
     # slowing compute by k/parallel (the CPU-sharing model of benchmarks/profile_accuracy.py).
     parallel: float = math.inf
 
-    def comm_factor(self, g: int, nodes: int) -> float:
+    def bw_share(self, grad_bytes: float | None) -> float:
+        """Share of the 2-GPU all-reduce time that is bytes over bandwidth (0 when unknown)."""
+        return bw_share(grad_bytes, self.lat_bytes)
+
+    def comm_factor(self, g: int, nodes: int, grad_bytes: float | None = None) -> float:
         """All-reduce time of a g-GPU, ``nodes``-node placement in units of v (0 for one GPU)."""
         if g <= 1:
             return 0.0
         if nodes <= 1:
-            return 1.0 + self.d_intra * (g - 2)
+            f = self.bw_share(grad_bytes)
+            return 1.0 + ((1.0 - f) * self.d_intra + f * self.d_intra_bw) * (g - 2)
         return self.inter_ratio * (1.0 + self.d_inter * (g - 2) + self.d_nodes * np.log2(nodes / 2.0))
 
     def contention(self, per_node_max: int) -> float:
@@ -69,13 +88,14 @@ class CommShape:
         k = max(1, per_node_max)
         return (1.0 + self.s_multi + self.sigma * (k - 1)) * max(1.0, k / self.parallel)
 
-    def step_time(self, compute: float, v: float, placement: Sequence[int]) -> float:
-        """Step time of one placement (GPUs per node) given the one-GPU compute time and v."""
+    def step_time(self, compute: float, v: float, placement: Sequence[int], grad_bytes: float | None = None) -> float:
+        """Step time of one placement (GPUs per node) given the one-GPU compute time, v and
+        (optional) the model's gradient bytes."""
         g, n = int(sum(placement)), len(placement)
         if g <= 1:
             return compute
         c = compute * self.contention(max(placement))
-        comm = v * self.comm_factor(g, n)
+        comm = v * self.comm_factor(g, n, grad_bytes)
         if comm <= 0.0:
             return c
         return (c**self.gamma + comm**self.gamma) ** (1.0 / self.gamma)
@@ -84,11 +104,18 @@ class CommShape:
         return asdict(self)
 
 
+def bw_share(grad_bytes: float | None, lat_bytes: float) -> float:
+    """V/(V + latency x bandwidth): the bandwidth share of an all-reduce of V bytes."""
+    if not grad_bytes or grad_bytes <= 0 or lat_bytes <= 0:
+        return 0.0
+    return float(grad_bytes / (grad_bytes + lat_bytes))
+
+
 def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
-              k: np.ndarray, parallel: float = math.inf) -> np.ndarray:
-    gamma, s_multi, sigma, ratio, di, dg, dn = shape_x
+              k: np.ndarray, parallel: float = math.inf, f: float = 0.0) -> np.ndarray:
+    gamma, s_multi, sigma, ratio, di, dg, dn, dbw = shape_x
     c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * np.maximum(1.0, k / parallel)
-    intra = 1.0 + di * (g - 2.0)
+    intra = 1.0 + ((1.0 - f) * di + f * dbw) * (g - 2.0)
     inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
     comm = v * np.where(n > 1, inter, intra)
     out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
@@ -107,15 +134,17 @@ class Rows:
     n: np.ndarray
     k: np.ndarray
     t: np.ndarray
+    grad_bytes: float | None = None  # the model's gradient bytes V, when known
 
     @classmethod
-    def of(cls, app: str, alpha: float, beta: float, rows: Sequence) -> "Rows":
+    def of(cls, app: str, alpha: float, beta: float, rows: Sequence, grad_bytes: float | None = None) -> "Rows":
         """From `lyasched.calibration.PlacementRow`-like rows (placement, local_bsz, step_time)."""
         rows = [r for r in rows if sum(r.placement) > 1 and r.step_time > 0]
         return cls(app, alpha, beta,
                    np.array([r.local_bsz for r in rows], float), np.array([sum(r.placement) for r in rows], float),
                    np.array([len(r.placement) for r in rows], float),
-                   np.array([max(r.placement) for r in rows], float), np.array([r.step_time for r in rows], float))
+                   np.array([max(r.placement) for r in rows], float), np.array([r.step_time for r in rows], float),
+                   grad_bytes)
 
     @property
     def compute(self) -> np.ndarray:
@@ -129,9 +158,10 @@ def fit_v(shape: CommShape, data: Rows) -> float:
     if data.t.size == 0:
         raise ValueError(f"{data.app}: no multi-GPU rows to fit the all-reduce time on")
     x = np.array([getattr(shape, f) for f in _BOUNDS])
+    f = shape.bw_share(data.grad_bytes)
     v_of = lambda lv: np.full_like(data.t, np.exp(lv[0]))  # noqa: E731
     resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k,  # noqa: E731
-                                 shape.parallel) / data.t - 1.0
+                                 shape.parallel, f) / data.t - 1.0
     best = None
     for v0 in (1e-4, 1e-2, 1.0):
         scale = v0 * float(np.median(data.t))
@@ -143,8 +173,11 @@ def fit_v(shape: CommShape, data: Rows) -> float:
 
 def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape:
     """Fit the cluster's shape jointly over applications (each with its own free v, fitted on
-    all its rows). Parameters the data cannot identify (no multi-node rows: the inter terms)
-    keep the values of ``fixed`` (default `CommShape()`)."""
+    all its rows). Parameters the data cannot identify (no multi-node rows: the inter terms;
+    fewer than two applications of known gradient bytes: the latency/bandwidth split) keep the
+    values of ``fixed`` (default `CommShape()`). With the split, every known-bytes application's
+    v is also asked to follow v = latency + V/bandwidth (one residual per application), which
+    pins lat_bytes = latency x bandwidth."""
     from scipy.optimize import least_squares
 
     apps = [a for a in apps if a.t.size]
@@ -153,24 +186,33 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
     base = fixed or CommShape()
     names = list(_BOUNDS)
     multi_node = any((a.n > 1).any() for a in apps)
-    free = [f for f in names if multi_node or f not in ("inter_ratio", "d_inter", "d_nodes")]
+    split = sum(1 for a in apps if a.grad_bytes) >= 2
+    # with the split, the latency part's growth is the ring's: 2(g-1) hops, i.e. d_intra = 1
+    free = [f for f in names if (multi_node or f not in ("inter_ratio", "d_inter", "d_nodes"))
+            and (f != "d_intra_bw" if not split else f != "d_intra")]
     lo = [np.log(_BOUNDS[f][0]) if f == "inter_ratio" else _BOUNDS[f][0] for f in free]
     hi = [np.log(_BOUNDS[f][1]) if f == "inter_ratio" else _BOUNDS[f][1] for f in free]
+    nf, na = len(free), len(apps)
 
-    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
         vals = {f: getattr(base, f) for f in names}
-        for f, val in zip(free, x[: len(free)]):
+        if split:
+            vals["d_intra"] = 1.0
+        for f, val in zip(free, x[:nf]):
             vals[f] = float(np.exp(val)) if f == "inter_ratio" else float(val)
-        return np.array([vals[f] for f in names]), np.exp(x[len(free):])
+        lat, bw = (float(np.exp(x[nf + na])), float(np.exp(x[nf + na + 1]))) if split else (0.0, 0.0)
+        return np.array([vals[f] for f in names]), np.exp(x[nf:nf + na]), lat, bw
 
     def resid(x: np.ndarray) -> np.ndarray:
-        sx, vs = unpack(x)
+        sx, vs, lat, bw = unpack(x)
+        lat_bytes = lat * bw
         # every application weighs the same, whatever its row count
-        return np.concatenate([
-            (_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k, base.parallel) / a.t - 1.0)
-            / np.sqrt(a.t.size)
-            for a, v in zip(apps, vs)
-        ])
+        out = [(_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k, base.parallel,
+                          bw_share(a.grad_bytes, lat_bytes)) / a.t - 1.0) / np.sqrt(a.t.size)
+               for a, v in zip(apps, vs)]
+        if split:
+            out.append(np.array([(lat + a.grad_bytes / bw) / v - 1.0 for a, v in zip(apps, vs) if a.grad_bytes]))
+        return np.concatenate(out)
 
     best = None
     for gam0 in (1.5, 4.0):
@@ -179,10 +221,19 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
             v0 = {"gamma": gam0, "sigma": 0.05, "inter_ratio": np.log(5.0)}.get(f, 0.05)
             x0.append(v0)
         x0 += [np.log(max(float(np.median(a.t)) * 0.3, 1e-6)) for a in apps]
-        lov = lo + [np.log(1e-9)] * len(apps)
-        hiv = hi + [np.log(1e4)] * len(apps)
+        lov = lo + [np.log(1e-9)] * na
+        hiv = hi + [np.log(1e4)] * na
+        if split:  # latency (s) and bandwidth (bytes/s) of the 2-GPU all-reduce
+            x0 += [np.log(1e-3), np.log(1e9)]
+            lov += [np.log(1e-9), np.log(1e3)]
+            hiv += [np.log(1e2), np.log(1e15)]
         r = least_squares(resid, np.clip(x0, lov, hiv), bounds=(lov, hiv))
         if best is None or r.cost < best.cost:
             best = r
-    sx, _ = unpack(best.x)
-    return CommShape(**{f: float(val) for f, val in zip(names, sx)}, parallel=base.parallel)
+    sx, _, lat, bw = unpack(best.x)
+    vals = {f: float(val) for f, val in zip(names, sx)}
+    if split:
+        vals["lat_bytes"] = lat * bw
+    else:
+        vals["d_intra_bw"], vals["lat_bytes"] = base.d_intra_bw, base.lat_bytes
+    return CommShape(**vals, parallel=base.parallel)

@@ -16,10 +16,16 @@ name = "lyapunov"
 [policy.params]            # passed to make_policy(name, **params)
 V = 10.0
 
+[slurm]
+backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
+
 [cluster]                  # what the cost model assumes about the hardware
 gpu_mem = 32e9
 intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
 inter = { bandwidth = 10e9, latency = 5e-5 }    # between nodes
+# optional: the cluster's fitted step-time shape (lyasched.commshape: overlap, contention, growth
+# of the all-reduce with GPUs and nodes); absent = the plain ring model. docs/calibration.md
+shape = { gamma = 2.8, s_multi = 0.05, sigma = 0.02, inter_ratio = 4.2, d_intra = 0.17, d_inter = 0.02, d_nodes = 0.05 }
 ```
 
 A bad file is a `ConfigError` with a one-line message naming the file and the key.
@@ -58,11 +64,13 @@ class Config:
     log_level: str = "INFO"
     users: tuple[str, ...] = ()  # schedule only these users' jobs (() = everybody's)
     device: str = ""  # cost-table device key for refinement ("" = the nodes' GPU type, else "gpu")
+    slurm_backend: str = "auto"  # [slurm] backend: "auto" | "cli" | "pyslurm"
     policy: str = "lyapunov"
     params: Mapping[str, Any] = field(default_factory=dict)
     gpu_mem: float = 32e9
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))
+    shape: Any = None  # lyasched.commshape.CommShape from [cluster] shape; None = plain ring model
     source: str = "<defaults>"
 
 
@@ -115,13 +123,32 @@ def _link(where: str, name: str, value: Any, default: Link) -> Link:
     return Link(bandwidth=bw, latency=lat)
 
 
+def _shape(where: str, value: Any) -> Any:
+    """[cluster] shape: a table of `CommShape` fields, each a number within its fitting bounds."""
+    from lyasched.commshape import _BOUNDS, CommShape
+
+    t = _table(where, "cluster.shape", value)
+    known = list(_BOUNDS) + ["lat_bytes", "parallel"]
+    unknown = set(t) - set(known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key cluster.shape.{sorted(unknown)[0]} (known: {', '.join(known)})")
+    kw = {}
+    for key, val in t.items():
+        lo, hi = _BOUNDS.get(key, (0.0, None))
+        v = _number(where, f"cluster.shape.{key}", val, positive=key == "parallel", hi=hi)
+        if v < lo:
+            raise ConfigError(f"{where}: cluster.shape.{key} must be >= {lo:g}, got {val!r}")
+        kw[key] = v
+    return CommShape(**kw)
+
+
 def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Validate a parsed TOML document and build a Config (relative db paths resolve against
     ``base_dir``, the config file's directory)."""
     where = source
-    unknown = set(data) - {"service", "policy", "cluster"}
+    unknown = set(data) - {"service", "policy", "cluster", "slurm"}
     if unknown:
-        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster)")
+        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm)")
     d = Config()
     kw: dict[str, Any] = {"source": source}
 
@@ -176,16 +203,29 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
         except ParamError as e:
             raise ConfigError(f"{where}: policy.params: {e}") from None
 
+    sl = _table(where, "slurm", data.get("slurm", {}))
+    for key in sl:
+        if key != "backend":
+            raise ConfigError(f"{where}: unknown key slurm.{key} (known: backend)")
+    if "backend" in sl:
+        from lyasched.slurm.backend import BACKENDS
+
+        if sl["backend"] not in BACKENDS:
+            raise ConfigError(f"{where}: slurm.backend must be one of {', '.join(BACKENDS)}, got {sl['backend']!r}")
+        kw["slurm_backend"] = sl["backend"]
+
     cl = _table(where, "cluster", data.get("cluster", {}))
     for key in cl:
-        if key not in {"gpu_mem", "intra", "inter"}:
-            raise ConfigError(f"{where}: unknown key cluster.{key} (known: gpu_mem, intra, inter)")
+        if key not in {"gpu_mem", "intra", "inter", "shape"}:
+            raise ConfigError(f"{where}: unknown key cluster.{key} (known: gpu_mem, intra, inter, shape)")
     if "gpu_mem" in cl:
         kw["gpu_mem"] = _number(where, "cluster.gpu_mem", cl["gpu_mem"])
     if "intra" in cl:
         kw["intra"] = _link(where, "cluster.intra", cl["intra"], d.intra)
     if "inter" in cl:
         kw["inter"] = _link(where, "cluster.inter", cl["inter"], d.inter)
+    if "shape" in cl:
+        kw["shape"] = _shape(where, cl["shape"])
     return Config(**kw)
 
 

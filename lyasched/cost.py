@@ -109,7 +109,7 @@ class CostModel:
             v = self.comm_time(profile, 2, False)
             if spans_nodes and profile.comm_scale_intra > 0:  # a learned inter factor, relative to the intra one
                 v *= profile.comm_scale_inter / profile.comm_scale_intra
-            return shape.step_time(profile.step_time(global_batch / g), v, placement)
+            return shape.step_time(profile.step_time(global_batch / g), v, placement, profile.grad_bytes)
         return profile.step_time(global_batch / g) + self.comm_time(profile, g, spans_nodes)
 
     def iter_time_placement(

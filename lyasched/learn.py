@@ -232,13 +232,42 @@ def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
 
 
 def workdir_of(slurm: Any, job_id: str) -> str | None:
-    """The job's working directory (its step file lives there), from ``scontrol show job``;
-    None when Slurm no longer knows the job."""
-    from lyasched.slurm import query as q
+    """The job's working directory (its step file lives there), from the Slurm interface
+    (``scontrol show job``, or pyslurm); None when Slurm no longer knows the job."""
+    from lyasched.slurm import as_backend
 
-    try:
-        jobs = q.parse_show_job(slurm.run(q.show_job_args(job_id)))
+    try:  # the Slurm interface (lyasched.slurm.backend): scontrol show job, or pyslurm
+        return as_backend(slurm).work_dir(job_id)
     except Exception as e:  # noqa: BLE001 -- any failure means: no report to learn from
-        log.info("job %s: no working directory from scontrol (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
+        log.info("job %s: no working directory from Slurm (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
         return None
-    return next((j.extra.get("WorkDir") for j in jobs if j.extra.get("WorkDir")), None)
+
+
+def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any) -> dict[int, float]:
+    """Predicted run time (s) per GPU count as lyasub prints it, from what the service decides
+    with: `waiting_inputs` (the learned profile when the model's runs have reported, else the
+    summary's; the start-up term), the calibrated links (`with_calibrated_links`) and the
+    model's bounded run-time correction (on the iterations, not the start-up). Not capped at
+    the time limit (the service caps there). No readable database: the summary alone."""
+    import sqlite3
+    from pathlib import Path
+
+    from lyasched.cost import CostModel
+    from lyasched.security import bounded_correction
+    from lyasched.store import costtable, open_db
+    from lyasched.store.cluster import with_calibrated_links
+
+    p = Path(db_path)
+    profile, startup_s, corr = summary.to_profile(), 0.0, 1.0
+    if p.exists():
+        try:
+            db = open_db(p)
+            profile, startup_s = waiting_inputs(db, summary, device)
+            cost = CostModel(with_calibrated_links(db, cost.cluster))
+            entry = costtable.get(db, summary.sig, device)
+            corr = bounded_correction(entry.correction if entry else None)
+        except sqlite3.Error:
+            pass
+    gpn = cost.cluster.gpus_per_node
+    return {g: corr * cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
+            for g in counts}

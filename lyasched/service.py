@@ -2,25 +2,28 @@
 
 Each slot (`Service.run_slot`):
 
-1. read every lyasched job (`squeue`, comment tagged ``lyasched:v1;``) and every node's GPUs
-   (`scontrol show node`): GPUs held by any job, lyasched or not, are busy; a drained or down
+1. read every lyasched job (``slurm.jobs()``, comment tagged ``lyasched:v1;``) and every node's
+   GPUs (``slurm.nodes()``): GPUs held by any job, lyasched or not, are busy; a drained or down
    node has none free;
 2. bring the records up to date (new jobs, started, finished: observed run time, cost-table
    refinement), hold again any job released more than ``release_grace`` ago that Slurm has
    not started (its GPUs were taken meanwhile), so it is reconsidered;
 3. build the same `SlotState` the simulator builds and call the same policy
    (`make_policy(config.policy, **config.params)`);
-4. for each start: ``scontrol update`` (nodes, one task per node, GPUs per node, node list) and
-   ``scontrol release``; record the slot and its decisions.
+4. for each start: ``slurm.resize`` (nodes, one task per node, GPUs per node, node list) and
+   ``slurm.release``; record the slot and its decisions.
+
+Slurm is reached through the `Slurm` interface (lyasched.slurm.backend): its CLI tools or pyslurm,
+the same calls and errors either way (docs/slurm-backends.md).
 
 Slurm can only express the same GPU count on every node of a job (``TresPerNode``), so a
 multi-node placement with unequal counts is re-placed on k nodes with g/k GPUs each (the
 fewest nodes that have room, preferring the nodes the policy chose); if no such k exists the
-job waits for a later slot. The service only ever runs Slurm's CLI tools, never user code.
+job waits for a later slot. The service only ever calls Slurm (its tools or libslurm), never user code.
 
 Crash consistency (docs/reliability.md): each start is written as an *intent* before
-``scontrol update`` and closed, with the job's row and its decision, in one transaction after
-``scontrol release``. Every slot first reconciles the open intents with Slurm, the source of
+the resize (``scontrol update``) and closed, with the job's row and its decision, in one
+transaction after the release. Every slot first reconciles the open intents with Slurm, the source of
 truth: a job Slurm shows released (pending without the hold, running or finished) was started,
 and the intent is applied; a job still held was not, so the intent is aborted and the job is
 decided again (its leftover ``update`` is harmless: a held job does not run, and the next start
@@ -49,8 +52,8 @@ from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.state import Decision, Placement, Policy, RunningJob, SlotState, WaitingJob, waiting_job
-from lyasched.slurm import SlurmCLI, SlurmError
-from lyasched.slurm import query as q
+from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
+from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
 from lyasched.store.cluster import with_calibrated_links
@@ -175,26 +178,27 @@ def fit_placement(d: Decision, free: Sequence[int]) -> Placement | None:
     return equal_placement(free, d.gpus, prefer=nodes)
 
 
-def _newer(a: q.SlurmJob, b: q.SlurmJob) -> bool:
+def _newer(a: SlurmJob, b: SlurmJob) -> bool:
     """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest).
 
     Uids are visible to everybody in squeue: a job of ANOTHER user that copies one never takes it
     over (the first submitted keeps it), or anybody could hide anybody's job from the service."""
     if a.user != b.user:
-        def first(j: q.SlurmJob) -> tuple:
+        def first(j: SlurmJob) -> tuple:
             return (j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
 
         return first(a) <= first(b)
 
-    def key(j: q.SlurmJob) -> tuple:
+    def key(j: SlurmJob) -> tuple:
         return (not j.finished, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
 
     return key(a) >= key(b)
 
 
 class Service:
-    """The slot logic as a library. ``slurm`` is anything with ``run(argv, idempotent=...)``
-    (a `SlurmCLI`, or a fake in tests); ``policy`` overrides the configured one."""
+    """The slot logic as a library. ``slurm`` is a `Slurm` backend (lyasched.slurm.backend), or a
+    CLI runner (``run(argv, idempotent=...)``: a `SlurmCLI`, or a fake in tests) that the CLI
+    backend drives; ``policy`` overrides the configured one."""
 
     def __init__(
         self,
@@ -210,7 +214,7 @@ class Service:
         self._db_open = db if callable(db) else None
         self._dbs: dict[int, sqlite_utils.Database] = {} if callable(db) else {threading.get_ident(): db}
         self._db_any = None if callable(db) else db
-        self.slurm = slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout)
+        self.slurm: Slurm = as_backend(slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout))
         self.policy = policy if policy is not None else make_policy(config.policy, **dict(config.params))
         self.clock = clock
         self.stop_requested = threading.Event()
@@ -253,7 +257,7 @@ class Service:
             slurm_failed = False
             try:
                 self._slot(now, report)
-            except (SlurmError, q.ParseError) as e:
+            except (SlurmError, ParseError) as e:
                 report.error = str(e).splitlines()[0][:500]
                 slurm_failed = True
             except Exception as e:  # noqa: BLE001 - a bug must not stop the service; the next slot retries
@@ -300,10 +304,10 @@ class Service:
     def _slot(self, now: float, report: SlotReport) -> None:
         nodes = [
             n
-            for n in q.parse_nodes(self.slurm.run(q.node_args()))
+            for n in self.slurm.nodes()
             if n.gpus_total > 0 and (not self.config.partition or self.config.partition in n.partitions)
         ]
-        jobs = q.parse_squeue(self.slurm.run(q.squeue_args()))
+        jobs = self.slurm.jobs()
         if not nodes:
             where = f" in partition {self.config.partition}" if self.config.partition else ""
             raise SlurmError(["scontrol"], f"no nodes with GPUs{where}")
@@ -316,6 +320,7 @@ class Service:
             gpu_mem=self.config.gpu_mem,
             intra=self.config.intra,
             inter=self.config.inter,
+            shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
         )
         cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
         cost = CostModel(cluster)
@@ -385,7 +390,7 @@ class Service:
 
     # ------------------------------------------------------------ crash recovery
 
-    def reconcile(self, jobs: Sequence[q.SlurmJob], now: float) -> list[dict]:
+    def reconcile(self, jobs: Sequence[SlurmJob], now: float) -> list[dict]:
         """Close the starts a previous run (or a failed release) left open, from Slurm's view.
 
         - Slurm shows the job released (pending without the hold, running, or finished): the
@@ -434,13 +439,13 @@ class Service:
 
     # ------------------------------------------------------------ records
 
-    def _sync(self, jobs: Sequence[q.SlurmJob], now: float, device: str, report: SlotReport) -> dict:
+    def _sync(self, jobs: Sequence[SlurmJob], now: float, device: str, report: SlotReport) -> dict:
         """Bring each job's row up to date; returns uid -> (SlurmJob, row or None).
 
         A uid names one lyasched job; when Slurm lists several jobs with one uid (a resubmission
         after a cancel, or a copied comment), the newest unfinished one is it, else the newest.
         """
-        by_uid: dict[str, tuple[q.SlurmJob, CostSummary | None, str]] = {}
+        by_uid: dict[str, tuple[SlurmJob, CostSummary | None, str]] = {}
         for job in jobs:
             if self.config.users and job.user not in self.config.users:
                 continue
@@ -456,7 +461,7 @@ class Service:
                     continue
             by_uid[uid] = (job, s, err)
 
-        seen: dict[str, tuple[q.SlurmJob, dict | None]] = {}
+        seen: dict[str, tuple[SlurmJob, dict | None]] = {}
         self._touch: list[str] = []
         rows = records.get_jobs(self.db, list(by_uid))
         for uid, (job, s, err) in by_uid.items():
@@ -488,7 +493,7 @@ class Service:
         records.touch_jobs(self.db, self._touch, now)
         return seen
 
-    def _observe(self, job: q.SlurmJob, row: dict, now: float, device: str, report: SlotReport) -> dict:
+    def _observe(self, job: SlurmJob, row: dict, now: float, device: str, report: SlotReport) -> dict:
         """Fold Slurm's view of one job into its row (start, end, observed run time)."""
         upd: dict[str, Any] = {"slurm_state": job.state, "name": job.name}
         st = row["state"]
@@ -566,12 +571,12 @@ class Service:
         gone = [r for r in records.active_jobs(self.db) if r["uid"] not in seen]
         if not gone:
             return
-        acct: dict[str, q.AccountingRecord] = {}
+        acct: dict[str, AccountingRecord] = {}
         if self._accounting_enabled():
             try:
-                for rec in q.parse_sacct(self.slurm.run(q.sacct_args([r["slurm_id"] for r in gone]))):
+                for rec in self.slurm.accounting([r["slurm_id"] for r in gone]):
                     acct.setdefault(rec.job_id, rec)
-            except (SlurmError, q.ParseError) as e:
+            except (SlurmError, ParseError) as e:
                 log.warning("sacct failed: %s", e)
         for row in gone:
             rec = acct.get(row["slurm_id"])
@@ -601,7 +606,7 @@ class Service:
     def _accounting_enabled(self) -> bool:
         if self._accounting is None:
             try:
-                self._accounting = q.accounting_enabled(self.slurm.run(q.config_args()))
+                self._accounting = self.slurm.config().accounting
             except SlurmError:
                 self._accounting = False
             records.set_meta(self.db, "accounting", str(self._accounting))
@@ -609,7 +614,7 @@ class Service:
 
     # ------------------------------------------------------------ policy inputs
 
-    def _waiting(self, s: CostSummary, job: q.SlurmJob, cost: CostModel) -> WaitingJob:
+    def _waiting(self, s: CostSummary, job: SlurmJob, cost: CostModel) -> WaitingJob:
         correction = self._correction(s.sig)
         profile, startup_s = learn.waiting_inputs(self.db, s, self._device)  # learned profile, start-up term
         key = (s.uid, job.job_id, cost.cluster, correction, profile, startup_s)
@@ -659,7 +664,7 @@ class Service:
             self._summaries[comment] = hit
         return hit
 
-    def _running(self, job: q.SlurmJob, row: dict, placement: Placement, now: float) -> RunningJob:
+    def _running(self, job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningJob:
         start = job.start_time or row.get("released_at") or now
         pred = row.get("predicted")
         end = start + pred if pred else start + (job.time_limit if math.isfinite(job.time_limit) else self.config.slot_seconds)
@@ -676,7 +681,7 @@ class Service:
     # ------------------------------------------------------------ actions
 
     def _start(
-        self, job: q.SlurmJob, row: dict, wj: WaitingJob, d: Decision, free: list[int], names: list[str],
+        self, job: SlurmJob, row: dict, wj: WaitingJob, d: Decision, free: list[int], names: list[str],
         now: float, report: SlotReport,
     ) -> None:
         placement = fit_placement(d, free)
@@ -704,7 +709,7 @@ class Service:
         intent["id"] = records.open_intent(self.db, **intent)
         self.crash.reach("before_update")
         try:
-            self.slurm.run(q.update_args(job.job_id, len(placement), per_node, node_names))
+            self.slurm.resize(job.job_id, len(placement), per_node, node_names)
         except SlurmError as e:
             # The job is still held (a held job never runs), whether or not the update reached Slurm.
             msg = str(e).splitlines()[0][:300]
@@ -714,7 +719,7 @@ class Service:
         records.mark_intent(self.db, intent["id"], step="updated")
         self.crash.reach("after_update")
         try:
-            self.slurm.run(q.release_args(job.job_id))
+            self.slurm.release(job.job_id)
         except SlurmError as e:
             # A release that timed out may still have happened: the intent stays open and the next
             # slot's reconcile() asks Slurm (released -> applied, still held -> decided again).
@@ -736,7 +741,7 @@ class Service:
              "predicted": pred if math.isfinite(pred) else None, "score": d.score, "reason": why}
         )
 
-    def _start_failed(self, job: q.SlurmJob, row: dict, base: dict, place_json: str, node_names: list[str],
+    def _start_failed(self, job: SlurmJob, row: dict, base: dict, place_json: str, node_names: list[str],
                       msg: str) -> None:
         log.error("job %s: could not start: %s", job.job_id, msg)
         self._pending_decisions.append(
@@ -744,10 +749,10 @@ class Service:
         )
         records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
 
-    def _hold_again(self, job: q.SlurmJob, row: dict, now: float, report: SlotReport) -> None:
+    def _hold_again(self, job: SlurmJob, row: dict, now: float, report: SlotReport) -> None:
         why = f"not started within {self.config.release_grace:g}s of its release (GPUs taken meanwhile): held again"
         try:
-            self.slurm.run(q.hold_args(job.job_id))
+            self.slurm.hold(job.job_id)
         except SlurmError as e:
             log.error("job %s: could not hold again: %s", job.job_id, e)
             return

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from lyasched.cost import ClusterSpec, CostModel, Profile
 from lyasched.launcher import render, write_script
-from lyasched.slurm import SlurmCLI, SlurmError
+from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
 from lyasched.summary import CostSummary, is_valid_uid, new_uid
 
@@ -222,18 +222,22 @@ class ClusterView:
     device_type: str  # cost-table device key of the partition's GPUs
 
 
-def cluster_view(slurm: SlurmCLI, partition: str | None, config_path: Path | None, say: Say) -> ClusterView:
-    """Nodes and GPUs per node from Slurm; GPU memory and links from the service config's [cluster]."""
+def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
     from lyasched.config import Config, ConfigError, load_config
-    from lyasched.profile.signature import device_type
-    from lyasched.slurm.query import node_args, parse_nodes
 
     try:
-        conf = load_config(config_path)
+        return load_config(config_path)
     except ConfigError as e:
         say(f"warning: {e}; using default cluster parameters")
-        conf = Config()
-    nodes = [n for n in parse_nodes(slurm.run(node_args())) if n.gpus_total > 0]
+        return Config()
+
+
+def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say) -> ClusterView:
+    """Nodes and GPUs per node from Slurm; GPU memory and links from the service config's [cluster]."""
+    from lyasched.profile.signature import device_type
+
+    conf = _config(config_path, say)
+    nodes = [n for n in slurm.nodes() if n.gpus_total > 0]
     if partition:
         nodes = [n for n in nodes if partition in n.partitions]
         if not nodes:
@@ -245,7 +249,8 @@ def cluster_view(slurm: SlurmCLI, partition: str | None, config_path: Path | Non
     chosen = os.environ.get(DEVICE_ENV, "").strip() or conf.device
     chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
     dev = device_type(chosen)
-    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter)
+    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter,
+                       shape=conf.shape)  # [cluster] shape, as serve uses it
     return ClusterView(spec, dev)
 
 
@@ -276,10 +281,10 @@ def estimate(spec: Any, device: str) -> Profile:
         return estimate_profile(spec).to_profile()
 
 
-def profile_job_argv(
+def profile_job_options(
     req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable
-) -> list[str]:
-    """sbatch argv of the one-GPU profiling job (a plain Slurm job: no summary, not held)."""
+) -> cmd.SbatchOptions:
+    """Options of the one-GPU profiling job (a plain Slurm job: no summary, not held)."""
     # the job never runs more than B/gmin samples per GPU: measuring beyond that is wasted time
     max_batch = max(1, min(req.global_batch // max(1, req.min_gpus), PROFILE_MAX_BATCH))
     prof = [python, "-m", "lyasched.profile", req.model, "--out", str(out_file), "--db", str(db_path),
@@ -290,25 +295,26 @@ def profile_job_argv(
     opts = cmd.SbatchOptions(
         partition=o.partition, account=o.account, qos=o.qos, constraint=o.constraint, mem=o.mem,
         cpus_per_gpu=o.cpus_per_gpu, time=PROFILE_TIME_LIMIT, job_name="lyasched-profile",
-        output=str(log_file), gpus_per_node=1, nodes=1,
-        extra=("--ntasks=1", "--wrap=exec " + shlex.join(prof)),
+        output=str(log_file), gpus_per_node=1, nodes=1, ntasks=1, wrap="exec " + shlex.join(prof),
     )
-    return cmd.sbatch_command(opts)
+    return opts
 
 
-def wait_for_job(slurm: SlurmCLI, job_id: str, say: Say, timeout: float, poll: float = POLL_SECONDS) -> str:
+def profile_job_argv(
+    req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable
+) -> list[str]:
+    """sbatch argv of the profiling job (what the CLI backend runs)."""
+    return cmd.sbatch_command(profile_job_options(req, out_file, log_file, db_path, python))
+
+
+def wait_for_job(slurm: Slurm, job_id: str, say: Say, timeout: float, poll: float = POLL_SECONDS) -> str:
     """Poll until the job leaves the queue's active states; returns its final state. Reports
     on every state change and every 30 s."""
     t0 = time.monotonic()
     last, next_report = "", 0.0
     while True:
-        out = slurm.run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}", "--format=%T|%r"])
-        state, _, reason = (out.strip().splitlines() or [""])[0].partition("|")
-        if not state:  # purged from squeue: ask scontrol (finished jobs stay MinJobAge seconds)
-            try:
-                state = cmd.job_state(cmd.parse_scontrol_show(slurm.run(cmd.scontrol_show_job_command(job_id))))
-            except SlurmError:
-                state = "UNKNOWN"
+        job = slurm.job(job_id)  # None once purged (finished jobs stay MinJobAge seconds)
+        state, reason = (job.state, job.reason) if job is not None else ("UNKNOWN", "")
         if state in cmd.FINISHED_STATES or state == "UNKNOWN":
             return state
         waited = time.monotonic() - t0
@@ -324,7 +330,7 @@ def wait_for_job(slurm: SlurmCLI, job_id: str, say: Say, timeout: float, poll: f
 
 
 def run_profiling_job(
-    req: SubmitRequest, slurm: SlurmCLI, db_path: Path, device: str, uid: str, say: Say, timeout: float
+    req: SubmitRequest, slurm: Slurm, db_path: Path, device: str, uid: str, say: Say, timeout: float
 ) -> Profile:
     """Submit the one-GPU profiling job, wait for it, read its result, cache it under ``device``."""
     from lyasched.profile.result import ProfileResult
@@ -334,8 +340,7 @@ def run_profiling_job(
     work = db_path.parent / "profile-jobs"
     work.mkdir(parents=True, exist_ok=True)
     out_file, log_file = work / f"{uid}.json", work / f"{uid}.out"
-    argv = profile_job_argv(req, out_file, log_file, db_path)
-    job_id, _ = cmd.parse_parsable(slurm.run(argv, idempotent=False))
+    job_id = slurm.submit(profile_job_options(req, out_file, log_file, db_path))
     say(f"profiling {req.model} on one GPU: Slurm job {job_id} (log {log_file})")
     try:
         state = wait_for_job(slurm, job_id, say, timeout)
@@ -361,18 +366,23 @@ def run_profiling_job(
 # ---------------------------------------------------------------- submission
 
 
-def _cancel(slurm: SlurmCLI, job_id: str) -> None:
+def _cancel(slurm: Slurm, job_id: str) -> None:
     try:
-        slurm.run(cmd.scancel_command(job_id))
+        slurm.cancel(job_id)
     except SlurmError:
         pass
 
 
-def find_active_job(slurm: SlurmCLI, uid: str, user: str) -> str | None:
-    return cmd.find_job_by_uid(slurm.run(cmd.squeue_comments_command(user)), uid)
+def find_active_job(slurm: Slurm, uid: str, user: str) -> str | None:
+    """The active lyasched job of ``user`` whose summary carries ``id=<uid>`` (None if there is none)."""
+    needle = f"id={uid}"
+    for job in slurm.jobs(user=user):
+        if job.state in cmd.ACTIVE_STATES and needle in job.comment.split(";"):
+            return job.job_id
+    return None
 
 
-def submit_held(slurm: SlurmCLI, opts: cmd.SbatchOptions, script: str, uid: str, user: str) -> tuple[str, bool]:
+def submit_held(slurm: Slurm, opts: cmd.SbatchOptions, script: str, uid: str, user: str) -> tuple[str, bool]:
     """sbatch the script unless an active job already carries ``uid``; (job id, reused)."""
     existing = find_active_job(slurm, uid, user)
     if existing:
@@ -381,27 +391,25 @@ def submit_held(slurm: SlurmCLI, opts: cmd.SbatchOptions, script: str, uid: str,
         path = Path(tmp) / "launch.sbatch"
         write_script(script, path)
         try:
-            out = slurm.run(cmd.sbatch_command(opts, str(path)), idempotent=False)
+            job_id = slurm.submit(opts, str(path))
         except SlurmError:
             # sbatch may have reached slurmctld before failing (e.g. a timeout): never submit twice
             found = find_active_job(slurm, uid, user)
             if found:
                 return found, False
             raise
-    try:
-        job_id, _ = cmd.parse_parsable(out)
-    except ValueError as e:
-        found = find_active_job(slurm, uid, user)
-        if found:
-            return found, False
-        raise SubmitError(str(e)) from None
+        except ValueError as e:  # it answered, but not with a job id
+            found = find_active_job(slurm, uid, user)
+            if found:
+                return found, False
+            raise SubmitError(str(e)) from None
     return job_id, False
 
 
-def verify_submitted(slurm: SlurmCLI, job_id: str, summary: CostSummary) -> None:
+def verify_submitted(slurm: Slurm, job_id: str, summary: CostSummary) -> None:
     """The job Slurm stored carries our summary intact (the plugin may not alter it)."""
-    fields = cmd.parse_scontrol_show(slurm.run(cmd.scontrol_show_job_command(job_id)))
-    comment = fields.get("Comment", "")
+    job = slurm.job(job_id)
+    comment = job.comment if job is not None else ""
     try:
         stored = CostSummary.decode(comment)
     except ValueError as e:
@@ -413,7 +421,7 @@ def verify_submitted(slurm: SlurmCLI, job_id: str, summary: CostSummary) -> None
 def submit(
     req: SubmitRequest,
     *,
-    slurm: SlurmCLI | None = None,
+    slurm: Slurm | Any | None = None,
     say: Say | None = None,
     profile_timeout: float = 3600.0,
 ) -> SubmitResult:
@@ -431,7 +439,7 @@ def submit(
         if not req.dry_run:
             remember_signature(db_path, sig_key, signature)
 
-    slurm = slurm or SlurmCLI()
+    slurm = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
@@ -485,7 +493,6 @@ def submit(
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
         )
     gpn = cluster.gpus_per_node
-    predictions = {g: model.run_time(profile, req.global_batch, iterations, g, g > gpn) for g in counts}
     try:
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
@@ -493,12 +500,15 @@ def submit(
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
+    from lyasched import learn  # what serve decides with: learned profile + start-up term (one lookup)
+
+    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
     hold = False
     if not req.dry_run:
         try:
-            hold = not cmd.has_lua_submit_plugin(slurm.run(cmd.show_config_command()))
+            hold = not slurm.config().has_lua_submit_plugin
         except SlurmError as e:
             raise SubmitError(f"cannot read the Slurm configuration: {e}") from None
         if hold:
@@ -536,6 +546,19 @@ def submit(
     return result
 
 
-def cancel(job_id: str, slurm: SlurmCLI | None = None) -> None:
+def cancel(job_id: str, slurm: Slurm | Any | None = None) -> None:
     """Cancel a job lyasub submitted (used when reporting it fails)."""
-    _cancel(slurm or SlurmCLI(), job_id)
+    _cancel(as_backend(slurm) if slurm is not None else backend_for(None, lambda _m: None), job_id)
+
+
+def backend_for(config_path: Path | None, say: Say) -> Slurm:
+    """The Slurm backend the config's ``[slurm] backend`` (or $LYASCHED_SLURM_BACKEND) names; "auto"
+    falls back to the CLI silently, a configured pyslurm that cannot be used is a SubmitError."""
+    from lyasched.slurm.backend import BackendChoiceError, backend_choice, env_prefix, make_backend
+
+    conf = _config(config_path, say)
+    try:
+        backend, _why = make_backend(backend_choice(conf.slurm_backend), prefix=env_prefix())
+    except BackendChoiceError as e:
+        raise SubmitError(str(e)) from None
+    return backend

@@ -133,10 +133,11 @@ class Cluster:
         cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout, cwd=cwd, input=input)
 
-    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None):
-        """Start a long-running command as ``user`` (the service); Popen-like."""
+    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None, env=None):
+        """Start a long-running command as ``user`` (the service); Popen-like. ``env``: its environment
+        (native; in a container the command gets the container's own)."""
         cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
-        return subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr)
+        return subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr, env=env)
 
     def which(self, name: str) -> str:
         """Path (or name) of one of lyasched's commands as the cluster's users call it (next to this
@@ -177,7 +178,7 @@ class DockerCluster(Cluster):
             raise subprocess.CalledProcessError(proc.returncode, shlex.join(map(str, argv)), proc.stdout, proc.stderr)
         return proc
 
-    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None):
+    def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None, env=None):
         host = self.service_host if user == self.service_user else self.login
         return ClusterProcess(host, user, [str(a) for a in argv], str(cwd) if cwd else None, stdout, stderr)
 
@@ -283,3 +284,16 @@ def wait_for_job(job_id: str, states: frozenset[str] = FINAL_STATES, timeout: fl
 def wait_job() -> Callable[..., str]:
     """``wait_job(job_id, states=FINAL_STATES, timeout=60)`` -> the state reached."""
     return wait_for_job
+
+
+@pytest.fixture(params=["cli", "pyslurm"])
+def slurm_backend(request: pytest.FixtureRequest) -> str:
+    """The Slurm backend an edge test uses (lyasched.slurm.backend): every such test runs with both;
+    pyslurm is skipped where it is not installed (`make pyslurm`)."""
+    import importlib.util
+
+    if request.param == "pyslurm" and CLUSTER.kind == "docker":
+        pytest.skip("the docker cluster's venv has no pyslurm (docker/cluster installs pyproject's requirements)")
+    if request.param == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (make pyslurm)")
+    return request.param

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 DIR = Path(os.environ["FAKE_SLURM_DIR"])
+# squeue -o format of lyasched.slurm.query (not imported: this runs as a bare script)
+SQUEUE_FORMAT = "%i|%u|%U|%T|%r|%Q|%V|%S|%e|%l|%D|%b|%N|%P|%k|%j"
 JOBS = DIR / "jobs.json"
 
 NODES = [
@@ -73,9 +75,17 @@ def sbatch(args: list[str]) -> int:
 def squeue(args: list[str]) -> int:
     state = load()
     fmt = opt(args, "format")
+    if fmt is None and "-o" in args:
+        fmt = args[args.index("-o") + 1]
     only = opt(args, "jobs")
+    if only is None and "--jobs" in args:
+        only = args[args.index("--jobs") + 1]
+    ids = set(only.split(",")) if only else set()
+    if ids and not ids & set(state["jobs"]):
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
     for job_id, job in state["jobs"].items():
-        if only and job_id != only:
+        if ids and job_id not in ids:
             continue
         if not opt(args, "states") and job["state"] not in ("PENDING", "RUNNING"):
             continue
@@ -83,10 +93,19 @@ def squeue(args: list[str]) -> int:
             print(f"{job_id}|{job['state']}|{job['comment']}")
         elif fmt == "%T|%r":
             print(f"{job['state']}|None")
+        elif fmt == SQUEUE_FORMAT:  # what lyasched's CLI backend asks (lyasched.slurm.query)
+            comment = _comment(job)
+            reason = "JobHeldUser" if job["state"] == "PENDING" else "None"
+            print(f"{job_id}|me|1000|{job['state']}|{reason}|0|2026-11-22T13:00:00|N/A|N/A|1-00:00:00|1|"
+                  f"gres:gpu:1||gpu|{comment or '(null)'}|x")
         else:
             print(f"unsupported format {fmt}", file=sys.stderr)
             return 1
     return 0
+
+
+def _comment(job: dict) -> str:
+    return job["comment"].replace("it=", "it=9") if os.environ.get("FAKE_ALTER_COMMENT") else job["comment"]
 
 
 def scontrol(args: list[str]) -> int:
@@ -103,7 +122,7 @@ def scontrol(args: list[str]) -> int:
         if job is None:
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
-        comment = job["comment"].replace("it=", "it=9") if os.environ.get("FAKE_ALTER_COMMENT") else job["comment"]
+        comment = _comment(job)
         print(f"JobId={args[3]} JobName=x UserId=me(1) JobState={job['state']} Reason=None Comment={comment}")
         return 0
     print(f"unsupported scontrol {args}", file=sys.stderr)

@@ -22,6 +22,12 @@ Environment:
   deterministically from the seed and the call number;
 - ``FLAKY_HIDE_JOBS``: comma-separated job ids that ``squeue`` does not list and ``scontrol show job``
   does not know (what a job purged after MinJobAge looks like).
+
+The pyslurm backend's worker goes through it too: with the prefix set, lyasched starts
+``flaky_slurm.py pyslurm-worker``, which runs the real worker (lyasched.slurm.pyslurm_worker) and
+applies the same rules to each request, keyed by the CLI call it stands for (`WORKER_KEYS`: the
+job list is ``squeue``, a release ``scontrol release``...). A ``hang`` there freezes the worker as a
+controller stuck in libslurm would; the caller's timeout must kill it and retry.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ import time
 from pathlib import Path
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct")
+# pyslurm worker requests -> (tool, key) of the CLI call each stands for
+WORKER_KEYS = {
+    "hello": ("scontrol", "scontrol show"), "config": ("scontrol", "scontrol show"),
+    "nodes": ("scontrol", "scontrol show"), "jobs": ("squeue", "squeue"), "job": ("squeue", "squeue"),
+    "jobs_delta": ("squeue", "squeue"), "work_dir": ("scontrol", "scontrol show"),
+    "release": ("scontrol", "scontrol release"), "hold": ("scontrol", "scontrol hold"),
+    "cancel": ("scancel", "scancel"), "submit": ("sbatch", "sbatch"),
+}
 SHIM_MARK = ".flaky_shims"
 
 
@@ -111,22 +125,64 @@ def hide(tool: str, args: list[str], out: str) -> tuple[str, bool]:
         keep = [ln for ln in out.splitlines(keepends=True) if not ln.strip() or ln.split("|")[0].strip() not in hidden]
         return "".join(keep), False
     if tool == "scontrol" and args[:2] == ["show", "job"] and len(args) > 2:
-        return out, args[2].split("=")[-1] in hidden
+        return out, args[-1].split("=")[-1] in hidden
     return out, False
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in TOOLS:
-        print(f"usage: flaky_slurm.py {{{','.join(TOOLS)}}} ARGS...", file=sys.stderr)
-        return 2
-    tool, args = argv[0], argv[1:]
-    key = f"{tool} {args[0]}" if tool == "scontrol" and args else tool
+def count(tool: str, key: str) -> tuple[str, int]:
+    """Count one call and log it; the action the rules give it."""
     state = Path(os.environ["FLAKY_DIR"])
     n_key, n_all = next_call(state, key)
     n_tool = n_key if key == tool else next_call(state, f"{tool} (all)", overall=False)[0]
     action = decide(key, tool, n_key, n_tool, n_all)
     with open(state / "calls.log", "a") as log:
         log.write(f"{n_all} {key}#{n_key} {action} {time.time():.3f}\n")
+    return action, n_key
+
+
+def worker() -> int:
+    """The pyslurm worker with the rules applied to each request (see the module doc)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lyasched.slurm import pyslurm_worker
+
+    hidden = {j for j in os.environ.get("FLAKY_HIDE_JOBS", "").split(",") if j}
+
+    def hook(op: str, args: tuple, call):
+        tool, key = WORKER_KEYS.get(op, ("pyslurm", f"pyslurm {op}"))
+        if op == "hello":  # start-up handshake: not a Slurm call of the service's
+            return call()
+        action, n_key = count(tool, key)
+        if action == "fail":
+            raise RuntimeError(f"Unable to contact slurm controller (connect failure) [flaky_slurm: injected, "
+                               f"call {key}#{n_key}]")
+        if action == "hang":
+            time.sleep(float(os.environ.get("FLAKY_HANG_S", "3600")))
+            raise RuntimeError("Socket timed out on send/recv operation [flaky_slurm: hang ended]")
+        if op in ("job", "work_dir") and args and str(args[0]) in hidden:
+            raise RuntimeError("Invalid job id specified")
+        out = call()
+        if op == "jobs" and hidden:
+            out = [j for j in out if j.job_id not in hidden]
+        if op == "jobs_delta" and hidden:
+            token, order, changed = out
+            out = (token, [i for i in order if i not in hidden], changed)
+        if action == "lost":
+            raise RuntimeError(f"Socket timed out on send/recv operation [flaky_slurm: injected after running, "
+                               f"call {key}#{n_key}]")
+        return out
+
+    return pyslurm_worker.serve(hook)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["pyslurm-worker"]:
+        return worker()
+    if not argv or argv[0] not in TOOLS:
+        print(f"usage: flaky_slurm.py {{{','.join(TOOLS)}}} ARGS...", file=sys.stderr)
+        return 2
+    tool, args = argv[0], argv[1:]
+    key = f"{tool} {args[0]}" if tool == "scontrol" and args else tool
+    action, n_key = count(tool, key)
     if action == "fail":
         print(f"{tool}: error: Unable to contact slurm controller (connect failure) [flaky_slurm: injected, "
               f"call {key}#{n_key}]", file=sys.stderr)

@@ -180,3 +180,88 @@ def test_benchmark_leave_one_app_out_json(tmp_path):
     one = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(other)],
                          capture_output=True, text=True)
     assert one.returncode == 2 and "at least two applications" in one.stderr
+
+
+def test_latency_bandwidth_split_recovers_growth_and_is_used_for_unseen_apps(tmp_path):
+    """Synthetic cluster: all-reduce = latency (growing like the ring's 2(g-1) hops) + bytes over
+    bandwidth (growing slower). Fitted on three apps of known gradient size, the split predicts a
+    held-out bandwidth-bound app that one shared growth rate cannot."""
+    from lyasched.calibration import read_grad_bytes
+    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
+
+    lat, bw, d_bw = 4e-3, 1e9, 0.4
+    truth = CommShape(gamma=1.0, s_multi=0.1, sigma=0.05, d_intra=1.0, d_intra_bw=d_bw, lat_bytes=lat * bw)
+
+    def rows(name: str, gb: float) -> Rows:
+        recs = [PlacementRow((g,), b, truth.step_time(0.002 + 1e-4 * b, lat + gb / bw, (g,), gb))
+                for g in (2, 3, 4) for b in (8, 32, 128)]
+        return Rows.of(name, 0.002, 1e-4, recs, gb)
+
+    train = [rows("small", 3e5), rows("mid", 3e6), rows("large", 1e7)]
+    fitted = fit_shape(train)
+    assert fitted.d_intra_bw == pytest.approx(d_bw, abs=0.05)
+    assert fitted.lat_bytes == pytest.approx(lat * bw, rel=0.2)
+    held = rows("huge", 5e7)
+    two = Rows(held.app, held.alpha, held.beta, held.b[:3], held.g[:3], held.n[:3], held.k[:3], held.t[:3], 5e7)
+    v = fit_v(fitted, two)
+    pred = [fitted.step_time(held.alpha + held.beta * b, v, (int(g),), 5e7) for b, g in zip(held.b, held.g)]
+    assert max(abs(p / t - 1) for p, t in zip(pred, held.t)) < 0.02
+    # without the gradient sizes: one growth rate, and the bandwidth-bound app is mispredicted
+    single = fit_shape([Rows(r.app, r.alpha, r.beta, r.b, r.g, r.n, r.k, r.t) for r in train])
+    v1 = fit_v(single, Rows(two.app, two.alpha, two.beta, two.b, two.g, two.n, two.k, two.t))
+    pred1 = [single.step_time(held.alpha + held.beta * b, v1, (int(g),)) for b, g in zip(held.b, held.g)]
+    assert max(abs(p / t - 1) for p, t in zip(pred1, held.t)) > 0.1
+    # the size is read from the profile's comment line
+    f = tmp_path / "placements.csv"
+    f.write_text("# measured somewhere; grad_bytes=2678824 (float32)\nplacement,local_bsz,step_time,sync_time\n1,8,0.1,0\n")
+    assert read_grad_bytes(f) == 2678824
+    f.write_text("# grad_bytes=x\nplacement,local_bsz,step_time,sync_time\n1,8,0.1,0\n")
+    with pytest.raises(ValueError, match="grad_bytes"):
+        read_grad_bytes(f)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ({"gamma": 0.5}, "cluster.shape.gamma must be >= 1"),
+    ({"d_intra": "fast"}, "cluster.shape.d_intra must be a number"),
+    ({"d_intra": 9.0}, "cluster.shape.d_intra must be <= 4"),
+    ({"slope": 1.0}, "unknown key cluster.shape.slope"),
+    ({"lat_bytes": -1.0}, "cluster.shape.lat_bytes must be >= 0"),
+])
+def test_config_shape_errors_are_one_line(shape, message):
+    from lyasched.config import ConfigError, from_mapping
+
+    with pytest.raises(ConfigError) as e:
+        from_mapping({"cluster": {"shape": shape}}, source="x.toml")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_config_shape_reaches_the_cost_model():
+    """[cluster] shape is what serve's (and lyasub's) ClusterSpec.shape is built from."""
+    from lyasched.commshape import CommShape
+    from lyasched.config import from_mapping
+
+    conf = from_mapping({"cluster": {"shape": {"gamma": 2.0, "d_intra": 0.5, "d_intra_bw": 0.1, "lat_bytes": 1e6}}})
+    assert conf.shape == CommShape(gamma=2.0, d_intra=0.5, d_intra_bw=0.1, lat_bytes=1e6)
+    assert from_mapping({}).shape is None
+    prof = Profile(model="m", alpha=0.01, beta=0.001, params=10_000_000)
+    plain = CostModel(ClusterSpec(nodes=1, gpus_per_node=4))
+    shaped = CostModel(ClusterSpec(nodes=1, gpus_per_node=4, shape=conf.shape))
+    assert shaped.iter_time(prof, 64, 4) != plain.iter_time(prof, 64, 4)
+    # 4 GPUs: v*(1 + d*(g-2)) with d the bytes-weighted mix of 0.5 and 0.1
+    f = conf.shape.bw_share(prof.grad_bytes)
+    v = plain.comm_time(prof, 2, False)
+    c = prof.step_time(16)
+    assert shaped.iter_time(prof, 64, 4) == pytest.approx((c**2 + (v * (1 + ((1 - f) * 0.5 + f * 0.1) * 2))**2) ** 0.5)
+
+
+def test_lyasub_bad_shape_config_exits_2(tmp_path):
+    from click.testing import CliRunner
+
+    from lyasched.cli.lyasub import main as lyasub
+
+    p = tmp_path / "c.toml"
+    p.write_text("[cluster]\nshape = { gamma = 0 }\n")
+    (tmp_path / "train.py").write_text("")
+    r = CliRunner().invoke(lyasub, ["--config", str(p), "--model", "mlp", "--global-batch", "64", "--iterations",
+                                    "10", "--", str(tmp_path / "train.py")])
+    assert r.exit_code == 2 and "cluster.shape.gamma must be >= 1" in r.output

@@ -262,3 +262,34 @@ def test_lyastat_shows_the_start_up_term(tmp_path):
     assert q["startup"] == [{"cluster": "cl", "launcher": "srun+torchrun", "seconds": 22.0, "samples": 3}]
     j = json.loads(lyastat(["--db", str(path), "--no-slurm", "--json", "201"]).output)
     assert j["startup"]["seconds"] == 22.0
+
+
+def test_lyasub_predictions_use_the_services_lookup(tmp_path):
+    """lyasub prints what serve decides with: the learned start-up term (and profile) from the
+    same `waiting_inputs` lookup, on top of the summary's iteration cost."""
+    from lyasched.learn import submit_predictions, waiting_inputs
+    from lyasched.summary import CostSummary, new_uid
+
+    prof = Profile(model="m", alpha=0.01, beta=0.001, params=1_000_000)
+    s = CostSummary.from_profile(prof, uid=new_uid(), sig="m:sig", global_batch=64, iterations=100, min_gpus=1,
+                                 max_gpus=4)
+    cost = CostModel(CLUSTER)
+    path = tmp_path / "db.sqlite"
+    bare = submit_predictions(path, s, "gpu", cost, [1, 2, 4])  # no database yet: no start-up term
+    assert not path.exists()
+    assert bare[1] == pytest.approx(cost.run_time(s.to_profile(), 64, 100, 1, False))
+    db = open_db(path)
+    for sec in (30.0, 34.0, 32.0):
+        startup.observe(db, "c1", startup.DEFAULT_LAUNCHER, sec)
+    got = submit_predictions(path, s, "gpu", cost, [1, 2, 4])
+    _, startup_s = waiting_inputs(open_db(path), s, "gpu")
+    assert startup_s == pytest.approx(32.0)
+    assert all(got[g] == pytest.approx(bare[g] + 32.0) for g in (1, 2, 4))
+    # the model's bounded run-time correction scales the iterations, not the start-up term
+    costtable.put(db, {"signature": "m:sig", "device_type": "gpu", "model": "m", "alpha": 0.01, "beta": 0.001,
+                       "params": 1_000_000, "source": "measured"})
+    costtable.refine(db, "m:sig", "gpu", 10.0, 15.0)
+    corr = costtable.get(db, "m:sig", "gpu").correction
+    assert corr > 1.0
+    got = submit_predictions(path, s, "gpu", cost, [1, 2, 4])
+    assert all(got[g] == pytest.approx(corr * bare[g] + 32.0) for g in (1, 2, 4))

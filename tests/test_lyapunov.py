@@ -263,6 +263,30 @@ def test_guard_keeps_more_gpus_than_asked_for_idle_clusters_only():
     assert q.gpus > 1 and b.gpus == 1
 
 
+def test_spread_horizon_allows_spreads_that_end_before_the_running_jobs():
+    """Under heavy recent load the guard keeps a job at its request, unless (spread_horizon) its
+    wider run ends before the running jobs' last predicted end: those GPUs return no later than
+    the cluster's current commitments, so no arrival meets them held longer than it would anyway."""
+    from lyasched.policy.state import RunningJob
+
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=1)
+    s = make_state([job], [4, 4, 0], 4, now=0.0)
+    w = s.waiting[0]
+    wide = min(w.run_time(g, False) for g in (2, 3, 4))
+    assert wide < w.run_time(1, False)
+    busy = (np.array([-60.0]), np.array([1e7]))
+
+    def decide(predicted_end, horizon=True):
+        run = (RunningJob("r", 4, ((2, 4),), start_time=-10.0, expected_end=1e9, predicted_end=predicted_end),)
+        st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, *busy)
+        (d,) = LyapunovPolicy(V=1.0, max_load=1.5, lock_free=0.0, spread_horizon=horizon).decide(st_).starts
+        return d.gpus
+
+    assert decide(10 * w.run_time(1, False)) > 1  # the running job ends long after any spread run
+    assert decide(0.5 * wide) == 1  # it ends first: a spread would outlast the cluster's commitments
+    assert decide(10 * w.run_time(1, False), horizon=False) == 1  # guard alone: load too high
+
+
 def test_one_gpu_per_job_under_load_when_every_job_scales_badly():
     """Jobs that ask for 4 GPUs but barely run faster on them: with far more jobs than GPUs each
     start gets one GPU (the seed talk's heavy-load rule), with any V."""

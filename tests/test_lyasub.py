@@ -46,8 +46,10 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fake:
     monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     for var in ("LYASCHED_DEVICE_TYPE", "LYASCHED_DB", "FAKE_NO_PLUGIN", "FAKE_SBATCH_FAIL", "FAKE_SBATCH_LOST",
-                "FAKE_ALTER_COMMENT", "FAKE_PROFILE_JSON", "FAKE_PROFILE_STATE"):
+                "FAKE_ALTER_COMMENT", "FAKE_PROFILE_JSON", "FAKE_PROFILE_STATE", "LYASCHED_SLURM_PREFIX"):
         monkeypatch.delenv(var, raising=False)
+    # the fakes are Slurm's tools: the CLI backend, whether or not pyslurm is installed (and a cluster runs)
+    monkeypatch.setenv("LYASCHED_SLURM_BACKEND", "cli")
     monkeypatch.setenv("LYASCHED_CONFIG", str(tmp_path / "config.toml"))
     (tmp_path / "config.toml").write_text("[cluster]\ngpu_mem = 16e9\n")
     work = tmp_path / "work"

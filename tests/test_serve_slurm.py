@@ -63,8 +63,9 @@ def work(job_dir: Path, cluster) -> Path:
 
 
 @pytest.fixture
-def serve(work: Path, test_user: str, cluster):
-    """Start `lyasched serve` in the background (2 s slots) as the cluster's service account;
+def serve(work: Path, test_user: str, slurm_backend: str, cluster):
+    """Start `lyasched serve` in the background (2 s slots) as the cluster's service account, with
+    each Slurm backend (cli, pyslurm);
     stop it with SIGTERM at teardown."""
     procs: list[subprocess.Popen] = []
 
@@ -73,10 +74,11 @@ def serve(work: Path, test_user: str, cluster):
         settings = {"slot_seconds": 2, "release_grace": 20, "db": str(work / "lyasched.db"), "users": [test_user],
                     "log_level": "INFO", **service}
         cfg.write_text("[service]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
-                       + '[policy]\nname = "lyapunov"\n')
+                       + '[policy]\nname = "lyapunov"\n' + f'[slurm]\nbackend = "{slurm_backend}"\n')
         log = open(work / "serve.log", "w")
+        env = {k: v for k, v in os.environ.items() if k != "LYASCHED_SLURM_BACKEND"}
         p = cluster.popen(cluster.service_user, cluster.which("lyasched"), "serve", "--config", str(cfg),
-                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                          stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         procs.append(p)
         return p, work / "lyasched.db"
 
@@ -116,7 +118,8 @@ def wait_all(ids: list[str], states=FINAL, timeout: float = 150, log: Path | Non
                 + ("\nservice log:\n" + tail if tail else ""))
 
 
-def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_dir, test_user, as_user, slurm_jobs):
+def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_dir, test_user, as_user, slurm_jobs,
+                                                              slurm_backend):
     small = [("--job-name", f"small{i}", "--model", "mlp", "--global-batch", "8", "--iterations", "3",
               "--max-gpus", "2") for i in range(5)]  # small jobs: 1..2 GPUs
     # Wants more GPUs than a node has (4): the policy must place it on two nodes.
@@ -162,6 +165,7 @@ def test_six_lyasub_jobs_run_as_the_user_one_across_two_nodes(serve, work, job_d
     assert proc.wait(timeout=30) == 0
     log = (work / "serve.log").read_text()
     assert "lyasched serve: stopped" in log and "Traceback" not in log
+    assert f"Slurm backend: {slurm_backend} (configured" in log
     db = records.open_readonly(db_path)
     slots = list(db.query("select duration, error from slots"))
     assert slots and not any(s["error"] for s in slots)

@@ -6,7 +6,7 @@
     lyastat --queue      the scheduler: Q, Z, free GPUs, last slot and how long it took
 
 Reads the service database read-only (``--db``, else $LYASCHED_DB, else ``service.db`` of the
-config) and merges Slurm's live state from `squeue` when Slurm answers.
+config) and merges Slurm's live state (the config's Slurm backend: squeue or pyslurm) when Slurm answers.
 """
 
 from __future__ import annotations
@@ -98,15 +98,28 @@ def resolve_db(db: str | None, config: str | None) -> Path:
     return Path(load_config(config).db)
 
 
-def live_jobs(user: str | None, slurm: Any = None) -> dict[str, Any] | None:
-    """Slurm's current view of lyasched jobs by Slurm id, or None when Slurm does not answer."""
-    from lyasched.slurm import SlurmCLI, SlurmError
-    from lyasched.slurm import query as q
+def live_jobs(user: str | None, slurm: Any = None, config: str | None = None) -> dict[str, Any] | None:
+    """Slurm's current view of lyasched jobs by Slurm id, or None when Slurm does not answer.
+    ``slurm``: a backend or CLI runner; default the one the config's ``[slurm] backend`` names."""
+    from lyasched.slurm import SlurmError, as_backend
+    from lyasched.slurm.backend import BackendChoiceError, backend_choice, env_prefix, make_backend
+    from lyasched.slurm.types import ParseError
 
     try:
-        out = (slurm or SlurmCLI(timeout=10, retries=0)).run(q.squeue_args(user=user))
-        return {j.job_id: j for j in q.parse_squeue(out)}
-    except (SlurmError, q.ParseError):
+        if slurm is not None:
+            backend = as_backend(slurm)
+        else:
+            try:
+                choice = backend_choice(load_config(config).slurm_backend)
+            except ConfigError:
+                choice = backend_choice()
+            backend, _ = make_backend(choice, timeout=10, retries=0, prefix=env_prefix())
+        try:
+            return {j.job_id: j for j in backend.jobs(user=user)}
+        finally:
+            if slurm is None:
+                backend.close()
+    except (SlurmError, ParseError, BackendChoiceError):
         return None
 
 
@@ -211,11 +224,11 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
         show_queue(rdb, as_json)
         return
     if jobid:
-        show_job(rdb, jobid, now, as_json, no_slurm)
+        show_job(rdb, jobid, now, as_json, no_slurm, config)
         return
     who = None if all_users else (user or _caller())
     rows = records.list_jobs(rdb, user=who)
-    live = None if no_slurm else live_jobs(who)
+    live = None if no_slurm else live_jobs(who, config=config)
     views = [job_view(r, live, now) for r in rows]
     if as_json:
         click.echo(json.dumps({"user": who, "jobs": views}, indent=2))
@@ -300,13 +313,13 @@ def _startup_line(rdb) -> str:
             f"{t.samples} job(s))")
 
 
-def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool) -> None:
+def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config: str | None = None) -> None:
     from lyasched.store import records
 
     row = records.job_by_slurm_id(rdb, jobid) or records.get_job(rdb, jobid)
     if row is None:
         _fail(f"job {jobid}: not a lyasched job in {rdb.conn.execute('pragma database_list').fetchone()[2]}")
-    live = None if no_slurm else live_jobs(None)
+    live = None if no_slurm else live_jobs(None, config=config)
     view = job_view(row, live, now)
     decisions = records.decisions_for(rdb, row["uid"])
     profile: dict[str, Any] = {}

@@ -26,9 +26,12 @@ PREFIX_ENV = "LYASCHED_SLURM_PREFIX"
 @click.option("--slot-seconds", type=float, default=None, help="Override service.slot_seconds.")
 @click.option("--policy", "policy_name", default=None, help="Override policy.name.")
 @click.option("--users", default=None, help="Override service.users: schedule only these users' jobs (comma-separated).")
+@click.option("--slurm-backend", type=click.Choice(["auto", "cli", "pyslurm"]), default=None,
+              help="Override slurm.backend: Slurm's CLI tools, pyslurm, or pyslurm when it matches the running "
+                   "Slurm (auto). docs/slurm-backends.md.")
 @click.option("--once", is_flag=True, help="Run a single slot, print what it did, exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the slot report as JSON.")
-def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json) -> None:
+def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend, once, as_json) -> None:
     """Schedule held lyasched jobs: each slot read Slurm, run the policy, resize and release jobs.
 
     Runs as the Slurm operator account (it calls `scontrol update/release/hold`). Logs go to
@@ -66,7 +69,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from lyasched.service import Service
-    from lyasched.slurm import SlurmCLI
+    from lyasched.slurm.backend import BackendChoiceError, backend_choice, make_backend
     from lyasched.store import records
     from lyasched.store.records import open_records
 
@@ -78,11 +81,18 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, once, as_json)
         open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
-    # $LYASCHED_SLURM_PREFIX: run the Slurm tools through a wrapper (a fault injector in tests,
-    # e.g. tests/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
+    # $LYASCHED_SLURM_PREFIX: run the Slurm tools (and the pyslurm worker) through a wrapper (a fault
+    # injector in tests, e.g. tests/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
     prefix = shlex.split(os.environ.get(PREFIX_ENV, ""))
+    choice = backend_choice(cfg.slurm_backend, slurm_backend)
     try:
-        service = Service(cfg, lambda: open_records(cfg.db), slurm=SlurmCLI(timeout=cfg.slurm_timeout, prefix=prefix))
+        slurm, why = make_backend(choice, timeout=cfg.slurm_timeout, prefix=prefix)
+    except BackendChoiceError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(2)
+    log.info("Slurm backend: %s (%s)", slurm.name, why)
+    try:
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm)
     except (ValueError, TypeError, ImportError) as e:
         raise click.ClickException(f"policy {cfg.policy!r}: {e}") from None
     left = records.open_intents(service.db)

@@ -105,8 +105,9 @@ class LyapunovPolicy:
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
     q_credit: str = "capped"  # a start's actual-queue credit: its work capped at the mean work ("work": uncapped)
     relative: bool = True  # externality relative to the job shortest-first would start instead
-    max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this (inf = off: on the design sweep it only cost)
+    max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
+    spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -143,7 +144,10 @@ class LyapunovPolicy:
             if math.isfinite(self.max_load):
                 rho = self._offered_load(state, run_req, total_gpus)
                 over = (gk[None, :] > req[:, None]) & (rho[:, None] * gk[None, :] * fm > self.max_load * req[:, None] * run_req[:, None])
-                over &= fm > self.lock_free
+                h = self.lock_free
+                if self.spread_horizon:  # exempt too: runs that end before the running jobs' last predicted end
+                    h = max([h, *(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))])
+                over &= fm > h
             else:
                 over = np.zeros(fm.shape, dtype=bool)
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's

@@ -51,6 +51,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "relative": Param("bool", help="imposed delay relative to the job shortest-first would start instead"),
         "max_load": Param("float", allow_inf=True, **_POS, help="more GPUs than asked only while recent offered load / relative efficiency <= this (inf: off)"),
         "max_stretch": Param("float", lo=1.0, hi=1e6, help="fewer GPUs than asked only while the run stays within this factor of the request's"),
+        "spread_horizon": Param("bool", help="more GPUs than asked only while the run ends before the running jobs' last predicted end (or lock_free)"),
         "lock_free": Param("float", lo=0.0, hi=1e9, help="configurations holding GPUs at most this long (s) skip the load check"),
         "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the offered-load estimate (s)"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),

@@ -14,10 +14,19 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-TAG = "lyasched:v1;"
+from lyasched.slurm.types import (  # noqa: F401 - re-exported: the parsers' results
+    SERVICE_HOLD_REASONS,
+    TAG,
+    TERMINAL_STATES,
+    UNUSABLE_NODE_FLAGS,
+    AccountingRecord,
+    ClusterConfig,
+    NodeInfo,
+    ParseError,
+    SlurmJob,
+)
 
 # squeue -o fields, in order; the last two (comment, name) are free text.
 SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
@@ -40,55 +49,6 @@ SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
 )
 SEP = "|"
 SQUEUE_FORMAT = SEP.join(code for _, code in SQUEUE_FIELDS)
-
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REVOKED",
-        "SPECIAL_EXIT",
-    }
-)
-# A node in any of these states gives no GPUs to new jobs (they are flags in "IDLE+DRAIN" etc.).
-UNUSABLE_NODE_FLAGS = frozenset(
-    {
-        "DOWN",
-        "DRAIN",
-        "DRAINED",
-        "DRAINING",
-        "FAIL",
-        "FAILING",
-        "MAINT",
-        "NO_RESPOND",
-        "NOT_RESPONDING",
-        "POWER_DOWN",
-        "POWERED_DOWN",
-        "POWERING_DOWN",
-        "POWERING_UP",
-        "REBOOT_ISSUED",
-        "REBOOT_REQUESTED",
-        "FUTURE",
-        "UNKNOWN",
-        "RESERVED",
-        "INVAL",
-        "PLANNED",
-    }
-)
-# A hold set by job_submit.lua at submission reads JobHeldUser (Slurm names the hold after the
-# submitter), one set by the operator (`scontrol hold`) JobHeldAdmin. The plugin refuses every
-# hold/release by non-privileged users, so on a lyasched job both are the service's to release.
-SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser"})
-
-
-class ParseError(ValueError):
-    """Slurm printed something this module does not understand."""
 
 
 # ---------------------------------------------------------------- small value parsers
@@ -228,31 +188,6 @@ def parse_kv_line(line: str) -> dict[str, str]:
 # ---------------------------------------------------------------- nodes
 
 
-@dataclass(frozen=True)
-class NodeInfo:
-    """One node's GPUs as Slurm reports them."""
-
-    name: str
-    state: str
-    gpus_total: int
-    gpus_alloc: int
-    partitions: tuple[str, ...] = ()
-    reason: str = ""
-    gpu_type: str = ""  # "a100" in Gres=gpu:a100:4; "" when untyped
-
-    @property
-    def usable(self) -> bool:
-        flags = set(re.split(r"[+]", self.state.rstrip("*~#!%$@^-")))
-        return not (flags & UNUSABLE_NODE_FLAGS) and not self.state.endswith("*")
-
-    @property
-    def gpus_free(self) -> int:
-        """Free GPUs for a new job: 0 on a drained/down node; GPUs of any job count as busy."""
-        if not self.usable:
-            return 0
-        return max(0, self.gpus_total - self.gpus_alloc)
-
-
 def node_args() -> list[str]:
     return ["scontrol", "show", "node", "-o", "-d"]
 
@@ -290,61 +225,6 @@ def parse_nodes(text: str) -> list[NodeInfo]:
 
 
 # ---------------------------------------------------------------- jobs
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    """One Slurm job as `squeue` or `scontrol show job` reports it."""
-
-    job_id: str
-    user: str
-    uid: int | None
-    state: str
-    reason: str
-    priority: int
-    submit_time: float | None
-    start_time: float | None
-    end_time: float | None
-    time_limit: float
-    num_nodes: int
-    gpus_per_node: int
-    nodes: tuple[str, ...]
-    partition: str
-    comment: str
-    name: str
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
-
-    @property
-    def is_lyasched(self) -> bool:
-        return self.comment.startswith(TAG)
-
-    @property
-    def pending(self) -> bool:
-        return self.state == "PENDING"
-
-    @property
-    def held_by_service(self) -> bool:
-        """Pending and held by an operator/plugin hold (not one the user placed themselves)."""
-        return self.pending and self.reason in SERVICE_HOLD_REASONS
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
-    def running(self) -> bool:
-        return self.state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
-
-    @property
-    def gpus(self) -> int:
-        return self.gpus_per_node * max(1, self.num_nodes)
-
-    @property
-    def run_seconds(self) -> float | None:
-        """Observed wall-clock run time, once the job has both a start and an end."""
-        if self.start_time is None or self.end_time is None:
-            return None
-        return max(0.0, self.end_time - self.start_time)
 
 
 def squeue_args(user: str | None = None, job_ids: Iterable[str] = ()) -> list[str]:
@@ -502,6 +382,18 @@ def config_args() -> list[str]:
     return ["scontrol", "show", "config"]
 
 
+def parse_config(show_config: str) -> ClusterConfig:
+    """The settings lyasched needs from `scontrol show config` (version, accounting, submit plugins)."""
+    kv: dict[str, str] = {}
+    for line in show_config.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            kv[key.strip()] = value.strip()
+    plugins = tuple(p.strip() for p in kv.get("JobSubmitPlugins", "").split(",") if p.strip() and p.strip() != "(null)")
+    return ClusterConfig(version=kv.get("SLURM_VERSION", ""), accounting=accounting_enabled(show_config),
+                         submit_plugins=plugins)
+
+
 def accounting_enabled(show_config: str) -> bool:
     """True when slurmdbd (or another accounting store) is configured, so `sacct` can answer."""
     for line in show_config.splitlines():
@@ -527,15 +419,6 @@ def sacct_args(job_ids: Iterable[str]) -> list[str]:
         "--jobs",
         ",".join(job_ids),
     ]
-
-
-@dataclass(frozen=True)
-class AccountingRecord:
-    job_id: str
-    state: str
-    start_time: float | None
-    end_time: float | None
-    elapsed: float | None
 
 
 def parse_sacct(text: str) -> list[AccountingRecord]:

@@ -43,7 +43,9 @@ class SbatchOptions:
     nodes: int | None = None
     hold: bool = False
     chdir: str | None = None
-    extra: Sequence[str] = field(default_factory=tuple)  # already-formed options, e.g. ("--wrap", ...)
+    ntasks: int | None = None
+    wrap: str | None = None  # the job is this shell command (sbatch --wrap), not a script
+    extra: Sequence[str] = field(default_factory=tuple)  # already-formed sbatch options (CLI backend only)
 
 
 def sbatch_command(opts: SbatchOptions, script: str | None = None) -> list[str]:
@@ -75,6 +77,10 @@ def sbatch_command(opts: SbatchOptions, script: str | None = None) -> list[str]:
     if opts.hold:
         argv.append("--hold")
     argv.extend(opts.extra)
+    if opts.ntasks is not None:
+        argv.append(f"--ntasks={opts.ntasks}")
+    if opts.wrap is not None:
+        argv.append(f"--wrap={opts.wrap}")
     if script is not None:
         argv.append(script)
     return argv

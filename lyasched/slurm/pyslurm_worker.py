@@ -1,0 +1,267 @@
+"""The pyslurm side of the pyslurm backend: a long-lived process that answers requests with libslurm.
+
+PySlurm 22.5's calls hold the GIL while libslurm waits on the controller, so a hanging controller
+would freeze the caller; in this process it only freezes the worker, which the caller
+(lyasched.slurm.pyslurm_backend) kills on its timeout and starts afresh. Requests and answers are
+length-prefixed pickles on stdin/stdout (the process's own stdout is redirected to stderr so that
+nothing libslurm prints can corrupt the channel).
+
+    python -m lyasched.slurm.pyslurm_worker
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import pickle
+import struct
+import sys
+from typing import Any, Callable, Sequence
+
+from lyasched.slurm.query import expand_hostlist, gpus_in_tres
+from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
+
+_NOVAL32 = {0xFFFFFFFE, 0xFFFFFFFF}  # NO_VAL, INFINITE as raw uint32 times
+
+Hook = Callable[[str, tuple, Callable[[], Any]], Any]
+
+
+def read_frame(f) -> Any:
+    head = f.read(4)
+    if len(head) < 4:
+        raise EOFError
+    (n,) = struct.unpack("!I", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def write_frame(f, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(struct.pack("!I", len(data)) + data)
+    f.flush()
+
+
+def _gpus(gres: Any) -> tuple[int, str]:
+    """GPU count and type from pyslurm's gres dict ({"gpu": 4}, {"gpu:a100": 4}, {"gpu:a100": {...}})."""
+    total, typ = 0, ""
+    for key, val in (gres or {}).items():
+        name, _, rest = str(key).partition(":")
+        if name != "gpu":
+            continue
+        if isinstance(val, dict):
+            val = val.get("count", 0)
+        try:
+            total += int(str(val).split("(")[0])
+        except ValueError:
+            continue
+        if rest and not typ:
+            typ = rest.split(":")[0]
+    return total, typ
+
+
+def _time(v: Any) -> float | None:
+    if v is None or v in _NOVAL32 or v == 0:
+        return None
+    return float(v)
+
+
+class Worker:
+    """Maps lyasched's requests to PySlurm calls; results are lyasched.slurm.types values."""
+
+    def __init__(self) -> None:
+        import pyslurm
+
+        self.ps = pyslurm
+        self._sent: dict[str, tuple] = {}  # jobs_delta: the fields last sent, by job id
+        self._final: dict[int, tuple] = {}  # jobs_delta: fields of lyasched jobs seen finished, by job id
+        self._token: str | None = None
+        self._seq = 0
+
+    # ------------------------------------------------------------ reading
+
+    def hello(self) -> dict[str, Any]:
+        ps = self.ps
+        out: dict[str, Any] = {"pyslurm": ps.__version__, "pid": os.getpid()}
+        try:
+            out["libslurm"] = ".".join(str(x) for x in ps.slurm_api_version())
+        except Exception:  # noqa: BLE001
+            out["libslurm"] = ""
+        return out
+
+    def config(self) -> ClusterConfig:
+        c = self.ps.config().get()
+        acct = str(c.get("accounting_storage_type") or "").lower()
+        plugins = tuple(p.strip() for p in str(c.get("job_submit_plugins") or "").split(",")
+                        if p.strip() and p.strip() != "(null)")
+        return ClusterConfig(version=str(c.get("version") or ""),
+                             accounting=bool(acct) and not acct.endswith("/none") and acct != "(null)",
+                             submit_plugins=plugins)
+
+    def nodes(self) -> list[NodeInfo]:
+        # PySlurm's older node API: it loads with SHOW_DETAIL, without which 22.05 reports no GPUs
+        # in use (its Nodes.load() does not ask for it). Slurm's order, as scontrol prints it.
+        out = []
+        for name, d in self.ps.node().get().items():
+            gres = ",".join(d.get("gres") or [])
+            m = re.match(r"(?:gres:)?gpu:([A-Za-z][^:(,]*):", gres)
+            out.append(NodeInfo(
+                name=str(name), state=str(d.get("state") or "UNKNOWN"), gpus_total=gpus_in_tres(gres),
+                gpus_alloc=gpus_in_tres(",".join(d.get("gres_used") or [])),
+                partitions=tuple(p for p in (d.get("partitions") or []) if p and p != "(null)"),
+                reason=str(d.get("reason") or ""), gpu_type=m.group(1) if m and m.group(1) != "(null)" else ""))
+        return out
+
+    def jobs(self, user: str | None = None, job_ids: Sequence[str] = (), lyasched_only: bool = True) -> list[SlurmJob]:
+        wanted = {str(j) for j in job_ids}
+        out = []
+        for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
+            comment = j.comment or ""
+            if lyasched_only and not comment.startswith(TAG):
+                continue
+            if wanted and str(jid) not in wanted:
+                continue
+            job = _job(j)
+            if user and job.user != user:
+                continue
+            out.append(job)
+        return out
+
+    def jobs_delta(self, have: str | None) -> tuple[str, list[str], dict[str, tuple]]:
+        """Every lyasched job, for a caller that kept the previous answer: (token of this answer,
+        job ids in order, SlurmJob fields of the jobs that changed since the answer ``have``
+        names). A slot re-reads thousands of held jobs that rarely change; this sends only the
+        changes (all of them when ``have`` is not this worker's last answer)."""
+        fresh = have is not None and have == self._token
+        sent, rows, order, changed = self._sent, {}, [], {}
+        for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
+            t = self._final.get(jid)  # a finished job never changes: not read again (MinJobAge keeps it listed)
+            if t is not None and t[6] != _time(j.submit_time):  # the id was reused (controller state lost)
+                t = None
+            if t is None:
+                comment = j.comment or ""
+                if not comment.startswith(TAG):
+                    continue
+                t = _fields(j, comment)
+                if t[3] in TERMINAL_STATES:
+                    self._final[jid] = t
+            order.append(t[0])
+            rows[t[0]] = t
+            if not fresh or sent.get(t[0]) != t:
+                changed[t[0]] = t
+        self._seq += 1
+        self._sent, self._token = rows, f"{os.getpid()}:{self._seq}"
+        if len(self._final) > len(rows):  # purged jobs (MinJobAge): forget them
+            self._final = {k: v for k, v in self._final.items() if v[0] in rows}
+        return self._token, order, changed
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        try:
+            return _job(self.ps.Job.load(int(job_id)))
+        except ValueError:
+            return None
+        except self.ps.RPCError as e:
+            if "Invalid job id" in str(e):
+                return None
+            raise
+
+    def work_dir(self, job_id: str) -> str | None:
+        try:
+            return self.ps.Job.load(int(job_id)).working_directory or None
+        except ValueError:
+            return None
+        except self.ps.RPCError as e:
+            if "Invalid job id" in str(e):
+                return None
+            raise
+
+    # ------------------------------------------------------------ changing jobs
+
+    def release(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).release()
+
+    def hold(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).hold()
+
+    def cancel(self, job_id: str) -> None:
+        # Job.cancel() says nothing about a job Slurm does not know (as scancel): load it first,
+        # which raises "Invalid job id specified" for a missing one.
+        self.ps.Job.load(int(job_id)).cancel()
+
+    def submit(self, fields: dict[str, Any], script: str) -> str:
+        desc = self.ps.JobSubmitDescription(script=script, **fields)
+        return str(desc.submit())
+
+
+def _node_state(n: Any) -> str:
+    """The state with its flags (``IDLE``, ``MIXED+DRAIN``, ``DOWN+NOT_RESPONDING``): what
+    NodeInfo.usable reads (scontrol prints NOT_RESPONDING as a trailing ``*``)."""
+    return str(n.state or "UNKNOWN")
+
+
+def _job(j: Any) -> SlurmJob:
+    return SlurmJob(*_fields(j))
+
+
+def _fields(j: Any, comment: str | None = None) -> tuple:
+    """A PySlurm Job as the positional fields of SlurmJob (what squeue's line would give)."""
+    state = str(j.state or "UNKNOWN")
+    gpn, _ = _gpus(j.gres_per_node)
+    limit = j.time_limit
+    tl = math.inf if limit is None or limit in _NOVAL32 else float(limit) * 60.0
+    nodes = j.allocated_nodes
+    uid = j.user_id
+    return (
+        str(j.id),  # job_id
+        str(j.user_name or uid),  # user
+        int(uid) if uid is not None else None,  # uid
+        state,
+        str(j.state_reason or "None"),  # reason
+        int(j.priority or 0),
+        _time(j.submit_time),
+        None if state == "PENDING" else _time(j.start_time),
+        _time(j.end_time) if state in TERMINAL_STATES else None,
+        tl,  # time_limit (s)
+        int(j.num_nodes or 1),
+        gpn,  # gpus_per_node
+        tuple(expand_hostlist(nodes)) if nodes else (),
+        str(j.partition or ""),
+        str(j.comment or "") if comment is None else comment,
+        str(j.name or ""),
+    )
+
+
+def serve(hook: Hook | None = None) -> int:
+    """Answer requests until stdin closes. ``hook(op, args, call)`` may wrap each call (the fault
+    injector of tests/flaky_slurm.py); it returns the answer or raises."""
+    inp = os.fdopen(os.dup(0), "rb")
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed from now on goes to stderr, never into the channel
+    sys.stdout = sys.stderr
+    try:
+        worker = Worker()
+    except Exception as e:  # noqa: BLE001 - reported to the caller as the answer to its first request
+        worker, broken = None, f"cannot import pyslurm: {type(e).__name__}: {e}"
+    while True:
+        try:
+            op, args = read_frame(inp)
+        except EOFError:
+            return 0
+        try:
+            if worker is None:
+                raise RuntimeError(broken)
+            fn = getattr(worker, op)
+
+            def call(fn=fn, args=args) -> Any:
+                return fn(*args)
+
+            result = hook(op, args, call) if hook else call()
+            write_frame(out, ("ok", result))
+        except Exception as e:  # noqa: BLE001 - every failure goes back as an answer
+            write_frame(out, ("err", type(e).__name__, str(e)))
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
