@@ -56,11 +56,7 @@ NATIVE_ONLY = {
 
 # Failures that only the docker cluster's real accounting shows, in code this change does not own:
 # marked xfail(strict) so the suite reports them and turns red once they are fixed (then drop them).
-DOCKER_KNOWN_FAILURES = {
-    "tests/test_whatif_slurm.py::test_whatif_since_replays_the_jobs_just_run":
-        "Slurm 22.05's `sacct --starttime=T` never lists a job held and cancelled before it became eligible "
-        "(Eligible=Unknown; not even with -a or -s CA), so whatif cannot count cancelled_before_start from it",
-}
+DOCKER_KNOWN_FAILURES: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

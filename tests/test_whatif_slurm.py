@@ -68,8 +68,11 @@ def test_whatif_since_replays_the_jobs_just_run(as_user, test_user, slurm_jobs, 
     r = CliRunner().invoke(main, ["whatif", "--since", since, "-p", "lyapunov,fifo", "--json", "--out", str(out)])
     assert r.exit_code == 0, r.output + r.stderr
     s = json.loads(r.stdout)
-    # other tests may have run jobs in the same window: ours are a lower bound
-    assert s["jobs"]["gpu"] >= 3 and s["jobs"]["cpu_only"] >= 1 and s["jobs"]["cancelled_before_start"] >= 1
+    # other tests may have run jobs in the same window: ours are a lower bound. The held job cancelled
+    # before it became eligible is not in the window at all: Slurm 22.05's `sacct --starttime` never
+    # lists a job whose Eligible is Unknown (docs/whatif.md); the parser tests cover how whatif counts
+    # such records when a saved file has them.
+    assert s["jobs"]["gpu"] >= 3 and s["jobs"]["cpu_only"] >= 1
     mine = s["users"][test_user]
     assert mine["jobs"] >= 3 and mine["gpu_hours"] > 0
     assert set(mine["policies"]) == {"lyapunov", "fifo"}
