@@ -50,6 +50,8 @@ NATIVE_ONLY = {
     "tests/test_faults.py": "benchmarks/rel_faults.py stops this host's slurmctld by pid (docker: test_docker_faults.py)",
     "tests/test_load.py::test_burst": "benchmarks/rel_load.py runs lyasub and the service on this host",
     "tests/test_load.py::test_one_slot": "benchmarks/rel_load.py runs lyasub and the service on this host",
+    "tests/test_slurm_backends.py": "the backend parity/error tests call this host's sbatch through runuser and "
+                                    "read its /etc/slurm/slurm.conf; the docker image has no pyslurm wheel",
     "tests/test_bad_input.py::test_plugin_refuses": "benchmarks/rel_badinput.py runs sbatch through this host's "
                                                     "runuser (docker: test_job_submit.py covers the plugin)",
 }
