@@ -210,13 +210,20 @@ def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
     """What the service predicts a waiting job from: the model's learned profile when its
     runs have reported (else the job's own cost summary), and the start-up term (s). Cached
     for `CACHE_SECONDS` per model; learning in this process invalidates the cache."""
+    learned, s = model_inputs(db, summary.sig, device)
+    return learned or summary.to_profile(), s
+
+
+def model_inputs(db: Any, sig: str, device: str) -> tuple[Profile | None, float]:
+    """`waiting_inputs` of a model: its learned profile (None when its runs never reported)
+    and the start-up term (s); the same for every job of the model (a slot asks once per model)."""
     import sqlite3
     import time
 
     from lyasched import startup
     from lyasched.store import costtable
 
-    key = (id(db.conn), summary.sig, device)
+    key = (id(db.conn), sig, device)
     now = time.monotonic()
     hit = _CACHE.get(key)
     if hit is None or now - hit[0] > CACHE_SECONDS:
@@ -227,8 +234,8 @@ def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
         if len(_CACHE) > 256:  # drop expired entries (and the connections they hold)
             for k in [k for k, v in _CACHE.items() if now - v[0] > CACHE_SECONDS]:
                 del _CACHE[k]
-        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, summary.sig, device), s)
-    return hit[2] or summary.to_profile(), hit[3]
+        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, sig, device), s)
+    return hit[2], hit[3]
 
 
 def workdir_of(slurm: Any, job_id: str) -> str | None:

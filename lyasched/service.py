@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -219,8 +220,11 @@ class Service:
         self.clock = clock
         self.stop_requested = threading.Event()
         self.busy = threading.Lock()
-        self._rows: dict[tuple, WaitingJob] = {}  # (uid, job, cluster, correction) -> rows; waiting jobs only
+        # (uid, job) -> (inputs: cluster, model inputs, summary; the rows); waiting jobs only
+        self._rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
         self._rows_used: set[tuple] = set()  # keys read this slot: the others are dropped after it
+        self._model_inputs: dict[str, tuple] = {}  # per slot: sig -> (correction, learned profile, start-up s)
+        self._models_seen: dict[str, tuple] = {}  # a previous slot's, reused when equal (identity compares fast)
         self._device = "gpu"  # cost-table device key, set each slot from the nodes' GPU type
         self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
         self._cluster: ClusterSpec | None = None  # the last slot's, for lyasched.learn
@@ -323,11 +327,14 @@ class Service:
             shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
         )
         cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
+        if cluster == self._cluster:
+            cluster = self._cluster  # the same object as last slot: the cached rows compare by identity
         cost = CostModel(cluster)
         self._cluster = cluster  # lyasched.learn refits profiles against it
         device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
         self._device = device
         self._corrections = {}
+        self._models_seen, self._model_inputs = self._model_inputs or self._models_seen, {}
         self._rows_used = set()
 
         self.crash.reach("after_read")
@@ -359,13 +366,14 @@ class Service:
         # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
         # stays the size of the queue over months of service, and kept rows keep their identity
         # for the policy's own per-job memo.
-        self._rows = {k: v for k, v in self._rows.items() if k in self._rows_used}
+        if len(self._rows) != len(self._rows_used):  # every key used this slot is in _rows
+            self._rows = {k: v for k, v in self._rows.items() if k in self._rows_used}
         state = SlotState(
             now=now,
             slot_len=self.config.slot_seconds,
             free=tuple(free),
             gpus_per_node=cluster.gpus_per_node,
-            waiting=tuple(sorted(waiting, key=lambda w: (w.submit_time, w.job_id))),
+            waiting=tuple(sorted(waiting, key=attrgetter("submit_time", "job_id"))),
             running=tuple(running),
         )
         report.free = dict(zip(names, free))
@@ -488,7 +496,14 @@ class Service:
                     log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
                 records.upsert_job(self.db, uid, **fields)
                 row = records.get_job(self.db, uid)
-            row = self._observe(job, row, now, device, report)
+            if (row["state"] == "waiting" and job.held_by_service and row["slurm_state"] == job.state
+                    and row["name"] == job.name):
+                # Still held and waiting, nothing new (most of a long queue): what _observe would
+                # conclude, without its per-job bookkeeping.
+                self._touch.append(uid)
+                row["last_seen"] = now
+            else:
+                row = self._observe(job, row, now, device, report)
             seen[uid] = (job, row)
         records.touch_jobs(self.db, self._touch, now)
         return seen
@@ -568,9 +583,11 @@ class Service:
     def _vanished(self, seen: dict, now: float, device: str, report: SlotReport) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
-        gone = [r for r in records.active_jobs(self.db) if r["uid"] not in seen]
-        if not gone:
+        gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
+        if not gone_uids:
             return
+        rows = records.get_jobs(self.db, gone_uids)
+        gone = [rows[u] for u in gone_uids if u in rows]
         acct: dict[str, AccountingRecord] = {}
         if self._accounting_enabled():
             try:
@@ -615,12 +632,22 @@ class Service:
     # ------------------------------------------------------------ policy inputs
 
     def _waiting(self, s: CostSummary, job: SlurmJob, cost: CostModel) -> WaitingJob:
-        correction = self._correction(s.sig)
-        profile, startup_s = learn.waiting_inputs(self.db, s, self._device)  # learned profile, start-up term
-        key = (s.uid, job.job_id, cost.cluster, correction, profile, startup_s)
+        model = self._model_inputs.get(s.sig)
+        if model is None:  # once per model per slot: correction, learned profile, start-up term
+            learned, startup_s = learn.model_inputs(self.db, s.sig, self._device)
+            model = (self._correction(s.sig), learned, startup_s)
+            old = self._models_seen.get(s.sig)
+            model = self._model_inputs[s.sig] = self._models_seen[s.sig] = old if old == model else model
+        # The rows depend on the job (its summary, Slurm id) and on these inputs only: rebuilt when
+        # any of them changed (kept objects compare by identity first: a slot compares cheaply).
+        key = (s.uid, job.job_id)
+        inputs = (cost.cluster, model, s)
         self._rows_used.add(key)
-        wj = self._rows.get(key)
+        hit = self._rows.get(key)
+        wj = hit[1] if hit is not None and hit[0] == inputs else None
         if wj is None:
+            correction, learned, startup_s = model
+            profile = learned or s.to_profile()
             limit = job.time_limit if math.isfinite(job.time_limit) else None
             j = Job(
                 job_id=job.job_id,
@@ -644,7 +671,7 @@ class Service:
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
             wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
-            self._rows[key] = wj
+            self._rows[key] = (inputs, wj)
             records.upsert_job(
                 self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
                 pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,

@@ -194,13 +194,20 @@ def get_job(db: sqlite_utils.Database, uid: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def _dicts(cur: sqlite3.Cursor) -> list[dict]:
+    """A cursor's rows as dicts, as `db.query` gives them (built in one comprehension: a slot
+    reads a row per job, and sqlite-utils' row generator costs twice as much)."""
+    cols = [c[0] for c in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
 def get_jobs(db: sqlite_utils.Database, uids: Sequence[str]) -> dict[str, dict]:
     """Rows of many jobs by uid (one query per 500 uids)."""
     out: dict[str, dict] = {}
     for i in range(0, len(uids), 500):
         chunk = list(uids[i : i + 500])
         sql = f"select * from jobs where uid in ({', '.join('?' * len(chunk))})"
-        out.update({r["uid"]: r for r in db.query(sql, chunk)})
+        out.update({r["uid"]: r for r in _dicts(db.conn.execute(sql, chunk))})
     return out
 
 
@@ -242,6 +249,13 @@ def replace_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
 def active_jobs(db: sqlite_utils.Database) -> list[dict]:
     """Jobs the service still follows (not finished, vanished or invalid)."""
     return list(db.query("select * from jobs where state in ('waiting', 'released', 'running')"))
+
+
+def active_uids(db: sqlite_utils.Database) -> list[str]:
+    """The uids of `active_jobs`, in table order (a slot checks them all against Slurm's list; it
+    needs the rows of the few that vanished only)."""
+    sql = "select uid from jobs where state in ('waiting', 'released', 'running') order by rowid"
+    return [r[0] for r in db.conn.execute(sql)]
 
 
 def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | None = None) -> list[dict]:
