@@ -8,7 +8,9 @@ benchmarks/rel_load.py) while a plain job holds every GPU, so the slots read, re
 but change nothing. Per backend and job count: a first slot (fresh records) and then ``--slots``
 slots alternating between the backends; the median of those, and of the Slurm reads alone
 (``jobs()`` + ``nodes()``). ``--json``: one object with ``ratio_at_10000`` = pyslurm / cli median
-slot time. All the jobs are cancelled at the end (they stay listed, CANCELLED, for MinJobAge).
+slot time. ``pyslurm-full`` is pyslurm with its update-time probe off (``LYASCHED_PYSLURM_PROBE=0``):
+every job list a full read, as when some job changes every slot (``full_read_ratio_at_N``). All
+the jobs are cancelled at the end (they stay listed, CANCELLED, for MinJobAge).
 
     flock /tmp/lyasched-native-cluster.lock python benchmarks/slot_duration.py --backend cli,pyslurm [--json]
           [--sizes 1000,10000] [--slots 5]
@@ -96,10 +98,25 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
 
     from lyasched.slurm.backend import make_backend
 
-    made = {b: make_backend(b, timeout=120) for b in backends}
+    import os
+
+    from lyasched.slurm.pyslurm_worker import PROBE_ENV
+
+    made = {}
+    for b in backends:  # pyslurm-full: pyslurm without the update-time probe (every read a full one)
+        before = os.environ.get(PROBE_ENV)
+        if b == "pyslurm-full":
+            os.environ[PROBE_ENV] = "0"
+        try:
+            made[b] = make_backend(b.split("-")[0], timeout=120)
+        finally:
+            if before is None:
+                os.environ.pop(PROBE_ENV, None)
+            else:
+                os.environ[PROBE_ENV] = before
     for b, (slurm, why) in made.items():
         say(f"backend {b}: {slurm.name} ({why})")
-        if slurm.name != b:
+        if slurm.name != b.split("-")[0]:
             raise SystemExit(f"slot_duration: error: backend {b} not usable here: {why}")
     work = workdir("lyasched-slotbench-")
     out: dict = {"backends": {b: {} for b in backends}, "sizes": sizes, "slots": slots}
@@ -145,13 +162,15 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         for slurm, _ in made.values():
             slurm.close()
         shutil.rmtree(work, ignore_errors=True)
-    if "cli" in backends and "pyslurm" in backends:
+    for other, tag in (("pyslurm", ""), ("pyslurm-full", "full_read_")):
+        if "cli" not in backends or other not in backends:
+            continue
         for n in sizes:
-            c, p = out["backends"]["cli"][str(n)], out["backends"]["pyslurm"][str(n)]
+            c, p = out["backends"]["cli"][str(n)], out["backends"][other][str(n)]
             ok = c["median_slot_s"] and p["median_slot_s"] is not None
-            out[f"ratio_at_{n}"] = p["median_slot_s"] / c["median_slot_s"] if ok else None
+            out[f"{tag}ratio_at_{n}"] = p["median_slot_s"] / c["median_slot_s"] if ok else None
             okr = c["median_read_s"] and p["median_read_s"] is not None
-            out[f"read_ratio_at_{n}"] = p["median_read_s"] / c["median_read_s"] if okr else None
+            out[f"{tag}read_ratio_at_{n}"] = p["median_read_s"] / c["median_read_s"] if okr else None
     return out
 
 
@@ -166,8 +185,10 @@ def print_comparison(res: dict) -> None:
             cells.append(f"{r['median_slot_s'] * 1000:>11.0f} ms {r['median_read_s'] * 1000:>11.0f} ms")
         print(f"{n:>10} " + " ".join(cells))
     for n in res["sizes"]:
-        if res.get(f"ratio_at_{n}") is not None:
-            print(f"pyslurm/cli at {n}: slot {res[f'ratio_at_{n}']:.2f}, Slurm reads {res[f'read_ratio_at_{n}']:.2f}")
+        for other, tag in (("pyslurm", ""), ("pyslurm-full", "full_read_")):
+            if res.get(f"{tag}ratio_at_{n}") is not None:
+                print(f"{other}/cli at {n}: slot {res[f'{tag}ratio_at_{n}']:.2f}, "
+                      f"Slurm reads {res[f'{tag}read_ratio_at_{n}']:.2f}")
 
 
 def main() -> None:
@@ -176,14 +197,16 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--backend", help="compare Slurm backends on the real cluster: cli, pyslurm or cli,pyslurm")
+    ap.add_argument("--backend", help="compare Slurm backends on the real cluster: cli, pyslurm, pyslurm-full "
+                    "(pyslurm without the update-time probe), comma-separated")
     ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
     ap.add_argument("--json", action="store_true", help="with --backend: one JSON object")
     a = ap.parse_args()
     if a.backend:
         backends = [b for b in a.backend.split(",") if b]
-        if not backends or any(b not in ("cli", "pyslurm") for b in backends):
-            print(f"slot_duration: error: --backend takes cli, pyslurm or cli,pyslurm, got {a.backend!r}", file=sys.stderr)
+        if not backends or any(b not in ("cli", "pyslurm", "pyslurm-full") for b in backends):
+            print(f"slot_duration: error: --backend takes cli, pyslurm, pyslurm-full (comma-separated), got {a.backend!r}",
+                  file=sys.stderr)
             sys.exit(2)
         try:
             sizes = [int(x) for x in a.sizes.split(",") if x]

@@ -168,6 +168,53 @@ def run(jobs: int, nodes: int, slots: int, free: bool, profile: bool) -> dict:
     return out
 
 
+def worker_parts(rounds: int = 5) -> dict:
+    """``--worker``, on the real test cluster with whatever jobs it lists: the pyslurm worker's
+    every-slot job read (Worker.jobs_delta) in parts, beside squeue's run and parse (the CLI)."""
+    import pickle
+    import subprocess
+
+    from lyasched.slurm import query as q
+    from lyasched.slurm.pyslurm_worker import Worker, _fields
+    from lyasched.slurm.types import TAG
+
+    w = Worker()
+    ps = w.ps
+    parts: dict[str, list[float]] = defaultdict(list)
+    n = 0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        jobs = ps.Jobs.load(preload_passwd_info=True)
+        t1 = time.perf_counter()
+        items = list(jobs.items())
+        t2 = time.perf_counter()
+        token, order, changed = w.jobs_delta(w._token)
+        t3 = time.perf_counter()
+        blob = pickle.dumps((token, order, changed), protocol=pickle.HIGHEST_PROTOCOL)
+        t4 = time.perf_counter()
+        out = subprocess.run(q.squeue_args(), capture_output=True, text=True).stdout
+        t5 = time.perf_counter()
+        comments = [(j, j.comment or "") for _, j in items]
+        t6 = time.perf_counter()
+        fields = [_fields(j, c) for j, c in comments if c.startswith(TAG)]
+        t7 = time.perf_counter()
+        q.parse_squeue(out)
+        t8 = time.perf_counter()
+        parts["read every comment"].append(t6 - t5)
+        parts["fields of every lyasched job"].append(t7 - t6)
+        parts["squeue parse"].append(t8 - t7)
+        n = len(items)
+        parts["Jobs.load (RPC + wrap)"].append(t1 - t0)
+        parts["items()"].append(t2 - t1)
+        parts["jobs_delta (load + fields + compare)"].append(t3 - t2)
+        parts["pickle answer"].append(t4 - t3)
+        parts["squeue run"].append(t5 - t4)
+        parts["answer bytes"].append(len(blob))
+        parts["squeue bytes"].append(len(out))
+    return {"jobs_listed": n, "lyasched_jobs": len(order), "changed_last": len(changed), "fields": len(fields),
+            "parts_median": {k: statistics.median(v) for k, v in parts.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10_000)
@@ -176,7 +223,12 @@ def main() -> None:
     ap.add_argument("--free", action="store_true", help="leave the GPUs free (the policy scores and starts)")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions (tottime)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--worker", action="store_true",
+                    help="on the real test cluster (flock): the pyslurm worker's job read in parts")
     a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker_parts(a.slots)))
+        return
     if a.jobs < 1 or a.nodes < 1 or a.slots < 1:
         print("slot_profile: error: --jobs, --nodes and --slots must be positive", file=sys.stderr)
         sys.exit(2)

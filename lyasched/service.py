@@ -383,9 +383,10 @@ class Service:
             report.q, report.z = float(result.q), float(result.z)
 
         work_free = list(free)
-        by_id = {w.job_id: w for w in waiting}
-        jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()}
-        for d in result.starts if result is not None else ():
+        starts = result.starts if result is not None else ()
+        by_id = {w.job_id: w for w in waiting} if starts else {}
+        jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()} if starts else {}
+        for d in starts:
             if self.stop_requested.is_set():
                 log.info("stop requested: the slot's remaining start decisions are dropped (jobs stay held)")
                 break

@@ -68,6 +68,58 @@ def _time(v: Any) -> float | None:
     return float(v)
 
 
+PROBE_ENV = "LYASCHED_PYSLURM_PROBE"  # "0": every job list is a full slurm_load_jobs (no update-time probe)
+
+
+class JobsChanged:
+    """Asks slurmctld whether any job changed since a given answer: ``slurm_load_jobs`` with the
+    update time of the answer the worker holds (what scontrol and ``squeue --iterate`` do; PySlurm
+    22.5's ``Jobs.load`` always asks for everything). ``SLURM_NO_CHANGE_IN_DATA`` is the
+    controller's own answer, so the list held is still its current one; the controller checks
+    with a one-second margin (``update_time - 1 >= last_job_update``), so no change is missed.
+    Through libslurm's C API (ctypes on the libslurm PySlurm loaded), in the worker only."""
+
+    NO_CHANGE = 1900  # SLURM_NO_CHANGE_IN_DATA (slurm_errno.h)
+
+    def __init__(self) -> None:
+        import ctypes
+
+        with open("/proc/self/maps") as f:
+            path = next((ln.split()[-1] for ln in f if "/libslurm.so" in ln or "/libslurmfull" in ln), None)
+        if path is None:
+            raise RuntimeError("libslurm is not loaded")
+        lib = ctypes.CDLL(path)
+        lib.slurm_load_jobs.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint16]
+        lib.slurm_load_jobs.restype = ctypes.c_int
+        lib.slurm_free_job_info_msg.argtypes = [ctypes.c_void_p]
+        lib.slurm_free_job_info_msg.restype = None
+        lib.slurm_get_errno.restype = ctypes.c_int
+        lib.slurm_strerror.argtypes = [ctypes.c_int]
+        lib.slurm_strerror.restype = ctypes.c_char_p
+
+        class Head(ctypes.Structure):  # job_info_msg_t's first fields (slurm.h, 22.05)
+            _fields_ = [("last_backfill", ctypes.c_int64), ("last_update", ctypes.c_int64),
+                        ("record_count", ctypes.c_uint32)]
+
+        self.ct, self.lib, self.head = ctypes, lib, ctypes.POINTER(Head)
+
+    def since(self, update_time: int) -> int | None:
+        """None when no job changed since ``update_time`` (the controller's time of an answer);
+        else the controller's time of now (to ask with next time, once the jobs were read)."""
+        ct = self.ct
+        p = ct.c_void_p()
+        rc = self.lib.slurm_load_jobs(update_time, ct.byref(p), 0x0001)  # SHOW_ALL (no detail: smaller)
+        if rc != 0:
+            err = self.lib.slurm_get_errno()
+            if err == self.NO_CHANGE:
+                return None
+            raise RuntimeError((self.lib.slurm_strerror(err) or b"slurm_load_jobs failed").decode(errors="replace"))
+        try:
+            return int(ct.cast(p, self.head).contents.last_update)
+        finally:
+            self.lib.slurm_free_job_info_msg(p)
+
+
 class Worker:
     """Maps lyasched's requests to PySlurm calls; results are lyasched.slurm.types values."""
 
@@ -76,9 +128,17 @@ class Worker:
 
         self.ps = pyslurm
         self._sent: dict[str, tuple] = {}  # jobs_delta: the fields last sent, by job id
+        self._order: list[str] = []  # jobs_delta: the job ids last sent, in order
         self._final: dict[int, tuple] = {}  # jobs_delta: fields of lyasched jobs seen finished, by job id
         self._token: str | None = None
         self._seq = 0
+        self._probe: JobsChanged | None = None
+        self._as_of = 0  # the controller's update time that _sent is at least as new as (0: none)
+        if os.environ.get(PROBE_ENV, "1") != "0":
+            try:
+                self._probe = JobsChanged()
+            except Exception as e:  # noqa: BLE001 - without it every read is a full one
+                print(f"pyslurm worker: no update-time probe ({e}): full job reads", file=sys.stderr)
 
     # ------------------------------------------------------------ reading
 
@@ -135,6 +195,13 @@ class Worker:
         names). A slot re-reads thousands of held jobs that rarely change; this sends only the
         changes (all of them when ``have`` is not this worker's last answer)."""
         fresh = have is not None and have == self._token
+        as_of = 0
+        if self._probe is not None:
+            as_of = self._probe.since(self._as_of) if self._as_of else self._probe.since(0)
+            if as_of is None:  # the controller: no job changed since the jobs in _sent were read
+                self._seq += 1
+                self._token = f"{os.getpid()}:{self._seq}"
+                return self._token, list(self._order), ({} if fresh else dict(self._sent))
         sent, rows, order, changed = self._sent, {}, [], {}
         for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
             t = self._final.get(jid)  # a finished job never changes: not read again (MinJobAge keeps it listed)
@@ -152,7 +219,8 @@ class Worker:
             if not fresh or sent.get(t[0]) != t:
                 changed[t[0]] = t
         self._seq += 1
-        self._sent, self._token = rows, f"{os.getpid()}:{self._seq}"
+        self._sent, self._order, self._token = rows, order, f"{os.getpid()}:{self._seq}"
+        self._as_of = as_of  # asked before Jobs.load: what it read is at least this new
         if len(self._final) > len(rows):  # purged jobs (MinJobAge): forget them
             self._final = {k: v for k, v in self._final.items() if v[0] in rows}
         return self._token, order, changed
