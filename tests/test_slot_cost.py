@@ -1,0 +1,225 @@
+"""What keeps a slot over thousands of held jobs cheap must not change what it sees or decides:
+cached policy rows equal freshly built ones and follow their inputs; the short path for unchanged
+held jobs records what the full one does; the pyslurm worker's update-time probe skips the job
+load only when the controller says nothing changed (benchmarks/slot_profile.py measures the cost)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from lyasched.config import Config
+from lyasched.policy.state import SlotResult, SlotState
+from lyasched.service import Service
+from lyasched.slurm.pyslurm_worker import Worker
+from lyasched.slurm.types import ClusterConfig, NodeInfo, SlurmJob
+from lyasched.store import records
+from lyasched.summary import CostSummary
+
+
+def held(i: int, **kw) -> SlurmJob:
+    s = CostSummary(uid=f"cost-test-{i:04d}", sig="model-a" if i % 2 else "model-b", global_batch=64,
+                    iterations=100 + 13 * i, min_gpus=1, max_gpus=8, alpha=0.01, beta=0.001, params=1_000_000)
+    base = dict(job_id=str(100 + i), user="alice", uid=1001, state="PENDING", reason="JobHeldUser", priority=0,
+                submit_time=1_000_000.0 + i, start_time=None, end_time=None, time_limit=3600.0, num_nodes=1,
+                gpus_per_node=1, nodes=(), partition="gpu", comment=s.encode(), name=f"train{i}")
+    return SlurmJob(**{**base, **kw})
+
+
+@dataclass
+class Typed:
+    """A `Slurm` backend answering from lists the test changes between slots."""
+
+    jobs_: list[SlurmJob]
+    gpus: int = 4
+    busy: int = 4
+    name: str = "typed"
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(name=f"n{k}", state="MIXED", gpus_total=self.gpus, gpus_alloc=self.busy, partitions=("gpu",))
+                for k in range(2)]
+
+    def jobs(self, **kw) -> list[SlurmJob]:
+        return list(self.jobs_)
+
+    def config(self) -> ClusterConfig:
+        return ClusterConfig(version="22.05.8", accounting=False, submit_plugins=("lua",))
+
+    def close(self) -> None:
+        pass
+
+    def job(self, job_id):
+        return None
+
+    def work_dir(self, job_id):
+        return None
+
+    def accounting(self, job_ids):
+        return []
+
+    def resize(self, job_id, num_nodes, gpus_per_node, nodes=()) -> None:
+        raise AssertionError("nothing starts in these tests")
+
+    release = hold = cancel = resize
+
+    def submit(self, opts, script=None) -> str:
+        raise AssertionError("nothing is submitted")
+
+
+@dataclass
+class Capture:
+    """A policy that starts nothing and keeps the states it was given."""
+
+    states: list[SlotState] = field(default_factory=list)
+    name: str = "capture"
+
+    def decide(self, state: SlotState) -> SlotResult:
+        self.states.append(state)
+        return SlotResult(starts=())
+
+
+def rows(state: SlotState) -> list[tuple]:
+    return [(w.job_id, w.submit_time, w.work, tuple(w.run_one_node), tuple(w.run_multi_node), w.requested_gpus)
+            for w in state.waiting]
+
+
+def service(tmp_path, name: str, slurm: Typed, policy: Capture) -> Service:
+    return Service(Config(slot_seconds=30), records.open_records(tmp_path / f"{name}.db"), slurm=slurm, policy=policy,
+                   clock=lambda: 1_001_000.0)
+
+
+def test_cached_rows_are_the_fresh_rows_and_follow_the_cluster(tmp_path):
+    slurm, pol = Typed([held(i) for i in range(6)]), Capture()
+    svc = service(tmp_path, "a", slurm, pol)
+    for _ in range(3):
+        assert not svc.run_slot().error
+    first, last = pol.states[0], pol.states[-1]
+    assert all(a is b for a, b in zip(first.waiting, last.waiting))  # kept, not rebuilt
+    fresh = Capture()
+    service(tmp_path, "b", Typed(list(slurm.jobs_)), fresh).run_slot()
+    assert rows(last) == rows(fresh.states[0])
+    slurm.gpus, slurm.busy = 8, 8  # another cluster: more GPU counts, every row anew
+    svc.run_slot()
+    again = pol.states[-1]
+    assert all(len(w.run_one_node) == 16 for w in again.waiting)
+    assert not any(a is b for a, b in zip(last.waiting, again.waiting))
+    fresh = Capture()
+    service(tmp_path, "c", Typed(list(slurm.jobs_), gpus=8, busy=8), fresh).run_slot()
+    assert rows(again) == rows(fresh.states[0])
+
+
+def test_rows_follow_a_learned_correction(tmp_path):
+    from lyasched.store import costtable
+
+    slurm, pol = Typed([held(i) for i in range(4)]), Capture()
+    svc = service(tmp_path, "a", slurm, pol)
+    svc.run_slot()
+    before = {w.job_id: w.work for w in pol.states[-1].waiting}
+    s = CostSummary.decode(slurm.jobs_[1].comment)
+    p = s.to_profile()
+    costtable.put(svc.db, {"signature": s.sig, "device_type": "gpu", "model": s.sig, "alpha": p.alpha,
+                           "beta": p.beta, "params": p.params, "bytes_per_param": p.bytes_per_param,
+                           "m0": p.mem_base, "m1": p.mem_per_sample, "source": "measured"})
+    for _ in range(4):  # observed runs twice as long as predicted: the model's correction grows
+        costtable.refine(svc.db, s.sig, "gpu", 100.0, 200.0)
+    svc.run_slot()
+    after = {w.job_id: w.work for w in pol.states[-1].waiting}
+    changed = {j for j in before if not np.isclose(before[j], after[j])}
+    assert changed == {j.job_id for j in slurm.jobs_ if CostSummary.decode(j.comment).sig == s.sig}
+    fresh = Capture()
+    service(tmp_path, "b", Typed(list(slurm.jobs_)), fresh)
+    fdb = records.open_records(tmp_path / "b.db")
+    costtable.put(fdb, {"signature": s.sig, "device_type": "gpu", "model": s.sig, "alpha": p.alpha,
+                        "beta": p.beta, "params": p.params, "bytes_per_param": p.bytes_per_param,
+                        "m0": p.mem_base, "m1": p.mem_per_sample, "source": "measured"})
+    for _ in range(4):
+        costtable.refine(fdb, s.sig, "gpu", 100.0, 200.0)
+    svc_b = Service(Config(slot_seconds=30), fdb, slurm=Typed(list(slurm.jobs_)), policy=fresh, clock=lambda: 1_001_000.0)
+    svc_b.run_slot()
+    assert rows(pol.states[-1]) == rows(fresh.states[-1])
+
+
+def test_unchanged_held_jobs_and_changed_ones_are_recorded_as_before(tmp_path):
+    slurm, pol = Typed([held(i) for i in range(4)]), Capture()
+    clock = [1_001_000.0]
+    svc = Service(Config(slot_seconds=30), records.open_records(tmp_path / "a.db"), slurm=slurm, policy=pol,
+                  clock=lambda: clock[0])
+    svc.run_slot()
+    clock[0] += 30
+    slurm.jobs_[0] = replace(slurm.jobs_[0], name="renamed")  # a held job renamed by its owner
+    slurm.jobs_[1] = replace(slurm.jobs_[1], state="RUNNING", reason="None", start_time=clock[0] - 5,
+                             nodes=("n0",))  # started outside the service (an operator)
+    slurm.jobs_[2] = replace(slurm.jobs_[2], reason="JobHeldAdmin")  # held again by an operator: still held
+    rep = svc.run_slot()
+    assert rep.waiting == 3 and rep.running == 1
+    got = {r["slurm_id"]: r for r in records.list_jobs(svc.db)}
+    assert got["100"]["name"] == "renamed" and got["100"]["state"] == "waiting"
+    assert got["101"]["state"] == "running" and got["101"]["started"] == clock[0] - 5
+    assert all(r["last_seen"] == clock[0] for r in got.values())
+    assert got["102"]["state"] == got["103"]["state"] == "waiting"
+
+
+class FakeProbe:
+    def __init__(self, answers: list) -> None:
+        self.answers, self.asked = list(answers), []
+
+    def since(self, t: int):
+        self.asked.append(t)
+        return self.answers.pop(0)
+
+
+class FakeJobs:
+    def __init__(self, jobs: list) -> None:
+        self.jobs, self.loads = jobs, 0
+
+    def load(self, preload_passwd_info: bool = False) -> dict:
+        self.loads += 1
+        return {int(j.id): j for j in self.jobs}
+
+
+@dataclass
+class PsJob:
+    """The PySlurm Job properties the worker reads."""
+
+    id: int
+    comment: str
+    state: str = "PENDING"
+    user_name: str = "alice"
+    user_id: int = 1001
+    state_reason: str = "JobHeldUser"
+    priority: int = 0
+    submit_time: int = 1_000_000
+    start_time: int = 0
+    end_time: int = 0
+    time_limit: int = 60
+    num_nodes: int = 1
+    gres_per_node: dict = field(default_factory=lambda: {"gpu": 1})
+    allocated_nodes: str = ""
+    partition: str = "gpu"
+    name: str = "train"
+
+
+def worker(jobs: list, probe: FakeProbe) -> tuple[Worker, FakeJobs]:
+    w = Worker.__new__(Worker)
+    fake = FakeJobs(jobs)
+    w.ps = type("ps", (), {"Jobs": fake})
+    w._sent, w._order, w._final, w._token, w._seq, w._as_of = {}, [], {}, None, 0, 0
+    w._probe = probe
+    return w, fake
+
+
+def test_worker_skips_the_job_load_only_when_the_controller_says_unchanged():
+    jobs = [PsJob(100 + i, held(i).comment) for i in range(3)]
+    probe = FakeProbe([50, None, 60, None])
+    w, fake = worker(jobs, probe)
+    t1, order1, ch1 = w.jobs_delta(None)
+    assert fake.loads == 1 and order1 == ["100", "101", "102"] and set(ch1) == set(order1)
+    t2, order2, ch2 = w.jobs_delta(t1)  # unchanged: no load, nothing resent
+    assert fake.loads == 1 and order2 == order1 and ch2 == {} and t2 != t1
+    jobs[1].state_reason = "JobHeldAdmin"
+    t3, order3, ch3 = w.jobs_delta(t2)  # changed: a full load, only the changed job sent
+    assert fake.loads == 2 and order3 == order1 and set(ch3) == {"101"} and ch3["101"][4] == "JobHeldAdmin"
+    _, order4, ch4 = w.jobs_delta("someone else's token")  # unchanged, but the caller holds another answer: all
+    assert fake.loads == 2 and order4 == order1 and set(ch4) == set(order1) and ch4["101"] == ch3["101"]
+    assert probe.asked == [0, 50, 50, 60]  # always the time of the answer the worker holds
