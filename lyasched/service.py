@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import sqlite_utils
 
-from lyasched import learn, startup  # learning from reported step times; the start-up term
+from lyasched import gcpause, learn, startup  # GC pause; learning from reported step times; the start-up term
 from lyasched.config import Config
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
@@ -251,7 +251,7 @@ class Service:
 
     def run_slot(self) -> SlotReport:
         """Run one slot; never raises for Slurm trouble (the slot is recorded with its error)."""
-        with self.busy:
+        with self.busy, gcpause.paused():  # lyasched.gcpause: no heap scans in a slot over a long queue
             t0 = time.monotonic()
             now = self.clock()
             report = SlotReport(slot_id=None, time=now, duration=0.0)
@@ -472,7 +472,12 @@ class Service:
 
         seen: dict[str, tuple[SlurmJob, dict | None]] = {}
         self._touch: list[str] = []
-        rows = records.get_jobs(self.db, list(by_uid))
+        # Held, waiting and unchanged (most of a long queue): only their brief rows are read.
+        rows = records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
+                 and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
+                 and r["slurm_state"] == job.state and r["name"] == job.name}
+        rows.update(records.get_jobs(self.db, [u for u in by_uid if u not in quiet and u in rows]))
         for uid, (job, s, err) in by_uid.items():
             row = rows.get(uid)
             if row is not None and row["slurm_id"] != job.job_id:
@@ -497,10 +502,9 @@ class Service:
                     log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
                 records.upsert_job(self.db, uid, **fields)
                 row = records.get_job(self.db, uid)
-            if (row["state"] == "waiting" and job.held_by_service and row["slurm_state"] == job.state
-                    and row["name"] == job.name):
-                # Still held and waiting, nothing new (most of a long queue): what _observe would
-                # conclude, without its per-job bookkeeping.
+            if uid in quiet:
+                # Still held and waiting, nothing new: what _observe would conclude, without its
+                # per-job bookkeeping (its row is the brief one: records.BRIEF_COLUMNS).
                 self._touch.append(uid)
                 row["last_seen"] = now
             else:

@@ -19,6 +19,7 @@ import struct
 import sys
 from typing import Any, Callable, Sequence
 
+from lyasched import gcpause
 from lyasched.slurm.query import expand_hostlist, gpus_in_tres
 from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
 
@@ -325,7 +326,8 @@ def serve(hook: Hook | None = None) -> int:
             def call(fn=fn, args=args) -> Any:
                 return fn(*args)
 
-            result = hook(op, args, call) if hook else call()
+            with gcpause.paused():  # a job list wraps thousands of records: no heap scans meanwhile
+                result = hook(op, args, call) if hook else call()
             write_frame(out, ("ok", result))
         except Exception as e:  # noqa: BLE001 - every failure goes back as an answer
             write_frame(out, ("err", type(e).__name__, str(e)))

@@ -201,12 +201,21 @@ def _dicts(cur: sqlite3.Cursor) -> list[dict]:
     return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
-def get_jobs(db: sqlite_utils.Database, uids: Sequence[str]) -> dict[str, dict]:
-    """Rows of many jobs by uid (one query per 500 uids)."""
+# What a slot reads of every job first: enough to see that a held, waiting job is unchanged (most
+# of a long queue, whose rows are then never read whole) and to keep following it this slot.
+BRIEF_COLUMNS = ("uid", "slurm_id", "state", "slurm_state", "name", "released_at", "placement", "last_seen")
+
+
+def get_jobs(db: sqlite_utils.Database, uids: Sequence[str], columns: Sequence[str] = ()) -> dict[str, dict]:
+    """Rows of many jobs by uid (one query per 500 uids); only ``columns`` (with uid) if given."""
+    unknown = set(columns) - set(JOB_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown job column(s): {', '.join(sorted(unknown))}")
+    what = ", ".join(dict.fromkeys(["uid", *columns])) if columns else "*"
     out: dict[str, dict] = {}
     for i in range(0, len(uids), 500):
         chunk = list(uids[i : i + 500])
-        sql = f"select * from jobs where uid in ({', '.join('?' * len(chunk))})"
+        sql = f"select {what} from jobs where uid in ({', '.join('?' * len(chunk))})"
         out.update({r["uid"]: r for r in _dicts(db.conn.execute(sql, chunk))})
     return out
 
