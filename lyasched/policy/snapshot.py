@@ -121,3 +121,46 @@ class SlotStateBuilder:
             arrivals_t=snap.arrivals_t,
             arrivals_cum_gpu_s=snap.arrivals_cum_gpu_s,
         )
+
+
+def requested_gpu_s(w: WaitingJob) -> float:
+    """The GPU-seconds a job asked for, as predicted when it arrived: its requested GPU count x its
+    run time there (one node if allowed, else spread; its best run if the count is not allowed)."""
+    r = w.requested_gpus
+    pr = w.run_time(r, spans_nodes=False)
+    if not math.isfinite(pr):
+        pr = w.run_time(r, spans_nodes=True)
+    return r * pr if math.isfinite(pr) else r * w.best_run
+
+
+class ArrivalHistory:
+    """Submit times and the running sum of requested GPU-seconds (`SlotState.arrivals_*`), kept
+    sorted by (submit time, key) as jobs are first seen, the simulator's order."""
+
+    def __init__(self) -> None:
+        self._t: list[float] = []
+        self._keys: list[str] = []
+        self._gpu_s: list[float] = []
+        self._seen: set[str] = set()
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def add(self, key: str, submit_time: float, gpu_s: float) -> None:
+        """Record one job's arrival (once per key; later calls for the same key are ignored)."""
+        if key in self._seen or not math.isfinite(gpu_s):
+            return
+        self._seen.add(key)
+        k = len(self._t)
+        while k > 0 and (self._t[k - 1], self._keys[k - 1]) > (submit_time, key):  # nearly in order: walk back
+            k -= 1
+        self._t.insert(k, submit_time)
+        self._keys.insert(k, key)
+        self._gpu_s.insert(k, gpu_s)
+        self._arrays = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.asarray(self._t, dtype=float), np.cumsum(np.asarray(self._gpu_s, dtype=float)))
+        return self._arrays

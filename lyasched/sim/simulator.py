@@ -28,7 +28,7 @@ from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
-from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
+from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -188,9 +188,7 @@ class Simulation:
             t = self._template(j)
             best = t.best_run * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
-            r = min(j.requested_gpus, self.row_len)
-            pr = t.run_one_node[r - 1] if math.isfinite(t.run_one_node[r - 1]) else t.run_multi_node[r - 1]
-            self._arr_cum[i] = r * pr * j.iterations if math.isfinite(pr) else best * r
+            self._arr_cum[i] = requested_gpu_s(self.predicted(i))  # as the service records it
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
