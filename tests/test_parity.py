@@ -11,6 +11,7 @@ must start nothing. The `slurm`-marked variant runs a short workload on the real
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -224,3 +225,82 @@ def test_replay_and_serve_see_the_same_states_and_decide_alike(policy_name, tmp_
             assert lstarts == (), f"slot {t}: the service started {lstarts} where the simulator had nothing to do"
     started = {d[0] for _, s, _, _ in sim_calls for d in s}
     assert len(started) == len(workload())  # every job ran, in both
+
+
+# --------------------------------------------------------------------------- on the real test cluster
+
+TEST_USER = "lyatest"
+
+
+class _Only:
+    """A backend whose job lists are restricted to ``ids`` (the test user's other jobs are not ours)."""
+
+    def __init__(self, backend, ids) -> None:
+        self.backend, self.ids, self.name = backend, set(ids), backend.name
+
+    def __getattr__(self, attr):
+        return getattr(self.backend, attr)
+
+    def jobs(self, **kw):
+        return [j for j in self.backend.jobs(**kw) if j.job_id in self.ids]
+
+
+@pytest.mark.slurm
+def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(slurm_jobs, tmp_path):
+    """A short workload (5 held jobs, 1-4 GPUs, sleeps) scheduled by the real service on the real
+    cluster, slot by slot. Each slot's recorded snapshot, fed to a fresh policy through the
+    simulator's builder, gives the state the service decided on and the same decisions; and every
+    start Slurm carried out is the policy's placement exactly (nodes and GPUs per node), with no
+    re-placement, because the policy placed by Slurm's rule."""
+    import subprocess
+    import time
+
+    from lyasched.policy.snapshot import SlotStateBuilder
+    from lyasched.policy.state import capabilities
+    from lyasched.slurm import backend as bk
+    from lyasched.summary import new_uid
+
+    def sbatch(gmin: int, gmax: int, secs: int) -> str:
+        s = CostSummary(uid=new_uid(), sig="cnn:parity", global_batch=8, iterations=100, min_gpus=gmin, max_gpus=gmax,
+                        alpha=0.01, beta=0.002, params=1_000_000).encode()
+        r = subprocess.run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5",
+                            "-N1", f"--gres=gpu:{gmin}", f"--comment={s}", "--wrap", f"sleep {secs}"],
+                           capture_output=True, text=True, timeout=60, cwd="/tmp")
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().split(";")[0]
+
+    ids = [sbatch(g, gx, s) for g, gx, s in [(2, 4, 6), (1, 2, 4), (4, 8, 6), (1, 1, 3), (2, 2, 4)]]
+    slurm_jobs.extend(ids)
+    slurm, _ = bk.make_backend("cli", timeout=30)
+    rec = Recorder(make_policy("lyapunov"))
+    svc = Service(Config(slot_seconds=2, users=(TEST_USER,), release_grace=60),
+                  records.open_records(str(tmp_path / "live.db")), slurm=_Only(slurm, ids), policy=rec)
+    snaps = []
+    deadline = time.monotonic() + 120
+    started: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        n = len(rec.calls)
+        rep = svc.run_slot()
+        assert not rep.error, rep.error
+        if len(rec.calls) > n:
+            snaps.append((svc.last_snapshot, rec.calls[-1]))
+        for s in rep.started:
+            started[s["slurm_id"]] = s
+        if len(started) == len(ids) and not rep.running:
+            break
+        time.sleep(2)
+    assert len(started) == len(ids), f"only {sorted(started)} of {ids} started"
+
+    fresh = make_policy("lyapunov")
+    builder = SlotStateBuilder(capabilities(fresh))
+    for snap, (state, starts, qq, zz) in snaps:
+        again = builder.build(snap)
+        assert_same_state(again, state)
+        res = fresh.decide(again)
+        assert tuple((d.job_id, d.gpus, tuple(d.placement)) for d in res.starts) == starts
+        for jid, g, placement in starts:
+            s = started[jid]
+            assert s["nodes"] == [snap.nodes[i] for i, _ in placement]  # the policy's nodes, not a re-placement
+            assert s["per_node"] == placement[0][1] and s["gpus"] == g
+            ran_on = records.job_by_slurm_id(svc.db, jid)["nodes"]  # what Slurm listed while it ran
+            assert ran_on is None or sorted(json.loads(ran_on)) == sorted(s["nodes"]), (jid, ran_on, s["nodes"])
