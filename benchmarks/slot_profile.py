@@ -179,6 +179,7 @@ def worker_parts(rounds: int = 5) -> dict:
     from lyasched.slurm.types import TAG
 
     w = Worker()
+    w._probe = None  # the full read in parts (docs/slurm-backends.md: the update-time probe skips it when nothing changed)
     ps = w.ps
     parts: dict[str, list[float]] = defaultdict(list)
     n = 0
