@@ -100,14 +100,20 @@ class SlotStateBuilder:
             return tuple(self.running_job(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        made: dict[int, tuple[RunningObs, RunningJob]] = {}
+        made = self._made
+        out = []
         for o in snap.running:
-            hit = self._made.get(id(o))
-            made[id(o)] = hit if hit is not None and hit[0] is o else (o, self.running_job(o, snap.now, snap.slot_len))
-        self._made = made
-        out = tuple(r for _, r in made.values())
-        self._last = (snap.running, out)
-        return out
+            hit = made.get(id(o))
+            if hit is None or hit[0] is not o:
+                hit = made[id(o)] = (o, self.running_job(o, snap.now, snap.slot_len))
+            out.append(hit[1])
+        if len(made) > len(out):  # jobs gone since: forget them
+            keep = {id(o) for o in snap.running}
+            for k in [k for k in made if k not in keep]:
+                del made[k]
+        res = tuple(out)
+        self._last = (snap.running, res)
+        return res
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""

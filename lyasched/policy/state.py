@@ -14,7 +14,7 @@ import numpy as np
 
 from lyasched.cost import CostModel
 from lyasched.job import Job
-from lyasched.policy.placement import EQUAL_PER_NODE, Placement, splits
+from lyasched.policy.placement import EQUAL_PER_NODE, Placement
 
 
 @dataclass(frozen=True)
@@ -203,12 +203,15 @@ class FreeGpus:
 
     def _split(self, g: int) -> tuple[int, int] | None:
         """The (k nodes, g/k GPUs each) layout the rule picks for g GPUs: fewest nodes with room."""
-        for k, per in splits(g, len(self.free), self.cap):
-            have = 0
-            for f in range(per, self.cap + 1):
+        n = len(self.free)
+        have = 0  # nodes with at least ``per`` free, as per falls
+        f = self.cap
+        for per in range(min(self.cap, g // 2), 0, -1):
+            while f >= per:
                 have += len(self.buckets[f])
-                if have >= k:
-                    return k, per
+                f -= 1
+            if g % per == 0 and g // per <= min(n, have):
+                return g // per, per
         return None
 
     def take(self, g: int, one_node: bool) -> Placement | None:
