@@ -201,6 +201,16 @@ class FreeGpus:
             return g <= self.max_on_one_node()
         return g <= self.total and g > self.max_on_one_node() and self._split(g) is not None
 
+    def spread_mask(self, k: int) -> np.ndarray:
+        """For g = 1..k: whether g GPUs can spread over several nodes by the rule (k nodes x g/k)."""
+        ok = np.zeros(k + 1, dtype=bool)
+        have = 0
+        for per in range(self.cap, 0, -1):
+            have += len(self.buckets[per])
+            if have >= 2:
+                ok[2 * per: min(k, per * have) + 1: per] = True
+        return ok[1:]
+
     def _split(self, g: int) -> tuple[int, int] | None:
         """The (k nodes, g/k GPUs each) layout the rule picks for g GPUs: fewest nodes with room."""
         n = len(self.free)
