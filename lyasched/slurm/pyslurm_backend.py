@@ -44,7 +44,7 @@ def pyslurm_installed() -> str | None:
         return "unknown"
 
 
-# What each call is called in errors and logs, and the fault-injection key (tests/flaky_slurm.py)
+# What each call is called in errors and logs, and the fault-injection key (tests/reliability/flaky_slurm.py)
 # of the CLI call it stands for.
 CALLS = {
     "hello": "slurm_load_ctl_conf",

@@ -235,7 +235,7 @@ def _fields(j: Any, comment: str | None = None) -> tuple:
 
 def serve(hook: Hook | None = None) -> int:
     """Answer requests until stdin closes. ``hook(op, args, call)`` may wrap each call (the fault
-    injector of tests/flaky_slurm.py); it returns the answer or raises."""
+    injector of tests/reliability/flaky_slurm.py); it returns the answer or raises."""
     inp = os.fdopen(os.dup(0), "rb")
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed from now on goes to stderr, never into the channel
