@@ -53,7 +53,7 @@ from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.state import Decision, Placement, Policy, RunningJob, SlotState, WaitingJob, waiting_job
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
-from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
+from lyasched.slurm.types import RAN_STATES, AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
 from lyasched.store.cluster import with_calibrated_links
@@ -107,8 +107,6 @@ class _QuietDuringOutage(logging.Filter):
 _QUIET = _QuietDuringOutage()  # one per process (one service runs per process); reset by each Service
 logging.getLogger("lyasched.slurm").addFilter(_QUIET)
 
-# Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
-RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 
 
 @dataclass

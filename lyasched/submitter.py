@@ -27,6 +27,7 @@ from lyasched.cost import ClusterSpec, CostModel, Profile
 from lyasched.launcher import render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
+from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES
 from lyasched.summary import CostSummary, is_valid_uid, new_uid
 
 DEVICE_ENV = "LYASCHED_DEVICE_TYPE"
@@ -315,7 +316,7 @@ def wait_for_job(slurm: Slurm, job_id: str, say: Say, timeout: float, poll: floa
     while True:
         job = slurm.job(job_id)  # None once purged (finished jobs stay MinJobAge seconds)
         state, reason = (job.state, job.reason) if job is not None else ("UNKNOWN", "")
-        if state in cmd.FINISHED_STATES or state == "UNKNOWN":
+        if state in TERMINAL_STATES or state == "UNKNOWN":
             return state
         waited = time.monotonic() - t0
         status = f"profiling job {job_id}: {state}"
@@ -377,7 +378,7 @@ def find_active_job(slurm: Slurm, uid: str, user: str) -> str | None:
     """The active lyasched job of ``user`` whose summary carries ``id=<uid>`` (None if there is none)."""
     needle = f"id={uid}"
     for job in slurm.jobs(user=user):
-        if job.state in cmd.ACTIVE_STATES and needle in job.comment.split(";"):
+        if job.state in ACTIVE_STATES and needle in job.comment.split(";"):
             return job.job_id
     return None
 

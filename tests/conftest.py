@@ -23,6 +23,8 @@ from typing import Callable, Iterator
 import pytest
 from reliability.users import CLUSTER_STATE, OTHER_USER, TEST_USER, as_user as run_as_here
 
+from lyasched.slurm.types import TERMINAL_STATES
+
 CLUSTER_KIND = os.environ.get("LYASCHED_CLUSTER", "native")
 REPO = Path(__file__).resolve().parents[1]
 DOCKER_STATE = Path(os.environ.get("LYASCHED_DOCKER_STATE", "/var/lib/lyasched-docker"))
@@ -253,7 +255,7 @@ def slurm_jobs() -> Iterator[list[str]]:
         subprocess.run(["scancel", *jobs], capture_output=True, timeout=30)
 
 
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
+FINAL_STATES = TERMINAL_STATES  # lyasched.slurm.types: the one classification of Slurm job states
 
 
 def job_state(job_id: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lyasched.slurm import commands
 from lyasched.slurm import query as q
 
 DATA = Path(__file__).parent / "data"
@@ -128,17 +129,17 @@ def test_expand_hostlist():
 
 
 def test_update_release_hold_builders():
-    assert q.update_args("42", 2, 4, ["node1", "node3"]) == [
+    assert commands.update_args("42", 2, 4, ["node1", "node3"]) == [
         "scontrol", "update", "JobId=42", "NumNodes=2-2", "NumTasks=2", "NumCPUs=2", "TresPerNode=gres:gpu:4",
         "ReqNodeList=node1,node3",
     ]
-    assert q.update_args("7", 1, 2)[-1] == "ReqNodeList="
-    assert q.release_args("42") == ["scontrol", "release", "42"]
-    assert q.hold_args("42") == ["scontrol", "hold", "42"]
+    assert commands.update_args("7", 1, 2)[-1] == "ReqNodeList="
+    assert commands.release_args("42") == ["scontrol", "release", "42"]
+    assert commands.hold_args("42") == ["scontrol", "hold", "42"]
     with pytest.raises(ValueError):
-        q.update_args("1", 2, 1, ["node1"])
+        commands.update_args("1", 2, 1, ["node1"])
     with pytest.raises(ValueError):
-        q.update_args("1", 0, 1)
+        commands.update_args("1", 0, 1)
 
 
 def test_squeue_args_use_fixed_format_with_free_text_last():

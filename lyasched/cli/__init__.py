@@ -7,6 +7,8 @@ import importlib
 
 import click
 
+from lyasched.cli.errors import BadInput
+
 # name -> "module:attribute" of a click command
 SUBCOMMANDS: dict[str, str] = {
     "replay": "lyasched.cli.replay:replay",
@@ -32,11 +34,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            raise _OneLineUsage(" ".join(e.format_message().split())) from None
-
-
-class _OneLineUsage(click.ClickException):
-    exit_code = 2
+            raise BadInput(e.format_message()) from None
 
 
 @click.group(cls=LazyGroup)

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from lyasched.cli.errors import OneLineCommand
 from lyasched.config import ConfigError, load_config
 from lyasched.store import DEFAULT_DB_ENV
 
@@ -174,17 +175,6 @@ def _fail(msg: str) -> None:
     sys.exit(1)
 
 
-class OneLineUsage(click.Command):
-    """Usage errors as one line (``lyastat: error: ...``), exit 2, instead of click's usage block."""
-
-    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[no-untyped-def]
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as e:
-            click.echo(f"lyastat: error: {' '.join(e.format_message().split())}", err=True)
-            sys.exit(2)
-
-
 def _utf8(value: str | None, what: str) -> None:
     """Non-UTF-8 argv bytes reach us as surrogates, which SQLite cannot bind: refuse them here."""
     try:
@@ -193,7 +183,7 @@ def _utf8(value: str | None, what: str) -> None:
         _fail(f"{what} {value!r}: not a lyasched job (not valid UTF-8)")
 
 
-@click.command(cls=OneLineUsage, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, prog="lyastat", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("jobid", required=False)
 @click.option("--all", "-a", "all_users", is_flag=True, help="Jobs of every user.")
 @click.option("--user", "-u", default=None, help="Jobs of this user (default: you).")

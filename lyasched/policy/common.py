@@ -118,10 +118,6 @@ def _release(free: list[int], placement: Placement) -> None:
         free[node] += n
 
 
-def fifo_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
-    return sorted(waiting, key=lambda w: (w.submit_time, w.job_id))
-
-
 _work = attrgetter("work")
 _submit = attrgetter("submit_time")
 _job_id = attrgetter("job_id")
