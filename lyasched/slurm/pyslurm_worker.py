@@ -216,7 +216,7 @@ def _fields(j: Any, comment: str | None = None) -> tuple:
     return (
         str(j.id),  # job_id
         str(j.user_name or uid),  # user
-        int(uid) if uid is not None else None,  # uid
+        int(uid) if uid is not None else None,  # unix_uid
         state,
         str(j.state_reason or "None"),  # reason
         int(j.priority or 0),

@@ -33,7 +33,7 @@ from lyasched.slurm.types import (  # noqa: F401 - re-exported: the parsers' res
 SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
     ("job_id", "%i"),
     ("user", "%u"),
-    ("uid", "%U"),
+    ("unix_uid", "%U"),
     ("state", "%T"),
     ("reason", "%r"),
     ("priority", "%Q"),
@@ -293,7 +293,7 @@ def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
             SlurmJob(
                 job_id=rec["job_id"].strip(),
                 user=rec["user"].strip(),
-                uid=_int(rec["uid"], -1) if rec["uid"].strip().isdigit() else None,
+                unix_uid=_int(rec["unix_uid"], -1) if rec["unix_uid"].strip().isdigit() else None,
                 state=state,
                 reason=rec["reason"].strip(),
                 priority=_int(rec["priority"]),
@@ -330,7 +330,7 @@ def parse_show_job(text: str) -> list[SlurmJob]:
         state = kv.get("JobState", "UNKNOWN")
         user = kv.get("UserId", "")
         m = re.fullmatch(r"([^()]*)\((\d+)\)", user)
-        uname, uid = (m.group(1), int(m.group(2))) if m else (user, None)
+        uname, unix_uid = (m.group(1), int(m.group(2))) if m else (user, None)
         tres = kv.get("TresPerNode", "")
         gpn = gpus_in_tres(tres)
         num_nodes = _int(kv.get("NumNodes", "1").split("-")[0], 1)
@@ -345,7 +345,7 @@ def parse_show_job(text: str) -> list[SlurmJob]:
             SlurmJob(
                 job_id=kv["JobId"],
                 user=uname,
-                uid=uid,
+                unix_uid=unix_uid,
                 state=state,
                 reason=kv.get("Reason", "None"),
                 priority=_int(kv.get("Priority", "0")),

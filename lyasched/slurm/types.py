@@ -95,7 +95,7 @@ class SlurmJob:
 
     job_id: str
     user: str
-    uid: int | None
+    unix_uid: int | None  # the submitter's Unix uid (a record's ``uid`` is the lyasched job id)
     state: str
     reason: str
     priority: int
