@@ -130,7 +130,7 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
         num = sum(u * e / r.step_time**2 for (u, e), r in zip(pairs, multi))
         den = sum(u * u / r.step_time**2 for (u, _), r in zip(pairs, multi))
         k = max(0.0, num / den) if den > 0 else 1.0
-        prof = replace(prof, **{f"comm_scale_{kind}": k})
+        prof = replace(prof, **{f"comm_scale_{kind}": k})  # type: ignore[arg-type]  # a float field by name
         learned[kind] = k
         gs = sorted({r.gpus for r in multi})
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(multi)} run(s) on "
@@ -141,7 +141,7 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
     if len(learned) == 1:
         (kind, k), = learned.items()
         other = "inter" if kind == "intra" else "intra"
-        prof = replace(prof, **{f"comm_scale_{other}": k})
+        prof = replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
         why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
     return prof, why
 

@@ -146,11 +146,11 @@ def check_request(req: SubmitRequest) -> int:
     if req.dataset_size < 1:
         raise RequestError(f"--dataset-size must be > 0, got {req.dataset_size}")
     total = req.epochs * req.dataset_size / b
-    its = math.ceil(total) if math.isfinite(total) else math.inf
-    if its > 1_000_000_000:
+    if not math.isfinite(total) or total > 1_000_000_000:
+        its = math.ceil(total) if math.isfinite(total) else math.inf
         raise RequestError(f"{req.epochs} epochs of {req.dataset_size} samples at batch {b} is {its} iterations "
                            "(max 1000000000)")
-    return its
+    return math.ceil(total)
 
 
 def model_signature_of(model: str, model_args: Mapping[str, Any]) -> tuple[Any, str]:

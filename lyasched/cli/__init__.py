@@ -4,6 +4,7 @@ so `lyasched replay` does not import torch and `lyasched profiles` does not impo
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -29,7 +30,7 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(mod), attr)
         return super().get_command(ctx, name)
 
-    def invoke(self, ctx: click.Context):  # type: ignore[no-untyped-def]
+    def invoke(self, ctx: click.Context) -> Any:
         # Bad input: one line (``Error: ...``, exit 2), not click's usage block (issue 5).
         try:
             return super().invoke(ctx)

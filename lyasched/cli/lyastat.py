@@ -18,7 +18,7 @@ import pwd
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -170,7 +170,7 @@ def job_view(row: dict, live: dict | None, now: float) -> dict:
     }
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     click.echo(f"lyastat: {msg}", err=True)
     sys.exit(1)
 
@@ -233,7 +233,7 @@ def show_queue(rdb, as_json: bool) -> None:
     counts = {
         st: n for st, n in rdb.execute("select state, count(*) from jobs group by state").fetchall()
     }
-    out = {
+    out: dict[str, Any] = {
         "slots": records.slot_count(rdb),
         "last_slot": None,
         "jobs": counts,

@@ -10,7 +10,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -21,7 +21,7 @@ from lyasched.slurm.submit import SbatchOptions
 EXIT_FAILED = 1
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"lyasub: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 

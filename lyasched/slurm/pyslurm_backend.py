@@ -100,7 +100,8 @@ class PySlurm:
             p.wait()
             for f in (p.stdin, p.stdout):
                 try:
-                    f.close()
+                    if f is not None:
+                        f.close()
                 except OSError:
                     pass
 
@@ -109,7 +110,8 @@ class PySlurm:
             p = self._proc
             if p is not None and p.poll() is None:
                 try:
-                    p.stdin.close()
+                    if p.stdin is not None:
+                        p.stdin.close()
                     p.wait(timeout=2)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -127,6 +129,7 @@ class PySlurm:
         if p is None:
             self._kill()
             p = self._start()
+        assert p.stdin is not None and p.stdout is not None  # started with pipes (_start)
         try:
             write_frame(p.stdin, (op, args))
         except (BrokenPipeError, OSError) as e:
