@@ -57,6 +57,7 @@ from lyasched.slurm.types import RAN_STATES, AccountingRecord, ParseError, Slurm
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
 from lyasched.store.cluster import with_calibrated_links
+from lyasched.store.jobrecord import JobRecord
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
@@ -556,7 +557,7 @@ class Service:
                     "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
                 })
             # lyasched.learn: a job that reported its step times refits the profile instead
-            if not learn.job_ended(self.db, row, device, self._cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
+            if not learn.job_ended(self.db, JobRecord.from_row(row), device, self._cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
                 costtable.refine(self.db, row["sig"], device, *startup.steady(float(pred), float(observed),
                                                                               startup.seconds(self.db)))
             records.upsert_job(self.db, row["uid"], refined=1)

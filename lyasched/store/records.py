@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 import sqlite_utils
 
 from lyasched.store import open_db
+from lyasched.store.jobrecord import encode_times
 
 SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
 
@@ -181,9 +182,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def dumps_times(row: Sequence[float]) -> str:
-    """A row of predicted run times as JSON (null where a GPU count is not allowed)."""
-    return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+dumps_times = encode_times  # a row of predicted run times as JSON (lyasched.store.jobrecord decodes it)
 
 
 # ---------------------------------------------------------------- jobs
