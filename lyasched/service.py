@@ -56,7 +56,7 @@ from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import RAN_STATES, AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
-from lyasched.store.cluster import with_calibrated_links
+from lyasched.clusterview import cluster_view, gpu_nodes
 from lyasched.store.jobrecord import JobRecord
 from lyasched.summary import CostSummary
 
@@ -301,11 +301,7 @@ class Service:
             self._quiet.active = False
 
     def _slot(self, now: float, report: SlotReport) -> None:
-        nodes = [
-            n
-            for n in self.slurm.nodes()
-            if n.gpus_total > 0 and (not self.config.partition or self.config.partition in n.partitions)
-        ]
+        nodes = gpu_nodes(self.slurm.nodes(), self.config.partition)
         jobs = self.slurm.jobs()
         if not nodes:
             where = f" in partition {self.config.partition}" if self.config.partition else ""
@@ -313,18 +309,10 @@ class Service:
         names = [n.name for n in nodes]
         index = {name: i for i, name in enumerate(names)}
         free = [n.gpus_free for n in nodes]
-        cluster = ClusterSpec(
-            nodes=len(nodes),
-            gpus_per_node=max(n.gpus_total for n in nodes),
-            gpu_mem=self.config.gpu_mem,
-            intra=self.config.intra,
-            inter=self.config.inter,
-            shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
-        )
-        cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
+        view = cluster_view(nodes, self.config, self.db)  # lyasub's view too: same device key, calibrated links
+        cluster, device = view.spec, view.device_type
         cost = CostModel(cluster)
         self._cluster = cluster  # lyasched.learn refits profiles against it
-        device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
         self._device = device
         self._corrections = {}
         self._rows_used = set()
