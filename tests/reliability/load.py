@@ -164,6 +164,18 @@ def cancel_named(user: str, name: str) -> float:
     return time.monotonic() - t0
 
 
+@contextlib.contextmanager
+def cancel_on_error(user: str, *names: str) -> Iterator[None]:
+    """A run that fails half-way leaves none of its jobs behind (the GPU blocker above all: it would
+    hold every GPU of the shared cluster for an hour)."""
+    try:
+        yield
+    except BaseException:
+        for name in names:
+            cancel_named(user, name)
+        raise
+
+
 def block_gpus(user: str, work: Path, wait: float = 30) -> str | None:
     """A plain job of ``user`` holding every GPU of the cluster (so slots decide but start
     nothing); returns its id once running, or None if it could not start in time."""
@@ -275,7 +287,7 @@ def run_burst(n: int = 1000, procs: int = 8, user: str = TEST_USER, slot_seconds
     subprocess.run(["chown", "-R", user, str(cost_db.parent)], check=True)
     tag = uuid.uuid4().hex[:8]
     uids = [f"ld{tag}-{i:06d}" for i in range(n)]
-    with cluster_lock("burst"):
+    with cluster_lock("burst"), cancel_on_error(user, BURST_NAME, BLOCK_NAME):
         t0 = time.monotonic()
         cancel_named(user, BURST_NAME)
         blocker = block_gpus(user, work) if block else None
@@ -411,7 +423,7 @@ def run_held(n: int = 10_000, procs: int = 8, user: str = TEST_USER, slot_second
     slot_len = slot_seconds or Config().slot_seconds
     work = workdir("lyaload-held-")
     db = work / "service.db"
-    with cluster_lock("held jobs"):
+    with cluster_lock("held jobs"), cancel_on_error(user, HELD_NAME, BLOCK_NAME):
         t0 = time.monotonic()
         cancel_named(user, HELD_NAME)
         blocker = block_gpus(user, work)
