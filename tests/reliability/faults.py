@@ -64,11 +64,22 @@ def squeue(ids: list[str]) -> dict[str, q.SlurmJob]:
     return {j.job_id: j for j in q.parse_squeue(out)}
 
 
+def others_waiting() -> list[str]:
+    """Ids of TEST_USER's lyasched jobs that still wait (held or pending): left by another run."""
+    out = subprocess.run(q.squeue_args(user=TEST_USER), capture_output=True, text=True, timeout=120).stdout
+    return [j.job_id for j in q.parse_squeue(out) if j.pending]
+
+
 class Bed:
     """A work directory, a service config and database, and the jobs submitted for one suite."""
 
     def __init__(self, name: str, slot: float = 1.0, grace: float = 30, slurm_timeout: float = 10,
                  backend: str = "cli") -> None:
+        foreign = others_waiting()
+        if foreign:
+            raise RuntimeError(f"{len(foreign)} lyasched job(s) of {TEST_USER} already wait in the queue "
+                               f"({', '.join(foreign[:5])}...): another run's; this suite's service would schedule "
+                               "them too. Cancel them or wait for that run (hold the shared-cluster lock).")
         self.backend = backend
         self.dir = Path(tempfile.mkdtemp(prefix=f"lyasched-rel-{name}-", dir="/tmp"))
         self.dir.chmod(0o1777)
