@@ -546,7 +546,7 @@ def run_minjobage(backend: str = "cli") -> dict[str, Any]:
     fdir = bed.dir / "flaky"
     fdir.mkdir()
     try:
-        ids = bed.submit(2, sleep=3)
+        ids = bed.submit(2, sleep=10)  # long enough that a slot sees them running even on a loaded machine
         p = bed.start()
         bed.wait(ids, states={"RUNNING"}, timeout=60)
         deadline = time.monotonic() + 30
