@@ -14,6 +14,7 @@ from test_service import NODE_LINE, FakeJob, FakeSlurm, StartAs
 from lyasched.clusterview import DEVICE_ENV, cluster_view, device_key, gpu_nodes
 from lyasched.config import Config, load_config
 from lyasched.cost import Link
+from lyasched import service as service_module
 from lyasched.service import Service
 from lyasched.slurm import query as q
 from lyasched.store import jobrecord, records
@@ -77,10 +78,19 @@ def test_lyasub_prints_what_serve_decides_with(tmp_path: Path, monkeypatch, env_
                  slurm=slurm)  # the user's own cost table: the links come from the service database the config names
 
     slurm.jobs.append(FakeJob("201", sub.summary.encode(), limit="UNLIMITED"))
+    seen: list = []  # the view the service's slot built (it keeps it in the slot's context only)
+    real = service_module.cluster_view
+
+    def spy(*a, **kw):
+        seen.append(real(*a, **kw))
+        return seen[-1]
+
+    monkeypatch.setattr(service_module, "cluster_view", spy)
     svc = Service(load_config(cfg), db, slurm=slurm, policy=StartAs({}), clock=lambda: 1_000_100.0)
     svc.run_slot()
-    assert svc._device == sub.device_type == (env_device or "a100")
-    assert svc._cluster == sub.cluster and sub.cluster.inter == CALIBRATED_INTER
+    [view] = seen
+    assert view.device_type == sub.device_type == (env_device or "a100")
+    assert view.spec == sub.cluster and sub.cluster.inter == CALIBRATED_INTER
 
     rec = jobrecord.job(db, sub.summary.uid)
     assert rec is not None and rec.state == "waiting"
