@@ -56,7 +56,7 @@ class RecordedSlurm:
                                   iterations=100 + 7 * (i % 500), min_gpus=1, max_gpus=8, alpha=0.01, beta=0.001,
                                   params=1_000_000).encode()
             self._jobs.append(SlurmJob(
-                job_id=str(1000 + i), user=USER, uid=2000, state="PENDING", reason="JobHeldUser", priority=0,
+                job_id=str(1000 + i), user=USER, unix_uid=2000, state="PENDING", reason="JobHeldUser", priority=0,
                 submit_time=1.7e9 + i, start_time=None, end_time=None, time_limit=600.0, num_nodes=1,
                 gpus_per_node=1, nodes=(), partition="gpu", comment=comment, name="lyaheld"))
         self.released: list[str] = []
@@ -102,7 +102,7 @@ class RecordedSlurm:
 
 PARTS = {  # part name -> (object attribute path on the service, method)
     "slurm reads": [("slurm", "nodes"), ("slurm", "jobs")],
-    "reconcile": [("", "reconcile")],
+    "reconcile": [("", "reconcile"), ("starter", "reconcile")],
     "records (sync)": [("", "_sync")],
     "vanished check": [("", "_vanished")],
     "policy input": [("", "_waiting")],
@@ -114,8 +114,8 @@ def instrument(svc: Service, acc: dict[str, float]) -> None:
     """Wrap the slot's parts (where this version of the service has them) to add up their time."""
     for part, spots in PARTS.items():
         for owner_path, meth in spots:
-            owner = getattr(svc, owner_path) if owner_path else svc
-            fn = getattr(owner, meth, None)
+            owner = getattr(svc, owner_path, None) if owner_path else svc
+            fn = getattr(owner, meth, None) if owner is not None else None
             if fn is None:
                 continue
 

@@ -21,7 +21,7 @@ from lyasched.summary import CostSummary
 def held(i: int, **kw) -> SlurmJob:
     s = CostSummary(uid=f"cost-test-{i:04d}", sig="model-a" if i % 2 else "model-b", global_batch=64,
                     iterations=100 + 13 * i, min_gpus=1, max_gpus=8, alpha=0.01, beta=0.001, params=1_000_000)
-    base = dict(job_id=str(100 + i), user="alice", uid=1001, state="PENDING", reason="JobHeldUser", priority=0,
+    base = dict(job_id=str(100 + i), user="alice", unix_uid=1001, state="PENDING", reason="JobHeldUser", priority=0,
                 submit_time=1_000_000.0 + i, start_time=None, end_time=None, time_limit=3600.0, num_nodes=1,
                 gpus_per_node=1, nodes=(), partition="gpu", comment=s.encode(), name=f"train{i}")
     return SlurmJob(**{**base, **kw})
