@@ -422,6 +422,7 @@ class _Cold:
         proto = make_policy(name, seed=seed)
         self.needs_true_runtimes = proto.needs_true_runtimes
         self.time_invariant = getattr(proto, "time_invariant", None)
+        self.moves = getattr(proto, "moves", False)
 
     def decide(self, state):
         res = make_policy(self.name, seed=self.seed).decide(state)

@@ -29,9 +29,10 @@ POLICIES: dict[str, str] = {
     "sjf-oracle": "lyasched.policy.sjf_oracle:SjfOracle",
     "optimus": "lyasched.policy.optimus:Optimus",
     "tiresias": "lyasched.policy.tiresias:Tiresias",
+    "elastic": "lyasched.policy.elastic:ElasticPolicy",
 }
 
-PREEMPTIVE = frozenset({"tiresias"})
+PREEMPTIVE = frozenset({"tiresias", "elastic"})
 
 
 def make_policy(name: str, **params: Any) -> Policy:

@@ -24,6 +24,7 @@ import numpy as np
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import PREEMPTIVE, Decision, Policy, RunningJob, SlotState, WaitingJob, waiting_job
+from lyasched.sim.moves import checkpointable_mask, move_costs, movable_view
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -74,7 +75,8 @@ class JobRecord:
     end: float = math.nan
     run_s: float = 0.0  # time spent holding GPUs (restart overheads included)
     gpu_s: float = 0.0
-    preemptions: int = 0
+    preemptions: int = 0  # checkpoints taken (suspensions and resizes)
+    resizes: int = 0  # of those, relaunched at once on another GPU count (elastic moves)
     gpus: int = 0  # GPU count of the last segment
     spans_nodes: bool = False
     segments: list[Segment] = field(default_factory=list)
@@ -157,6 +159,7 @@ class Simulation:
         seed: int = 0,
         restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
         end_fraction: dict[str, float] | None = None,
+        checkpointable: str = "all",
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -170,6 +173,9 @@ class Simulation:
         self.cost = CostModel(cluster)
         self.slot_len = float(slot_len)
         self.restart_overhead = float(restart_overhead)
+        # which jobs may be preempted/resized, and what a move costs each (lyasched.sim.moves)
+        self.checkpointable = checkpointable_mask(self.jobs, checkpointable)
+        self.move_costs = move_costs(self.jobs, self.restart_overhead)
         self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
         if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
@@ -250,6 +256,7 @@ class Simulation:
         pname = name or getattr(policy, "name", type(policy).__name__)
         oracle = bool(getattr(policy, "needs_true_runtimes", False))
         preemptive = bool(getattr(policy, "preemptive", False)) or pname in PREEMPTIVE
+        moves = bool(getattr(policy, "moves", False))  # may resize: sees MovableJob, grows onto idle GPUs
         invariant = getattr(policy, "time_invariant", None)
         invariant = pname in TIME_INVARIANT if invariant is None else bool(invariant)
         cl = self.cluster
@@ -355,6 +362,7 @@ class Simulation:
                     running_view = None
 
                 can_act = bool(waiting) and (busy < total or (preemptive and running))
+                can_act = can_act or (moves and bool(running) and busy < total)  # a grow
                 wake = None  # a policy may say when deciding again could change anything (info["wake_at"])
                 if can_act:
                     acted = False
@@ -379,6 +387,8 @@ class Simulation:
                             for k in [k for k in run_objs if k not in running]:
                                 del run_objs[k]
                         running_view = tuple(run_objs.values())
+                    elif moves:
+                        running_view = tuple(self._movable(r, t, oracle, attained[r.idx], records[r.idx].run_s) for r in running.values())
                     elif preemptive:
                         running_view = tuple(
                             RunningJob(
@@ -388,7 +398,7 @@ class Simulation:
                                 start_time=r.start,
                                 expected_end=r.expected_end,
                                 attained=attained[r.idx] + r.gpus * (t - r.start),
-                                preemptible=preemptive,
+                                preemptible=bool(self.checkpointable[r.idx]),
                                 predicted_end=r.predicted_end,
                             )
                             for r in running.values()
@@ -415,11 +425,13 @@ class Simulation:
                         i = by_id.get(jid)
                         if i is None or i not in running:
                             raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not running at t={t:g}")
+                        if not self.checkpointable[i]:
+                            raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not checkpointable")
                         r = running[i]
                         tokens[i] += 1
                         stop(r, t, finished=False)
                         records[i].preemptions += 1
-                        views[i] = self._view(i, frac[i], self.restart_overhead, oracle, attained[i])
+                        views[i] = self._view(i, frac[i], float(self.move_costs[i]), oracle, attained[i])
                         pos = bisect.bisect(waiting, i)
                         waiting.insert(pos, i)
                         wlist.insert(pos, views[i])
@@ -427,7 +439,7 @@ class Simulation:
                     preempted = set(res.preempt)
                     started: set[int] = set()
                     for d in res.starts:
-                        i = self._check(d, by_id, views, started, preempted, free, pname, t)
+                        i = self._check(d, by_id, views, started, set() if moves else preempted, free, pname, t)
                         v = views[i]
                         spans = len(d.placement) > 1
                         predicted = v.run_time(d.gpus, spans)
@@ -437,7 +449,7 @@ class Simulation:
                         row = self._template(jobs[i])
                         unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
                         true_full = unit * jobs[i].iterations * float(factors[i])
-                        overhead = self.restart_overhead if records[i].preemptions else 0.0
+                        overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
                         end = t + overhead + frac[i] * true_full
                         limit = v.time_limit
                         expected = t + (max(predicted, limit) if math.isfinite(limit) else predicted)
@@ -450,6 +462,8 @@ class Simulation:
                         rec = records[i]
                         if math.isnan(rec.first_start):
                             rec.first_start = t
+                        if d.job_id in preempted:
+                            rec.resizes += 1
                         rec.gpus, rec.spans_nodes = d.gpus, spans
                         started.add(i)
                         acted = True
@@ -471,7 +485,8 @@ class Simulation:
                         if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
                             raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
                 # next slot where something can happen
-                if waiting and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
+                busy_or_grow = bool(waiting) or (moves and bool(running))
+                if busy_or_grow and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
                     slot_k += 1
                     continue
                 # drop stale heap entries so heap[0] is a live completion
@@ -507,6 +522,17 @@ class Simulation:
             decide_calls=calls,
             wall_s=wall,
             decide_s=decide_s,
+        )
+
+    def _movable(self, r: _Running, t: float, oracle: bool, attained: float, held_before: float) -> RunningJob:
+        """A running job as a moving policy sees it (lyasched.sim.moves.movable_view)."""
+        j = self.jobs[r.idx]
+        return movable_view(
+            job=j, template=self._template(j), scale=j.iterations * (float(self.factors[r.idx]) if oracle else 1.0),
+            gpus=r.gpus, placement=r.placement, start=r.start, overhead=r.overhead, frac_at_start=r.frac_at_start,
+            predicted_end=r.predicted_end, expected_end=r.expected_end, now=t,
+            attained=attained + r.gpus * (t - r.start), held_before=held_before,
+            checkpointable=bool(self.checkpointable[r.idx]), move_cost=float(self.move_costs[r.idx]),
         )
 
     def _check(
