@@ -138,6 +138,7 @@ class ElasticPolicy(LyapunovPolicy):
             t = min(w.run_time(g, False), w.run_time(g, True))
             cands.append((g * t, w.job_id, pos, g, t))
         cands.sort()
+        ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
         for _, _, pos, g, t_j in cands[: self.max_candidates]:
             w = left[pos]
             shape = shape_of(w, g)
@@ -148,7 +149,8 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = _forecast_wait(ends, sum(free), g, now)
+            wait_j = _forecast_wait(ends, sum(free), ahead + g, now)
+            ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
             plan = self._victims(w, shape, g, t_j, free, victims, used)
@@ -162,9 +164,12 @@ class ElasticPolicy(LyapunovPolicy):
             credit_j = min(w.work, mean_work) if self.q_credit == "capped" else w.work
             gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
             gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
-            score = gain - self.V * theta * (pen_j + cost - min(wait_j, 1e18))
+            # j gains the wait it skips, at most until the victims' GPUs would come back anyway
+            saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
+            score = gain - self.V * theta * (pen_j + cost - saved)
             if not score > 0:
                 continue
+            ahead -= g
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = avail
             self._take(free, pl)
@@ -180,7 +185,7 @@ class ElasticPolicy(LyapunovPolicy):
                     q += min(r.work_left, mean_work)
                     z += r.waited_s
             starts.append(Decision(w.job_id, g, pl, float(score),
-                                   f"elastic swap: score {score:.3g}, saves {wait_j:.0f}s wait for {cost:.0f}s of moves"))
+                                   f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
         return starts, preempt, q, z, moved
@@ -218,11 +223,16 @@ class ElasticPolicy(LyapunovPolicy):
                 if fit_shape(shape, t2) is not None:
                     option = ((g2, pl2), r2 + c - r_now, t2, f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
                     break
+            # Suspended, r waits about j's run (the exchange argument) only if j uses all of r's
+            # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a
+            # victim larger than j is only ever shrunk.
             susp_cost = t_j + c
-            if option is not None and option[1] < susp_cost:
+            if option is not None and (option[1] < susp_cost or r.gpus > g):
                 new, cost, avail, why = option
-            else:
+            elif r.gpus <= g:
                 new, cost, avail, why = None, susp_cost, trial, f"waits ~{t_j:.0f}s + {c:.0f}s move, {r_now:.0f}s left"
+            else:
+                continue
             chosen.append((r, new, cost, why))
             pl = fit_shape(shape, avail)
             if pl is not None:
