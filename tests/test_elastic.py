@@ -284,3 +284,22 @@ def test_params():
         parse_params(["elastic.min_move_interval=-1"], ["elastic"])
     with pytest.raises(ParamError):
         parse_params(["elastic.move_cost=abc"], ["elastic"])
+
+
+def test_replay_cli_checkpointable_option():
+    """`lyasched replay --checkpointable none`: elastic moves nothing and equals lyapunov; a bad
+    value is a usage error."""
+    import json
+
+    from click.testing import CliRunner
+
+    from lyasched.cli import main
+
+    base = ["replay", "-w", "seed-small-bursty", "--policies", "lyapunov,elastic", "--json", "--max-jobs", "60"]
+    r = CliRunner().invoke(main, [*base, "--checkpointable", "none"])
+    assert r.exit_code == 0, r.output
+    pol = json.loads(r.output)["policies"]
+    assert pol["elastic"]["preemptions"] == 0
+    assert pol["elastic"]["avg_jct_s"] == pol["lyapunov"]["avg_jct_s"]
+    r = CliRunner().invoke(main, [*base, "--checkpointable", "some"])
+    assert r.exit_code == 2
