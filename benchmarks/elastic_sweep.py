@@ -2,7 +2,7 @@
 sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
 the held-out rounds).
 
-    python benchmarks/elastic_sweep.py [--quick] [--json] [--only design|heldout|heldout2|heldout3|heldout4]
+    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only design|heldout|heldout2|heldout3|heldout4]
 
 Per workload: average JCT of each policy, elastic's ratios to tiresias and to lyapunov, and
 elastic's moves (suspensions, resizes). Targets (issue 13): elastic <= 0.90x tiresias and
@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=SETS, default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
+    ap.add_argument("--in-target", action="store_true", help="only workloads at loads 0.8-1.2 (the targets' range)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
     try:
@@ -100,6 +101,8 @@ def main() -> None:
         ap.exit(2, f"elastic_sweep.py: --param: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
     ws = workloads(a.quick, a.only, a.trace)
+    if a.in_target:
+        ws = [w for w in ws if (lambda x: x is not None and 0.8 <= x <= 1.2)(offered_load(w["name"]))]
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):

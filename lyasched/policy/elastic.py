@@ -19,7 +19,8 @@ Each slot:
    shrunk, its longer remaining run) and p_j j's own penalty in the core's sense. The swap is
    made only with a positive score;
 3. **grow**: when no job is left waiting, free GPUs go to movable jobs whose remaining run
-   shrinks by more than twice their move cost (the grow and the shrink back it may need).
+   shrinks by more than twice their move cost (the grow and the shrink back it may need) plus
+   the expected wait of arrivals that need those GPUs before the job may move again.
 
 Suspended jobs are waiting jobs again: they count in Q (their remaining work) and Z (their
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
@@ -32,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
+
+import numpy as np
 
 from lyasched.policy.common import fit_shape, nearest_allowed, shape_of
 from lyasched.policy.lyapunov import LyapunovPolicy
@@ -249,6 +252,11 @@ class ElasticPolicy(LyapunovPolicy):
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
+        # A grown job cannot give GPUs back for min_move_interval: arrivals meanwhile that need
+        # them wait up to that long. Expected cost per GPU taken from the F free ones:
+        # rate * I * I/2 / F (rate: recent arrivals per second off the state; 0 without history).
+        interval = self.min_move_interval
+        risk_per_gpu = _arrival_rate(state, self.min_window) * interval * interval / 2 / max(1, sum(free))
         for r in sorted(movable, key=lambda r: (-r.best_remaining(r.gpus)[0], r.job_id)):
             if sum(free) == 0:
                 break
@@ -263,7 +271,7 @@ class ElasticPolicy(LyapunovPolicy):
             for g2 in range(r.gpus + 1, min(sum(avail), len(r.remaining_one_node)) + 1):
                 for spans in (False, True):
                     r2 = r.remaining(g2, spans)
-                    if not math.isfinite(r2) or r_now - r2 <= 2 * c:
+                    if not math.isfinite(r2) or r_now - r2 <= 2 * c + risk_per_gpu * (g2 - r.gpus):
                         continue
                     pl = FreeGpus(tuple(avail), state.gpus_per_node).take(g2, not spans)
                     if pl is not None and (best is None or r2 < best[0]):
@@ -278,6 +286,16 @@ class ElasticPolicy(LyapunovPolicy):
             starts.append(Decision(r.job_id, g2, pl, 0.0, f"elastic grow {r.gpus}->{g2}: run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move"))
             moved[r.job_id] = f"grow {r.gpus}->{g2}"
         return starts, preempt, moved
+
+
+def _arrival_rate(state: SlotState, window: float) -> float:
+    """Jobs submitted per second over the last ``window`` seconds (0 when the state has no history)."""
+    t = state.arrivals_t
+    if t is None or len(t) == 0:
+        return 0.0
+    span = max(min(window, state.now - float(t[0])), state.slot_len)
+    lo = int(np.searchsorted(t, state.now - span, side="left"))
+    return (len(t) - lo) / span
 
 
 def _forecast_wait(ends: list[tuple[float, int]], free_now: int, g: int, now: float) -> float:
