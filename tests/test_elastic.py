@@ -303,3 +303,13 @@ def test_replay_cli_checkpointable_option():
     assert pol["elastic"]["avg_jct_s"] == pol["lyapunov"]["avg_jct_s"]
     r = CliRunner().invoke(main, [*base, "--checkpointable", "some"])
     assert r.exit_code == 2
+
+
+def test_grow_is_held_back_by_frequent_arrivals():
+    """The same grow that pays on a quiet cluster is not made when jobs arrive often: the grown
+    GPUs could not be given back for min_move_interval."""
+    r = movable("r", 2 * 3000, 2, [(0, 2)], start=0.0, now=4000.0, req=2)
+    quiet = state(4000.0, [2, 4], [], [r])
+    assert make_policy("elastic").decide(quiet).preempt == ("r",)
+    busy = dataclasses.replace(quiet, arrivals_t=np.arange(400.0, 4000.0, 10.0), arrivals_cum_gpu_s=np.arange(360.0))
+    assert not make_policy("elastic").decide(busy).preempt
