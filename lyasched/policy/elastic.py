@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from lyasched.policy.common import fit_shape, nearest_allowed, shape_of
+from lyasched.policy.common import Shape, fit_shape, nearest_allowed, shape_of
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
@@ -120,9 +120,12 @@ class ElasticPolicy(LyapunovPolicy):
         return replace(res, info=info)
 
     # ------------------------------------------------------------------ make room
-    def _make_room(self, state, left, movable, free, q, z):
+    def _make_room(
+        self, state: SlotState, left: list[WaitingJob], movable: list[MovableJob], free: list[int], q: float, z: float
+    ) -> tuple[list[Decision], list[str], float, float, dict[str, str]]:
+        """Swaps: waiting jobs started on GPUs taken from movable jobs (shrunk or suspended) when
+        the swap's score is positive. Returns (starts, preempted ids, Q after, Z after, move notes)."""
         now, slot = state.now, state.slot_len
-        n = len(state.waiting)
         theta = q + z
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
@@ -164,7 +167,7 @@ class ElasticPolicy(LyapunovPolicy):
             susp = [r for r, new, _, _ in chosen if new is None]
             run_j = w.run_time(g, len(pl) > 1)
             pen_j = run_j - w.best_run
-            credit_j = min(w.work, mean_work) if self.q_credit == "capped" else w.work
+            credit_j = {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
             gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
             gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
             # j gains the wait it skips, at most until the victims' GPUs would come back anyway
@@ -193,11 +196,13 @@ class ElasticPolicy(LyapunovPolicy):
             z -= waits[pos]
         return starts, preempt, q, z, moved
 
-    def _victims(self, w: WaitingJob, shape, g: int, t_j: float, free: list[int], victims: list[MovableJob], used: set[str]):
+    def _victims(
+        self, w: WaitingJob, shape: Shape, g: int, t_j: float, free: list[int], victims: list[MovableJob], used: set[str]
+    ) -> tuple[list[int], Placement, list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]] | None:
         """Victims (shrunk or suspended) whose GPUs let ``w`` fit: [(job, (g, placement) | None, cost, why)],
         the free GPUs after the moves and ``w``'s placement; None if no set of movable jobs does."""
         avail = list(free)
-        chosen = []
+        chosen: list[tuple[MovableJob, tuple[int, Placement] | None, float, str]] = []
         for r in victims:
             if r.job_id in used or r.gpus <= 0:
                 continue
@@ -248,7 +253,10 @@ class ElasticPolicy(LyapunovPolicy):
             free[node] -= k
 
     # ------------------------------------------------------------------ grow
-    def _grow(self, state: SlotState, movable: list[MovableJob], free: list[int]):
+    def _grow(
+        self, state: SlotState, movable: list[MovableJob], free: list[int]
+    ) -> tuple[list[Decision], list[str], dict[str, str]]:
+        """Grows onto idle GPUs (nothing waits): (starts at the new counts, preempted ids, move notes)."""
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
