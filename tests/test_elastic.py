@@ -14,7 +14,7 @@ from lyasched.policy import make_policy
 from lyasched.policy.elastic import ElasticPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.params import ParamError, parse_params
-from lyasched.policy.state import Decision, RunningJob, SlotResult, SlotState, WaitingJob
+from lyasched.policy.state import Capabilities, Decision, RunningJob, SlotResult, SlotState, WaitingJob
 from lyasched.sim import InvalidDecision, Simulation
 from lyasched.sim.moves import checkpointable_mask, move_costs
 from lyasched.sim.workloads import seed_workload
@@ -254,10 +254,9 @@ class _Bad:
     """Starts one job on 1 GPU; then preempts it and restarts it at once on 1 GPU (a resize)."""
 
     name = "bad"
-    preemptive = True
 
     def __init__(self, moves: bool):
-        self.moves = moves
+        self.capabilities = Capabilities(preemptive=True, moves=moves)
 
     def decide(self, st):
         if not st.running:

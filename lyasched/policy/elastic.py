@@ -39,7 +39,8 @@ import numpy as np
 from lyasched.policy.common import Shape, fit_shape, nearest_allowed, shape_of
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+from lyasched.policy.placement import equal_placement, one_node_placement
+from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 
 @dataclass
@@ -52,10 +53,9 @@ class ElasticPolicy(LyapunovPolicy):
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
     name: str = "elastic"
 
-    preemptive: ClassVar[bool] = True  # the simulator hands it every running job each slot
-    moves: ClassVar[bool] = True  # ...as MovableJob, and accepts a job preempted and started in one slot (resize)
-    time_invariant: ClassVar[bool] = False
-    needs_true_runtimes: ClassVar[bool] = False
+    # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
+    # running jobs are read as MovableJob (the live service cannot do either yet: docs/elastic.md)
+    capabilities: ClassVar[Capabilities] = Capabilities(preemptive=True, moves=True)
 
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
@@ -317,16 +317,9 @@ def _forecast_wait(ends: list[tuple[float, int]], free_now: int, g: int, now: fl
 
 
 def _subset(placement: Placement, g: int, spans: bool) -> Placement | None:
-    """``g`` of a job's GPUs, kept on its own nodes (the fullest first); one node unless ``spans``."""
-    nodes = sorted(placement, key=lambda p: (-p[1], p[0]))
-    if not spans:
-        return ((nodes[0][0], g),) if nodes[0][1] >= g else None
-    out, need = [], g
-    for node, k in nodes:
-        if need == 0:
-            break
-        out.append((node, min(k, need)))
-        need -= min(k, need)
-    if need or len(out) < 2:
-        return None
-    return tuple(sorted(out))
+    """``g`` of a job's GPUs kept on its own nodes, by the placement rule (one node, or k nodes x
+    g/k GPUs); None when its nodes cannot hold such a layout."""
+    own = [0] * (max(node for node, _ in placement) + 1)
+    for node, k in placement:
+        own[node] = k
+    return equal_placement(own, g) if spans else one_node_placement(own, g)

@@ -11,13 +11,14 @@ may do that, and only checkpointable jobs are ever preempted (docs/simulator.md)
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from lyasched.job import Job
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.state import WaitingJob
+from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 
 CHECKPOINTABLE_MODES = ("all", "declared", "none")
 
@@ -46,25 +47,44 @@ def move_costs(jobs: Sequence[Job], default: float) -> np.ndarray:
     return out
 
 
+def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records: Sequence[Any], oracle: bool,
+                moves: bool) -> SlotState:
+    """The running jobs a preemptive policy sees: ``preemptible`` only when checkpointable, and as
+    `MovableJob` for a policy that moves jobs. ``state.running`` is in ``running``'s order (the
+    simulator builds the snapshot from it); ``sim`` is the `Simulation`."""
+    mask = sim.checkpointable
+    if not moves and bool(mask.all()):
+        return state
+    out = []
+    for r, rj in zip(running.values(), state.running):
+        if moves:
+            j = sim.jobs[r.idx]
+            out.append(movable_view(
+                rj, job=j, template=sim._template(j), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
+                overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
+                checkpointable=bool(mask[r.idx]), move_cost=float(sim.move_costs[r.idx]),
+            ))
+        elif not mask[r.idx]:
+            out.append(replace(rj, preemptible=False))
+        else:
+            out.append(rj)
+    return replace(state, running=tuple(out))
+
+
 def movable_view(
+    base: RunningJob,
     *,
     job: Job,
     template: WaitingJob,
     scale: float,
-    gpus: int,
-    placement: tuple[tuple[int, int], ...],
-    start: float,
     overhead: float,
     frac_at_start: float,
-    predicted_end: float,
-    expected_end: float,
     now: float,
-    attained: float,
     held_before: float,
     checkpointable: bool,
     move_cost: float,
 ) -> MovableJob:
-    """A running job as a moving policy sees it: predicted remaining time on every GPU count.
+    """A running job as a moving policy sees it: ``base`` plus predicted remaining time on every count.
 
     The remaining share of the job is estimated from the prediction, as the live service would
     (the policy never sees the true progress): the segment's predicted compute
@@ -72,17 +92,18 @@ def movable_view(
     still to do is what of it lies after ``now``. ``scale`` is iterations (x the true factor for
     oracles); ``held_before`` the time the job held GPUs in earlier segments.
     """
+    start, predicted_end = base.start_time, base.predicted_end
     seg = predicted_end - start - overhead
     left = min(seg, max(0.0, predicted_end - now)) if seg > 0 else 0.0
     rem = frac_at_start * (left / seg) if seg > 0 else 0.0
     s = scale * rem
     return MovableJob(
-        job_id=job.job_id,
-        gpus=gpus,
-        placement=placement,
+        job_id=base.job_id,
+        gpus=base.gpus,
+        placement=base.placement,
         start_time=start,
-        expected_end=expected_end,
-        attained=attained,
+        expected_end=base.expected_end,
+        attained=base.attained,
         preemptible=checkpointable,
         predicted_end=predicted_end,
         requested_gpus=min(job.requested_gpus, len(template.run_one_node)),
