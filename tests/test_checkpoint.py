@@ -133,3 +133,47 @@ def test_train_example_resumes_to_the_same_final_loss(tmp_path):
     out, resumed = _example(["--iterations", "12"], {"LYASCHED_CHECKPOINT_DIR": str(d)})
     assert "resumed from checkpoint at iteration 6 of 12" in out
     assert resumed["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-6)
+
+
+FAKE_SCONTROL = """#!/bin/bash
+if [[ "$*" == "show hostnames "* ]]; then echo n1
+elif [[ "$*" == "--oneliner show node "* ]]; then echo "NodeName=$4 NodeAddr=10.0.0.1"
+else exit 1; fi
+"""
+# srun: drop its own options, run the task command (as slurmstepd would)
+FAKE_SRUN = """#!/bin/bash
+while [[ "$1" == --* ]]; do shift; done
+exec "$@"
+"""
+# torchrun: report how SIGUSR1 is handled in it and where checkpoints go
+FAKE_TORCHRUN = """#!/bin/bash
+python3 -c 'import os, signal; print(int(signal.getsignal(signal.SIGUSR1)), os.environ.get("LYASCHED_CHECKPOINT_DIR", "-"))' > "$FAKE_OUT"
+"""
+
+
+@pytest.mark.parametrize("checkpointable", [True, False])
+def test_batch_script_ignores_the_signal_in_torchrun_and_sets_the_directory(tmp_path, checkpointable):
+    """Run the rendered script with fake srun/torchrun: a checkpointable job's torchrun ignores
+    SIGUSR1 (so a move's signal does not kill it; the training processes install a handler) and
+    sees the checkpoint directory; another job's does neither."""
+    from lyasched.launcher import write_script
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN), ("torchrun", FAKE_TORCHRUN)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    write_script(render(["train.py"], global_batch=8, uid="abcdef0123", torchrun=["torchrun"],
+                        checkpointable=checkpointable), script)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "FAKE_OUT": str(tmp_path / "out"), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_SUBMIT_DIR": str(tmp_path)}
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    handler, directory = (tmp_path / "out").read_text().split()
+    if checkpointable:
+        assert handler == str(int(signal.SIG_IGN))
+        assert directory == str(tmp_path / ".lyasched" / "ckpt-abcdef0123")
+    else:
+        assert handler == str(int(signal.SIG_DFL)) and directory == "-"
