@@ -24,7 +24,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def template_text() -> str:
-    return resources.files("lyasched").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    return resources.files("lyasched").joinpath("templates").joinpath(TEMPLATE).read_text(encoding="utf-8")
 
 
 def quote(arg: str) -> str:

@@ -198,7 +198,7 @@ class CostSummary:
     @classmethod
     def is_lyasched(cls, comment: str | None) -> bool:
         """Whether a Slurm comment claims to be a lyasched summary (it may still be invalid)."""
-        return bool(comment) and comment.strip().startswith(PREFIX)
+        return bool(comment) and (comment or "").strip().startswith(PREFIX)
 
     @classmethod
     def from_profile(

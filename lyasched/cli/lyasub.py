@@ -10,34 +10,20 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from lyasched.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, OneLineCommand
 from lyasched.slurm import SlurmError
 from lyasched.slurm.submit import SbatchOptions
 
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED = 1
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"lyasub: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
-
-
-class OneLineErrors(click.Command):
-    """Usage errors as one line on stderr (``lyasub: error: ...``), exit 2, instead of click's block."""
-
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo("lyasub: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except click.ClickException as e:
-            _fail(e.format_message(), e.exit_code)
-        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _model_args(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -93,7 +79,8 @@ def _duration(seconds: float) -> str:
 
 
 @click.command(
-    cls=OneLineErrors,
+    cls=OneLineCommand,
+    prog="lyasub",
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--partition", "-p", help="Slurm partition.")

@@ -40,7 +40,7 @@ class Param:
         return f"{what} in {'(' if self.lo_open else '['}{lo}, {hi}]"
 
 
-_POS = dict(lo=0.0, lo_open=True)
+_POS: dict[str, Any] = dict(lo=0.0, lo_open=True)
 
 PARAMS: dict[str, dict[str, Param]] = {
     "lyapunov": {
