@@ -67,6 +67,7 @@ class SubmitRequest:
     config: Path | None = None  # service config ([cluster]); default $LYASCHED_CONFIG or /etc/lyasched
     uid: str | None = None  # lyasched job uid; give the same one to make a retry idempotent
     dry_run: bool = False  # everything except sbatch of the training job
+    checkpointable: bool = False  # the scheduler may move it (summary key ck; launch.sbatch checkpoint dir + --signal)
 
 
 @dataclass
@@ -487,6 +488,7 @@ def submit(
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
+            checkpointable=req.checkpointable,
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
@@ -494,7 +496,8 @@ def submit(
 
     predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
 
-    script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
+    script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
+                    checkpointable=req.checkpointable)
     hold = False
     if not req.dry_run:
         try:
