@@ -529,10 +529,11 @@ class Service:
             model = (self._correction(ctx, s.sig), learned, startup_s)
             old = self._models_seen.get(s.sig)
             model = self._model_inputs[s.sig] = self._models_seen[s.sig] = old if old == model else model
-        # The rows depend on the job (its summary, Slurm id) and on these inputs only: rebuilt when
-        # any of them changed (kept objects compare by identity first: a slot compares cheaply).
+        # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
+        # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
+        # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
         key = (s.uid, job.job_id)
-        inputs = (cost.cluster, model, s)
+        inputs = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
         ctx.rows_used.add(key)
         hit = self._rows.get(key)
         wj = hit[1] if hit is not None and hit[0] == inputs else None

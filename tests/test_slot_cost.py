@@ -109,6 +109,21 @@ def test_cached_rows_are_the_fresh_rows_and_follow_the_cluster(tmp_path):
     assert rows(again) == rows(fresh.states[0])
 
 
+def test_rows_follow_a_changed_time_limit(tmp_path):
+    """An admin's `scontrol update TimeLimit=` on a held job changes its row at the next slot."""
+    slurm, pol = Typed([held(i) for i in range(3)]), Capture()
+    svc = service(tmp_path, "a", slurm, pol)
+    svc.run_slot()
+    before = {w.job_id: w.work for w in pol.states[-1].waiting}
+    slurm.jobs_[0] = replace(slurm.jobs_[0], time_limit=0.05)  # shorter than its predicted run
+    svc.run_slot()
+    after = {w.job_id: w.work for w in pol.states[-1].waiting}
+    assert after[slurm.jobs_[0].job_id] < before[slurm.jobs_[0].job_id]
+    fresh = Capture()
+    service(tmp_path, "b", Typed(list(slurm.jobs_)), fresh).run_slot()
+    assert rows(pol.states[-1]) == rows(fresh.states[0])
+
+
 def test_rows_follow_a_learned_correction(tmp_path):
     from lyasched.store import costtable
 
