@@ -16,13 +16,14 @@ import sys
 
 import numpy as np
 
-from lyasched.policy import POLICIES, PREEMPTIVE, make_policy
+from lyasched.policy import POLICIES, capabilities_of, make_policy
 from lyasched.sim import Simulation
 from lyasched.sim.metrics import lower_bound, summarize
 from lyasched.sim.workloads import SEED_GROUPS, read_trace, select_rows, size_cluster, seed_workload, trace_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
+PREEMPTIVE = [p for p in POLICIES if capabilities_of(p).preemptive]
 NON_PREEMPTIVE = [p for p in POLICIES if p not in PREEMPTIVE]
 REFERENCE = ["tiresias"]
 

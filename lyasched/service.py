@@ -51,7 +51,11 @@ from lyasched.config import Config
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import make_policy
-from lyasched.policy.state import Decision, Placement, Policy, RunningJob, SlotState, WaitingJob, waiting_job
+from lyasched.policy.placement import EQUAL_PER_NODE, equal_placement, fit_placement as _fit  # noqa: F401  (equal_placement re-exported)
+from lyasched.policy.snapshot import (
+    ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
+)
+from lyasched.policy.state import Capabilities, Decision, Placement, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
@@ -139,43 +143,25 @@ class SlotReport:
         )
 
 
-def equal_placement(free: Sequence[int], g: int, prefer: Sequence[int] = ()) -> Placement | None:
-    """g GPUs as k >= 2 nodes x g/k GPUs (what one TresPerNode can express), fewest nodes first;
-    among nodes with room, those in ``prefer`` first, then the fullest (best fit)."""
-    pref = set(prefer)
-    for k in range(2, len(free) + 1):
-        if g % k:
-            continue
-        per = g // k
-        room = [i for i, f in enumerate(free) if f >= per]
-        if len(room) < k:
-            continue
-        room.sort(key=lambda i: (i not in pref, free[i], i))
-        return tuple(sorted((i, per) for i in room[:k]))
-    return None
-
-
 def fit_placement(d: Decision, free: Sequence[int]) -> Placement | None:
-    """The decision's placement if Slurm can express it and it fits ``free``, else a re-placement
-    with the same GPU count and the same one-node/multi-node shape (so the predicted run time
-    holds); None when there is none."""
-    nodes = [i for i, _ in d.placement]
-    counts = {n for _, n in d.placement}
-    valid = (
-        d.placement
-        and all(0 <= i < len(free) and 0 < n <= free[i] for i, n in d.placement)
-        and len(set(nodes)) == len(nodes)
-        and sum(n for _, n in d.placement) == d.gpus
-    )
-    if valid and len(counts) == 1:
-        return tuple(sorted(d.placement))
-    if len(d.placement) <= 1:
-        best = [i for i, f in enumerate(free) if f >= d.gpus]
-        if not best:
-            return None
-        i = min(best, key=lambda i: (i not in nodes, free[i], i))
-        return ((i, d.gpus),)
-    return equal_placement(free, d.gpus, prefer=nodes)
+    """The decision's placement if Slurm can carry it out on ``free``, else a re-placement by the
+    same rule (lyasched.policy.placement); None when there is none."""
+    return _fit(d.gpus, d.placement, free)
+
+
+class UnsupportedPolicy(ValueError):
+    """The policy needs something the live service cannot do (its capabilities say so)."""
+
+
+def cannot_serve(caps: Capabilities) -> str:
+    """Why the live service cannot carry out a policy with these capabilities ('' if it can)."""
+    if caps.preemptive:
+        return "it preempts running jobs, and the service never stops a job it started"
+    if caps.needs_true_runtimes:
+        return "it needs true run times (an oracle), which only the simulator knows"
+    if caps.placement != EQUAL_PER_NODE:
+        return f"its placements follow {caps.placement!r}; Slurm can only give every node the same GPU count"
+    return ""
 
 
 def _newer(a: SlurmJob, b: SlurmJob) -> bool:
@@ -216,6 +202,11 @@ class Service:
         self._db_any = None if callable(db) else db
         self.slurm: Slurm = as_backend(slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout))
         self.policy = policy if policy is not None else make_policy(config.policy, **dict(config.params))
+        caps = capabilities(self.policy)
+        if why := cannot_serve(caps):
+            raise UnsupportedPolicy(f"policy {getattr(self.policy, 'name', type(self.policy).__name__)!r} "
+                                    f"cannot run under serve: {why}")
+        self.builder = SlotStateBuilder(caps)  # the one place a slot's policy input is built
         self.clock = clock
         self.stop_requested = threading.Event()
         self.busy = threading.Lock()
@@ -233,6 +224,8 @@ class Service:
         self._quiet = _QUIET
         self._quiet.active = False
         records.ensure_schema(self.db)
+        self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
+        self._load_arrivals()
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -336,7 +329,7 @@ class Service:
         self._vanished(seen, now, device, report)
 
         waiting: list[WaitingJob] = []
-        running: list[RunningJob] = []
+        running: list[RunningObs] = []
         for job, row in seen.values():
             if row is None or row["state"] == "invalid":
                 continue
@@ -360,14 +353,22 @@ class Service:
         # stays the size of the queue over months of service, and kept rows keep their identity
         # for the policy's own per-job memo.
         self._rows = {k: v for k, v in self._rows.items() if k in self._rows_used}
-        state = SlotState(
+        arr_t, arr_cum = self.arrivals.arrays()
+        n_arr = int(np.searchsorted(arr_t, now, side="right"))
+        snap = ClusterSnapshot(
             now=now,
             slot_len=self.config.slot_seconds,
+            nodes=tuple(names),
             free=tuple(free),
             gpus_per_node=cluster.gpus_per_node,
             waiting=tuple(sorted(waiting, key=lambda w: (w.submit_time, w.job_id))),
             running=tuple(running),
+            arrivals_t=arr_t[:n_arr],
+            arrivals_cum_gpu_s=arr_cum[:n_arr],
         )
+        self.last_snapshot = snap
+        state = self.builder.build(snap)
+        self.last_state = state
         report.free = dict(zip(names, free))
         report.waiting, report.running = len(waiting), len(running)
         result = self.policy.decide(state) if waiting else None
@@ -645,6 +646,7 @@ class Service:
             )
             wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
             self._rows[key] = wj
+            self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
             records.upsert_job(
                 self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
                 pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
@@ -664,19 +666,34 @@ class Service:
             self._summaries[comment] = hit
         return hit
 
-    def _running(self, job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningJob:
-        start = job.start_time or row.get("released_at") or now
+    def _running(self, job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningObs:
+        """A running (or released) job as observed; its horizon is the builder's (policy/snapshot.py)."""
         pred = row.get("predicted")
-        end = start + pred if pred else start + (job.time_limit if math.isfinite(job.time_limit) else self.config.slot_seconds)
-        gpus = sum(c for _, c in placement) or job.gpus
-        return RunningJob(
+        return RunningObs(
             job_id=job.job_id,
-            gpus=gpus,
             placement=placement,
-            start_time=start,
-            expected_end=end,
-            attained=gpus * max(0.0, now - start),
+            start_time=job.start_time or row.get("released_at") or now,
+            predicted_run=float(pred) if pred else math.nan,
+            time_limit=job.time_limit,
         )
+
+    def _load_arrivals(self) -> None:
+        """Rebuild the arrival history from the records (a restart keeps the offered-load estimate):
+        every job whose rows were computed, at its requested count (predictions stored to the ms)."""
+        for row in self.db.query("select slurm_id, submit_time, summary, pred_one, pred_multi from jobs "
+                                 "where pred_one is not null and submit_time is not null"):
+            try:
+                s = CostSummary.decode(row["summary"])
+                one = np.array([math.inf if x is None else x for x in json.loads(row["pred_one"])], dtype=float)
+                multi = np.array([math.inf if x is None else x for x in json.loads(row["pred_multi"] or "[]")] or
+                                 [math.inf] * len(one), dtype=float)
+            except (ValueError, TypeError):
+                continue
+            if not len(one):
+                continue
+            wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
+                            run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
+            self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
 
     # ------------------------------------------------------------ actions
 

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from lyasched.cost import ClusterSpec, CostModel, Link, Profile
 from lyasched.job import Job
-from lyasched.policy import PREEMPTIVE, POLICIES, make_policy
+from lyasched.policy import POLICIES, capabilities, capabilities_of, make_policy
+
+PREEMPTIVE = frozenset(p for p in POLICIES if capabilities_of(p).preemptive)
 from lyasched.policy.baselines import (
     Backfill,
     Fifo,
@@ -182,7 +184,7 @@ def test_backfill_counts_jobs_it_just_started_in_the_reservation():
 
 
 def test_sjf_orders_by_true_time_and_skips_jobs_that_do_not_fit():
-    assert SjfOracle.needs_true_runtimes and not Fifo.needs_true_runtimes
+    assert SjfOracle.capabilities.needs_true_runtimes and not Fifo.capabilities.needs_true_runtimes
     jobs = [
         wj("long", 0.0, iters=9000),
         wj("tiny_but_wide", 1.0, iters=10, requested=8),
@@ -420,8 +422,7 @@ class _Cold:
     def __init__(self, name, seed, keep_wake=True):
         self.name, self.seed, self.keep_wake = name, seed, keep_wake
         proto = make_policy(name, seed=seed)
-        self.needs_true_runtimes = proto.needs_true_runtimes
-        self.time_invariant = getattr(proto, "time_invariant", None)
+        self.capabilities = capabilities(proto)
 
     def decide(self, state):
         res = make_policy(self.name, seed=self.seed).decide(state)

@@ -10,7 +10,7 @@ import pytest
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import POLICIES, Decision, SlotResult, SlotState, make_policy, waiting_job
-from lyasched.policy.state import place
+from lyasched.policy.state import Capabilities, place
 from lyasched.sim import InvalidDecision, Simulation, true_factors
 from lyasched.sim.models import profile
 from lyasched.sim.workloads import seed_workload
@@ -48,7 +48,7 @@ class Preempter:
     """Round robin: every slot preempt everything that ran at least ``quantum`` and start the oldest waiting."""
 
     name = "rr"
-    preemptive = True
+    capabilities = Capabilities(preemptive=True)
 
     def __init__(self, quantum: float = 600.0) -> None:
         self.quantum = quantum
@@ -211,7 +211,7 @@ class WrongSum:
 
 class GhostPreempt:
     name = "bad4"
-    preemptive = True
+    capabilities = Capabilities(preemptive=True)
 
     def decide(self, state):
         return SlotResult(starts=(), preempt=("nope",))
@@ -263,7 +263,7 @@ def test_preempted_job_rows_rescaled_and_attained():
 
     class Swap:
         name = "swap"
-        preemptive = True
+        capabilities = Capabilities(preemptive=True)
 
         def decide(self, state):
             seen.append(state)
@@ -296,7 +296,7 @@ def test_oracle_sees_true_rows():
 
     class Oracle(GreedyFifo):
         name = "oracle"
-        needs_true_runtimes = True
+        capabilities = Capabilities(needs_true_runtimes=True)
 
         def decide(self, state):
             for w in state.waiting:

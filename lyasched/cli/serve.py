@@ -59,6 +59,12 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
 
+    from lyasched.policy import capabilities_of
+    from lyasched.service import cannot_serve
+
+    if why := cannot_serve(capabilities_of(cfg.policy)):  # declared by the policy (Capabilities)
+        click.echo(f"Error: policy {cfg.policy!r} cannot run under serve: {why}", err=True)
+        sys.exit(2)
     from lyasched.security import check_permissions, service_paths  # config/db writable only by us (issue 5)
 
     if bad := check_permissions(service_paths(cfg.source, cfg.db)):

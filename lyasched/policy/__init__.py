@@ -1,8 +1,9 @@
 """Scheduling policies: the Lyapunov policy and the baselines, all behind one `Policy` protocol.
 
-`make_policy(name, **params)` is how the simulator and the service get one by name.
-A policy class may set ``needs_true_runtimes = True`` (an oracle): the simulator then
-builds its `WaitingJob` rows from true rather than estimated run times.
+`make_policy(name, **params)` is how the simulator and the service get one by name. What a
+policy needs from whoever carries out its decisions (preemption, true run times, a clock, a
+placement rule) it declares as ``capabilities`` (`Capabilities`, state.py); the simulator, the
+service and docs/baselines.md (checked by tests/test_capabilities.py) all read those flags.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import importlib
 from typing import Any
 
 from lyasched.policy.state import (  # noqa: F401  (re-exported)
+    Capabilities,
     Decision,
     Policy,
     RunningJob,
     SlotResult,
     SlotState,
     WaitingJob,
+    capabilities,
     waiting_job,
 )
 
@@ -31,12 +34,20 @@ POLICIES: dict[str, str] = {
     "tiresias": "lyasched.policy.tiresias:Tiresias",
 }
 
-PREEMPTIVE = frozenset({"tiresias"})
+
+def policy_class(name: str) -> type:
+    """The class registered under ``name`` (ValueError if none)."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    mod, cls = POLICIES[name].split(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def capabilities_of(name: str) -> Capabilities:
+    """The capabilities the policy registered under ``name`` declares (without building one)."""
+    return capabilities(policy_class(name))
 
 
 def make_policy(name: str, **params: Any) -> Policy:
     """Build a policy by name; every policy accepts ``seed`` (ignored where unused)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    mod, cls = POLICIES[name].split(":")
-    return getattr(importlib.import_module(mod), cls)(**params)
+    return policy_class(name)(**params)

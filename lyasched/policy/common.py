@@ -17,6 +17,7 @@ from typing import Callable, Generic, Iterable, Sequence, TypeVar
 import numpy as np
 
 from lyasched.policy.state import (
+    Capabilities,
     Decision,
     Placement,
     RunningJob,
@@ -267,7 +268,7 @@ def _decision(w: WaitingJob, f: Fit, g: int, reason: str, score: float = 0.0) ->
 
 class _Base:
     name = ""
-    needs_true_runtimes = False
+    capabilities = Capabilities()
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -282,7 +283,7 @@ class _Base:
 class _StrictFifo(_Base):
     """Start jobs in submit order on ``count(w)`` GPUs; stop at the first that does not fit."""
 
-    time_invariant = True  # the decision reads no clock: nothing changes until a job arrives or ends
+    capabilities = Capabilities(time_invariant=True)  # reads no clock: nothing changes until a job arrives or ends
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)

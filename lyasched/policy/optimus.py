@@ -6,6 +6,7 @@ docs/baselines.md describes the rule, its parameters and where it departs from t
 from __future__ import annotations
 
 from lyasched.policy.common import (
+    Capabilities,
     Fit,
     PerJob,
     Pool,
@@ -33,6 +34,7 @@ class Optimus(_Base):
     """
 
     name = "optimus"
+    capabilities = Capabilities(time_invariant=True)  # reads no clock
 
     def __init__(self, seed: int = 0, gain: str = "absolute") -> None:
         super().__init__(seed)

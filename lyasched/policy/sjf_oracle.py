@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from lyasched.policy.common import (
+    Capabilities,
     Decision,
     PerJob,
     Pool,
@@ -26,7 +27,8 @@ class SjfOracle(_Base):
     """Shortest true run time first on the requested count, skipping jobs that do not fit."""
 
     name = "sjf-oracle"
-    needs_true_runtimes = True  # the simulator builds this policy's rows from true run times
+    # the simulator builds this policy's rows from true run times; it reads no clock
+    capabilities = Capabilities(needs_true_runtimes=True, time_invariant=True)
 
     @staticmethod
     def _time(w: WaitingJob, g: int) -> float:

@@ -14,8 +14,7 @@ import numpy as np
 
 from lyasched.cost import CostModel
 from lyasched.job import Job
-
-Placement = tuple[tuple[int, int], ...]  # ((node index, GPUs on that node), ...)
+from lyasched.policy.placement import EQUAL_PER_NODE, Placement, splits
 
 
 @dataclass(frozen=True)
@@ -105,10 +104,38 @@ class SlotResult:
     info: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a policy needs from whoever carries out its decisions (simulator or service).
+
+    - ``preemptive``: its `SlotResult.preempt` must be carried out (the live service cannot: it
+      refuses such a policy at start-up).
+    - ``needs_true_runtimes``: an oracle; its rows are built from true run times, which only the
+      simulator has (the service refuses it).
+    - ``time_invariant``: the decision reads no clock, so after a slot that starts nothing nothing
+      changes until a job arrives or ends (the simulator jumps there).
+    - ``placement``: the placement rule its decisions follow (`lyasched.policy.placement`); the
+      only one a Slurm target can carry out is `EQUAL_PER_NODE`.
+    """
+
+    preemptive: bool = False
+    needs_true_runtimes: bool = False
+    time_invariant: bool = False
+    placement: str = EQUAL_PER_NODE
+
+
 class Policy(Protocol):
     name: str
+    capabilities: Capabilities
 
     def decide(self, state: SlotState) -> SlotResult: ...
+
+
+def capabilities(policy: object) -> Capabilities:
+    """A policy's declared capabilities; a policy object that declares none gets the defaults
+    (non-preemptive, estimates only, reads the clock, Slurm's placement rule), the safe ones."""
+    caps = getattr(policy, "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
 
 
 def waiting_job(job: Job, cost: CostModel, max_gpus: int) -> WaitingJob:
@@ -137,16 +164,17 @@ def waiting_job(job: Job, cost: CostModel, max_gpus: int) -> WaitingJob:
 
 
 def place(free: Sequence[int], g: int, one_node: bool) -> Placement | None:
-    """Pick nodes for g GPUs from ``free``; None if impossible (the rule is `FreeGpus.take`'s)."""
+    """Pick nodes for g GPUs from ``free``; None if impossible (the rule is `lyasched.policy.placement`'s)."""
     return FreeGpus(tuple(free), max(free, default=0)).take(g, one_node)
 
 
 class FreeGpus:
     """Free GPUs per node, bucketed by free count, so best-fit placement costs O(gpus per node).
 
-    The placement rule of every policy: one node by best fit (the fullest node that still has
-    g free, lowest index first), which keeps large holes for later multi-GPU jobs; several
-    nodes by taking the nodes with most free GPUs first, so the job spans as few as possible.
+    The placement rule of every policy (`lyasched.policy.placement`, Slurm's): one node by best
+    fit (the fullest node that still has g free, lowest index first), which keeps large holes for
+    later multi-GPU jobs; several nodes as k nodes x g/k GPUs, the fewest nodes that have room,
+    chosen by best fit too (== `placement.equal_placement`).
     """
 
     def __init__(self, free: tuple[int, ...], gpus_per_node: int) -> None:
@@ -171,7 +199,17 @@ class FreeGpus:
     def fits(self, g: int, one_node: bool) -> bool:
         if one_node:
             return g <= self.max_on_one_node()
-        return g <= self.total and g > self.max_on_one_node()
+        return g <= self.total and g > self.max_on_one_node() and self._split(g) is not None
+
+    def _split(self, g: int) -> tuple[int, int] | None:
+        """The (k nodes, g/k GPUs each) layout the rule picks for g GPUs: fewest nodes with room."""
+        for k, per in splits(g, len(self.free), self.cap):
+            have = 0
+            for f in range(per, self.cap + 1):
+                have += len(self.buckets[f])
+                if have >= k:
+                    return k, per
+        return None
 
     def take(self, g: int, one_node: bool) -> Placement | None:
         """Best fit on one node; or spread over the fewest nodes (most free first)."""
@@ -185,22 +223,22 @@ class FreeGpus:
             return None
         if g > self.total:
             return None
-        need, out = g, []
-        for f in range(self.cap, 0, -1):
-            for node in sorted(self.buckets[f]):
-                if need == 0:
-                    break
-                out.append((node, min(f, need)))
-                need -= min(f, need)
-            if need == 0:
-                break
-        if need > 0 or len(out) < 2:
+        split = self._split(g)
+        if split is None:
             return None
+        k, per = split
+        out: list[tuple[int, int]] = []
+        for f in range(per, self.cap + 1):  # best fit: the fullest nodes with room, lowest index first
+            for node in sorted(self.buckets[f]):
+                out.append((node, per))
+                if len(out) == k:
+                    break
+            if len(out) == k:
+                break
         for node, n in out:
             self._move(node, self.free[node] - n)
         self.total -= g
         return tuple(sorted(out))
-
 
     def give(self, placement: Placement) -> None:
         """Return a placement's GPUs (undo a `take`)."""

@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lyasched.policy.common import (
+    Capabilities,
     Decision,
     PerJob,
     Queue,
@@ -50,6 +51,7 @@ class Tiresias(_Base):
     """
 
     name = "tiresias"
+    capabilities = Capabilities(preemptive=True)  # its SlotResult.preempt must be carried out
     restart_overhead_s = 30.0  # what the simulator charges a preempted job when it restarts
 
     def __init__(

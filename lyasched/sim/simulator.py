@@ -5,8 +5,11 @@ Jobs arrive and finish at any time; the policy decides only at slot boundaries
 happen (no waiting job, or no free GPU and a non-preemptive policy) are skipped by jumping
 to the next arrival or completion. Each job runs ``factor x`` the predicted run time of the
 configuration it got (factor lognormal, fixed per job from the seed); policies see the
-predictions, oracles (``needs_true_runtimes``) see the truth. docs/simulator.md has the
-full semantics.
+predictions, oracles (``Capabilities.needs_true_runtimes``) see the truth. Each slot the
+simulator builds a `ClusterSnapshot` of its own state and the policy's `SlotState` comes from the
+same `SlotStateBuilder` the live service uses (lyasched.policy.snapshot); decisions are checked
+against the same placement rule (lyasched.policy.placement). docs/simulator.md has the full
+semantics.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import numpy as np
 
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
-from lyasched.policy import PREEMPTIVE, Decision, Policy, RunningJob, SlotState, WaitingJob, waiting_job
+from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
+from lyasched.policy.placement import violation
+from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -31,13 +36,6 @@ DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (c
 # A policy that starts nothing for this many slots on an empty cluster with no arrivals to come
 # would wait forever: the replay stops with an error instead of spinning.
 STARVATION_SLOTS = 20_000
-
-
-# Policies whose decision depends only on the waiting/running jobs and free GPUs, never on
-# ``state.now``: after a slot where such a policy starts nothing, nothing can happen until
-# the next arrival or completion, so the simulator jumps there. A policy may say so itself
-# with a ``time_invariant`` class attribute (True/False), which takes precedence.
-TIME_INVARIANT = frozenset({"fixed-1", "random", "fifo", "sjf-oracle", "optimus"})
 
 
 class WallTimeExceeded(RuntimeError):
@@ -123,9 +121,8 @@ class _Running:
     overhead: float
     frac_at_start: float  # fraction of the job still to do when this segment started
     true_full: float  # true run time of the whole job on this configuration
-    expected_end: float
     token: int
-    predicted_end: float = math.nan
+    obs: RunningObs  # what a policy is shown of it (lyasched.policy.snapshot)
 
 
 def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
@@ -191,9 +188,7 @@ class Simulation:
             t = self._template(j)
             best = t.best_run * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
-            r = min(j.requested_gpus, self.row_len)
-            pr = t.run_one_node[r - 1] if math.isfinite(t.run_one_node[r - 1]) else t.run_multi_node[r - 1]
-            self._arr_cum[i] = r * pr * j.iterations if math.isfinite(pr) else best * r
+            self._arr_cum[i] = requested_gpu_s(self.predicted(i))  # as the service records it
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
@@ -248,10 +243,10 @@ class Simulation:
         """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision
         and WallTimeExceeded past ``wall_limit_s`` seconds (benchmarks use it)."""
         pname = name or getattr(policy, "name", type(policy).__name__)
-        oracle = bool(getattr(policy, "needs_true_runtimes", False))
-        preemptive = bool(getattr(policy, "preemptive", False)) or pname in PREEMPTIVE
-        invariant = getattr(policy, "time_invariant", None)
-        invariant = pname in TIME_INVARIANT if invariant is None else bool(invariant)
+        caps = capabilities(policy)
+        oracle, preemptive, invariant = caps.needs_true_runtimes, caps.preemptive, caps.time_invariant
+        builder = SlotStateBuilder(caps)
+        node_names = tuple(f"node{k}" for k in range(self.cluster.nodes))
         cl = self.cluster
         gpn, total = cl.gpus_per_node, cl.total_gpus
         slot = self.slot_len
@@ -280,8 +275,7 @@ class Simulation:
         by_id: dict[str, int] = {}
         waiting_view: tuple[WaitingJob, ...] | None = ()
         running: dict[int, _Running] = {}
-        run_objs: dict[int, RunningJob] = {}
-        running_view: tuple[RunningJob, ...] | None = ()
+        running_view: tuple[RunningObs, ...] | None = ()
         heap: list[tuple[float, int, int]] = []  # (end, index, token)
         next_arrival = 0
         done = 0
@@ -360,49 +354,19 @@ class Simulation:
                     acted = False
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
-                    if running_view is None and not preemptive:
-                        # non-preemptive policies: RunningJob objects made once per start
-                        # (``attained`` as of that start: only LAS-style, preemptive policies read it)
-                        for r in running.values():
-                            if r.idx not in run_objs:
-                                run_objs[r.idx] = RunningJob(
-                                    job_id=jobs[r.idx].job_id,
-                                    gpus=r.gpus,
-                                    placement=r.placement,
-                                    start_time=r.start,
-                                    expected_end=r.expected_end,
-                                    attained=attained[r.idx],
-                                    preemptible=False,
-                                    predicted_end=r.predicted_end,
-                                )
-                        if len(run_objs) != len(running):
-                            for k in [k for k in run_objs if k not in running]:
-                                del run_objs[k]
-                        running_view = tuple(run_objs.values())
-                    elif preemptive:
-                        running_view = tuple(
-                            RunningJob(
-                                job_id=jobs[r.idx].job_id,
-                                gpus=r.gpus,
-                                placement=r.placement,
-                                start_time=r.start,
-                                expected_end=r.expected_end,
-                                attained=attained[r.idx] + r.gpus * (t - r.start),
-                                preemptible=preemptive,
-                                predicted_end=r.predicted_end,
-                            )
-                            for r in running.values()
-                        )
-                    state = SlotState(
+                    if running_view is None:
+                        running_view = tuple(r.obs for r in running.values())
+                    state = builder.build(ClusterSnapshot(
                         now=t,
                         slot_len=slot,
+                        nodes=node_names,
                         free=tuple(free),
                         gpus_per_node=gpn,
                         waiting=waiting_view,
                         running=running_view,
                         arrivals_t=self._arr_t[:next_arrival],
                         arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
-                    )
+                    ))
                     c0 = time.perf_counter()
                     res = policy.decide(state)
                     decide_s += time.perf_counter() - c0
@@ -439,12 +403,10 @@ class Simulation:
                         true_full = unit * jobs[i].iterations * float(factors[i])
                         overhead = self.restart_overhead if records[i].preemptions else 0.0
                         end = t + overhead + frac[i] * true_full
-                        limit = v.time_limit
-                        expected = t + (max(predicted, limit) if math.isfinite(limit) else predicted)
                         tokens[i] += 1
+                        obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i])
                         running[i] = _Running(
-                            i, d.gpus, tuple(d.placement), spans, t, end, overhead, frac[i], true_full, expected, tokens[i],
-                            t + predicted,
+                            i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs
                         )
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]
@@ -527,18 +489,9 @@ class Simulation:
             raise InvalidDecision(f"{where}: job is not waiting")
         if i in started:
             raise InvalidDecision(f"{where}: started twice in one slot")
-        if not d.placement:
-            raise InvalidDecision(f"{where}: empty placement")
-        nodes = [node for node, _ in d.placement]
-        if len(set(nodes)) != len(nodes):
-            raise InvalidDecision(f"{where}: a node appears twice in placement {d.placement}")
-        if sum(k for _, k in d.placement) != d.gpus:
-            raise InvalidDecision(f"{where}: placement {d.placement} does not hold {d.gpus} GPUs")
-        for node, k in d.placement:
-            if not (0 <= node < len(free)) or k < 1:
-                raise InvalidDecision(f"{where}: bad placement entry ({node}, {k})")
-            if free[node] < k:
-                raise InvalidDecision(f"{where}: node {node} has {free[node]} free GPUs, asked for {k}")
+        why = violation(tuple(d.placement), d.gpus, free)  # the placement rule the service enforces too
+        if why:
+            raise InvalidDecision(f"{where}: {why}")
         if not math.isfinite(views[i].run_time(d.gpus, len(d.placement) > 1)):
             raise InvalidDecision(f"{where}: {d.gpus} GPUs is not an allowed configuration")
         return i

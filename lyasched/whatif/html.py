@@ -12,10 +12,10 @@ from typing import Sequence
 
 import numpy as np
 
+from lyasched.plotting import cdf, finish, pyplot as _pyplot, thin as _thin
 from lyasched.whatif.metrics import Outcome
 from lyasched.whatif.report import human_s
 
-_MAX_POINTS = 4000  # per curve
 _COUNT_LABELS = {
     "gpu": "finished GPU jobs (replayed)", "cpu_only": "CPU-only jobs (left out)",
     "cancelled_before_start": "cancelled before start (left out)", "still_running": "still running (left out)",
@@ -24,16 +24,6 @@ _COUNT_LABELS = {
     "total": "distinct jobs", "records": "allocation lines", "steps": "job-step lines (skipped)",
 }
 _TOP_USERS = 20
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _svg(fig) -> str:
@@ -50,28 +40,16 @@ def _time_axis(span_s: float) -> tuple[float, str]:
     return (86400.0, "days") if span_s > 3 * 86400 else (3600.0, "h")
 
 
-def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if len(x) <= _MAX_POINTS:
-        return x, y
-    idx = np.linspace(0, len(x) - 1, _MAX_POINTS).astype(int)
-    return x[idx], y[idx]
-
-
 def jct_cdf_svg(outcomes: Sequence[Outcome]) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for o in outcomes:
-        x = np.sort(np.maximum(o.jct, 1.0)) / 3600.0
-        y = np.arange(1, len(x) + 1) / len(x)
-        x, y = _thin(x, y)
+        x, y = cdf(np.maximum(o.jct, 1.0) / 3600.0)
         ax.step(x, y, where="post", label=o.name, lw=2.2 if o.name == "actual" else 1.2,
                 color="black" if o.name == "actual" else None)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time, arrival to end (h)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title("JCT CDF: what happened and each policy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    finish(ax, "JCT CDF: what happened and each policy", "job completion time, arrival to end (h)",
+           "fraction of jobs")
     return _svg(fig)
 
 

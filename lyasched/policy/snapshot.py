@@ -1,0 +1,166 @@
+"""Observe: a neutral snapshot of the cluster, and the one place it becomes a policy's `SlotState`.
+
+The live service builds a `ClusterSnapshot` from Slurm (`lyasched.service`), the simulator from
+its own state (`lyasched.sim.simulator`); both hand it to a `SlotStateBuilder`, so a running job's
+horizon, its attained service and the arrival history are computed one way for replay and serve.
+
+Running jobs' ``expected_end`` (what backfill plans on) is ``start + max(predicted, time limit)``
+when the job has a time limit, else ``start + predicted``, else (neither known) one slot from
+``start``. Backfill must plan on a bound the job cannot overrun: Slurm ends a job at its time
+limit, never earlier than it wants to run, so the limit is that bound and the prediction (which
+may be low) is not. ``predicted_end`` (``start + predicted``, nan when unknown) is the forecast
+lyapunov's spread horizon reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lyasched.policy.placement import Placement
+from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob
+
+
+@dataclass(frozen=True)
+class RunningObs:
+    """A job holding GPUs (or committed to them: released, about to start), as observed."""
+
+    job_id: str
+    placement: Placement
+    start_time: float
+    predicted_run: float = math.nan  # predicted run time on this placement; nan = unknown
+    time_limit: float = math.inf  # inf = none
+    attained_before: float = 0.0  # GPU-seconds received in earlier runs (preempted before)
+
+    @property
+    def gpus(self) -> int:
+        return sum(n for _, n in self.placement)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """The cluster at one slot boundary, in terms neither Slurm's nor the simulator's.
+
+    ``nodes`` names the nodes of ``free`` (index i is node ``nodes[i]``); ``waiting`` is in FIFO
+    order (submit time, then id); ``running`` in any order.
+    """
+
+    now: float
+    slot_len: float
+    nodes: tuple[str, ...]
+    free: tuple[int, ...]  # free GPUs per node (GPUs used by jobs lyasched does not own are not free)
+    gpus_per_node: int
+    waiting: tuple[WaitingJob, ...]
+    running: tuple[RunningObs, ...] = ()
+    arrivals_t: np.ndarray | None = None
+    arrivals_cum_gpu_s: np.ndarray | None = None
+
+
+def expected_end(start: float, predicted_run: float, time_limit: float, slot_len: float) -> float:
+    """The latest a running job may be assumed to hold its GPUs (see the module docstring)."""
+    if math.isfinite(time_limit):
+        return start + (max(predicted_run, time_limit) if math.isfinite(predicted_run) else time_limit)
+    if math.isfinite(predicted_run):
+        return start + predicted_run
+    return start + slot_len
+
+
+class SlotStateBuilder:
+    """Turns snapshots into `SlotState`s for one policy, slot after slot.
+
+    ``attained`` of a running job counts its current run only for a preemptive policy (the only
+    kind that reads it, to pick whom to preempt); for the others it is the service received before
+    this run started, so each `RunningJob` is made once per start and handed over again while the
+    job runs (per-job memos in the policies key on object identity).
+    """
+
+    def __init__(self, caps: Capabilities) -> None:
+        self.caps = caps
+        self._made: dict[int, tuple[RunningObs, RunningJob]] = {}  # id(obs) -> (obs, its RunningJob)
+        self._last: tuple[tuple[RunningObs, ...], tuple[RunningJob, ...]] | None = None
+
+    def running_job(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
+        gpus = obs.gpus
+        live = self.caps.preemptive
+        return RunningJob(
+            job_id=obs.job_id,
+            gpus=gpus,
+            placement=obs.placement,
+            start_time=obs.start_time,
+            expected_end=expected_end(obs.start_time, obs.predicted_run, obs.time_limit, slot_len),
+            attained=obs.attained_before + (gpus * max(0.0, now - obs.start_time) if live else 0.0),
+            preemptible=live,
+            predicted_end=obs.start_time + obs.predicted_run,
+        )
+
+    def _running(self, snap: ClusterSnapshot) -> tuple[RunningJob, ...]:
+        if self.caps.preemptive:
+            return tuple(self.running_job(o, snap.now, snap.slot_len) for o in snap.running)
+        if self._last is not None and self._last[0] is snap.running:
+            return self._last[1]
+        made: dict[int, tuple[RunningObs, RunningJob]] = {}
+        for o in snap.running:
+            hit = self._made.get(id(o))
+            made[id(o)] = hit if hit is not None and hit[0] is o else (o, self.running_job(o, snap.now, snap.slot_len))
+        self._made = made
+        out = tuple(r for _, r in made.values())
+        self._last = (snap.running, out)
+        return out
+
+    def build(self, snap: ClusterSnapshot) -> SlotState:
+        """The policy's input for this slot: the one place it is built."""
+        return SlotState(
+            now=snap.now,
+            slot_len=snap.slot_len,
+            free=snap.free,
+            gpus_per_node=snap.gpus_per_node,
+            waiting=snap.waiting,
+            running=self._running(snap),
+            arrivals_t=snap.arrivals_t,
+            arrivals_cum_gpu_s=snap.arrivals_cum_gpu_s,
+        )
+
+
+def requested_gpu_s(w: WaitingJob) -> float:
+    """The GPU-seconds a job asked for, as predicted when it arrived: its requested GPU count x its
+    run time there (one node if allowed, else spread; its best run if the count is not allowed)."""
+    r = w.requested_gpus
+    pr = w.run_time(r, spans_nodes=False)
+    if not math.isfinite(pr):
+        pr = w.run_time(r, spans_nodes=True)
+    return r * pr if math.isfinite(pr) else r * w.best_run
+
+
+class ArrivalHistory:
+    """Submit times and the running sum of requested GPU-seconds (`SlotState.arrivals_*`), kept
+    sorted by (submit time, key) as jobs are first seen, the simulator's order."""
+
+    def __init__(self) -> None:
+        self._t: list[float] = []
+        self._keys: list[str] = []
+        self._gpu_s: list[float] = []
+        self._seen: set[str] = set()
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def add(self, key: str, submit_time: float, gpu_s: float) -> None:
+        """Record one job's arrival (once per key; later calls for the same key are ignored)."""
+        if key in self._seen or not math.isfinite(gpu_s):
+            return
+        self._seen.add(key)
+        k = len(self._t)
+        while k > 0 and (self._t[k - 1], self._keys[k - 1]) > (submit_time, key):  # nearly in order: walk back
+            k -= 1
+        self._t.insert(k, submit_time)
+        self._keys.insert(k, key)
+        self._gpu_s.insert(k, gpu_s)
+        self._arrays = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.asarray(self._t, dtype=float), np.cumsum(np.asarray(self._gpu_s, dtype=float)))
+        return self._arrays
