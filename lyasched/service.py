@@ -55,7 +55,12 @@ from lyasched.policy.placement import EQUAL_PER_NODE, equal_placement, fit_place
 from lyasched.policy.snapshot import (
     ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
 )
-from lyasched.policy.state import Capabilities, Decision, Placement, Policy, WaitingJob, capabilities, waiting_job
+from lyasched.policy.state import (
+    Capabilities, Decision, Placement, Policy, SlotState, WaitingJob, capabilities, waiting_job,
+)
+from lyasched.live import step
+from lyasched.live.context import SlotContext
+from lyasched.live.starter import Starter
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
@@ -65,36 +70,7 @@ from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
 
-CRASH_ENV = "LYASCHED_CRASH_AT"
-CRASH_POINTS = ("slot_start", "after_read", "before_update", "after_update", "after_release", "after_record",
-                "before_slot_record")
-
-
-class CrashPoints:
-    """Test hook: ``LYASCHED_CRASH_AT=after_update:3[,before_update:1]`` makes the process SIGKILL
-    itself the 3rd time it reaches ``after_update`` (a real, uncatchable kill at a known point)."""
-
-    def __init__(self, spec: str = "") -> None:
-        self.at: dict[str, int] = {}
-        self.seen: dict[str, int] = {}
-        for part in filter(None, (x.strip() for x in spec.split(","))):
-            name, _, n = part.partition(":")
-            if name not in CRASH_POINTS:
-                raise ValueError(f"{CRASH_ENV}: unknown point {name!r} (one of {', '.join(CRASH_POINTS)})")
-            self.at[name] = int(n or 1)
-
-    @classmethod
-    def from_env(cls) -> "CrashPoints":
-        return cls(os.environ.get(CRASH_ENV, ""))
-
-    def reach(self, name: str) -> None:
-        if name not in self.at:
-            return
-        self.seen[name] = self.seen.get(name, 0) + 1
-        if self.seen[name] == self.at[name]:
-            log.warning("%s: SIGKILL at %s #%d", CRASH_ENV, name, self.seen[name])
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
+from lyasched.live.crash import CRASH_ENV, CRASH_POINTS, CrashPoints  # noqa: E402,F401  (re-exported)
 
 
 class _QuietDuringOutage(logging.Filter):
@@ -111,8 +87,6 @@ class _QuietDuringOutage(logging.Filter):
 _QUIET = _QuietDuringOutage()  # one per process (one service runs per process); reset by each Service
 logging.getLogger("lyasched.slurm").addFilter(_QUIET)
 
-# Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
-RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 
 
 @dataclass
@@ -211,14 +185,12 @@ class Service:
         self.stop_requested = threading.Event()
         self.busy = threading.Lock()
         self._rows: dict[tuple, WaitingJob] = {}  # (uid, job, cluster, correction) -> rows; waiting jobs only
-        self._rows_used: set[tuple] = set()  # keys read this slot: the others are dropped after it
-        self._device = "gpu"  # cost-table device key, set each slot from the nodes' GPU type
-        self._corrections: dict[str, float] = {}  # per slot: one cost-table read per model
-        self._cluster: ClusterSpec | None = None  # the last slot's, for lyasched.learn
         self._accounting: bool | None = None
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
-        self.crash = CrashPoints.from_env()
+        self.starter = Starter(lambda: self.db, self.slurm, CrashPoints.from_env(), config.release_grace)
+        self.last_snapshot: ClusterSnapshot | None = None  # the last slot's input, as observed
+        self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage_since: float | None = None  # first failed slot of the current Slurm outage
         self.outage_slots = 0
         self._quiet = _QUIET
@@ -226,6 +198,15 @@ class Service:
         records.ensure_schema(self.db)
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         self._load_arrivals()
+
+    @property
+    def crash(self) -> CrashPoints:
+        """The crash hook (tests replace it); the starter reaches the same one."""
+        return self.starter.crash
+
+    @crash.setter
+    def crash(self, value: CrashPoints) -> None:
+        self.starter.crash = value
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -244,12 +225,11 @@ class Service:
             t0 = time.monotonic()
             now = self.clock()
             report = SlotReport(slot_id=None, time=now, duration=0.0)
-            self._pending_decisions: list[dict] = []
-            self._decision_ids: list[int] = []
+            ctx = SlotContext(now=now, report=report)
             self.crash.reach("slot_start")
             slurm_failed = False
             try:
-                self._slot(now, report)
+                self._slot(ctx)
             except (SlurmError, ParseError) as e:
                 report.error = str(e).splitlines()[0][:500]
                 slurm_failed = True
@@ -261,8 +241,8 @@ class Service:
             self.crash.reach("before_slot_record")
             report.slot_id = records.record_slot(
                 self.db,
-                decision_rows=self._pending_decisions,
-                decision_ids=self._decision_ids,
+                decision_rows=ctx.decisions,
+                decision_ids=ctx.decision_ids,
                 time=now,
                 q=report.q,
                 z=report.z,
@@ -294,7 +274,9 @@ class Service:
             self.outage_since, self.outage_slots = None, 0
             self._quiet.active = False
 
-    def _slot(self, now: float, report: SlotReport) -> None:
+    def _slot(self, ctx: SlotContext) -> None:
+        """Observe (Slurm -> records -> snapshot), decide (the policy), act (the starter)."""
+        now, report = ctx.now, ctx.report
         nodes = [
             n
             for n in self.slurm.nodes()
@@ -316,17 +298,13 @@ class Service:
             shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
         )
         cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
-        cost = CostModel(cluster)
-        self._cluster = cluster  # lyasched.learn refits profiles against it
-        device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
-        self._device = device
-        self._corrections = {}
-        self._rows_used = set()
+        ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), names  # lyasched.learn refits against it
+        ctx.device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
 
         self.crash.reach("after_read")
-        self.reconcile(jobs, now)
-        seen = self._sync(jobs, now, device, report)
-        self._vanished(seen, now, device, report)
+        self.starter.reconcile(jobs, ctx)
+        seen = self._sync(jobs, ctx)
+        self._vanished(seen, ctx)
 
         waiting: list[WaitingJob] = []
         running: list[RunningObs] = []
@@ -335,7 +313,7 @@ class Service:
                 continue
             if row["state"] == "released" and job.pending and not job.held_by_service:
                 if now - (row["released_at"] or now) > self.config.release_grace:
-                    self._hold_again(job, row, now, report)
+                    self.starter.hold_again(job, row, ctx)
                     continue
                 # Committed: Slurm will start it on these GPUs; nobody else may get them.
                 placement = tuple((index[n], c) for n, c in json.loads(row["placement"] or "[]") if n in index)
@@ -347,12 +325,12 @@ class Service:
                 running.append(self._running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
                 s, _ = self._decode(job.comment)
-                waiting.append(self._waiting(s, job, cost))
+                waiting.append(self._waiting(ctx, s, job))
 
         # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
         # stays the size of the queue over months of service, and kept rows keep their identity
         # for the policy's own per-job memo.
-        self._rows = {k: v for k, v in self._rows.items() if k in self._rows_used}
+        self._rows = {k: v for k, v in self._rows.items() if k in ctx.rows_used}
         arr_t, arr_cum = self.arrivals.arrays()
         n_arr = int(np.searchsorted(arr_t, now, side="right"))
         snap = ClusterSnapshot(
@@ -375,7 +353,7 @@ class Service:
         if result is not None:  # Q and Z after the slot's decisions (no waiting job: both 0)
             report.q, report.z = float(result.q), float(result.z)
 
-        work_free = list(free)
+        ctx.free = list(free)
         by_id = {w.job_id: w for w in waiting}
         jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()}
         for d in result.starts if result is not None else ():
@@ -387,60 +365,13 @@ class Service:
                 log.warning("policy started unknown job %s: ignored", d.job_id)
                 continue
             job, row = jobs_by_id[d.job_id]
-            self._start(job, row, wj, d, work_free, names, now, report)
+            self.starter.start(job, row, wj, d, ctx)
 
     # ------------------------------------------------------------ crash recovery
 
-    def reconcile(self, jobs: Sequence[SlurmJob], now: float) -> list[dict]:
-        """Close the starts a previous run (or a failed release) left open, from Slurm's view.
-
-        - Slurm shows the job released (pending without the hold, running, or finished): the
-          release went through; the intent is applied (job row, ``start`` decision) as if the
-          slot had finished.
-        - Slurm still shows it held: it was not released (crash before, or between, ``update``
-          and ``release``). The intent is aborted and the job is decided again by this slot's
-          policy call rather than released with the old decision: the free GPUs may have changed
-          while the service was down, and a stale release could take GPUs the policy now gives
-          to others. The leftover ``update`` is harmless (a held job does not run; the next
-          start sets every field again).
-        - Slurm no longer lists it: aborted; the job's row is resolved like any vanished job.
-
-        Returns the intents it closed, with ``resolution``."""
-        intents = records.open_intents(self.db)
-        if not intents:
-            return []
-        by_id = {j.job_id: j for j in jobs}
-        closed = []
-        for it in intents:
-            job = by_id.get(it["slurm_id"])
-            if job is None:
-                res, applied = "aborted: job no longer in Slurm", False
-            elif job.held_by_service or (job.pending and job.reason.startswith("JobHeld")):
-                res, applied = f"aborted: still held after step {it['step']!r}, decided again", False
-            elif job.pending or job.running or job.finished:
-                res, applied = f"applied: Slurm shows it {job.state} (released before the service stopped)", True
-            else:
-                res, applied = f"aborted: unexpected Slurm state {job.state}/{job.reason}", False
-            if applied:
-                row = records.get_job(self.db, it["uid"]) or {}
-                pred = it["predicted"]
-                dec = dict(time=it["created"], uid=it["uid"], slurm_id=it["slurm_id"], action="start",
-                           gpus=it["gpus"], nodes=it["nodes"], placement=it["placement"], score=it["score"],
-                           predicted=pred, reason=f"{it['reason'] or 'chosen by the policy'} (recovered: {res})")
-                self._decision_ids.append(records.apply_start(
-                    self.db, it, now, res, released_at=it["created"], decision=dec,
-                    job_state="released" if row.get("state") in (None, "waiting") else "",
-                    reason=f"released: {it['reason'] or 'chosen by the policy'}" if row.get("state") == "waiting" else "",
-                ))
-            else:
-                records.mark_intent(self.db, it["id"], state="aborted", resolved=now, resolution=res)
-            log.warning("job %s: start left open by a previous slot %s", it["slurm_id"], res)
-            closed.append({**it, "resolution": res, "state": "applied" if applied else "aborted"})
-        return closed
-
     # ------------------------------------------------------------ records
 
-    def _sync(self, jobs: Sequence[SlurmJob], now: float, device: str, report: SlotReport) -> dict:
+    def _sync(self, jobs: Sequence[SlurmJob], ctx: SlotContext) -> dict:
         """Bring each job's row up to date; returns uid -> (SlurmJob, row or None).
 
         A uid names one lyasched job; when Slurm lists several jobs with one uid (a resubmission
@@ -462,91 +393,51 @@ class Service:
                     continue
             by_uid[uid] = (job, s, err)
 
+        now = ctx.now
         seen: dict[str, tuple[SlurmJob, dict | None]] = {}
-        self._touch: list[str] = []
+        steps: list[step.Step] = []
         rows = records.get_jobs(self.db, list(by_uid))
         for uid, (job, s, err) in by_uid.items():
             row = rows.get(uid)
-            if row is not None and row["slurm_id"] != job.job_id:
-                row = None  # a resubmission under the same uid: a new record
-                records.replace_job(self.db, uid, slurm_id=job.job_id, first_seen=now)
+            replaced = row is not None and row["slurm_id"] != job.job_id  # a resubmission: a new record
+            if replaced:
+                row = None
             if row is None and job.finished:
+                if replaced:  # the old record goes; nothing else is kept of a job never seen unfinished
+                    steps.append(step.Step(uid, {"uid": uid, "slurm_id": job.job_id, "first_seen": now}, {},
+                                           replaced=True))
                 continue  # finished before this service ever saw it: nothing it decided, nothing to learn
-            if row is None:
-                fields = dict(
-                    slurm_id=job.job_id,
-                    user=job.user,
-                    name=job.name,
-                    summary=job.comment,
-                    sig=s.sig if s else "",
-                    submit_time=job.submit_time,
-                    time_limit=job.time_limit,
-                    first_seen=now,
-                    state="invalid" if s is None else "waiting",
-                    reason=f"invalid cost summary: {err}" if s is None else "waiting for a slot",
-                )
-                if s is None and not job.finished:
+            new = row is None
+            if new:
+                row = step.new_record(uid, job, s.sig if s else "", "" if s is not None else err, now)
+                if s is None:
                     log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
-                records.upsert_job(self.db, uid, **fields)
-                row = records.get_job(self.db, uid)
-            row = self._observe(job, row, now, device, report)
-            seen[uid] = (job, row)
-        records.touch_jobs(self.db, self._touch, now)
+            st = step.step(row, job, now)
+            st.new, st.replaced = new, replaced
+            steps.append(st)
+            seen[uid] = (job, st.row)
+        step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        for st in steps:
+            for w in st.warnings:
+                log.warning("%s", w)
+            if st.finished:
+                job = seen[st.uid][0]
+                ctx.report.finished.append(job.job_id)
+                if st.learn is not None:
+                    self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
         return seen
 
-    def _observe(self, job: SlurmJob, row: dict, now: float, device: str, report: SlotReport) -> dict:
-        """Fold Slurm's view of one job into its row (start, end, observed run time)."""
-        upd: dict[str, Any] = {"slurm_state": job.state, "name": job.name}
-        st = row["state"]
-        if st == "invalid":
-            return self._save(row, upd, now)
-        if st == "vanished":
-            # Slurm lists it again (it was missing from one answer, e.g. right after a controller
-            # restart): follow it again rather than leave it held forever.
-            st = "running" if job.running else "released" if (job.pending and not job.held_by_service) else "waiting"
-            upd.update(state=st, reason="listed by Slurm again")
-            log.warning("job %s: listed by Slurm again after it had vanished", job.job_id)
-            row = {**row, "state": st}
-        if job.running and st in ("waiting", "released"):
-            upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
-            upd["reason"] = "running"
-            if not row["placement"]:
-                upd["placement"] = json.dumps([[n, job.gpus_per_node] for n in job.nodes])
-        elif job.finished and st in ("waiting", "released", "running"):
-            ran = st == "running" or job.state in RAN_STATES
-            observed = job.run_seconds if ran else None
-            upd.update(state="finished", ended=job.end_time, reason=f"finished: {job.state}")
-            if ran:
-                upd.update(started=job.start_time, observed=observed)
-            self._finish({**row, **upd}, job.state, observed, device)  # with its start time (lyasched.learn)
-            report.finished.append(job.job_id)
-        elif job.pending and not job.held_by_service and st == "waiting":
-            # Released by someone else (an operator) or by a slot that died before recording it.
-            upd.update(state="released", released_at=now, reason="released outside this slot")
-        elif job.held_by_service and st in ("released", "running"):
-            upd.update(state="waiting", reason="held (by an operator)")
-        return self._save(row, upd, now)
-
-    def _save(self, row: dict, upd: dict[str, Any], now: float) -> dict:
-        """Write only what changed; last_seen of unchanged rows goes in one batch per slot."""
-        changed = {k: v for k, v in upd.items() if row.get(k) != v}
-        if changed:
-            records.upsert_job(self.db, row["uid"], last_seen=now, **changed)
-        else:
-            self._touch.append(row["uid"])
-        return {**row, **upd, "last_seen": now}
-
-    def _correction(self, sig: str) -> float:
+    def _correction(self, ctx: SlotContext, sig: str) -> float:
         """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
-        if sig not in self._corrections:
-            entry = costtable.get(self.db, sig, self._device)
-            self._corrections[sig] = bounded_correction(entry.correction if entry else None)
-        return self._corrections[sig]
+        if sig not in ctx.corrections:
+            entry = costtable.get(self.db, sig, ctx.device)
+            ctx.corrections[sig] = bounded_correction(entry.correction if entry else None)
+        return ctx.corrections[sig]
 
-    def _finish(self, row: dict, slurm_state: str, observed: float | None, device: str) -> None:
+    def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
         """Feed a completed job's observed run time to the cost table, creating the model's entry
         from the job's cost summary the first time, so later jobs of the model are corrected."""
-        pred = row.get("predicted")
+        pred, device = row.get("predicted"), ctx.device
         if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
             return
         try:
@@ -559,19 +450,20 @@ class Service:
                     "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
                 })
             # lyasched.learn: a job that reported its step times refits the profile instead
-            if not learn.job_ended(self.db, row, device, self._cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
+            if not learn.job_ended(self.db, row, device, ctx.cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
                 costtable.refine(self.db, row["sig"], device, *startup.steady(float(pred), float(observed),
                                                                               startup.seconds(self.db)))
             records.upsert_job(self.db, row["uid"], refined=1)
         except ValueError as e:
             log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
 
-    def _vanished(self, seen: dict, now: float, device: str, report: SlotReport) -> None:
+    def _vanished(self, seen: dict, ctx: SlotContext) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
         gone = [r for r in records.active_jobs(self.db) if r["uid"] not in seen]
         if not gone:
             return
+        now, report = ctx.now, ctx.report
         acct: dict[str, AccountingRecord] = {}
         if self._accounting_enabled():
             try:
@@ -587,7 +479,7 @@ class Service:
                     self.db, row["uid"], state="finished", slurm_state=rec.state, started=rec.start_time,
                     ended=rec.end_time, observed=observed, reason=f"finished: {rec.state} (from sacct)",
                 )
-                self._finish(row, rec.state, observed, device)
+                self._finish(ctx, row, rec.state, observed)
                 report.finished.append(row["slurm_id"])
             else:
                 # Best effort without accounting: the job ended (or was cancelled) at some time
@@ -615,11 +507,13 @@ class Service:
 
     # ------------------------------------------------------------ policy inputs
 
-    def _waiting(self, s: CostSummary, job: SlurmJob, cost: CostModel) -> WaitingJob:
-        correction = self._correction(s.sig)
-        profile, startup_s = learn.waiting_inputs(self.db, s, self._device)  # learned profile, start-up term
+    def _waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
+        cost = ctx.cost
+        assert cost is not None
+        correction = self._correction(ctx, s.sig)
+        profile, startup_s = learn.waiting_inputs(self.db, s, ctx.device)  # learned profile, start-up term
         key = (s.uid, job.job_id, cost.cluster, correction, profile, startup_s)
-        self._rows_used.add(key)
+        ctx.rows_used.add(key)
         wj = self._rows.get(key)
         if wj is None:
             limit = job.time_limit if math.isfinite(job.time_limit) else None
@@ -694,89 +588,3 @@ class Service:
             wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
                             run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
             self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
-
-    # ------------------------------------------------------------ actions
-
-    def _start(
-        self, job: SlurmJob, row: dict, wj: WaitingJob, d: Decision, free: list[int], names: list[str],
-        now: float, report: SlotReport,
-    ) -> None:
-        placement = fit_placement(d, free)
-        base = dict(time=now, uid=row["uid"], slurm_id=job.job_id, gpus=d.gpus, score=d.score)
-        if placement is None:
-            why = "no placement Slurm can express (equal GPUs per node) fits the free GPUs"
-            self._pending_decisions.append({**base, "action": "skip", "placement": json.dumps(d.placement), "reason": why})
-            records.upsert_job(self.db, row["uid"], reason=f"waiting: {why}")
-            log.info("job %s: %d GPUs chosen but %s", job.job_id, d.gpus, why)
-            return
-        spans = len(placement) > 1
-        node_names = [names[i] for i, _ in placement]
-        per_node = placement[0][1]
-        pred = wj.run_time(d.gpus, spans)
-        place_json = json.dumps([[names[i], c] for i, c in placement])
-        why = d.reason or "chosen by the policy"
-        # Never start twice: only a job this slot saw pending and held by the service is released
-        # (Slurm runs a job id once; the plugin refuses requeue), and no other start is open for it.
-        if not (job.pending and job.held_by_service) or row["state"] != "waiting":
-            log.error("job %s: not held (%s/%s, record %s): start dropped", job.job_id, job.state, job.reason, row["state"])
-            return
-        intent = dict(uid=row["uid"], slurm_id=job.job_id, created=now, gpus=d.gpus, per_node=per_node,
-                      nodes=json.dumps(node_names), placement=place_json,
-                      predicted=pred if math.isfinite(pred) else None, score=d.score, reason=why)
-        intent["id"] = records.open_intent(self.db, **intent)
-        self.crash.reach("before_update")
-        try:
-            self.slurm.resize(job.job_id, len(placement), per_node, node_names)
-        except SlurmError as e:
-            # The job is still held (a held job never runs), whether or not the update reached Slurm.
-            msg = str(e).splitlines()[0][:300]
-            records.mark_intent(self.db, intent["id"], state="aborted", resolved=now, resolution=f"update failed: {msg}")
-            self._start_failed(job, row, base, place_json, node_names, msg)
-            return
-        records.mark_intent(self.db, intent["id"], step="updated")
-        self.crash.reach("after_update")
-        try:
-            self.slurm.release(job.job_id)
-        except SlurmError as e:
-            # A release that timed out may still have happened: the intent stays open and the next
-            # slot's reconcile() asks Slurm (released -> applied, still held -> decided again).
-            msg = str(e).splitlines()[0][:300]
-            self._start_failed(job, row, base, place_json, node_names, msg + " (reconciled next slot)")
-            return
-        self.crash.reach("after_release")
-        for i, c in placement:
-            free[i] -= c
-        self._decision_ids.append(records.apply_start(
-            self.db, intent, now, "applied: released in its slot", released_at=now,
-            decision={**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
-                      "predicted": intent["predicted"], "reason": why},
-            reason=f"released: {why}",
-        ))
-        self.crash.reach("after_record")
-        report.started.append(
-            {"slurm_id": job.job_id, "uid": row["uid"], "gpus": d.gpus, "nodes": node_names, "per_node": per_node,
-             "predicted": pred if math.isfinite(pred) else None, "score": d.score, "reason": why}
-        )
-
-    def _start_failed(self, job: SlurmJob, row: dict, base: dict, place_json: str, node_names: list[str],
-                      msg: str) -> None:
-        log.error("job %s: could not start: %s", job.job_id, msg)
-        self._pending_decisions.append(
-            {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
-        )
-        records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
-
-    def _hold_again(self, job: SlurmJob, row: dict, now: float, report: SlotReport) -> None:
-        why = f"not started within {self.config.release_grace:g}s of its release (GPUs taken meanwhile): held again"
-        try:
-            self.slurm.hold(job.job_id)
-        except SlurmError as e:
-            log.error("job %s: could not hold again: %s", job.job_id, e)
-            return
-        records.upsert_job(self.db, row["uid"], state="waiting", released_at=None, reason=f"waiting: {why}")
-        self._pending_decisions.append(
-            {"time": now, "uid": row["uid"], "slurm_id": job.job_id, "action": "hold", "gpus": row["gpus"],
-             "placement": row["placement"], "nodes": row["nodes"], "reason": why}
-        )
-        report.held_again.append(job.job_id)
-        log.info("job %s: %s", job.job_id, why)

@@ -135,3 +135,15 @@ def test_arrival_history_is_sorted_by_time_then_key():
     t, cum = h.arrays()
     assert t.tolist() == [1.0, 5.0, 5.0]
     assert cum.tolist() == [4.0, 6.0, 7.0]  # c, a, b; the second "a" is ignored
+
+
+def test_spread_mask_says_which_counts_the_rule_can_spread():
+    import random
+
+    rng = random.Random(4)
+    for _ in range(2000):
+        n, gpn = rng.randint(1, 7), rng.choice([2, 4, 8])
+        free = [rng.randint(0, gpn) for _ in range(n)]
+        pool = FreeGpus(tuple(free), gpn)
+        k = n * gpn + 2
+        assert pool.spread_mask(k).tolist() == [equal_placement(free, g) is not None for g in range(1, k + 1)]

@@ -11,6 +11,7 @@ from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.common import nearest_allowed
 from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
+from lyasched.policy.placement import equal_placement
 from lyasched.policy.state import SlotState, waiting_job
 
 MODELS = [
@@ -93,8 +94,8 @@ def test_small_v_is_work_conserving(sv, force_greedy):
         for g in range(1, len(w.run_one_node) + 1):
             if math.isfinite(w.run_one_node[g - 1]):
                 assert max(free) < g, f"{w.job_id} could start on {g} GPUs of one node"
-            if math.isfinite(w.run_multi_node[g - 1]) and max(free) < g:
-                assert sum(free) < g, f"{w.job_id} could start on {g} GPUs across nodes"
+            if math.isfinite(w.run_multi_node[g - 1]) and max(free) < g:  # spread by Slurm's rule (placement.py)
+                assert equal_placement(free, g) is None, f"{w.job_id} could start on {g} GPUs across nodes"
 
 
 def test_large_v_waits_for_better_configuration():
@@ -225,8 +226,8 @@ def test_work_conserving_at_the_request(sv, force_greedy):
             continue
         if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
             assert max(free) < g, f"{w.job_id} fits at its request {g} on one node"
-        if math.isfinite(w.run_multi_node[g - 1]):
-            assert sum(free) < g or max(free) >= g, f"{w.job_id} fits at its request {g} across nodes"
+        if math.isfinite(w.run_multi_node[g - 1]) and max(free) < g:  # spread by Slurm's rule (placement.py)
+            assert equal_placement(free, g) is None, f"{w.job_id} fits at its request {g} across nodes"
 
 
 @settings(max_examples=60, deadline=None)

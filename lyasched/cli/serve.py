@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -116,35 +115,11 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
             sys.exit(1)
         return
 
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
-    from apscheduler.executors.pool import ThreadPoolExecutor
-
-    scheduler = BlockingScheduler(executors={"default": ThreadPoolExecutor(1)})
-    scheduler.add_job(
-        service.run_slot, "interval", seconds=cfg.slot_seconds, id="slot", coalesce=True, max_instances=1,
-        misfire_grace_time=max(1, int(cfg.slot_seconds)), next_run_time=_now(),
-    )
-
-    def stop(signum, _frame) -> None:
-        log.info("%s: stopping after the slot in progress", signal.Signals(signum).name)
-        service.stop_requested.set()
-        if scheduler.running:
-            scheduler.shutdown(wait=False)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     log.info(
         "lyasched serve: policy %s %s, slot %gs, grace %gs, db %s (config %s)",
         cfg.policy, dict(cfg.params), cfg.slot_seconds, cfg.release_grace, cfg.db, cfg.source,
     )
-    scheduler.start()
-    with service.busy:  # wait for a slot still running in the executor thread
-        pass
+    from lyasched.live.loop import run_forever
+
+    run_forever(service, cfg.slot_seconds)
     log.info("lyasched serve: stopped")
-
-
-def _now():
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)

@@ -273,7 +273,7 @@ class LyapunovPolicy:
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
         s_one = np.where(gcol[None, :] <= free.max_on_one_node(), s_one, -np.inf)
-        s_multi = np.where(gcol[None, :] <= free.total, s_multi, -np.inf)
+        s_multi = np.where(free.spread_mask(k)[None, :], s_multi, -np.inf)  # equal GPUs per node (placement.py)
         best = np.maximum(s_one, s_multi)
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"

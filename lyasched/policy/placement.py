@@ -21,8 +21,13 @@ EQUAL_PER_NODE = "equal-per-node"  # the only rule a Slurm target can express (C
 
 
 def splits(g: int, nodes: int, cap: int) -> list[tuple[int, int]]:
-    """The (k nodes, GPUs per node) layouts of g GPUs over k >= 2 nodes, fewest nodes first."""
-    return [(k, g // k) for k in range(2, min(g, nodes) + 1) if g % k == 0 and g // k <= cap]
+    """The (k nodes, GPUs per node) layouts of g GPUs over k >= 2 of ``nodes`` nodes with at most
+    ``cap`` GPUs each, fewest nodes (most GPUs per node) first."""
+    out = []
+    for per in range(min(cap, g // 2), 0, -1):
+        if g % per == 0 and g // per <= nodes:
+            out.append((g // per, per))
+    return out
 
 
 def equal_placement(free: Sequence[int], g: int, prefer: Sequence[int] = ()) -> Placement | None:

@@ -15,7 +15,7 @@ lyapunov's spread horizon reads.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,8 @@ class RunningObs:
     predicted_run: float = math.nan  # predicted run time on this placement; nan = unknown
     time_limit: float = math.inf  # inf = none
     attained_before: float = 0.0  # GPU-seconds received in earlier runs (preempted before)
+    # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start)
+    _view: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def gpus(self) -> int:
@@ -78,7 +80,6 @@ class SlotStateBuilder:
 
     def __init__(self, caps: Capabilities) -> None:
         self.caps = caps
-        self._made: dict[int, tuple[RunningObs, RunningJob]] = {}  # id(obs) -> (obs, its RunningJob)
         self._last: tuple[tuple[RunningObs, ...], tuple[RunningJob, ...]] | None = None
 
     def running_job(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
@@ -100,14 +101,15 @@ class SlotStateBuilder:
             return tuple(self.running_job(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        made: dict[int, tuple[RunningObs, RunningJob]] = {}
+        out = []
         for o in snap.running:
-            hit = self._made.get(id(o))
-            made[id(o)] = hit if hit is not None and hit[0] is o else (o, self.running_job(o, snap.now, snap.slot_len))
-        self._made = made
-        out = tuple(r for _, r in made.values())
-        self._last = (snap.running, out)
-        return out
+            v = o._view
+            if not v or v[0] is not self:
+                v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
+            out.append(v[1])
+        res = tuple(out)
+        self._last = (snap.running, res)
+        return res
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from lyasched.cost import CostModel
 from lyasched.job import Job
-from lyasched.policy.placement import EQUAL_PER_NODE, Placement, splits
+from lyasched.policy.placement import EQUAL_PER_NODE, Placement
 
 
 @dataclass(frozen=True)
@@ -201,14 +201,27 @@ class FreeGpus:
             return g <= self.max_on_one_node()
         return g <= self.total and g > self.max_on_one_node() and self._split(g) is not None
 
+    def spread_mask(self, k: int) -> np.ndarray:
+        """For g = 1..k: whether g GPUs can spread over several nodes by the rule (k nodes x g/k)."""
+        ok = np.zeros(k + 1, dtype=bool)
+        have = 0
+        for per in range(self.cap, 0, -1):
+            have += len(self.buckets[per])
+            if have >= 2:
+                ok[2 * per: min(k, per * have) + 1: per] = True
+        return ok[1:]
+
     def _split(self, g: int) -> tuple[int, int] | None:
         """The (k nodes, g/k GPUs each) layout the rule picks for g GPUs: fewest nodes with room."""
-        for k, per in splits(g, len(self.free), self.cap):
-            have = 0
-            for f in range(per, self.cap + 1):
+        n = len(self.free)
+        have = 0  # nodes with at least ``per`` free, as per falls
+        f = self.cap
+        for per in range(min(self.cap, g // 2), 0, -1):
+            while f >= per:
                 have += len(self.buckets[f])
-                if have >= k:
-                    return k, per
+                f -= 1
+            if g % per == 0 and g // per <= min(n, have):
+                return g // per, per
         return None
 
     def take(self, g: int, one_node: bool) -> Placement | None:

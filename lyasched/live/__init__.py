@@ -1,0 +1,13 @@
+"""The live service's parts, one responsibility each (`lyasched.service.Service` wires them):
+
+- `context.SlotContext`: everything one slot carries (time, cluster, device, the decisions it
+  records), passed through the slot instead of kept on the service;
+- `step`: the job record state machine, a pure map (record, Slurm job) -> (record update,
+  events), applied for the whole slot in one transaction;
+- `starter.Starter`: the one place a decision becomes Slurm commands (intent, resize, release,
+  hold again) and the reconciliation of starts a crash left open;
+- `loop`: one slot every ``slot_seconds`` until SIGTERM/SIGINT.
+
+The slot's policy input is built in one place shared with the simulator,
+`lyasched.policy.snapshot.SlotStateBuilder`. docs/service.md shows the path.
+"""

@@ -1,0 +1,33 @@
+"""What one slot of the live service carries from reading Slurm to recording the slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lyasched.cost import ClusterSpec, CostModel
+
+if TYPE_CHECKING:
+    from lyasched.service import SlotReport
+
+
+@dataclass
+class SlotContext:
+    """One slot's scratch: made at its start, dropped at its end (nothing of it outlives the slot
+    except what is written to the records)."""
+
+    now: float
+    report: "SlotReport"
+    device: str = "gpu"  # cost-table device key: the config's, else the nodes' GPU type
+    cluster: ClusterSpec | None = None
+    cost: CostModel | None = None
+    names: list[str] = field(default_factory=list)  # node names, index = node index in placements
+    free: list[int] = field(default_factory=list)  # free GPUs per node, as the slot goes
+    decisions: list[dict] = field(default_factory=list)  # decision rows recorded with the slot
+    decision_ids: list[int] = field(default_factory=list)  # decisions already written (starts), slot set later
+    corrections: dict[str, float] = field(default_factory=dict)  # one cost-table read per model per slot
+    rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}

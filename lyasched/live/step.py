@@ -1,0 +1,107 @@
+"""The job record state machine: Slurm's view of a job folded into lyasched's record, purely.
+
+`step(row, job, now)` returns the change and what happened (started, finished, warnings);
+`apply(db, steps, now)` writes a whole slot's changes in one transaction. States:
+``waiting`` (held, ours to decide) -> ``released`` (a start sent) -> ``running`` -> ``finished``;
+``vanished`` when Slurm forgot a job unseen; ``invalid`` for a job whose cost summary does not decode.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import sqlite_utils
+
+from lyasched.slurm.types import SlurmJob
+from lyasched.store import records
+
+# Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
+RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
+
+
+@dataclass
+class Step:
+    """One job's record after this slot, and the events that got it there."""
+
+    uid: str
+    row: dict  # the record after the update
+    update: dict[str, Any]  # the columns that change ({} = only last_seen)
+    new: bool = False  # the record did not exist before this slot
+    replaced: bool = False  # a resubmission under a known uid: the old record is dropped first
+    finished: bool = False
+    learn: tuple[str, float | None] | None = None  # (Slurm state, observed run time) for the cost table
+    warnings: list[str] = field(default_factory=list)
+
+
+def new_record(uid: str, job: SlurmJob, sig: str, err: str, now: float) -> dict:
+    """The record of a job first seen now (``err``: why its cost summary is invalid, '' if valid)."""
+    row = {c: None for c in records.JOB_COLUMNS}
+    row.update(
+        uid=uid, slurm_id=job.job_id, user=job.user, name=job.name, summary=job.comment, sig=sig,
+        submit_time=job.submit_time, time_limit=job.time_limit, first_seen=now,
+        state="invalid" if err else "waiting",
+        reason=f"invalid cost summary: {err}" if err else "waiting for a slot",
+    )
+    return row
+
+
+def step(row: dict, job: SlurmJob, now: float) -> Step:
+    """Fold Slurm's view of one job into its record (start, end, observed run time). Pure."""
+    upd: dict[str, Any] = {"slurm_state": job.state, "name": job.name}
+    out = Step(uid=row["uid"], row=row, update=upd)
+    st = row["state"]
+    if st == "invalid":
+        return _done(out, row, upd)
+    if st == "vanished":
+        # Slurm lists it again (it was missing from one answer, e.g. right after a controller
+        # restart): follow it again rather than leave it held forever.
+        st = "running" if job.running else "released" if (job.pending and not job.held_by_service) else "waiting"
+        upd.update(state=st, reason="listed by Slurm again")
+        out.warnings.append(f"job {job.job_id}: listed by Slurm again after it had vanished")
+        row = {**row, "state": st}
+    if job.running and st in ("waiting", "released"):
+        upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
+        upd["reason"] = "running"
+        if not row["placement"]:
+            upd["placement"] = json.dumps([[n, job.gpus_per_node] for n in job.nodes])
+    elif job.finished and st in ("waiting", "released", "running"):
+        ran = st == "running" or job.state in RAN_STATES
+        observed = job.run_seconds if ran else None
+        upd.update(state="finished", ended=job.end_time, reason=f"finished: {job.state}")
+        if ran:
+            upd.update(started=job.start_time, observed=observed)
+        out.finished, out.learn = True, (job.state, observed)
+    elif job.pending and not job.held_by_service and st == "waiting":
+        # Released by someone else (an operator) or by a slot that died before recording it.
+        upd.update(state="released", released_at=now, reason="released outside this slot")
+    elif job.held_by_service and st in ("released", "running"):
+        upd.update(state="waiting", reason="held (by an operator)")
+    return _done(out, row, upd)
+
+
+def _done(out: Step, row: dict, upd: dict[str, Any]) -> Step:
+    out.update = {k: v for k, v in upd.items() if row.get(k) != v}
+    out.row = {**row, **upd}
+    return out
+
+
+def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float) -> None:
+    """Write a slot's record changes, all or none: changed and new records, and last_seen of the rest."""
+    touch = []
+    with records.transaction(db):
+        for s in steps:
+            if s.replaced:
+                db.execute("DELETE FROM jobs WHERE uid = ?", [s.uid])
+            if s.new or s.replaced:
+                fields = {k: v for k, v in s.row.items() if k != "uid" and v is not None}
+                records.upsert_job(db, s.uid, **{**fields, "last_seen": now})
+            elif s.update:
+                records.upsert_job(db, s.uid, last_seen=now, **s.update)
+            else:
+                touch.append((now, s.uid))
+        if touch:
+            db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", touch)
+    for s in steps:
+        s.row["last_seen"] = now
