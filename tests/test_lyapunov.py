@@ -241,14 +241,69 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
     cum = np.cumsum(rng.uniform(0, 1e4 * load, n_arr))
     st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)
     before = (t.copy(), cum.copy(), [w.run_one_node.copy() for w in state.waiting])
-    reused = LyapunovPolicy(V=V, max_load=0.9)
-    reused.decide(st_)
-    a = reused.decide(st_)
-    b = LyapunovPolicy(V=V, max_load=0.9).decide(st_)
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
-    assert key(a) == key(b) and a.q == b.q and a.z == b.z
+    for kw in (dict(max_load=0.9), dict(arrival_weight=1.0)):  # the guard; the arrivals term
+        reused = LyapunovPolicy(V=V, **kw)
+        reused.decide(st_)
+        a = reused.decide(st_)
+        b = LyapunovPolicy(V=V, **kw).decide(st_)
+        assert key(a) == key(b) and a.q == b.q and a.z == b.z
     assert np.array_equal(t, before[0]) and np.array_equal(cum, before[1])
     assert all(np.array_equal(w.run_one_node, r) for w, r in zip(state.waiting, before[2]))
+
+
+def _history(n_arr, span, gpu_s_each):
+    return np.linspace(-span, 0.0, n_arr), np.cumsum(np.full(n_arr, float(gpu_s_each)))
+
+
+def test_expected_arrivals_keep_long_runs_at_their_request():
+    """The arrivals term (off by default, docs/model.md): a start's GPU-seconds beyond its request are charged for the jobs
+    expected to arrive during its run. On an idle cluster a long job spreads when little has
+    arrived lately and stays at its request when many jobs arrived; a short job still spreads
+    (the charge grows with run time x extra GPU-seconds); without history nothing changes."""
+    def gpus(iters, n_arr, arrival_weight=1.0):
+        job = Job("a", MODELS[1], 256, iters, submit_time=-60, max_gpus=8, requested_gpus=1)
+        s = make_state([job], [4, 4], 4)
+        t1 = s.waiting[0].run_time(1, False)
+        hist = _history(n_arr, 2 * max(t1, 3600.0), t1) if n_arr else (None, None)
+        (d,) = LyapunovPolicy(V=1.0, arrival_weight=arrival_weight).decide(SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), *hist)).starts
+        return d.gpus
+
+    assert gpus(20_000, 0) > 1 and gpus(20_000, 1) > 1
+    assert gpus(20_000, 300) == 1
+    assert gpus(20_000, 300, arrival_weight=0.0) > 1
+    assert gpus(200, 30) > 1
+
+
+@st.composite
+def short_of_requests(draw):
+    """Fewer free GPUs than any job asks for: only shrunk configurations fit, so slots can wait."""
+    free = draw(st.integers(1, 3))
+    jobs = [Job(f"j{i}", draw(st.sampled_from(MODELS)), 256, draw(st.integers(100, 100_000)),
+                submit_time=-draw(st.floats(0, 1e4)), max_gpus=8, requested_gpus=4) for i in range(draw(st.integers(1, 6)))]
+    return make_state(jobs, [free, 0], 4), draw(st.sampled_from([1.0, 5.0, 50.0]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(short_of_requests(), st.integers(1, 50), st.floats(0.1, 3.0), st.sampled_from([0.0, 0.3, 0.999]))
+def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac):
+    """The arrivals term is read over a window that ends at the newest arrival, so with no new
+    arrival a slot that started nothing and said wake_at=T starts nothing before T either."""
+    import dataclasses
+
+    state, V = sv
+    rng = np.random.default_rng(n_arr)
+    t = np.sort(rng.uniform(-1e5, state.now, n_arr))
+    cum = np.cumsum(rng.uniform(0, 1e4 * load, n_arr))
+    st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)
+    res = LyapunovPolicy(V=V, arrival_weight=1.0).decide(st_)
+    if res.starts or "wake_at" not in res.info:
+        return
+    wake = res.info["wake_at"]
+    if not math.isfinite(wake) or wake <= state.now + 1.0:
+        return
+    later = state.now + frac * (wake - state.now - 1.0)
+    assert not LyapunovPolicy(V=V, arrival_weight=1.0).decide(dataclasses.replace(st_, now=later)).starts
 
 
 def test_guard_keeps_more_gpus_than_asked_for_idle_clusters_only():

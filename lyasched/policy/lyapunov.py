@@ -108,6 +108,7 @@ class LyapunovPolicy:
     max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
+    arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -156,10 +157,21 @@ class LyapunovPolicy:
             one = np.where(over, np.inf, one)
             multi = np.where(over, np.inf, multi)
             best = np.fmin(one, multi).min(axis=1)
+        fut_one = fut_multi = None
+        if self.arrival_weight > 0:
+            fut = self._future_rate(state, run_req, total_gpus)
+            if fut is not None:  # the arrivals' share of the penalty, per configuration (see _future_rate)
+                rr = (req * run_req)[:, None]
+                gg = gk[None, :].astype(float)
+                with np.errstate(invalid="ignore"):
+                    fut_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
+                    fut_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
+            if fut_one is not None:
+                fut_one, fut_multi = fut_one[:, :cols], fut_multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
-        credit = work if self.q_credit == "work" else np.minimum(work, q / n) if self.q_credit == "capped" else np.full(n, q / n)  # noqa: E501
+        credit = self._credit(work, q / n)
         gain = self.q_weight * q * credit + z * (wait + state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
         g = np.arange(1, one.shape[1] + 1, dtype=float)
@@ -182,20 +194,56 @@ class LyapunovPolicy:
                 reach = np.searchsorted(np.cumsum(need[order]), free_now)
                 tau = float(gpu_time[ok][order[min(reach, order.size - 1)]])
 
-        def score(run: np.ndarray) -> np.ndarray:
+        def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
-                return _score(run)
+                return _score(run, fut)
 
-        def _score(run: np.ndarray) -> np.ndarray:
+        def _score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
             extra = run - finite_best[:, None]
             imposed = self.externality * blocked[None, :] * np.maximum(0.0, g[None, :] * run - tau) / total_gpus
-            pen = extra + imposed
+            pen = extra + imposed if fut is None else extra + imposed + fut
             s = gain[:, None] - self.V * theta * pen
             return np.where(np.isfinite(run), s, -np.inf)
 
-        s_one, s_multi = score(one), score(multi)
+        s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
+        """A start's credit in the actual-queue term (at most its work, so the drift bound holds)."""
+        if self.q_credit == "work":
+            return work
+        if self.q_credit == "mean":
+            return np.full(work.shape, mean)
+        if self.q_credit == "peaked":  # above the mean, the longer the less: shortest-first among long jobs
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(work <= mean, work, mean * mean / np.maximum(work, 1e-300))
+        return np.minimum(work, mean)
+
+    def _future_rate(self, state: SlotState, run_req: np.ndarray, total_gpus: int) -> np.ndarray | None:
+        """Per job, the weight of the arrivals' share of a configuration's penalty (1/s).
+
+        A start is not preemptible: the GPU-seconds a configuration burns beyond the request's,
+        X = max(0, g*T(g) - r*T(r)), are taken from the cluster for the whole run T(g), and the
+        jobs that arrive meanwhile meet a cluster that much smaller. Expected arrivals during
+        the run: lambda*T(g), each delayed by about X/G when it has to wait, which it does with
+        probability about rho (capped at 1). The share is arrival_weight * lambda * rho / G
+        times T(g) * X. lambda (jobs/s) and rho (requested GPU-seconds per second over the
+        GPUs) are read off the arrival history over the window of max(T(r), min_window)
+        seconds ending at the newest arrival: between two arrivals the estimate does not move,
+        so skipping idle slots (wake_at) stays exact. None without arrival history.
+        """
+        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
+        if t is None or cum is None or len(t) == 0:
+            return None
+        last = float(t[-1])
+        win = np.maximum(np.where(np.isfinite(run_req), run_req, self.min_window), self.min_window)
+        lo = np.searchsorted(t, last - win, side="right")
+        count = len(t) - lo
+        before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
+        lam = count / win
+        rho = np.minimum(1.0, (float(cum[-1]) - before) / win / max(1, total_gpus))
+        return self.arrival_weight * lam * rho / max(1, total_gpus)
 
     def _offered_load(self, state: SlotState, horizon: np.ndarray, total_gpus: int) -> np.ndarray:
         """Recent offered load per job: requested GPU-seconds submitted in the last
