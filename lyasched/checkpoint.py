@@ -103,7 +103,7 @@ class Checkpointer:
         self.dir.mkdir(parents=True, exist_ok=True)
         name = f"step-{int(step)}.pt"
         tmp = self.dir / f".{name}.tmp"
-        rng = {"torch": torch.get_rng_state()}
+        rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         state = {"step": int(step), "model": _unwrap(model).state_dict(),

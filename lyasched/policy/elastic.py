@@ -217,6 +217,7 @@ class ElasticPolicy(LyapunovPolicy):
             # shrink: the largest allowed count below its current one that lets w fit, within
             # max_stretch of its run at the request (the core's no-sliver rule)
             req = max(1, r.requested_gpus)
+            assert r.remaining_one_node is not None  # a movable view always carries its rows
             r_req, _ = r.best_remaining(min(req, len(r.remaining_one_node)))
             for g2 in range(r.gpus - 1, 0, -1):
                 r2, spans = r.best_remaining(g2)
@@ -276,6 +277,7 @@ class ElasticPolicy(LyapunovPolicy):
             for node, k in r.placement:
                 avail[node] += k
             best = None
+            assert r.remaining_one_node is not None
             for g2 in range(r.gpus + 1, min(sum(avail), len(r.remaining_one_node)) + 1):
                 for spans in (False, True):
                     r2 = r.remaining(g2, spans)

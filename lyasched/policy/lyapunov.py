@@ -169,6 +169,7 @@ class LyapunovPolicy:
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
             if fut_one is not None:
+                assert fut_multi is not None  # set together with fut_one
                 fut_one, fut_multi = fut_one[:, :cols], fut_multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
         credit = self._credit(work, q / n)
@@ -192,7 +193,7 @@ class LyapunovPolicy:
                 need = gt[ok].argmin(axis=1) + 1
                 order = np.argsort(gpu_time[ok], kind="stable")
                 reach = np.searchsorted(np.cumsum(need[order]), free_now)
-                tau = float(gpu_time[ok][order[min(reach, order.size - 1)]])
+                tau = float(gpu_time[ok][order[min(int(reach), order.size - 1)]])
 
         def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
@@ -288,7 +289,7 @@ class LyapunovPolicy:
         starts: list[Decision] = []
         if chosen is not None:
             trial = FreeGpus(state.free, state.gpus_per_node)
-            placed = []
+            placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
                 one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
                 pl = trial.take(g, True) if one_ok and trial.fits(g, True) else None
@@ -297,6 +298,7 @@ class LyapunovPolicy:
                 if pl is None:
                     placed = None
                     break
+                assert placed is not None
                 placed.append((j, g, pl))
             if placed is not None:
                 free = trial
@@ -343,8 +345,8 @@ class LyapunovPolicy:
         for j in cand[np.lexsort((cand, key[cand]))]:
             if free.total < gmin[j]:
                 continue
-            for g in np.flatnonzero(ok[j]) + 1:  # the request
-                g = int(g)
+            for g_np in np.flatnonzero(ok[j]) + 1:  # the request
+                g = int(g_np)
                 pl = None
                 if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
                     pl = free.take(g, True)

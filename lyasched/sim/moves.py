@@ -55,7 +55,7 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     mask = sim.checkpointable
     if not moves and bool(mask.all()):
         return state
-    out = []
+    out: list[RunningJob] = []
     for r, rj in zip(running.values(), state.running):
         if moves:
             j = sim.jobs[r.idx]

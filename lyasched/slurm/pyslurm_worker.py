@@ -198,11 +198,12 @@ class Worker:
         fresh = have is not None and have == self._token
         as_of = 0
         if self._probe is not None:
-            as_of = self._probe.since(self._as_of) if self._as_of else self._probe.since(0)
-            if as_of is None:  # the controller: no job changed since the jobs in _sent were read
+            probed = self._probe.since(self._as_of) if self._as_of else self._probe.since(0)
+            if probed is None:  # the controller: no job changed since the jobs in _sent were read
                 self._seq += 1
                 self._token = f"{os.getpid()}:{self._seq}"
                 return self._token, list(self._order), ({} if fresh else dict(self._sent))
+            as_of = probed
         sent, rows, order, changed = self._sent, {}, [], {}
         for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
             t = self._final.get(jid)  # a finished job never changes: not read again (MinJobAge keeps it listed)
