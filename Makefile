@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 
-.PHONY: install test test-unit demo pyslurm docker-up docker-down test-docker
+.PHONY: install test test-unit typecheck demo pyslurm docker-up docker-down test-docker
 
 install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
@@ -19,6 +19,10 @@ test:
 
 test-unit:
 	$(PY) -m pytest -q -m "not slurm" tests
+
+# mypy over lyasched/ with the settings of pyproject.toml ([tool.mypy]); .ci/run calls it before the tests.
+typecheck:
+	$(PY) -m mypy
 
 # The whole system on this machine (root): Slurm test cluster up, `lyasched serve` in the background,
 # example jobs submitted with lyasub, wait until finished, lyastat, service stopped (slurm/demo.sh).

@@ -23,12 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "jobscripts" / "train_example.py"
-USER = "lyatest"
+sys.path.insert(0, str(REPO / "tests"))  # the test users and as_user (tests/reliability/users.py)
 
-
-def _as_user(*argv: str, cwd: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", USER, "--", *argv], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+from reliability.users import TEST_USER as USER, as_user  # noqa: E402
 
 
 def _wait_row(db_path: Path, job_id: str, timeout: float, say) -> dict:
@@ -73,10 +70,10 @@ def run(model: str, global_batch: int, iterations: int, rounds: int, held_out: i
     jobs: list[str] = []
     try:
         def submit(g: int) -> tuple[str, dict]:
-            r = _as_user(shutil.which("lyasub") or "lyasub", "--parsable", "--db", str(work / "user.db"), "--time", "10",
-                         "--output", str(work / "%j.out"), "--model", model, "--global-batch", str(global_batch),
-                         "--iterations", str(iterations), "--min-gpus", str(g), "--max-gpus", str(g), "--",
-                         str(TRAIN), "--threads", "1", cwd=str(work))
+            r = as_user(USER, shutil.which("lyasub") or "lyasub", "--parsable", "--db", str(work / "user.db"), "--time", "10",
+                        "--output", str(work / "%j.out"), "--model", model, "--global-batch", str(global_batch),
+                        "--iterations", str(iterations), "--min-gpus", str(g), "--max-gpus", str(g), "--",
+                        str(TRAIN), "--threads", "1", cwd=str(work), timeout=600)
             if r.returncode != 0:
                 raise RuntimeError(f"lyasub failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
             job_id = r.stdout.strip().splitlines()[-1]

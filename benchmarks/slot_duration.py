@@ -4,7 +4,7 @@
 With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the two Slurm backends side by side on
 the real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000
 and then 10,000 held lyasched jobs of the test user (parallel sbatch, as in
-benchmarks/rel_load.py) while a plain job holds every GPU, so the slots read, record and decide
+tests/reliability/load.py) while a plain job holds every GPU, so the slots read, record and decide
 but change nothing. Per backend and job count: a first slot (fresh records) and then ``--slots``
 slots alternating between the backends; the median of those, and of the Slurm reads alone
 (``jobs()`` + ``nodes()``). ``--json``: one object with ``ratio_at_10000`` = pyslurm / cli median
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reliability harness (tests/reliability)
 
 from lyasched.config import Config  # noqa: E402
 from lyasched.service import Service  # noqa: E402
@@ -92,7 +92,7 @@ def _timed(fn) -> float:
 
 def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: int = 8) -> dict:
     """Slot times of each backend at each number of held jobs, side by side (see the module doc)."""
-    from rel_load import HELD_NAME, TEST_USER, block_gpus, cancel_named, submit_held, workdir
+    from reliability.load import HELD_NAME, TEST_USER, block_gpus, cancel_named, submit_held, workdir
 
     from lyasched.slurm.backend import make_backend
 

@@ -10,6 +10,10 @@ per-GPU batch; DDP all-reduces the gradients. Rank 0 prints a per-iteration time
 
 Defaults come from the environment when the flags are absent: LYASCHED_MODEL,
 LYASCHED_BATCH_PER_GPU, LYASCHED_ITERATIONS (what the Slurm launcher template sets).
+
+Movable (lyasub --checkpointable): with $LYASCHED_CHECKPOINT_DIR set (launch.sbatch sets it) the
+script resumes from the newest checkpoint there and, on SIGUSR1, saves one after the current
+step and exits 0 (lyasched.checkpoint); `--checkpoint-dir` sets the directory by hand.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from lyasched.checkpoint import Checkpointer
 from lyasched.profile.spec import SpecError, load_spec, parse_args
 from lyasched.steptimes import StepTimes
 
@@ -53,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--threads", type=int, help="CPU intra-op threads per rank")
     p.add_argument("--json", action="store_true", help="rank 0 also prints the summary as one JSON line")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="resume from / save on SIGUSR1 to this directory (default $LYASCHED_CHECKPOINT_DIR; none: off)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N iterations (0: only on signal)")
     return p
 
 
@@ -62,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_per_gpu < 1 or args.iterations < 1 or args.warmup < 0:
         print("error: --batch-per-gpu and --iterations must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
+    torch.manual_seed(1234)  # the model's initial weights: same in every run (a resumed run must match)
     try:
         spec = load_spec(args.model, parse_args(args.model_args))
     except SpecError as e:
@@ -93,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     spec.model = model
     opt = spec.make_optimizer()
     x, y = spec.make_batch(args.batch_per_gpu, device)
+    ck = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every)
+    first = ck.resume(model, opt, map_location=device)
+    if first and rank == 0:
+        print(f"resumed from checkpoint at iteration {first} of {args.iterations}", flush=True)
 
     times: list[float] = []
     loss_val = float("nan")
-    for _ in range(args.iterations):
+    for it in range(first, args.iterations):
         steps.begin()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -108,8 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         times.append(time.perf_counter() - t0)
         steps.end()
         loss_val = float(loss.detach())
+        if ck.should_stop(it, model, opt):
+            if rank == 0:
+                print(f"checkpointed after iteration {it + 1} of {args.iterations} (loss {loss_val:.6f}); exiting for a move",
+                      flush=True)
+            steps.close()
+            if distributed:
+                dist.destroy_process_group()
+            return ck.exit_code
 
-    timed = times[args.warmup:] or times
+    timed = times[args.warmup:] or times or [0.0]
     # the slowest rank sets the pace: report the max over ranks of each rank's median
     med = torch.tensor([statistics.median(timed)], dtype=torch.float64)
     if distributed:
@@ -127,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             "samples_per_s": args.batch_per_gpu * world / float(med.item()), "final_loss": loss_val,
         }
         print(
-            f"{args.model}: {world} rank(s) x batch {args.batch_per_gpu}, {args.iterations} iterations in "
+            f"{args.model}: {world} rank(s) x batch {args.batch_per_gpu}, {len(times)} iterations in "
             f"{summary['total_s']:.2f} s; per iteration median {summary['median_s'] * 1e3:.2f} ms "
             f"(mean {summary['mean_s'] * 1e3:.2f}, min {summary['min_s'] * 1e3:.2f}, max {summary['max_s'] * 1e3:.2f}); "
             f"{summary['samples_per_s']:.1f} samples/s; final loss {loss_val:.4f}",

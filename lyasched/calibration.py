@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -251,7 +251,7 @@ def fit_comm(
         v, s, gam = (x[0], 1.0, 1.0) if plain else x
         return _predict(profile, v, gam, s, b, g) / t - 1.0
 
-    best = None
+    best: Any = None
     v0 = max(float(np.median(t)) * 0.3, 1e-9)
     # a few starts: the overlap exponent makes the problem mildly non-convex
     for gam0 in ((1.0,) if plain else (1.5, 3.0, 8.0)):

@@ -31,7 +31,7 @@ docs/model.md (cost model) and docs/calibration.md describe the evaluation.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import math
 
@@ -162,7 +162,7 @@ def fit_v(shape: CommShape, data: Rows) -> float:
     v_of = lambda lv: np.full_like(data.t, np.exp(lv[0]))  # noqa: E731
     resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k,  # noqa: E731
                                  shape.parallel, f) / data.t - 1.0
-    best = None
+    best: Any = None
     for v0 in (1e-4, 1e-2, 1.0):
         scale = v0 * float(np.median(data.t))
         r = least_squares(resid, [np.log(max(scale, 1e-9))], bounds=([np.log(1e-9)], [np.log(1e4)]))
@@ -214,7 +214,7 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
             out.append(np.array([(lat + a.grad_bytes / bw) / v - 1.0 for a, v in zip(apps, vs) if a.grad_bytes]))
         return np.concatenate(out)
 
-    best = None
+    best: Any = None
     for gam0 in (1.5, 4.0):
         x0 = []
         for f in free:

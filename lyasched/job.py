@@ -21,6 +21,10 @@ class Job:
     requested_gpus: int = 1  # what the user asked for: what fifo/backfill give it
     time_limit: float | None = None  # user's wall-clock limit (s), used by backfill
     user: str = ""
+    # elastic moves (docs/elastic.md): only a checkpointable job is ever shrunk, grown or suspended;
+    # move_cost_s is its checkpoint + relaunch time (None: the scheduler's default)
+    checkpointable: bool = False
+    move_cost_s: float | None = None
 
     def allowed_counts(self, cost: CostModel) -> list[int]:
         return cost.allowed_counts(self.profile, self.global_batch, self.min_gpus, self.max_gpus)

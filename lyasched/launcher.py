@@ -24,7 +24,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def template_text() -> str:
-    return resources.files("lyasched").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    return resources.files("lyasched").joinpath("templates").joinpath(TEMPLATE).read_text(encoding="utf-8")
 
 
 def quote(arg: str) -> str:
@@ -88,11 +88,15 @@ def render(
     iterations: int | None = None,
     torchrun: Sequence[str] | None = None,
     template: str | None = None,
+    checkpointable: bool = False,
+    signal_lead_s: int = 120,
 ) -> str:
     """The batch script that runs ``command`` (training script and its arguments) under torchrun.
 
     ``model`` and ``iterations`` are exported for scripts that read them (LYASCHED_MODEL,
-    LYASCHED_ITERATIONS, as jobscripts/train_example.py does)."""
+    LYASCHED_ITERATIONS, as jobscripts/train_example.py does). ``checkpointable``: the job gets a
+    checkpoint directory and ``#SBATCH --signal=USR1@signal_lead_s`` (a checkpoint before its time
+    limit too); the scheduler may move it (docs/elastic.md)."""
     if not command:
         raise ValueError("no training script given")
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
@@ -104,6 +108,8 @@ def render(
         "iterations": str(int(iterations)) if iterations is not None else "''",
         "torchrun": quote_all(list(torchrun) if torchrun is not None else default_torchrun()),
         "command": quote_all(command),
+        "checkpointable": "1" if checkpointable else "0",
+        "sbatch_signal": f"#SBATCH --signal=USR1@{int(signal_lead_s)}" if checkpointable else "# (not checkpointable: no --signal)",
     }
     return render_template(template if template is not None else template_text(), values)
 

@@ -22,10 +22,13 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from lyasched.cost import ClusterSpec, CostModel, Profile, ring_allreduce_time
 from lyasched.fit import fit_linear
+
+if TYPE_CHECKING:
+    from lyasched.store.jobrecord import JobRecord
 
 log = logging.getLogger("lyasched.learn")
 
@@ -130,7 +133,7 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
         num = sum(u * e / r.step_time**2 for (u, e), r in zip(pairs, multi))
         den = sum(u * u / r.step_time**2 for (u, _), r in zip(pairs, multi))
         k = max(0.0, num / den) if den > 0 else 1.0
-        prof = replace(prof, **{f"comm_scale_{kind}": k})
+        prof = replace(prof, **{f"comm_scale_{kind}": k})  # type: ignore[arg-type]  # a float field by name
         learned[kind] = k
         gs = sorted({r.gpus for r in multi})
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(multi)} run(s) on "
@@ -141,7 +144,7 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
     if len(learned) == 1:
         (kind, k), = learned.items()
         other = "inter" if kind == "intra" else "intra"
-        prof = replace(prof, **{f"comm_scale_{other}": k})
+        prof = replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
         why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
     return prof, why
 
@@ -161,7 +164,7 @@ def steps_path(workdir: str, job_id: str) -> Path:
     return Path(workdir) / ".lyasched" / f"steps-{job_id}.tsv"
 
 
-def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec | None, workdir: str | None,
+def job_ended(db: Any, rec: JobRecord, device: str, cluster: ClusterSpec | None, workdir: str | None,
               started: float | None = None) -> bool:
     """Learn from a finished job's step report, if it wrote one: record the run, refit the
     model's profile (cost table, provenance 'learned from N runs') and the start-up time of
@@ -172,25 +175,27 @@ def job_ended(db: Any, row: dict, device: str, cluster: ClusterSpec | None, work
 
     if not workdir:
         return False
-    path = steps_path(workdir, str(row["slurm_id"]))
+    path = steps_path(workdir, str(rec.slurm_id))
     try:
         rep = read_steps(path)
     except OSError:
         return False
     if rep is None:
         return False
-    entry = costtable.get(db, row["sig"], device)
+    if rec.sig is None:
+        return False
+    entry = costtable.get(db, rec.sig, device)
     if entry is None:
         return False
     cluster = cluster or ClusterSpec(nodes=1, gpus_per_node=1)
-    start = started if started else row.get("started")
+    start = started if started else rec.started
     if start and rep.first_begin >= start:
         startup.observe(db, rep.cluster or "default", rep.launcher or "unknown", rep.first_begin - float(start),
-                        str(row["slurm_id"]))
-    costtable.learn(db, row["sig"], device, Run(rep.placement, rep.local_bsz, rep.step_time, str(row["slurm_id"])),
+                        str(rec.slurm_id))
+    costtable.learn(db, rec.sig, device, Run(rep.placement, rep.local_bsz, rep.step_time, str(rec.slurm_id)),
                     cluster, model=rep.model)
     invalidate()
-    log.info("job %s: learned from %d steps on %s (median %.4f s/step)", row["slurm_id"], rep.steps,
+    log.info("job %s: learned from %d steps on %s (median %.4f s/step)", rec.slurm_id, rep.steps,
              "".join(map(str, rep.placement)), rep.step_time)
     return True
 

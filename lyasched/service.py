@@ -48,7 +48,7 @@ import sqlite_utils
 
 from lyasched import learn, startup  # learning from reported step times; the start-up term
 from lyasched.config import Config
-from lyasched.cost import ClusterSpec, CostModel
+from lyasched.cost import CostModel
 from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.placement import EQUAL_PER_NODE, equal_placement, fit_placement as _fit  # noqa: F401  (equal_placement re-exported)
@@ -65,7 +65,8 @@ from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
-from lyasched.store.cluster import with_calibrated_links
+from lyasched.clusterview import cluster_view, gpu_nodes
+from lyasched.store.jobrecord import JobRecord
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
@@ -277,11 +278,7 @@ class Service:
     def _slot(self, ctx: SlotContext) -> None:
         """Observe (Slurm -> records -> snapshot), decide (the policy), act (the starter)."""
         now, report = ctx.now, ctx.report
-        nodes = [
-            n
-            for n in self.slurm.nodes()
-            if n.gpus_total > 0 and (not self.config.partition or self.config.partition in n.partitions)
-        ]
+        nodes = gpu_nodes(self.slurm.nodes(), self.config.partition)
         jobs = self.slurm.jobs()
         if not nodes:
             where = f" in partition {self.config.partition}" if self.config.partition else ""
@@ -289,17 +286,10 @@ class Service:
         names = [n.name for n in nodes]
         index = {name: i for i, name in enumerate(names)}
         free = [n.gpus_free for n in nodes]
-        cluster = ClusterSpec(
-            nodes=len(nodes),
-            gpus_per_node=max(n.gpus_total for n in nodes),
-            gpu_mem=self.config.gpu_mem,
-            intra=self.config.intra,
-            inter=self.config.inter,
-            shape=self.config.shape,  # [cluster] shape (lyasched.commshape); None = plain ring
-        )
-        cluster = with_calibrated_links(self.db, cluster)  # `lyasched calibrate fit --db` results, where present
+        view = cluster_view(nodes, self.config, self.db)  # lyasub's view too: same device key, calibrated links
+        cluster = view.spec
         ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), names  # lyasched.learn refits against it
-        ctx.device = self.config.device or next((n.gpu_type for n in nodes if n.gpu_type), "") or "gpu"
+        ctx.device = view.device_type
 
         self.crash.reach("after_read")
         self.starter.reconcile(jobs, ctx)
@@ -450,7 +440,7 @@ class Service:
                     "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
                 })
             # lyasched.learn: a job that reported its step times refits the profile instead
-            if not learn.job_ended(self.db, row, device, ctx.cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
+            if not learn.job_ended(self.db, JobRecord.from_row(row), device, ctx.cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
                 costtable.refine(self.db, row["sig"], device, *startup.steady(float(pred), float(observed),
                                                                               startup.seconds(self.db)))
             records.upsert_job(self.db, row["uid"], refined=1)

@@ -23,14 +23,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from lyasched.clusterview import DEVICE_ENV, GENERIC_DEVICE, ClusterView, gpu_nodes, open_links_db  # noqa: F401
+from lyasched.clusterview import cluster_view as make_view
 from lyasched.cost import ClusterSpec, CostModel, Profile
 from lyasched.launcher import render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
+from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES
 from lyasched.summary import CostSummary, is_valid_uid, new_uid
 
-DEVICE_ENV = "LYASCHED_DEVICE_TYPE"
-GENERIC_DEVICE = "gpu"  # cost-table device key when the cluster's GPUs are untyped in Slurm
 PROFILE_TIME_LIMIT = "00:30:00"  # Slurm limit of the profiling job
 PROFILE_MAX_BATCH = 1024  # largest per-GPU batch the profiling job measures
 PROFILE_TIME_BUDGET = 300  # s: the profiler starts no new batch size after this
@@ -66,6 +67,7 @@ class SubmitRequest:
     config: Path | None = None  # service config ([cluster]); default $LYASCHED_CONFIG or /etc/lyasched
     uid: str | None = None  # lyasched job uid; give the same one to make a retry idempotent
     dry_run: bool = False  # everything except sbatch of the training job
+    checkpointable: bool = False  # the scheduler may move it (summary key ck; launch.sbatch checkpoint dir + --signal)
 
 
 @dataclass
@@ -145,11 +147,11 @@ def check_request(req: SubmitRequest) -> int:
     if req.dataset_size < 1:
         raise RequestError(f"--dataset-size must be > 0, got {req.dataset_size}")
     total = req.epochs * req.dataset_size / b
-    its = math.ceil(total) if math.isfinite(total) else math.inf
-    if its > 1_000_000_000:
+    if not math.isfinite(total) or total > 1_000_000_000:
+        its = math.ceil(total) if math.isfinite(total) else math.inf
         raise RequestError(f"{req.epochs} epochs of {req.dataset_size} samples at batch {b} is {its} iterations "
                            "(max 1000000000)")
-    return its
+    return math.ceil(total)
 
 
 def model_signature_of(model: str, model_args: Mapping[str, Any]) -> tuple[Any, str]:
@@ -216,12 +218,6 @@ def remember_signature(db_path: Path, key: str | None, sig: str) -> None:
 # ---------------------------------------------------------------- the cluster as lyasub sees it
 
 
-@dataclass(frozen=True)
-class ClusterView:
-    spec: ClusterSpec
-    device_type: str  # cost-table device key of the partition's GPUs
-
-
 def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
     from lyasched.config import Config, ConfigError, load_config
 
@@ -233,25 +229,20 @@ def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
 
 
 def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say) -> ClusterView:
-    """Nodes and GPUs per node from Slurm; GPU memory and links from the service config's [cluster]."""
-    from lyasched.profile.signature import device_type
-
+    """The cluster as `lyasched serve` sees it (lyasched.clusterview: the same nodes, device key and
+    calibrated links, read from the service database the config names)."""
     conf = _config(config_path, say)
-    nodes = [n for n in slurm.nodes() if n.gpus_total > 0]
-    if partition:
-        nodes = [n for n in nodes if partition in n.partitions]
-        if not nodes:
-            raise RequestError(f"partition {partition!r} has no GPU nodes")
+    nodes = gpu_nodes(slurm.nodes(), partition)
+    if partition and not nodes:
+        raise RequestError(f"partition {partition!r} has no GPU nodes")
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
-    gpn = max(n.gpus_total for n in nodes)
-    # the same key `lyasched serve` refines: [service] device, else the first typed GPU, else "gpu"
-    chosen = os.environ.get(DEVICE_ENV, "").strip() or conf.device
-    chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
-    dev = device_type(chosen)
-    spec = ClusterSpec(nodes=len(nodes), gpus_per_node=gpn, gpu_mem=conf.gpu_mem, intra=conf.intra, inter=conf.inter,
-                       shape=conf.shape)  # [cluster] shape, as serve uses it
-    return ClusterView(spec, dev)
+    links_db = open_links_db(conf.db)
+    try:
+        return make_view(nodes, conf, links_db)
+    finally:
+        if links_db is not None:
+            links_db.conn.close()
 
 
 # ---------------------------------------------------------------- the job's cost
@@ -315,7 +306,7 @@ def wait_for_job(slurm: Slurm, job_id: str, say: Say, timeout: float, poll: floa
     while True:
         job = slurm.job(job_id)  # None once purged (finished jobs stay MinJobAge seconds)
         state, reason = (job.state, job.reason) if job is not None else ("UNKNOWN", "")
-        if state in cmd.FINISHED_STATES or state == "UNKNOWN":
+        if state in TERMINAL_STATES or state == "UNKNOWN":
             return state
         waited = time.monotonic() - t0
         status = f"profiling job {job_id}: {state}"
@@ -377,7 +368,7 @@ def find_active_job(slurm: Slurm, uid: str, user: str) -> str | None:
     """The active lyasched job of ``user`` whose summary carries ``id=<uid>`` (None if there is none)."""
     needle = f"id={uid}"
     for job in slurm.jobs(user=user):
-        if job.state in cmd.ACTIVE_STATES and needle in job.comment.split(";"):
+        if job.state in ACTIVE_STATES and needle in job.comment.split(";"):
             return job.job_id
     return None
 
@@ -497,6 +488,7 @@ def submit(
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
+            checkpointable=req.checkpointable,
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
@@ -504,7 +496,8 @@ def submit(
 
     predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
 
-    script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations)
+    script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
+                    checkpointable=req.checkpointable)
     hold = False
     if not req.dry_run:
         try:

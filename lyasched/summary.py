@@ -3,7 +3,9 @@
 One line, ``lyasched:v1;key=value;...``: `lyasub` encodes it, the job_submit.lua plugin
 validates it at submission and `lyasched serve` decodes it. Python and Lua enforce the same
 grammar and bounds, so anything `encode` writes the plugin accepts, and anything `decode`
-accepts is safe to feed the cost model. Every key is required.
+accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (the job is
+checkpointable, `lyasub --checkpointable`: the scheduler may move it), written only when set, so
+the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ _FIELDS: tuple[_Field, ...] = (
     _Field("m1", "mem_per_sample", "float", 0, 1e12),
     _Field("src", "source", "src"),
 )
-_BY_KEY = {f.key: f for f in _FIELDS}
+CK = _Field("ck", "checkpointable", "int", 1, 1)  # optional; only ever 1 (absent: not checkpointable)
+_BY_KEY = {f.key: f for f in (*_FIELDS, CK)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -114,6 +117,7 @@ class CostSummary:
     mem_base: float = 0.0
     mem_per_sample: float = 0.0
     source: str = "m"  # "m" measured, "e" estimated
+    checkpointable: bool = False  # key ck, optional: 1 = the scheduler may move the job
 
     def __post_init__(self) -> None:
         self.validate()
@@ -137,6 +141,8 @@ class CostSummary:
                 continue
             if not f.lo <= v <= f.hi:
                 raise ValueError(f"cost summary: {f.key}={v!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
+        if not isinstance(self.checkpointable, bool):
+            raise ValueError(f"cost summary: ck must be a bool, got {self.checkpointable!r}")
         if self.max_gpus < self.min_gpus:
             raise ValueError(f"cost summary: gmax={self.max_gpus} is below gmin={self.min_gpus}")
         if len(self._encode_unchecked()) > MAX_LEN:
@@ -148,6 +154,8 @@ class CostSummary:
             v = getattr(self, f.attr)
             # repr of a float round-trips exactly and is plain or exponent notation
             parts.append(f"{f.key}={float(v)!r}" if f.kind == "float" else f"{f.key}={v}")
+        if self.checkpointable:
+            parts.append(f"{CK.key}=1")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -178,6 +186,10 @@ class CostSummary:
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
+            if f is CK:
+                if values[f.attr] != 1:
+                    raise ValueError(f"cost summary: ck={raw!r} must be 1 (or absent)")
+                values[f.attr] = True
         missing = [f.key for f in _FIELDS if f.attr not in values]
         if missing:
             raise ValueError(f"cost summary: missing {', '.join(missing)}")
@@ -186,11 +198,12 @@ class CostSummary:
     @classmethod
     def is_lyasched(cls, comment: str | None) -> bool:
         """Whether a Slurm comment claims to be a lyasched summary (it may still be invalid)."""
-        return bool(comment) and comment.strip().startswith(PREFIX)
+        return bool(comment) and (comment or "").strip().startswith(PREFIX)
 
     @classmethod
     def from_profile(
-        cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int
+        cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int,
+        checkpointable: bool = False,
     ) -> "CostSummary":
         return cls(
             uid=uid,
@@ -206,6 +219,7 @@ class CostSummary:
             mem_base=float(profile.mem_base),
             mem_per_sample=float(profile.mem_per_sample),
             source="e" if profile.source == "estimated" else "m",
+            checkpointable=bool(checkpointable),
         )
 
     def to_profile(self) -> Profile:

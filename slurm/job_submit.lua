@@ -105,6 +105,7 @@ local FIELDS = {
 		end
 		return nil, "must be m or e"
 	end,
+	ck = int_field(1, 1), -- optional (not in ORDER): the job is checkpointable (lyasub --checkpointable)
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from reliability.users import CLUSTER_STATE, OTHER_USER, TEST_USER, as_user as run_as_here
 
-TEST_USER = "lyatest"
-OTHER_USER = "lyaother"
-CLUSTER_STATE = Path(os.environ.get("LYASCHED_CLUSTER_STATE", "/var/lib/lyasched-cluster"))
+from lyasched.slurm.types import TERMINAL_STATES
+
 CLUSTER_KIND = os.environ.get("LYASCHED_CLUSTER", "native")
 REPO = Path(__file__).resolve().parents[1]
 DOCKER_STATE = Path(os.environ.get("LYASCHED_DOCKER_STATE", "/var/lib/lyasched-docker"))
@@ -43,16 +43,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "docker: needs the docker test cluster (LYASCHED_CLUSTER=docker)")
 
 
-# slurm-marked tests that drive the native cluster's host directly (benchmarks/rel_*.py call
+# slurm-marked tests that drive the native cluster's host directly (tests/reliability/ calls
 # `runuser`, start the service with the host's Python, stop slurmctld by its host pid): the docker
 # cluster has its own versions of these (tests/test_docker_*.py). Node id prefix -> why.
 NATIVE_ONLY = {
-    "tests/test_faults.py": "benchmarks/rel_faults.py stops this host's slurmctld by pid (docker: test_docker_faults.py)",
-    "tests/test_load.py::test_burst": "benchmarks/rel_load.py runs lyasub and the service on this host",
-    "tests/test_load.py::test_one_slot": "benchmarks/rel_load.py runs lyasub and the service on this host",
+    "tests/test_faults.py": "reliability.faults stops this host's slurmctld by pid (docker: test_docker_faults.py)",
+    "tests/test_load.py::test_burst": "reliability.load runs lyasub and the service on this host",
+    "tests/test_load.py::test_one_slot": "reliability.load runs lyasub and the service on this host",
     "tests/test_slurm_backends.py": "the backend parity/error tests call this host's sbatch through runuser and "
                                     "read its /etc/slurm/slurm.conf; the docker image has no pyslurm wheel",
-    "tests/test_bad_input.py::test_plugin_refuses": "benchmarks/rel_badinput.py runs sbatch through this host's "
+    "tests/test_bad_input.py::test_plugin_refuses": "reliability.badinput runs sbatch through this host's "
                                                     "runuser (docker: test_job_submit.py covers the plugin)",
 }
 
@@ -128,8 +128,7 @@ class Cluster:
     def run(self, user: str, *argv: str, check: bool = False, timeout: float = 60, cwd=None,
             input: str | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` as ``user`` (runuser keeps the environment, so PATH still finds sbatch)."""
-        cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
-        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout, cwd=cwd, input=input)
+        return run_as_here(user, *argv, check=check, timeout=timeout, cwd=cwd, input=input)
 
     def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None, env=None):
         """Start a long-running command as ``user`` (the service); Popen-like. ``env``: its environment
@@ -256,7 +255,7 @@ def slurm_jobs() -> Iterator[list[str]]:
         subprocess.run(["scancel", *jobs], capture_output=True, timeout=30)
 
 
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
+FINAL_STATES = TERMINAL_STATES  # lyasched.slurm.types: the one classification of Slurm job states
 
 
 def job_state(job_id: str) -> str:

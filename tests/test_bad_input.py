@@ -1,4 +1,4 @@
-"""Bad input (issue 5): the table of benchmarks/rel_badinput.py, one test per malformed input.
+"""Bad input (issue 5): the table of tests/reliability/badinput.py, one test per malformed input.
 
 Every case must exit non-zero with ONE clear error line, submit nothing (fake Slurm tools on PATH
 record every call; plugin cases: squeue of the test user) and write nothing (the sandbox is
@@ -7,17 +7,8 @@ compared file by file, SQLite databases row by row, before and after).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "rel_badinput.py"
-_spec = importlib.util.spec_from_file_location("rel_badinput", _PATH)
-bad = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("rel_badinput", bad)
-_spec.loader.exec_module(bad)  # type: ignore[union-attr]
+from reliability import badinput as bad
 
 
 @pytest.fixture(scope="module")

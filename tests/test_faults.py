@@ -1,5 +1,5 @@
 """Faults of issue 5 on the real Slurm test cluster (marker ``slurm``): the suites of
-benchmarks/rel_faults.py at CI sizes (6 kills instead of 20, a 20 s controller outage instead
+tests/reliability/faults.py at CI sizes (6 kills instead of 20, a 20 s controller outage instead
 of 120 s; the benchmark runs the full sizes), once per Slurm backend of the service (cli, pyslurm:
 the `slurm_backend` fixture). Hold the shared-cluster lock:
 
@@ -8,16 +8,10 @@ the `slurm_backend` fixture). Hold the shared-cluster lock:
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from reliability import faults as rel
 
 pytestmark = pytest.mark.slurm
-
-_spec = importlib.util.spec_from_file_location("rel_faults", Path(__file__).resolve().parents[1] / "benchmarks" / "rel_faults.py")
-rel = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rel)
 
 
 def test_sigkill_at_named_points_and_random_moments(monkeypatch, slurm_backend):

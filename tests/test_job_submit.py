@@ -125,6 +125,8 @@ LONG_SIG = "s" * 128
     (summary(id="short"), "id=short: must be 8..64 characters"),
     (summary(sig="res net"), "sig=res net: must be 1..128 characters"),
     (summary(src="x"), "src=x: must be m or e"),
+    (summary(ck="0"), "ck=0: must be in 1..1"),
+    (summary(ck="2"), "ck=2: must be in 1..1"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
     (PREFIX + "b", "field 'b' is not key=value"),
@@ -156,6 +158,7 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"a": "0.5", "bt": "5", "m0": "0.0", "m1": "3.2e-05", "src": "e"},
     {"a": "1.25E-3", "bt": "-0.0", "m0": "12345678901234567890e-7", "m1": "7e+002"},
     {"id": "A" * 64, "sig": "x" * 128},
+    {"ck": "1"},  # optional: the job is checkpointable (lyasub --checkpointable)
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)

@@ -1,4 +1,4 @@
-"""Load (issue 5): the burst and held-jobs runs of benchmarks/rel_load.py at test sizes, plus the
+"""Load (issue 5): the burst and held-jobs runs of tests/reliability/load.py at test sizes, plus the
 lyasub start-up fix they rely on (a remembered signature: no torch with a cached profile).
 
 The cluster tests (marker ``slurm``) run the same code as the benchmark with 100 submissions
@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from reliability import load as rel_load
+
+from lyasched.submitter import model_signature_of, remember_signature, remembered_signature, signature_key
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import rel_load  # noqa: E402
-
-from lyasched.submitter import model_signature_of, remember_signature, remembered_signature, signature_key  # noqa: E402
 
 
 def test_signature_key_only_for_builtins_and_stable() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lyasched.slurm import commands
 from lyasched.slurm import query as q
 
 DATA = Path(__file__).parent / "data"
@@ -58,7 +59,7 @@ def test_parse_squeue_recorded_keeps_only_tagged_jobs_and_splits_name_with_pipes
     jobs = {j.job_id: j for j in q.parse_squeue(read("squeue.txt"))}
     assert "1" not in jobs and "9" not in jobs  # plain jobs: no lyasched comment
     held = jobs["10"]
-    assert (held.user, held.uid, held.state, held.reason) == ("lyatest", 1001, "PENDING", "JobHeldUser")
+    assert (held.user, held.unix_uid, held.state, held.reason) == ("lyatest", 1001, "PENDING", "JobHeldUser")
     assert held.held_by_service and held.pending and not held.running
     assert held.start_time is None  # squeue's expected start of a pending job is not a start
     assert held.time_limit == 600.0 and held.priority == 0
@@ -81,7 +82,7 @@ def test_parse_squeue_rejects_short_lines():
 def test_parse_show_job_recorded():
     jobs = {j.job_id: j for j in q.parse_show_job(read("scontrol_show_job.txt"))}
     assert set(jobs) == {"9", "10", "11"}
-    assert (jobs["9"].user, jobs["9"].uid, jobs["9"].gpus, jobs["9"].is_lyasched) == ("lyaother", 1002, 3, False)
+    assert (jobs["9"].user, jobs["9"].unix_uid, jobs["9"].gpus, jobs["9"].is_lyasched) == ("lyaother", 1002, 3, False)
     assert jobs["10"].held_by_service and jobs["10"].comment.startswith(q.TAG) and jobs["10"].name == "held one"
     assert jobs["11"].nodes == ("node2", "node3") and jobs["11"].gpus == 4 and jobs["11"].time_limit == 600.0
 
@@ -128,17 +129,17 @@ def test_expand_hostlist():
 
 
 def test_update_release_hold_builders():
-    assert q.update_args("42", 2, 4, ["node1", "node3"]) == [
+    assert commands.update_args("42", 2, 4, ["node1", "node3"]) == [
         "scontrol", "update", "JobId=42", "NumNodes=2-2", "NumTasks=2", "NumCPUs=2", "TresPerNode=gres:gpu:4",
         "ReqNodeList=node1,node3",
     ]
-    assert q.update_args("7", 1, 2)[-1] == "ReqNodeList="
-    assert q.release_args("42") == ["scontrol", "release", "42"]
-    assert q.hold_args("42") == ["scontrol", "hold", "42"]
+    assert commands.update_args("7", 1, 2)[-1] == "ReqNodeList="
+    assert commands.release_args("42") == ["scontrol", "release", "42"]
+    assert commands.hold_args("42") == ["scontrol", "hold", "42"]
     with pytest.raises(ValueError):
-        q.update_args("1", 2, 1, ["node1"])
+        commands.update_args("1", 2, 1, ["node1"])
     with pytest.raises(ValueError):
-        q.update_args("1", 0, 1)
+        commands.update_args("1", 0, 1)
 
 
 def test_squeue_args_use_fixed_format_with_free_text_last():

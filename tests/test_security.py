@@ -281,13 +281,13 @@ def test_job_released_by_the_service_path_runs_as_its_submitter(held, test_user,
     """The service (root here) resizes and releases with the argv it uses in production; the job runs
     as the user who submitted it, not as the service."""
     from lyasched.slurm import SlurmCLI
-    from lyasched.slurm import query as q
+    from lyasched.slurm import commands
 
     job = held()
     assert _squeue(job, "%T|%r") == "PENDING|JobHeldUser"
     cli = SlurmCLI(timeout=30)
-    cli.run(q.update_args(job, 1, 1))
-    cli.run(q.release_args(job))
+    cli.run(commands.update_args(job, 1, 1))
+    cli.run(commands.release_args(job))
     assert wait_job(job, timeout=90) == "COMPLETED"
     who = job_dir / "who"
     assert who.read_text().strip() == test_user

@@ -230,7 +230,7 @@ def test_pyslurm_records_map_to_the_same_values_as_the_cli() -> None:
         submit_time=1_000_000, start_time=1_000_500, end_time=1_086_400, time_limit=10, num_nodes=1,
         gres_per_node={"gpu": 1}, allocated_nodes=None, partition="gpu", comment="lyasched:v1;id=x", name="t")
     j = _job(rec)
-    assert (j.job_id, j.user, j.uid, j.held_by_service, j.start_time, j.end_time) == ("12", "alice", 1001, True,
+    assert (j.job_id, j.user, j.unix_uid, j.held_by_service, j.start_time, j.end_time) == ("12", "alice", 1001, True,
                                                                                       None, None)
     assert j.time_limit == 600 and j.gpus == 1 and j.nodes == () and j.is_lyasched
     done = _job(SimpleNamespace(**{**vars(rec), "state": "COMPLETED", "allocated_nodes": "node[1-2]",

@@ -4,8 +4,11 @@ so `lyasched replay` does not import torch and `lyasched profiles` does not impo
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from lyasched.cli.errors import BadInput
 
 # name -> "module:attribute" of a click command
 SUBCOMMANDS: dict[str, str] = {
@@ -27,16 +30,12 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(mod), attr)
         return super().get_command(ctx, name)
 
-    def invoke(self, ctx: click.Context):  # type: ignore[no-untyped-def]
+    def invoke(self, ctx: click.Context) -> Any:
         # Bad input: one line (``Error: ...``, exit 2), not click's usage block (issue 5).
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            raise _OneLineUsage(" ".join(e.format_message().split())) from None
-
-
-class _OneLineUsage(click.ClickException):
-    exit_code = 2
+            raise BadInput(e.format_message()) from None
 
 
 @click.group(cls=LazyGroup)

@@ -18,11 +18,14 @@ import pwd
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from lyasched.cli.errors import OneLineCommand
 from lyasched.config import ConfigError, load_config
+from lyasched.store import jobrecord
+from lyasched.store.jobrecord import JobRecord
 from lyasched.store import DEFAULT_DB_ENV
 
 COLUMNS = (
@@ -130,59 +133,44 @@ def _loads(text: str | None, default: Any) -> Any:
         return default
 
 
-def job_view(row: dict, live: dict | None, now: float) -> dict:
+def job_view(rec: JobRecord, live: dict | None, now: float) -> dict:
     """One job as lyastat shows it: the record, with Slurm's live state where it has one."""
-    j = live.get(row["slurm_id"]) if live else None
-    state = j.state if j is not None else (row["slurm_state"] or row["state"] or "").upper()
+    j = live.get(rec.slurm_id) if live else None
+    state = j.state if j is not None else (rec.slurm_state or rec.state or "").upper()
     if j is not None and j.pending and j.held_by_service:
         state = "HELD"
-    started = row["started"] if row["started"] is not None else (j.start_time if j is not None else None)
-    submit = row["submit_time"]
+    started = rec.started if rec.started is not None else (j.start_time if j is not None else None)
+    submit = rec.submit_time
     if submit is None:
         wait = None
     elif started is not None:
         wait = max(0.0, started - submit)
-    elif row["state"] in ("waiting", "released"):
+    elif rec.state in ("waiting", "released"):
         wait = max(0.0, now - submit)
     else:
         wait = None
-    pred = row["predicted"]
-    if pred is None:
-        best = [x for x in _loads(row["pred_one"], []) + _loads(row["pred_multi"], []) if x is not None]
-        pred = min(best) if best else None
     return {
-        "jobid": row["slurm_id"],
-        "uid": row["uid"],
-        "user": row["user"],
-        "name": row["name"],
+        "jobid": rec.slurm_id,
+        "uid": rec.uid,
+        "user": rec.user,
+        "name": rec.name,
         "state": state,
-        "lyasched_state": row["state"],
-        "gpus": row["gpus"],
-        "nodes": _loads(row["nodes"], []),
-        "predicted": pred,
-        "observed": row["observed"],
+        "lyasched_state": rec.state,
+        "gpus": rec.gpus,
+        "nodes": list(rec.nodes),
+        "predicted": rec.best_predicted,
+        "observed": rec.observed,
         "wait": wait,
         "submit_time": submit,
         "started": started,
-        "ended": row["ended"],
-        "reason": row["reason"],
+        "ended": rec.ended,
+        "reason": rec.reason,
     }
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     click.echo(f"lyastat: {msg}", err=True)
     sys.exit(1)
-
-
-class OneLineUsage(click.Command):
-    """Usage errors as one line (``lyastat: error: ...``), exit 2, instead of click's usage block."""
-
-    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[no-untyped-def]
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as e:
-            click.echo(f"lyastat: error: {' '.join(e.format_message().split())}", err=True)
-            sys.exit(2)
 
 
 def _utf8(value: str | None, what: str) -> None:
@@ -193,7 +181,7 @@ def _utf8(value: str | None, what: str) -> None:
         _fail(f"{what} {value!r}: not a lyasched job (not valid UTF-8)")
 
 
-@click.command(cls=OneLineUsage, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineCommand, prog="lyastat", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("jobid", required=False)
 @click.option("--all", "-a", "all_users", is_flag=True, help="Jobs of every user.")
 @click.option("--user", "-u", default=None, help="Jobs of this user (default: you).")
@@ -227,9 +215,9 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
         show_job(rdb, jobid, now, as_json, no_slurm, config)
         return
     who = None if all_users else (user or _caller())
-    rows = records.list_jobs(rdb, user=who)
+    recs = jobrecord.jobs(rdb, user=who)
     live = None if no_slurm else live_jobs(who, config=config)
-    views = [job_view(r, live, now) for r in rows]
+    views = [job_view(r, live, now) for r in recs]
     if as_json:
         click.echo(json.dumps({"user": who, "jobs": views}, indent=2))
     else:
@@ -243,7 +231,7 @@ def show_queue(rdb, as_json: bool) -> None:
     counts = {
         st: n for st, n in rdb.execute("select state, count(*) from jobs group by state").fetchall()
     }
-    out = {
+    out: dict[str, Any] = {
         "slots": records.slot_count(rdb),
         "last_slot": None,
         "jobs": counts,
@@ -314,41 +302,37 @@ def _startup_line(rdb) -> str:
 
 
 def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config: str | None = None) -> None:
-    from lyasched.store import records
-
-    row = records.job_by_slurm_id(rdb, jobid) or records.get_job(rdb, jobid)
-    if row is None:
+    rec = jobrecord.job_by_slurm_id(rdb, jobid) or jobrecord.job(rdb, jobid)
+    if rec is None:
         _fail(f"job {jobid}: not a lyasched job in {rdb.conn.execute('pragma database_list').fetchone()[2]}")
     live = None if no_slurm else live_jobs(None, config=config)
-    view = job_view(row, live, now)
-    decisions = records.decisions_for(rdb, row["uid"])
-    profile: dict[str, Any] = {}
-    try:
-        from lyasched.summary import CostSummary
+    view = job_view(rec, live, now)
+    summary = rec.cost_summary()
+    profile: dict[str, Any] = summary.as_dict() if summary is not None else {}
 
-        profile = CostSummary.decode(row["summary"]).as_dict()
-    except (ValueError, TypeError):
-        pass
-    one, multi = _loads(row["pred_one"], []), _loads(row["pred_multi"], [])
+    def _time(x: float | None) -> float | None:
+        return x if x is not None and math.isfinite(x) else None
+
+    one, multi = rec.pred_one, rec.pred_multi
     per_gpus = [
-        {"gpus": g, "one_node": one[g - 1] if g - 1 < len(one) else None,
-         "multi_node": multi[g - 1] if g - 1 < len(multi) else None}
+        {"gpus": g, "one_node": _time(one[g - 1]) if g - 1 < len(one) else None,
+         "multi_node": _time(multi[g - 1]) if g - 1 < len(multi) else None}
         for g in range(1, max(len(one), len(multi)) + 1)
     ]
-    dec = [
-        {"time": d["time"], "action": d["action"], "gpus": d["gpus"], "nodes": _loads(d["nodes"], []),
-         "placement": _loads(d["placement"], []), "score": d["score"], "predicted": d["predicted"],
-         "reason": d["reason"]}
-        for d in decisions
+    dec: list[dict[str, Any]] = [
+        {"time": d.time, "action": d.action, "gpus": d.gpus, "nodes": list(d.nodes),
+         "placement": [[n, g] for n, g in d.placement.parts], "score": d.score, "predicted": d.predicted,
+         "reason": d.reason}
+        for d in jobrecord.decisions(rdb, rec.uid)
     ]
     if as_json:
         click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec,
-                               "work": row["work"], "time_limit": row["time_limit"],
+                               "work": rec.work, "time_limit": rec.time_limit,
                                "startup": _startup_dict(rdb)}, indent=2))
         return
     click.echo(format_table([view]))
     click.echo("")
-    click.echo(f"uid         {row['uid']}")
+    click.echo(f"uid         {rec.uid}")
     if profile:
         click.echo(f"profile     {profile['sig']}: alpha={profile['alpha']:g}s beta={profile['beta']:g}s/sample "
                    f"params={profile['params']} B={profile['global_batch']} iterations={profile['iterations']} "
@@ -367,4 +351,4 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
             where = ",".join(d["nodes"]) or "-"
             click.echo(f"  {when} {d['action']:<6} {d['gpus'] or '-'} GPUs on {where}: {d['reason']}")
     else:
-        click.echo(f"decisions:  none yet ({row['reason']})")
+        click.echo(f"decisions:  none yet ({rec.reason})")

@@ -10,34 +10,20 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from lyasched.cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, OneLineCommand
 from lyasched.slurm import SlurmError
 from lyasched.slurm.submit import SbatchOptions
 
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED = 1
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"lyasub: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
-
-
-class OneLineErrors(click.Command):
-    """Usage errors as one line on stderr (``lyasub: error: ...``), exit 2, instead of click's block."""
-
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo("lyasub: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except click.ClickException as e:
-            _fail(e.format_message(), e.exit_code)
-        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _model_args(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -93,7 +79,8 @@ def _duration(seconds: float) -> str:
 
 
 @click.command(
-    cls=OneLineErrors,
+    cls=OneLineCommand,
+    prog="lyasub",
     context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
 )
 @click.option("--partition", "-p", help="Slurm partition.")
@@ -118,13 +105,14 @@ def _duration(seconds: float) -> str:
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Cost table (default $LYASCHED_DB or ~/.local/share/lyasched/lyasched.db).")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="lyasched config for [cluster] (default $LYASCHED_CONFIG or /etc/lyasched/config.toml).")
 @click.option("--uid", help="lyasched job uid; resubmitting with the same uid returns the existing job.")
+@click.option("--checkpointable", is_flag=True, help="The script saves on SIGUSR1 and resumes (lyasched.checkpoint): the scheduler may shrink, grow or suspend it (docs/elastic.md).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the sbatch command; submit nothing.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS]...")
 def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, model,
          model_args, global_batch, iterations, epochs, dataset_size, min_gpus, max_gpus, no_profile, db, config,
-         uid, dry_run, parsable, as_json, command) -> int:
+         uid, checkpointable, dry_run, parsable, as_json, command) -> int:
     """Submit SCRIPT (a torch.distributed training script) to the lyasched scheduler.
 
     The job is submitted held, with its cost summary in the Slurm comment; lyasched serve
@@ -144,7 +132,7 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
     request = SubmitRequest(
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
         dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
-        model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run,
+        model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run, checkpointable=checkpointable,
         options=SbatchOptions(partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
                               cpus_per_gpu=cpus_per_gpu, job_name=job_name, output=output, error=error,
                               constraint=constraint),

@@ -50,13 +50,14 @@ def _fmt_table(workload: str, summary: dict, info: str) -> str:
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds: policies decide at slot boundaries.")
 @click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Sigma of log(true/predicted run time); 0 = exact predictions.")
 @click.option("--restart-overhead", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds a preempted job loses when it restarts.")
+@click.option("--checkpointable", type=click.Choice(["all", "declared", "none"]), default="all", show_default=True, help="Jobs preemptive and elastic policies may move: all (traces declare nothing), those declared checkpointable, or none.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Only the first N jobs (by submit time).")
 @click.option("--start", type=click.FloatRange(min=0), default=None, help="Window start, seconds after the first submission.")
 @click.option("--end", type=click.FloatRange(min=0), default=None, help="Window end, seconds after the first submission.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write per-job CSVs, summary.json and PNG plots here.")
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, e.g. V=1e4 or lyapunov.V=1e4 (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
-def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead,
+def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead, checkpointable,
            max_jobs, start, end, out_dir, params, as_json) -> None:
     """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
     from lyasched.sim import InvalidDecision, Simulation
@@ -81,7 +82,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                           max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
-                         restart_overhead=restart_overhead, end_fraction=w.end_fraction)
+                         restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable)
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]
     except (TraceError, ValueError, TypeError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None

@@ -87,7 +87,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
     # $LYASCHED_SLURM_PREFIX: run the Slurm tools (and the pyslurm worker) through a wrapper (a fault
-    # injector in tests, e.g. tests/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
+    # injector in tests, e.g. tests/reliability/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
     prefix = shlex.split(os.environ.get(PREFIX_ENV, ""))
     choice = backend_choice(cfg.slurm_backend, slurm_backend)
     try:

@@ -11,14 +11,9 @@ from dataclasses import replace
 
 import click
 
+from lyasched.cli.errors import BadInput
 from lyasched.cli.replay import parse_params
 from lyasched.policy import POLICIES
-
-
-class _BadInput(click.ClickException):
-    """Bad input data (a sacct file, a too-small cluster): one line, exit 2."""
-
-    exit_code = 2
 
 
 def _say(msg: str) -> None:
@@ -30,12 +25,12 @@ def _read_file(path: str) -> str:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise _BadInput(f"{path}: {e.strerror or e}") from None
+        raise BadInput(f"{path}: {e.strerror or e}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise _BadInput(f"{path} line {line}: not UTF-8 text (byte {data[e.start]:#04x}); not sacct output?") from None
+        raise BadInput(f"{path} line {line}: not UTF-8 text (byte {data[e.start]:#04x}); not sacct output?") from None
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -115,12 +110,12 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     try:
         parsed = parse_sacct(text, source)
     except SacctError as e:
-        raise _BadInput(str(e)) from None
+        raise BadInput(str(e)) from None
     hist = build_history(parsed.records, partition)
     c = hist.counts
     _say(f"read {len(parsed.records)} allocation records ({parsed.steps} step lines skipped): {c['gpu']} finished GPU jobs")
     if not hist.jobs:
-        raise _BadInput(f"{source}: no finished GPU job to replay ({len(parsed.records)} records: {c['cpu_only']} CPU-only, "
+        raise BadInput(f"{source}: no finished GPU job to replay ({len(parsed.records)} records: {c['cpu_only']} CPU-only, "
                         f"{c['cancelled_before_start']} cancelled before start, {c['still_running']} still running, "
                         f"{c['pending']} pending, {c['other_partition']} in other partitions)")
 
@@ -142,7 +137,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
                              rigid=rigid, progress=sys.stderr.isatty(), say=_say)
     except HistoryTooBig as e:
-        raise _BadInput(str(e)) from None
+        raise BadInput(str(e)) from None
     except (InvalidDecision, RuntimeError, TypeError, ValueError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
 

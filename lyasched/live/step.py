@@ -14,11 +14,8 @@ from typing import Any, Sequence
 
 import sqlite_utils
 
-from lyasched.slurm.types import SlurmJob
+from lyasched.slurm.types import RAN_STATES, SlurmJob  # RAN_STATES: job states are classified in slurm.types
 from lyasched.store import records
-
-# Slurm states after which a job really ran (CANCELLED may mean "cancelled while pending").
-RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 
 
 @dataclass

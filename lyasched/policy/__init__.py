@@ -32,6 +32,7 @@ POLICIES: dict[str, str] = {
     "sjf-oracle": "lyasched.policy.sjf_oracle:SjfOracle",
     "optimus": "lyasched.policy.optimus:Optimus",
     "tiresias": "lyasched.policy.tiresias:Tiresias",
+    "elastic": "lyasched.policy.elastic:ElasticPolicy",
 }
 
 

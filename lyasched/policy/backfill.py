@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -86,10 +86,12 @@ class Backfill(_Base):
             starts.append(_decision(w, f, g, f"fifo, requested {g}"))
             started.append(i)
         if head is None:  # every job started, or none can ever run: only an event changes that
-            return queue.result(starts, started, head=None, shadow=None, **({} if starts else {"wake_at": math.inf}))
+            done: dict[str, Any] = {} if starts else {"wake_at": math.inf}
+            return queue.result(starts, started, head=None, shadow=None, **done)
 
         hw = waiting[order[head]]
         hg = self._job(hw)[0]
+        assert hg is not None  # the head is a job with an allowed GPU count (the loop above skips the others)
         shadow, future = self._reservation(hw, hg, free.free, ends)
         # The later jobs in FIFO order, scanned as EASY backfill does one by one, but a shape at a
         # time: between two starts the free GPUs do not change, so every job of a shape fits the
@@ -125,7 +127,8 @@ class Backfill(_Base):
             i = int(rest[at - 1])
             w = waiting[i]
             g = self._job(w)[0]
-            f = fit(w, g, free)
+            f = fit(w, g, free) if g is not None else None
+            assert g is not None and f is not None  # its shape fits the free GPUs (ok[j] above)
             end = now + w.time_limit
             if future is None:
                 reason = f"backfill, head {hw.job_id} cannot start even when all running jobs end"
@@ -138,7 +141,7 @@ class Backfill(_Base):
             free.take(f.placement)
             starts.append(_decision(w, f, g, reason))
             started.append(i)
-        info = {"head": hw.job_id, "shadow": shadow if future is not None else None}
+        info: dict[str, Any] = {"head": hw.job_id, "shadow": shadow if future is not None else None}
         if not starts:
             info["wake_at"] = self._wake_at(state)
         return queue.result(starts, started, **info)

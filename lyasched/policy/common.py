@@ -12,7 +12,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable, Generic, Iterable, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -83,12 +83,12 @@ def fit(w: WaitingJob, g: int, free: Sequence[int] | Pool) -> Fit | None:
     pool = free if isinstance(free, Pool) else None
     t1 = float(w.run_one_node[g - 1])
     if math.isfinite(t1):
-        p = pool.place(g, True) if pool else place(free, g, one_node=True)
+        p = pool.place(g, True) if pool else place(cast(Sequence[int], free), g, one_node=True)
         if p is not None:
             return Fit(p, t1)
     tm = float(w.run_multi_node[g - 1])
     if math.isfinite(tm):
-        p = pool.place(g, False) if pool else place(free, g, one_node=False)
+        p = pool.place(g, False) if pool else place(cast(Sequence[int], free), g, one_node=False)
         if p is not None:
             return Fit(p, tm)
     return None
@@ -108,19 +108,15 @@ def fit_shape(shape: Shape, free: Sequence[int] | Pool) -> Placement | None:
     pool = free if isinstance(free, Pool) else None
     p = None
     if one:
-        p = pool.place(g, True) if pool else place(free, g, one_node=True)
+        p = pool.place(g, True) if pool else place(cast(Sequence[int], free), g, one_node=True)
     if p is None and multi:
-        p = pool.place(g, False) if pool else place(free, g, one_node=False)
+        p = pool.place(g, False) if pool else place(cast(Sequence[int], free), g, one_node=False)
     return p
 
 
 def _release(free: list[int], placement: Placement) -> None:
     for node, n in placement:
         free[node] += n
-
-
-def fifo_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
-    return sorted(waiting, key=lambda w: (w.submit_time, w.job_id))
 
 
 _work = attrgetter("work")
@@ -171,7 +167,7 @@ class Queue:
     """
 
     def __init__(self, **columns: Callable[[WaitingJob], float]) -> None:
-        self.make = {"submit": _submit, "work": _work, **columns}
+        self.make: dict[str, Callable[[WaitingJob], float]] = {"submit": _submit, "work": _work, **columns}
         self.cols = {k: np.empty(0) for k in self.make}
         self.jobs: tuple[WaitingJob, ...] = ()
         self.ordered = True  # self.jobs is in FIFO order (submit time, then id)

@@ -40,7 +40,7 @@ class Param:
         return f"{what} in {'(' if self.lo_open else '['}{lo}, {hi}]"
 
 
-_POS = dict(lo=0.0, lo_open=True)
+_POS: dict[str, Any] = dict(lo=0.0, lo_open=True)
 
 PARAMS: dict[str, dict[str, Param]] = {
     "lyapunov": {
@@ -56,6 +56,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the offered-load estimate (s)"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
     },
+    "elastic": {},  # filled below: the lyapunov core's parameters and the moves'
     "fixed-1": {},
     "random": {},
     "fifo": {},
@@ -67,6 +68,14 @@ PARAMS: dict[str, dict[str, Param]] = {
         "min_run_s": Param("float", lo=0.0, hi=1e9, help="a started job runs at least this long before it can be preempted"),
         "restart_overhead_s": Param("float", lo=0.0, hi=1e9, optional=True, help="seconds a restart is assumed to cost"),
     },
+}
+
+PARAMS["elastic"] = {
+    **PARAMS["lyapunov"],
+    "min_move_interval": Param("float", lo=0.0, hi=1e9, help="a job runs at least this long (s) after a start or a move before it is moved again"),
+    "move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none"),
+    "grow": Param("bool", help="give idle GPUs to running checkpointable jobs when nothing waits"),
+    "max_candidates": Param("int", lo=0, hi=1e6, help="waiting jobs considered for a swap per slot"),
 }
 
 

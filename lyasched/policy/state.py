@@ -116,12 +116,15 @@ class Capabilities:
       changes until a job arrives or ends (the simulator jumps there).
     - ``placement``: the placement rule its decisions follow (`lyasched.policy.placement`); the
       only one a Slurm target can carry out is `EQUAL_PER_NODE`.
+    - ``moves``: it resizes running jobs (a job in ``preempt`` and in ``starts`` of one slot) and
+      reads them as `lyasched.policy.movable.MovableJob`; implies ``preemptive`` (docs/elastic.md).
     """
 
     preemptive: bool = False
     needs_true_runtimes: bool = False
     time_invariant: bool = False
     placement: str = EQUAL_PER_NODE
+    moves: bool = False
 
 
 class Policy(Protocol):

@@ -174,12 +174,14 @@ class Tiresias(_Base):
             g = shape[0]
             if c not in victims_of:
                 f = fit(w, g, free)
+                assert f is not None  # can_act: its shape fits the free GPUs
                 apply(free, f.placement)
                 left -= g
                 starts.append(_decision(w, f, g, f"tiresias queue {qw}, requested {g}", score=qw))
                 started.append(i)
                 continue
             victims = victims_of[c]
+            assert victims is not None  # can_act[c]: a victim set was found
             self._hold(w, g, free, pending, victims)
             left, pend = sum(free), sum(pending)
             for r in victims:

@@ -219,6 +219,8 @@ class TinyLM(nn.Module):
     """Small causal transformer language model (token + position embeddings, pre-norm encoder
     layers with a causal mask, tied output projection)."""
 
+    mask: torch.Tensor  # a registered buffer
+
     def __init__(self, vocab: int = 8000, dim: int = 128, layers: int = 2, heads: int = 4, seq: int = 32) -> None:
         super().__init__()
         self.seq = seq

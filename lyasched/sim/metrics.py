@@ -28,7 +28,8 @@ def summarize(res: SimResult) -> dict:
         "avg_slowdown": float(np.mean(jct / np.maximum(run, 1e-9))),
         "gpu_util": float(res.busy_gpu_s / cap) if cap > 0 else 0.0,
         "jobs": len(recs),
-        "preemptions": int(sum(r.preemptions for r in recs)),
+        "preemptions": int(sum(r.preemptions for r in recs)),  # checkpoints: suspensions and resizes
+        "resizes": int(sum(r.resizes for r in recs)),  # relaunched at once on another GPU count (elastic)
         "decide_calls": res.decide_calls,
         "wall_s": round(res.wall_s, 3),
         "decide_s": round(res.decide_s, 3),

@@ -29,6 +29,7 @@ from lyasched.job import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
+from lyasched.sim import moves as mv
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -72,7 +73,8 @@ class JobRecord:
     end: float = math.nan
     run_s: float = 0.0  # time spent holding GPUs (restart overheads included)
     gpu_s: float = 0.0
-    preemptions: int = 0
+    preemptions: int = 0  # checkpoints taken (suspensions and resizes)
+    resizes: int = 0  # of those, relaunched at once on another GPU count (elastic moves)
     gpus: int = 0  # GPU count of the last segment
     spans_nodes: bool = False
     segments: list[Segment] = field(default_factory=list)
@@ -154,6 +156,7 @@ class Simulation:
         seed: int = 0,
         restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
         end_fraction: dict[str, float] | None = None,
+        checkpointable: str = "all",
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -167,6 +170,9 @@ class Simulation:
         self.cost = CostModel(cluster)
         self.slot_len = float(slot_len)
         self.restart_overhead = float(restart_overhead)
+        # which jobs may be preempted/resized, and what a move costs each (lyasched.sim.moves)
+        self.checkpointable = mv.checkpointable_mask(self.jobs, checkpointable)
+        self.move_costs = mv.move_costs(self.jobs, self.restart_overhead)
         self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
         if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
@@ -245,6 +251,7 @@ class Simulation:
         pname = name or getattr(policy, "name", type(policy).__name__)
         caps = capabilities(policy)
         oracle, preemptive, invariant = caps.needs_true_runtimes, caps.preemptive, caps.time_invariant
+        moves = caps.moves  # may resize: sees MovableJob, is also asked when only a grow could happen
         builder = SlotStateBuilder(caps)
         node_names = tuple(f"node{k}" for k in range(self.cluster.nodes))
         cl = self.cluster
@@ -349,6 +356,7 @@ class Simulation:
                     running_view = None
 
                 can_act = bool(waiting) and (busy < total or (preemptive and running))
+                can_act = can_act or (moves and bool(running) and busy < total)  # a grow
                 wake = None  # a policy may say when deciding again could change anything (info["wake_at"])
                 if can_act:
                     acted = False
@@ -367,6 +375,8 @@ class Simulation:
                         arrivals_t=self._arr_t[:next_arrival],
                         arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
                     ))
+                    if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
+                        state = mv.policy_view(self, state, running, records, oracle, moves)
                     c0 = time.perf_counter()
                     res = policy.decide(state)
                     decide_s += time.perf_counter() - c0
@@ -379,11 +389,13 @@ class Simulation:
                         i = by_id.get(jid)
                         if i is None or i not in running:
                             raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not running at t={t:g}")
+                        if not self.checkpointable[i]:
+                            raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not checkpointable")
                         r = running[i]
                         tokens[i] += 1
                         stop(r, t, finished=False)
                         records[i].preemptions += 1
-                        views[i] = self._view(i, frac[i], self.restart_overhead, oracle, attained[i])
+                        views[i] = self._view(i, frac[i], float(self.move_costs[i]), oracle, attained[i])
                         pos = bisect.bisect(waiting, i)
                         waiting.insert(pos, i)
                         wlist.insert(pos, views[i])
@@ -391,7 +403,7 @@ class Simulation:
                     preempted = set(res.preempt)
                     started: set[int] = set()
                     for d in res.starts:
-                        i = self._check(d, by_id, views, started, preempted, free, pname, t)
+                        i = self._check(d, by_id, views, started, set() if moves else preempted, free, pname, t)
                         v = views[i]
                         spans = len(d.placement) > 1
                         predicted = v.run_time(d.gpus, spans)
@@ -401,7 +413,7 @@ class Simulation:
                         row = self._template(jobs[i])
                         unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
                         true_full = unit * jobs[i].iterations * float(factors[i])
-                        overhead = self.restart_overhead if records[i].preemptions else 0.0
+                        overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
                         end = t + overhead + frac[i] * true_full
                         tokens[i] += 1
                         obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i])
@@ -412,6 +424,8 @@ class Simulation:
                         rec = records[i]
                         if math.isnan(rec.first_start):
                             rec.first_start = t
+                        if d.job_id in preempted:
+                            rec.resizes += 1
                         rec.gpus, rec.spans_nodes = d.gpus, spans
                         started.add(i)
                         acted = True
@@ -433,7 +447,8 @@ class Simulation:
                         if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
                             raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
                 # next slot where something can happen
-                if waiting and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
+                busy_or_grow = bool(waiting) or (moves and bool(running))
+                if busy_or_grow and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
                     slot_k += 1
                     continue
                 # drop stale heap entries so heap[0] is a live completion

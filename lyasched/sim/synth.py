@@ -193,7 +193,8 @@ def synth_workload(spec: SynthSpec | str, seed: int = 0, *, nodes: int | None = 
     """
     if isinstance(spec, str):
         spec = parse_spec(spec)
-    spec = replace(spec, **{k: v for k, v in (("nodes", nodes), ("gpn", gpus_per_node), ("load", load)) if v is not None})
+    over: dict[str, Any] = {k: v for k, v in (("nodes", nodes), ("gpn", gpus_per_node), ("load", load)) if v is not None}
+    spec = replace(spec, **over)
     if load is not None and not (load > 0 and math.isfinite(load)):
         raise ValueError("load must be > 0")
     cluster = ClusterSpec(nodes=spec.nodes, gpus_per_node=spec.gpn)

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -71,7 +71,7 @@ SEED_GROUPS: dict[str, GroupSpec] = {
 
 
 def _pick_batch(rng: np.random.Generator, choices: Sequence[int]) -> int:
-    return int(choices[rng.integers(len(choices))])
+    return int(choices[int(rng.integers(len(choices)))])
 
 
 def _make_job(
@@ -87,7 +87,7 @@ def _make_job(
         epochs = float(rng.uniform(5.0, 40.0))  # a few minutes to an hour on one GPU
     prof = profile(model, dataset)
     iterations = max(1, int(round(epochs * epoch_iterations(dataset, batch))))
-    max_gpus = min(int(max_choices[rng.integers(len(max_choices))]), cost.cluster.total_gpus)
+    max_gpus = min(int(max_choices[int(rng.integers(len(max_choices)))]), cost.cluster.total_gpus)
     allowed = cost.allowed_counts(prof, batch, 1, max_gpus)
     if not allowed:  # cannot happen with the library's batches on 32 GB GPUs; keep jobs runnable
         raise ValueError(f"{model}/{dataset} batch {batch} fits no GPU count")
@@ -194,15 +194,15 @@ def read_trace(path: str) -> list[TraceRow]:
                 if any(v is None or v.strip() == "" for v in vals):
                     raise TraceError(f"trace {path} line {line}: truncated row (empty submit time, duration or num_gpus)")
                 try:
-                    submit = _parse_time(vals[0])
+                    submit = _parse_time(str(vals[0]))
                 except ValueError:
                     raise TraceError(f"trace {path} line {line}: bad {tcol} {vals[0]!r}") from None
                 try:
-                    duration = float(vals[1])
+                    duration = float(str(vals[1]))
                 except ValueError:
                     raise TraceError(f"trace {path} line {line}: bad duration {vals[1]!r}") from None
                 try:
-                    g = float(vals[2])
+                    g = float(str(vals[2]))
                 except ValueError:
                     raise TraceError(f"trace {path} line {line}: bad num_gpus {vals[2]!r}") from None
                 if not (math.isfinite(submit) and math.isfinite(duration)):
@@ -241,7 +241,7 @@ def select_rows(
 
 
 def size_cluster(
-    rows: Sequence[TraceRow], load: float, gpus_per_node: int = TRACE_GPUS_PER_NODE, **links: Link
+    rows: Sequence[TraceRow], load: float, gpus_per_node: int = TRACE_GPUS_PER_NODE, **links: Any
 ) -> ClusterSpec:
     """Nodes for offered load ``load``: requested GPU-seconds / (span x load), rounded up."""
     if load <= 0:
@@ -329,7 +329,7 @@ def load_workload(
             for k, j in enumerate(base.jobs)
         ]
         gpn = gpus_per_node or base.cluster.gpus_per_node
-        links = dict(intra=base.cluster.intra, inter=base.cluster.inter)
+        links: dict[str, Any] = dict(intra=base.cluster.intra, inter=base.cluster.inter)
         if nodes is not None:
             cluster = ClusterSpec(nodes=nodes, gpus_per_node=gpn, **links)
         elif load is not None:

@@ -98,7 +98,7 @@ def major_minor(version: str) -> tuple[int, int] | None:
 
 def env_prefix() -> list[str]:
     """$LYASCHED_SLURM_PREFIX: a wrapper for the Slurm tools and the pyslurm worker (a fault
-    injector in tests, e.g. tests/flaky_slurm.py), split like a shell would, never run by one."""
+    injector in tests, e.g. tests/reliability/flaky_slurm.py), split like a shell would, never run by one."""
     return shlex.split(os.environ.get(PREFIX_ENV, ""))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from lyasched.slurm import NoSuchJob, SlurmCLI
+from lyasched.slurm import commands
 from lyasched.slurm import query as q
 from lyasched.slurm import submit as sub
 from lyasched.slurm.types import AccountingRecord, ClusterConfig, NodeInfo, SlurmJob
@@ -71,13 +72,13 @@ class CliSlurm:
     # ------------------------------------------------------------ changing jobs
 
     def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
-        self._run(q.update_args(job_id, num_nodes, gpus_per_node, nodes))
+        self._run(commands.update_args(job_id, num_nodes, gpus_per_node, nodes))
 
     def release(self, job_id: str) -> None:
-        self._run(q.release_args(job_id))
+        self._run(commands.release_args(job_id))
 
     def hold(self, job_id: str) -> None:
-        self._run(q.hold_args(job_id))
+        self._run(commands.hold_args(job_id))
 
     def cancel(self, job_id: str) -> None:
         # scancel (22.05) exits 0 and prints nothing for a job it does not know (the error shows

@@ -44,7 +44,7 @@ def pyslurm_installed() -> str | None:
         return "unknown"
 
 
-# What each call is called in errors and logs, and the fault-injection key (tests/flaky_slurm.py)
+# What each call is called in errors and logs, and the fault-injection key (tests/reliability/flaky_slurm.py)
 # of the CLI call it stands for.
 CALLS = {
     "hello": "slurm_load_ctl_conf",
@@ -100,7 +100,8 @@ class PySlurm:
             p.wait()
             for f in (p.stdin, p.stdout):
                 try:
-                    f.close()
+                    if f is not None:
+                        f.close()
                 except OSError:
                     pass
 
@@ -109,7 +110,8 @@ class PySlurm:
             p = self._proc
             if p is not None and p.poll() is None:
                 try:
-                    p.stdin.close()
+                    if p.stdin is not None:
+                        p.stdin.close()
                     p.wait(timeout=2)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -127,6 +129,7 @@ class PySlurm:
         if p is None:
             self._kill()
             p = self._start()
+        assert p.stdin is not None and p.stdout is not None  # started with pipes (_start)
         try:
             write_frame(p.stdin, (op, args))
         except (BrokenPipeError, OSError) as e:

@@ -216,7 +216,7 @@ def _fields(j: Any, comment: str | None = None) -> tuple:
     return (
         str(j.id),  # job_id
         str(j.user_name or uid),  # user
-        int(uid) if uid is not None else None,  # uid
+        int(uid) if uid is not None else None,  # unix_uid
         state,
         str(j.state_reason or "None"),  # reason
         int(j.priority or 0),
@@ -235,7 +235,7 @@ def _fields(j: Any, comment: str | None = None) -> tuple:
 
 def serve(hook: Hook | None = None) -> int:
     """Answer requests until stdin closes. ``hook(op, args, call)`` may wrap each call (the fault
-    injector of tests/flaky_slurm.py); it returns the answer or raises."""
+    injector of tests/reliability/flaky_slurm.py); it returns the answer or raises."""
     inp = os.fdopen(os.dup(0), "rb")
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed from now on goes to stderr, never into the channel

@@ -1,7 +1,8 @@
-"""Reading cluster state from Slurm and building the commands that change a held job.
+"""Reading cluster state from Slurm: the queries of the CLI backend (lyasched.slurm.cli).
 
-Pure functions only: argv builders and parsers of `squeue` / `scontrol show node|job|config`
-output, tested by feeding recorded strings (tests/data/). `SlurmCLI.run` executes the argv.
+Pure functions only: argv builders and parsers of `squeue` / `scontrol show node|job|config` /
+`sacct` output, tested by feeding recorded strings (tests/data/). `SlurmCLI.run` executes the
+argv. The commands that change jobs are in lyasched.slurm.commands, submission in lyasched.slurm.submit.
 
 Why `squeue -o` with a fixed format rather than `--json`: Slurm 22.05's `--json` goes through
 the openapi v0.0.38 plugin, whose schema changes between releases; the fixed `-o` format is
@@ -32,7 +33,7 @@ from lyasched.slurm.types import (  # noqa: F401 - re-exported: the parsers' res
 SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
     ("job_id", "%i"),
     ("user", "%u"),
-    ("uid", "%U"),
+    ("unix_uid", "%U"),
     ("state", "%T"),
     ("reason", "%r"),
     ("priority", "%Q"),
@@ -91,17 +92,6 @@ def parse_duration(value: str) -> float:
     else:  # minutes
         h, mi, s = 0, int(a), 0
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds to Slurm's ``[D-]HH:MM:SS`` (what TimeLimit= accepts)."""
-    if math.isinf(seconds):
-        return "UNLIMITED"
-    s = max(0, int(math.ceil(seconds)))
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
 def gpus_in_tres(value: str) -> int:
@@ -303,7 +293,7 @@ def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
             SlurmJob(
                 job_id=rec["job_id"].strip(),
                 user=rec["user"].strip(),
-                uid=_int(rec["uid"], -1) if rec["uid"].strip().isdigit() else None,
+                unix_uid=_int(rec["unix_uid"], -1) if rec["unix_uid"].strip().isdigit() else None,
                 state=state,
                 reason=rec["reason"].strip(),
                 priority=_int(rec["priority"]),
@@ -340,7 +330,7 @@ def parse_show_job(text: str) -> list[SlurmJob]:
         state = kv.get("JobState", "UNKNOWN")
         user = kv.get("UserId", "")
         m = re.fullmatch(r"([^()]*)\((\d+)\)", user)
-        uname, uid = (m.group(1), int(m.group(2))) if m else (user, None)
+        uname, unix_uid = (m.group(1), int(m.group(2))) if m else (user, None)
         tres = kv.get("TresPerNode", "")
         gpn = gpus_in_tres(tres)
         num_nodes = _int(kv.get("NumNodes", "1").split("-")[0], 1)
@@ -355,7 +345,7 @@ def parse_show_job(text: str) -> list[SlurmJob]:
             SlurmJob(
                 job_id=kv["JobId"],
                 user=uname,
-                uid=uid,
+                unix_uid=unix_uid,
                 state=state,
                 reason=kv.get("Reason", "None"),
                 priority=_int(kv.get("Priority", "0")),
@@ -445,37 +435,11 @@ def parse_sacct(text: str) -> list[AccountingRecord]:
     return out
 
 
-# ---------------------------------------------------------------- changing a held job
+def __getattr__(name: str) -> object:
+    """The argv of the commands that change jobs moved to lyasched.slurm.commands (issue 9); the old
+    names still resolve here."""
+    if name in ("update_args", "release_args", "hold_args"):
+        from lyasched.slurm import commands
 
-
-def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> list[str]:
-    """`scontrol update` giving a held job its GPUs: ``gpus_per_node`` on each of ``num_nodes``
-    nodes (optionally exactly ``nodes``), verified on 22.05 (docs/test-cluster.md).
-
-    ``NumNodes=N-N`` (a bare N cannot grow a one-node job), one task per node (the launch
-    template runs one torchrun per node, one worker per GPU) and ``NumCPUs=N`` (slurmctld raises
-    the CPU count when growing but never lowers it when shrinking). Slurm expresses GPUs per node
-    as one number, hence equal per-node counts.
-    """
-    if num_nodes < 1 or gpus_per_node < 1:
-        raise ValueError(f"need at least one node and one GPU per node, got {num_nodes}x{gpus_per_node}")
-    if nodes and len(nodes) != num_nodes:
-        raise ValueError(f"{len(nodes)} node names for {num_nodes} nodes")
-    return [
-        "scontrol",
-        "update",
-        f"JobId={job_id}",
-        f"NumNodes={num_nodes}-{num_nodes}",
-        f"NumTasks={num_nodes}",
-        f"NumCPUs={num_nodes}",
-        f"TresPerNode=gres:gpu:{gpus_per_node}",
-        f"ReqNodeList={compress_hostlist(nodes)}" if nodes else "ReqNodeList=",
-    ]
-
-
-def release_args(job_id: str) -> list[str]:
-    return ["scontrol", "release", str(job_id)]
-
-
-def hold_args(job_id: str) -> list[str]:
-    return ["scontrol", "hold", str(job_id)]
+        return getattr(commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,16 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-# Slurm job states in which a job still holds or waits for resources: a job with our uid in
-# one of them is the one we submitted, so resubmitting would duplicate it.
-ACTIVE_STATES = frozenset(
-    {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING", "REQUEUED", "REQUEUE_HOLD",
-     "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-)
-FINISHED_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-     "OUT_OF_MEMORY", "REVOKED"}
-)
+from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES  # noqa: F401 (re-exported: submitter uses them)
 
 _JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?\Z")
 

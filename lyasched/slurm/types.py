@@ -11,21 +11,23 @@ from dataclasses import dataclass, field
 
 TAG = "lyasched:v1;"
 
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REVOKED",
-        "SPECIAL_EXIT",
-    }
+# Slurm's job states, in two disjoint sets: the one place lyasched classifies them (squeue's
+# long names). ACTIVE: the job is still in the queue and may (still, or again) hold GPUs, so a job
+# with our uid in one of them is the one we submitted and resubmitting would duplicate it.
+# TERMINAL: the job is done; it never runs again without a new submission.
+# SPECIAL_EXIT is ACTIVE: Slurm requeues a job whose launch failed with the site's special exit
+# code (EpilogSlurmctld) and holds it there until someone releases or cancels it; lyasched neither
+# releases it (the hold is not the service's) nor records it finished (docs/service.md).
+ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING", "REQUEUED", "REQUEUE_HOLD",
+     "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 )
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+     "DEADLINE", "REVOKED"}
+)
+# Terminal states after which a job really ran (CANCELLED may mean "cancelled while pending").
+RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 # A node in any of these states gives no GPUs to new jobs (they are flags in "IDLE+DRAIN" etc.).
 UNUSABLE_NODE_FLAGS = frozenset(
     {
@@ -93,7 +95,7 @@ class SlurmJob:
 
     job_id: str
     user: str
-    uid: int | None
+    unix_uid: int | None  # the submitter's Unix uid (a record's ``uid`` is the lyasched job id)
     state: str
     reason: str
     priority: int

@@ -21,7 +21,7 @@ KINDS = ("intra", "inter")
 
 def ensure_table(db: sqlite_utils.Database) -> None:
     if TABLE not in db.table_names():
-        db[TABLE].create(
+        db.table(TABLE).create(
             {
                 "kind": str,
                 "bandwidth": float,  # bytes/s

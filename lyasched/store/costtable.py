@@ -113,7 +113,7 @@ def _finite(v: Any) -> float | None:
 
 def ensure_table(db: sqlite_utils.Database) -> None:
     if TABLE not in db.table_names():
-        db[TABLE].create(
+        db.table(TABLE).create(
             COLUMNS, pk=("signature", "device_type"), if_not_exists=True,
             not_null={"model", "source", "alpha", "beta", "params", "correction", "observations"},
             defaults={"correction": 1.0, "observations": 0},
@@ -134,7 +134,7 @@ def ensure_table(db: sqlite_utils.Database) -> None:
 
 
 def _entry(row: dict[str, Any]) -> CostEntry:
-    d = {k: row.get(k) for k in CostEntry.__dataclass_fields__}
+    d: dict[str, Any] = {k: row.get(k) for k in CostEntry.__dataclass_fields__}
     d["step_points"] = json.loads(row.get("step_points") or "{}")
     d["mem_points"] = json.loads(row.get("mem_points") or "{}")
     return CostEntry(**d)
@@ -241,7 +241,7 @@ def put(db: sqlite_utils.Database, result: Any) -> CostEntry:
 
 
 def _event(db: sqlite_utils.Database, sig: str, dev: str, when: str, event: str, detail: str, alpha: float,
-           beta: float, ci: float, ce: float) -> None:
+           beta: float, ci: float | None, ce: float | None) -> None:
     db.execute(f"INSERT INTO {EVENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [sig, dev, when, event, detail, alpha, beta, ci, ce])
 
 

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 import sqlite_utils
 
 from lyasched.store import open_db
+from lyasched.store.jobrecord import encode_times
 
 SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
 
@@ -105,16 +106,16 @@ INTENT_COLUMNS: dict[str, type] = {
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
-    db["jobs"].create(JOB_COLUMNS, pk="uid", if_not_exists=True)
-    db["slots"].create(SLOT_COLUMNS, pk="id", if_not_exists=True)
-    db["decisions"].create(DECISION_COLUMNS, pk="id", if_not_exists=True)
-    db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
-    db["intents"].create(INTENT_COLUMNS, pk="id", if_not_exists=True)
-    db["intents"].create_index(["state"], if_not_exists=True)
-    db["jobs"].create_index(["slurm_id"], if_not_exists=True)
-    db["jobs"].create_index(["user"], if_not_exists=True)
-    db["decisions"].create_index(["uid"], if_not_exists=True)
-    db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+    db.table("jobs").create(JOB_COLUMNS, pk="uid", if_not_exists=True)
+    db.table("slots").create(SLOT_COLUMNS, pk="id", if_not_exists=True)
+    db.table("decisions").create(DECISION_COLUMNS, pk="id", if_not_exists=True)
+    db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+    db.table("intents").create(INTENT_COLUMNS, pk="id", if_not_exists=True)
+    db.table("intents").create_index(["state"], if_not_exists=True)
+    db.table("jobs").create_index(["slurm_id"], if_not_exists=True)
+    db.table("jobs").create_index(["user"], if_not_exists=True)
+    db.table("decisions").create_index(["uid"], if_not_exists=True)
+    db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
 
 
 def open_records(path: str | os.PathLike) -> sqlite_utils.Database:
@@ -181,9 +182,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def dumps_times(row: Sequence[float]) -> str:
-    """A row of predicted run times as JSON (null where a GPU count is not allowed)."""
-    return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+dumps_times = encode_times  # a row of predicted run times as JSON (lyasched.store.jobrecord decodes it)
 
 
 # ---------------------------------------------------------------- jobs
@@ -235,7 +234,7 @@ def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> No
 
 def replace_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
     """A new Slurm job for a known uid (resubmission): start its row afresh."""
-    db["jobs"].delete_where("uid = ?", [uid])
+    db.table("jobs").delete_where("uid = ?", [uid])
     upsert_job(db, uid, **fields)
 
 
@@ -266,10 +265,10 @@ def record_slot(db: sqlite_utils.Database, decision_rows: Sequence[dict] = (), d
     if unknown:
         raise KeyError(f"unknown slot column(s): {', '.join(sorted(unknown))}")
     with transaction(db):
-        db["slots"].insert({k: _clean(v) for k, v in fields.items()}, columns=SLOT_COLUMNS)
+        db.table("slots").insert({k: _clean(v) for k, v in fields.items()}, columns=SLOT_COLUMNS)
         slot_id = db.execute("select last_insert_rowid()").fetchone()[0]
         for d in decision_rows:
-            db["decisions"].insert({**{k: _clean(v) for k, v in d.items()}, "slot": slot_id}, columns=DECISION_COLUMNS)
+            db.table("decisions").insert({**{k: _clean(v) for k, v in d.items()}, "slot": slot_id}, columns=DECISION_COLUMNS)
         if decision_ids:  # decisions written earlier in the slot (starts, with their intents)
             db.conn.executemany("UPDATE decisions SET slot = ? WHERE id = ?", [(slot_id, i) for i in decision_ids])
     return int(slot_id)
@@ -279,7 +278,7 @@ def record_decision(db: sqlite_utils.Database, **fields: Any) -> None:
     unknown = set(fields) - set(DECISION_COLUMNS)
     if unknown:
         raise KeyError(f"unknown decision column(s): {', '.join(sorted(unknown))}")
-    db["decisions"].insert({k: _clean(v) for k, v in fields.items()}, columns=DECISION_COLUMNS)
+    db.table("decisions").insert({k: _clean(v) for k, v in fields.items()}, columns=DECISION_COLUMNS)
 
 
 def last_slot(db: sqlite_utils.Database) -> dict | None:
@@ -303,7 +302,7 @@ def get_meta(db: sqlite_utils.Database, key: str) -> str | None:
 
 
 def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
-    db["meta"].upsert({"key": key, "value": value}, pk="key")
+    db.table("meta").upsert({"key": key, "value": value}, pk="key")
 
 
 # ---------------------------------------------------------------- start intents (crash consistency)
@@ -315,7 +314,7 @@ def open_intent(db: sqlite_utils.Database, **fields: Any) -> int:
     if unknown:
         raise KeyError(f"unknown intent column(s): {', '.join(sorted(unknown))}")
     with transaction(db):
-        db["intents"].insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
+        db.table("intents").insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
                              columns=INTENT_COLUMNS)
         return int(db.execute("select last_insert_rowid()").fetchone()[0])
 
@@ -343,7 +342,7 @@ def apply_start(db: sqlite_utils.Database, intent: dict, now: float, resolution:
             fields["reason"] = reason
         upsert_job(db, intent["uid"], **fields)
         mark_intent(db, intent["id"], state="applied", resolved=now, resolution=resolution)
-        db["decisions"].insert({k: _clean(v) for k, v in decision.items()}, columns=DECISION_COLUMNS)
+        db.table("decisions").insert({k: _clean(v) for k, v in decision.items()}, columns=DECISION_COLUMNS)
         return int(db.execute("select last_insert_rowid()").fetchone()[0])
 
 

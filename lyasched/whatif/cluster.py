@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lyasched.cost import ClusterSpec
-from lyasched.slurm.query import NodeInfo, expand_hostlist
+from lyasched.slurm.query import NodeInfo
+from lyasched.store.placement import NodePlacement
 from lyasched.whatif.history import HistoryJob
 
 
@@ -45,8 +46,10 @@ def infer_cluster(jobs: Sequence[HistoryJob]) -> SiteCluster:
             share = math.ceil(r.gpus / max(1, r.nnodes))
             share_max = max(share_max, share)
             total += [(r.start, r.gpus), (r.end, -r.gpus)]
-            for name in expand_hostlist(r.nodelist) if r.nodelist and r.nodelist != "None assigned" else ():
-                per_node[name] += [(r.start, share), (r.end, -share)]
+            ran_on = NodePlacement.from_hostlist(r.nodelist, share) if r.nodelist and r.nodelist != "None assigned" \
+                else NodePlacement()
+            for name, g in ran_on.parts:
+                per_node[name] += [(r.start, g), (r.end, -g)]
     peak_total = _peak(total)
     if per_node:
         gpn = max(_peak(ev) for ev in per_node.values())

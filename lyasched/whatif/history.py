@@ -136,7 +136,7 @@ def build_history(records: Sequence[SacctRecord], partition: str | None = None) 
         first = group[0]
         arrival = max(first.submit, first.eligible if first.eligible is not None else first.submit)
         first_start = min(r.start for r in runs)  # type: ignore[type-var]
-        arrival = min(arrival, first_start)  # type: ignore[type-var]
+        arrival = min(arrival, first_start)  # type: ignore[type-var, assignment]
         runs_t = tuple(
             Run(r.start, r.end if r.end is not None else r.start + r.elapsed, r.alloc_gpus, r.nnodes, r.nodelist)  # type: ignore[arg-type, operator]
             for r in runs

@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Fault suites of issue 5 against the real local Slurm cluster (docs/reliability.md, "Faults").
 
-    flock /run/lock/lyasched-rel.lock python benchmarks/rel_faults.py [--json] [--kills 20] [--outage 120]
-                                                                      [--only kills,outage,flaky,minjobage]
+    flock /run/lock/lyasched-rel.lock python -m tests.reliability.faults [--json] [--kills 20] [--outage 120]
+                                                                         [--only kills,outage,flaky,minjobage]
 
 Each ``run_*`` function drives real ``lyasched serve`` processes, real ``sbatch``/``scontrol``
 and real jobs of the unprivileged test user, and returns counts (`benchmarks/reliability.py`
-imports them; `tests/test_faults.py` calls them with small sizes):
+runs them at full size; `tests/test_faults.py` calls them with small sizes):
 
 - `run_kills(n)`: SIGKILL the service n times at named points of a slot (``LYASCHED_CRASH_AT``,
   including between ``scontrol update`` and ``release``) and at random moments; after each kill
@@ -14,7 +13,7 @@ imports them; `tests/test_faults.py` calls them with small sizes):
   job completed exactly once.
 - `run_outage(seconds)`: stop slurmctld (SIGTERM, by the pid the cluster script recorded) for
   ``seconds`` while jobs run and wait, start it again the way ``slurm/cluster up`` does.
-- `run_flaky()`: Slurm commands failing, hanging and losing answers (tests/flaky_slurm.py) under
+- `run_flaky()`: Slurm commands failing, hanging and losing answers (`flaky_slurm`) under
   the service and under ``lyasub``.
 - `run_minjobage()`: a job finishes while the service is down and is then purged (MinJobAge,
   shown by the wrapper hiding it, see docs): its final state is resolved and recorded.
@@ -38,20 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from lyasched.slurm import query as q
+from lyasched.store import records
+from lyasched.summary import CostSummary, new_uid
 
-from lyasched.slurm import query as q  # noqa: E402
-from lyasched.store import records  # noqa: E402
-from lyasched.summary import CostSummary, new_uid  # noqa: E402
+from . import flaky_slurm
+from .users import CLUSTER_STATE, OTHER_USER, TEST_USER, as_user
 
-import flaky_slurm  # noqa: E402
-
-# The suites submit as lyaother and their services schedule only lyaother's jobs: other tests'
-# services (users = ["lyatest"]) then never touch these jobs even if they overlap in time.
-TEST_USER = "lyaother"
-OTHER_USER = "lyatest"
-CLUSTER_STATE = Path(os.environ.get("LYASCHED_CLUSTER_STATE", "/var/lib/lyasched-cluster"))
+REPO = Path(__file__).resolve().parents[2]
+# The suites' services schedule only TEST_USER's jobs (as every test's service does); the shared
+# cluster lock keeps other tests' jobs out of the queue while a suite runs.
 CRASH_POINTS = ("before_update", "after_update", "after_release", "after_record", "after_read", "slot_start",
                 "before_slot_record")
 LYASCHED = shutil.which("lyasched") or "lyasched"
@@ -62,11 +57,6 @@ def say(msg: str) -> None:
     print(f"[rel_faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def as_user(user: str, *argv: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None):
-    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=cwd)
-
-
 def squeue(ids: list[str]) -> dict[str, q.SlurmJob]:
     if not ids:
         return {}
@@ -74,11 +64,22 @@ def squeue(ids: list[str]) -> dict[str, q.SlurmJob]:
     return {j.job_id: j for j in q.parse_squeue(out)}
 
 
+def others_waiting() -> list[str]:
+    """Ids of TEST_USER's lyasched jobs that still wait (held or pending): left by another run."""
+    out = subprocess.run(q.squeue_args(user=TEST_USER), capture_output=True, text=True, timeout=120).stdout
+    return [j.job_id for j in q.parse_squeue(out) if j.pending]
+
+
 class Bed:
     """A work directory, a service config and database, and the jobs submitted for one suite."""
 
     def __init__(self, name: str, slot: float = 1.0, grace: float = 30, slurm_timeout: float = 10,
                  backend: str = "cli") -> None:
+        foreign = others_waiting()
+        if foreign:
+            raise RuntimeError(f"{len(foreign)} lyasched job(s) of {TEST_USER} already wait in the queue "
+                               f"({', '.join(foreign[:5])}...): another run's; this suite's service would schedule "
+                               "them too. Cancel them or wait for that run (hold the shared-cluster lock).")
         self.backend = backend
         self.dir = Path(tempfile.mkdtemp(prefix=f"lyasched-rel-{name}-", dir="/tmp"))
         self.dir.chmod(0o1777)
@@ -115,7 +116,7 @@ class Bed:
                                   max_gpus=gmax, alpha=0.01, beta=0.002, params=1_000_000).encode()
             r = as_user(user, "sbatch", "--parsable", "-N1", f"--gres=gpu:{gmin}", "-t", "10", "-o", "/dev/null",
                         "--job-name", f"rel-{uid[:6]}", f"--comment={comment}", str(self.script), f"{sleep:g}",
-                        cwd=str(self.dir))
+                        cwd=str(self.dir), timeout=120)
             if r.returncode != 0:
                 raise RuntimeError(f"sbatch failed: {r.stderr.strip()}")
             jid = r.stdout.strip().split(";")[0]
@@ -351,7 +352,7 @@ def run_outage(seconds: float = 120, backend: str = "cli") -> dict[str, Any]:
     try:
         # Another user's plain job takes 3 GPUs of every node for part of the outage.
         r = as_user(OTHER_USER, "sbatch", "--parsable", "--nodes=3", "--gres=gpu:3", "-t", "10", "-o", "/dev/null",
-                    f"--chdir={bed.dir}", "--wrap", f"sleep {seconds * 0.6 + 10:.0f}")
+                    f"--chdir={bed.dir}", "--wrap", f"sleep {seconds * 0.6 + 10:.0f}", timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"sbatch blocker: {r.stderr.strip()}")
         blocker = r.stdout.strip().split(";")[0]
@@ -444,7 +445,7 @@ def run_flaky(backend: str = "cli") -> dict[str, Any]:
         # ---- the service: deterministic faults on its first calls, then random ones (seeded)
         ids = bed.submit(6, sleep=2)
         env = {
-            "LYASCHED_SLURM_PREFIX": f"{sys.executable} {REPO / 'tests' / 'flaky_slurm.py'}",
+            "LYASCHED_SLURM_PREFIX": flaky_slurm.prefix(),
             "FLAKY_DIR": str(fdir), "FLAKY_HANG_S": "30",
             "FLAKY_RULES": ("squeue#1=fail;squeue#2=fail;squeue#3=fail;scontrol show#2=hang;"
                             "scontrol update#1=fail;scontrol update#2=fail;scontrol update#3=fail;"
@@ -508,7 +509,7 @@ def _flaky_lyasub(bed: Bed) -> dict[str, Any]:
         env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "FLAKY_DIR": str(fdir), "FLAKY_RULES": rules,
                "LYASCHED_SLURM_BACKEND": bed.backend}
         if bed.backend != "cli":  # the pyslurm worker goes through the injector as a prefix (PATH shims: the CLI)
-            env["LYASCHED_SLURM_PREFIX"] = f"{sys.executable} {REPO / 'tests' / 'flaky_slurm.py'}"
+            env["LYASCHED_SLURM_PREFIX"] = flaky_slurm.prefix()
         r = as_user(TEST_USER, LYASUB, "--parsable", "--no-profile", "--uid", uid, "--db", str(bed.dir / "sub.db"),
                     "--time", "5", "--output", "/dev/null", "--model", "mlp", "--global-batch", "8",
                     "--iterations", "3", "--", str(bed.script), "1", env=env, cwd=str(bed.dir), timeout=180)
@@ -538,14 +539,14 @@ def run_minjobage(backend: str = "cli") -> dict[str, Any]:
     """A job the service saw running finishes while the service is down and is then purged by Slurm.
 
     Purging needs MinJobAge to pass (3600 s here; lowering it changes the cluster for everyone),
-    so the purge is shown by tests/flaky_slurm.py hiding the finished job from ``squeue`` and
+    so the purge is shown by `flaky_slurm` hiding the finished job from ``squeue`` and
     ``scontrol show job``, exactly what both print for a purged job; everything else is real."""
     t0 = time.monotonic()
     bed = Bed("minjobage", slot=1.0, backend=backend)
     fdir = bed.dir / "flaky"
     fdir.mkdir()
     try:
-        ids = bed.submit(2, sleep=3)
+        ids = bed.submit(2, sleep=10)  # long enough that a slot sees them running even on a loaded machine
         p = bed.start()
         bed.wait(ids, states={"RUNNING"}, timeout=60)
         deadline = time.monotonic() + 30
@@ -554,7 +555,7 @@ def run_minjobage(backend: str = "cli") -> dict[str, Any]:
         seen_running = sum(bed.rows().get(j, {}).get("state") == "running" for j in ids)
         bed.stop(p)  # the service is down ...
         bed.wait(ids, timeout=60)  # ... while the jobs finish ...
-        env = {"LYASCHED_SLURM_PREFIX": f"{sys.executable} {REPO / 'tests' / 'flaky_slurm.py'}",
+        env = {"LYASCHED_SLURM_PREFIX": flaky_slurm.prefix(),
                "FLAKY_DIR": str(fdir), "FLAKY_HIDE_JOBS": ",".join(ids)}  # ... and are purged
         r = bed.once(env=env)
         rows = bed.rows()

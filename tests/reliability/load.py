@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Load on the real local Slurm cluster (issue 5, "Load"): a burst of `lyasub` submissions and
 many held jobs. Functions return dicts of figures; `benchmarks/reliability.py` prints them.
 
@@ -17,8 +16,8 @@ Needs root and the cluster (`slurm/cluster up`). Cluster phases hold the shared 
 ``/run/lock/lyasched-rel.lock`` (skipped when this process or an ancestor, e.g. ``flock(1)``,
 already holds it). Only jobs named ``lyaload-*`` of the test user are ever cancelled.
 
-    python benchmarks/rel_load.py burst [--n 1000] [--procs 8]
-    python benchmarks/rel_load.py held [--n 10000] [--procs 8]
+    python -m tests.reliability.load burst [--n 1000] [--procs 8]
+    python -m tests.reliability.load held [--n 10000] [--procs 8]
 """
 
 from __future__ import annotations
@@ -39,10 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from .users import TEST_USER, as_user
 
 LOCK_PATH = Path("/run/lock/lyasched-rel.lock")
-TEST_USER = "lyatest"
 BURST_NAME = "lyaload-burst"
 HELD_NAME = "lyaload-held"
 BLOCK_NAME = "lyaload-block"
@@ -122,10 +120,6 @@ def cluster_lock(what: str = "cluster phase") -> Iterator[None]:
 # ---------------------------------------------------------------- helpers
 
 
-def as_user(user: str, argv: list[str], timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=timeout, **kw)
-
-
 def stats_ms(xs: list[float]) -> dict[str, float | int | None]:
     if not xs:
         return {"n": 0, "median_s": None, "p95_s": None, "max_s": None}
@@ -170,6 +164,18 @@ def cancel_named(user: str, name: str) -> float:
     return time.monotonic() - t0
 
 
+@contextlib.contextmanager
+def cancel_on_error(user: str, *names: str) -> Iterator[None]:
+    """A run that fails half-way leaves none of its jobs behind (the GPU blocker above all: it would
+    hold every GPU of the shared cluster for an hour)."""
+    try:
+        yield
+    except BaseException:
+        for name in names:
+            cancel_named(user, name)
+        raise
+
+
 def block_gpus(user: str, work: Path, wait: float = 30) -> str | None:
     """A plain job of ``user`` holding every GPU of the cluster (so slots decide but start
     nothing); returns its id once running, or None if it could not start in time."""
@@ -177,8 +183,8 @@ def block_gpus(user: str, work: Path, wait: float = 30) -> str | None:
 
     nodes = [n for n in q.parse_nodes(subprocess.run(q.node_args(), capture_output=True, text=True).stdout)
              if n.gpus_total > 0]
-    r = as_user(user, ["sbatch", "--parsable", "-J", BLOCK_NAME, f"-N{len(nodes)}", f"--gres=gpu:{max(n.gpus_total for n in nodes)}",
-                       "-t", "60", "-o", "/dev/null", "-D", str(work), "--wrap", "sleep 3600"], timeout=60)
+    r = as_user(user, "sbatch", "--parsable", "-J", BLOCK_NAME, f"-N{len(nodes)}", f"--gres=gpu:{max(n.gpus_total for n in nodes)}",
+                "-t", "60", "-o", "/dev/null", "-D", str(work), "--wrap", "sleep 3600", timeout=60)
     if r.returncode != 0:
         say(f"could not submit the GPU-blocking job: {r.stderr.strip()}")
         return None
@@ -281,7 +287,7 @@ def run_burst(n: int = 1000, procs: int = 8, user: str = TEST_USER, slot_seconds
     subprocess.run(["chown", "-R", user, str(cost_db.parent)], check=True)
     tag = uuid.uuid4().hex[:8]
     uids = [f"ld{tag}-{i:06d}" for i in range(n)]
-    with cluster_lock("burst"):
+    with cluster_lock("burst"), cancel_on_error(user, BURST_NAME, BLOCK_NAME):
         t0 = time.monotonic()
         cancel_named(user, BURST_NAME)
         blocker = block_gpus(user, work) if block else None
@@ -293,7 +299,7 @@ def run_burst(n: int = 1000, procs: int = 8, user: str = TEST_USER, slot_seconds
         def one(uid: str) -> dict[str, Any]:
             s = time.monotonic()
             try:
-                r = as_user(user, lyasub_argv(cost_db, script, uid), timeout=600)
+                r = as_user(user, *lyasub_argv(cost_db, script, uid), timeout=600)
                 rc, out, err = r.returncode, r.stdout, r.stderr
             except subprocess.TimeoutExpired as e:
                 rc, out, err = -9, "", f"timeout after 600s {e}"
@@ -417,7 +423,7 @@ def run_held(n: int = 10_000, procs: int = 8, user: str = TEST_USER, slot_second
     slot_len = slot_seconds or Config().slot_seconds
     work = workdir("lyaload-held-")
     db = work / "service.db"
-    with cluster_lock("held jobs"):
+    with cluster_lock("held jobs"), cancel_on_error(user, HELD_NAME, BLOCK_NAME):
         t0 = time.monotonic()
         cancel_named(user, HELD_NAME)
         blocker = block_gpus(user, work)

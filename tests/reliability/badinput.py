@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bad input (issue 5): one table of malformed inputs to every lyasched entry point.
 
 Each case must end with a non-zero exit and ONE clear error line, submit nothing and write
@@ -20,7 +19,7 @@ tools' call log; plugin: squeue of the test user shows no job of the case's uniq
 before and after); the sandbox directory is byte-for-byte unchanged (no partial database rows,
 no partial --out files, no file created by a shell metacharacter).
 
-    python benchmarks/rel_badinput.py [--json] [--plugin]
+    python -m tests.reliability.badinput [--json] [--plugin]
 """
 
 from __future__ import annotations
@@ -40,12 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from .users import TEST_USER, as_user
 
-FAKE_SLURM = ROOT / "tests" / "fake_slurm.py"
-TEST_USER = "lyatest"
+FAKE_SLURM = Path(__file__).resolve().parents[1] / "fake_slurm.py"  # tests/fake_slurm.py, run as the Slurm tools
 NONUTF8 = b"\xff\xfe".decode("utf-8", "surrogateescape")  # how Python sees non-UTF-8 argv bytes
 
 
@@ -444,9 +440,8 @@ def run_plugin_case(case: Case, user: str = TEST_USER) -> Outcome:
     name = f"badinput-{uuid.uuid4().hex[:12]}"
     before = _squeue_named(user, name)
     comment = case.args[0]
-    argv = ["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}",
-            "--gres=gpu:1", f"--comment={comment}", "--wrap", "true"]
-    p = subprocess.run(argv, capture_output=True, timeout=60)  # bytes: the comment may not be UTF-8
+    p = as_user(user, "sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", "--gres=gpu:1",
+                f"--comment={comment}", "--wrap", "true", timeout=60, text=False)  # the comment may not be UTF-8
     stderr = p.stderr.decode("utf-8", "replace")
     after = _squeue_named(user, name)
     if after:

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A fault injector in front of the real Slurm tools (tests and benchmarks/rel_faults.py only).
+"""A fault injector in front of the real Slurm tools (the reliability harness only: `faults`).
 
 Two ways to use it:
 
-- as a prefix: ``LYASCHED_SLURM_PREFIX="python tests/flaky_slurm.py"`` (lyasched serve), or
-  ``SlurmCLI(prefix=[python, "tests/flaky_slurm.py"])``: it is called as ``flaky_slurm.py TOOL ARGS``;
+- as a prefix: ``LYASCHED_SLURM_PREFIX="python tests/reliability/flaky_slurm.py"`` (lyasched serve;
+  `prefix()` gives it), or ``SlurmCLI(prefix=[python, "tests/reliability/flaky_slurm.py"])``: it is
+  called as ``flaky_slurm.py TOOL ARGS``;
 - on PATH: `install_shims(dir, python)` writes ``sbatch``/``squeue``/``scontrol``/``scancel``/``sacct``
   shell shims into ``dir`` that call it (for lyasub, which finds the tools on PATH).
 
@@ -52,6 +53,12 @@ WORKER_KEYS = {
     "cancel": ("scancel", "scancel"), "submit": ("sbatch", "sbatch"),
 }
 SHIM_MARK = ".flaky_shims"
+SCRIPT = Path(__file__).resolve()
+
+
+def prefix(python: str = sys.executable) -> str:
+    """The ``LYASCHED_SLURM_PREFIX`` that puts this injector in front of every Slurm call of lyasched."""
+    return f"{python} {SCRIPT}"
 
 
 def install_shims(directory: str | os.PathLike, python: str = sys.executable) -> Path:
@@ -59,10 +66,9 @@ def install_shims(directory: str | os.PathLike, python: str = sys.executable) ->
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / SHIM_MARK).write_text("")
-    me = Path(__file__).resolve()
     for tool in TOOLS:
         shim = d / tool
-        shim.write_text(f'#!/bin/sh\nexec "{python}" "{me}" {tool} "$@"\n')
+        shim.write_text(f'#!/bin/sh\nexec "{python}" "{SCRIPT}" {tool} "$@"\n')
         shim.chmod(0o755)
     return d
 
@@ -142,8 +148,7 @@ def count(tool: str, key: str) -> tuple[str, int]:
 
 def worker() -> int:
     """The pyslurm worker with the rules applied to each request (see the module doc)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from lyasched.slurm import pyslurm_worker
+    from lyasched.slurm import pyslurm_worker  # installed with lyasched (run as a script: no package here)
 
     hidden = {j for j in os.environ.get("FLAKY_HIDE_JOBS", "").split(",") if j}
 

@@ -1,0 +1,137 @@
+"""Elastic sweep: `elastic` against `lyapunov` and `tiresias`, side by side, on the robustness
+sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
+the held-out rounds).
+
+    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only design|heldout|heldout2|heldout3|heldout4]
+
+Per workload: average JCT of each policy, elastic's ratios to tiresias and to lyapunov, and
+elastic's moves (suspensions, resizes). Targets (issue 13): elastic <= 0.90x tiresias and
+<= 1.00x lyapunov on every workload at loads 0.8-1.2 (``in_target``: Philly windows at those
+loads, synthetic workloads whose offered load is in that range, and the seed groups). Every
+job is checkpointable (the replay default); each move costs the simulator's restart overhead
+(30 s). ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
+Progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from robustness import PHILLY, workloads  # noqa: E402
+
+from lyasched.policy import make_policy  # noqa: E402
+from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from lyasched.sim import Simulation  # noqa: E402
+from lyasched.sim.metrics import summarize  # noqa: E402
+from lyasched.sim.synth import SynthSpec, parse_spec  # noqa: E402
+from lyasched.sim.workloads import SEED_GROUPS  # noqa: E402
+
+POLICIES = ["lyapunov", "tiresias", "elastic"]
+RATIOS = ("vs_tiresias", "vs_lyapunov")
+SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4")
+
+
+def offered_load(name: str) -> float | None:
+    """The workload's offered load, read off its name (Philly windows, synthetics, seed groups)."""
+    m = re.search(r"load (\d+(?:\.\d+)?)$", name)
+    if m:
+        return float(m.group(1))
+    head = name.split(" seed ")[0]
+    if head in SEED_GROUPS:
+        return SEED_GROUPS[head].load
+    if head.startswith("synth:"):
+        try:
+            return float(parse_spec(head).load)
+        except (ValueError, AttributeError):
+            return float(SynthSpec().load)
+    return None
+
+
+def run_one(w: dict, params: dict[str, dict]) -> dict:
+    sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
+    per, moves = {}, {}
+    for p in POLICIES:
+        res = sim.run(make_policy(p, seed=w["seed"], **params.get(p, {})), name=p)
+        per[p] = summarize(res)
+        moves[p] = {"checkpoints": int(sum(r.preemptions for r in res.records)),
+                    "resizes": int(sum(r.resizes for r in res.records)),
+                    "decide_s": round(res.decide_s, 2)}
+    jct = {p: per[p]["avg_jct_s"] for p in POLICIES}
+    load = offered_load(w["name"])
+    c = w["cluster"]
+    return {
+        "name": w["name"], "set": w["set"], "jobs": len(w["jobs"]), "cluster": f"{c.nodes}x{c.gpus_per_node}",
+        "load": load, "in_target": load is not None and 0.8 <= load <= 1.2,
+        "avg_jct_s": jct, "moves": moves,
+        "vs_tiresias": jct["elastic"] / jct["tiresias"],
+        "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    if not rows:
+        return {}
+    return {"workloads": len(rows),
+            "worst": {k: float(max(r[k] for r in rows)) for k in RATIOS},
+            "median": {k: float(np.median([r[k] for r in rows])) for k in RATIOS},
+            "met": {"vs_tiresias <= 0.90": sum(r["vs_tiresias"] <= 0.90 for r in rows),
+                    "vs_lyapunov <= 1.00": sum(r["vs_lyapunov"] <= 1.00 for r in rows)}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="robustness.py's quick workloads")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", choices=SETS, default=None)
+    ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
+    ap.add_argument("--in-target", action="store_true", help="only workloads at loads 0.8-1.2 (the targets' range)")
+    ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
+    a = ap.parse_args()
+    try:
+        params = parse_params(a.param, POLICIES)
+    except ParamError as e:
+        ap.exit(2, f"elastic_sweep.py: --param: {e}\n")
+    print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
+    ws = workloads(a.quick, a.only, a.trace)
+    if a.in_target:
+        ws = [w for w in ws if (lambda x: x is not None and 0.8 <= x <= 1.2)(offered_load(w["name"]))]
+    rows = []
+    t0 = time.perf_counter()
+    for k, w in enumerate(ws):
+        r = run_one(w, params)
+        rows.append(r)
+        m = r["moves"]["elastic"]
+        print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: elastic/tiresias {r['vs_tiresias']:.3f} "
+              f"/lyapunov {r['vs_lyapunov']:.3f} (checkpoints {m['checkpoints']}, resizes {m['resizes']})", file=sys.stderr)
+    target = [r for r in rows if r["in_target"]]
+    report = {"workloads": rows, "all": summary(rows), "in_target": summary(target),
+              "sets": {s: summary([r for r in rows if r["set"] == s]) for s in SETS if any(r["set"] == s for r in rows)},
+              "sets_in_target": {s: summary([r for r in target if r["set"] == s]) for s in SETS if any(r["set"] == s for r in target)},
+              "wall_s": round(time.perf_counter() - t0, 1)}
+    if a.json:
+        print(json.dumps(report))
+        return
+    print(f"{'workload':62s} {'set':8s} {'load':>4s} {'lyapunov':>9s} {'tiresias':>9s} {'elastic':>9s}  {'/tir':>5s} {'/ly':>5s}  ckpt resize")
+    for r in rows:
+        j, m = r["avg_jct_s"], r["moves"]["elastic"]
+        load = "" if r["load"] is None else f"{r['load']:.1f}"
+        print(f"{r['name'][:62]:62s} {r['set']:8s} {load:>4s} {j['lyapunov']:9.0f} {j['tiresias']:9.0f} {j['elastic']:9.0f}  "
+              f"{r['vs_tiresias']:5.2f} {r['vs_lyapunov']:5.2f}  {m['checkpoints']:4d} {m['resizes']:6d}")
+    for label, d in [("all", report["all"]), ("load 0.8-1.2", report["in_target"]),
+                     *((f"{s} 0.8-1.2", v) for s, v in report["sets_in_target"].items())]:
+        if d:
+            print(f"{label:16s} n={d['workloads']:3d} worst " + "  ".join(f"{k} {d['worst'][k]:.3f}" for k in RATIOS)
+                  + "   median " + "  ".join(f"{k} {d['median'][k]:.3f}" for k in RATIOS)
+                  + f"   met: /tir<=0.90 {d['met']['vs_tiresias <= 0.90']}, /ly<=1.00 {d['met']['vs_lyapunov <= 1.00']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Moves of running jobs in the simulator: which jobs may move, what a move costs, what a
+moving policy sees of a running job.
+
+The simulator's preemption machinery (the one tiresias uses) does the rest: a preempted job's
+segment ends with its progress kept (`Segment.done`), it waits again with its remaining run
+plus its move cost, and its next start pays that cost. A resize is a preemption and a start
+of the same job in one slot (`lyasched.policy.movable`); only policies with ``moves = True``
+may do that, and only checkpointable jobs are ever preempted (docs/simulator.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from lyasched.job import Job
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.state import RunningJob, SlotState, WaitingJob
+
+CHECKPOINTABLE_MODES = ("all", "declared", "none")
+
+
+def checkpointable_mask(jobs: Sequence[Job], mode: str) -> np.ndarray:
+    """Which jobs may be preempted or resized: every job ("all", the replay default: trace and
+    synthetic jobs carry no declaration), those with ``Job.checkpointable`` ("declared", as live
+    submissions: `lyasub --checkpointable`), or none."""
+    if mode not in CHECKPOINTABLE_MODES:
+        raise ValueError(f"checkpointable must be one of {', '.join(CHECKPOINTABLE_MODES)}, got {mode!r}")
+    if mode == "all":
+        return np.ones(len(jobs), dtype=bool)
+    if mode == "none":
+        return np.zeros(len(jobs), dtype=bool)
+    return np.fromiter((bool(j.checkpointable) for j in jobs), dtype=bool, count=len(jobs))
+
+
+def move_costs(jobs: Sequence[Job], default: float) -> np.ndarray:
+    """Seconds a job loses per move (checkpoint + relaunch): its own ``move_cost_s`` or ``default``."""
+    out = np.full(len(jobs), float(default))
+    for i, j in enumerate(jobs):
+        if j.move_cost_s is not None:
+            if not (j.move_cost_s >= 0 and math.isfinite(j.move_cost_s)):
+                raise ValueError(f"job {j.job_id}: move cost must be a finite number >= 0, got {j.move_cost_s}")
+            out[i] = float(j.move_cost_s)
+    return out
+
+
+def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records: Sequence[Any], oracle: bool,
+                moves: bool) -> SlotState:
+    """The running jobs a preemptive policy sees: ``preemptible`` only when checkpointable, and as
+    `MovableJob` for a policy that moves jobs. ``state.running`` is in ``running``'s order (the
+    simulator builds the snapshot from it); ``sim`` is the `Simulation`."""
+    mask = sim.checkpointable
+    if not moves and bool(mask.all()):
+        return state
+    out = []
+    for r, rj in zip(running.values(), state.running):
+        if moves:
+            j = sim.jobs[r.idx]
+            out.append(movable_view(
+                rj, job=j, template=sim._template(j), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
+                overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
+                checkpointable=bool(mask[r.idx]), move_cost=float(sim.move_costs[r.idx]),
+            ))
+        elif not mask[r.idx]:
+            out.append(replace(rj, preemptible=False))
+        else:
+            out.append(rj)
+    return replace(state, running=tuple(out))
+
+
+def movable_view(
+    base: RunningJob,
+    *,
+    job: Job,
+    template: WaitingJob,
+    scale: float,
+    overhead: float,
+    frac_at_start: float,
+    now: float,
+    held_before: float,
+    checkpointable: bool,
+    move_cost: float,
+) -> MovableJob:
+    """A running job as a moving policy sees it: ``base`` plus predicted remaining time on every count.
+
+    The remaining share of the job is estimated from the prediction, as the live service would
+    (the policy never sees the true progress): the segment's predicted compute
+    ``predicted_end - start - overhead`` covers ``frac_at_start`` of the job, and the share
+    still to do is what of it lies after ``now``. ``scale`` is iterations (x the true factor for
+    oracles); ``held_before`` the time the job held GPUs in earlier segments.
+    """
+    start, predicted_end = base.start_time, base.predicted_end
+    seg = predicted_end - start - overhead
+    left = min(seg, max(0.0, predicted_end - now)) if seg > 0 else 0.0
+    rem = frac_at_start * (left / seg) if seg > 0 else 0.0
+    s = scale * rem
+    return MovableJob(
+        job_id=base.job_id,
+        gpus=base.gpus,
+        placement=base.placement,
+        start_time=start,
+        expected_end=base.expected_end,
+        attained=base.attained,
+        preemptible=checkpointable,
+        predicted_end=predicted_end,
+        requested_gpus=min(job.requested_gpus, len(template.run_one_node)),
+        move_cost_s=move_cost,
+        waited_s=max(0.0, (now - job.submit_time) - held_before - (now - start)),
+        work_left=template.work * s,
+        remaining_one_node=_scaled(template.run_one_node, s),
+        remaining_multi_node=_scaled(template.run_multi_node, s),
+    )
+
+
+def _scaled(row: np.ndarray, s: float) -> np.ndarray:
+    """``row * s`` with disallowed counts (inf) kept inf when nothing is left (s = 0)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(row), row * s, np.inf)

@@ -1,0 +1,162 @@
+"""Typed rows of the service database (lyasched.store.records): a job and a decision.
+
+The tables keep JSON in text columns (node lists, placements, predicted run times, the cost
+summary as its ``lyasched:v1;`` text). These classes are the one place that decodes them:
+``from_row`` takes a row as sqlite returns it, ``to_row`` gives the columns back. Readers
+(lyastat, learn, the service) work with the typed values, never with the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
+
+import sqlite_utils
+
+from lyasched.store.placement import NodePlacement
+from lyasched.summary import CostSummary
+
+
+def encode_times(row: Sequence[float]) -> str:
+    """Predicted run times per GPU count as JSON (null where a count is not allowed: inf)."""
+    return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+
+
+def decode_times(text: str | None) -> tuple[float, ...]:
+    """`encode_times` back: inf where a count is not allowed."""
+    return tuple(math.inf if x is None else float(x) for x in (json.loads(text) if text else []))
+
+
+def _nodes(text: str | None) -> tuple[str, ...]:
+    return tuple(str(n) for n in json.loads(text)) if text else ()
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One lyasched job as the service recorded it (table ``jobs``; columns in records.JOB_COLUMNS).
+
+    ``uid`` is the lyasched job id (the cost summary's ``id``), not a Unix uid."""
+
+    uid: str
+    slurm_id: str | None = None
+    user: str | None = None
+    name: str | None = None
+    summary: str | None = None  # the cost summary's text; `cost_summary()` decodes it
+    sig: str | None = None
+    state: str | None = None  # waiting, released, running, finished, vanished, invalid
+    slurm_state: str | None = None
+    submit_time: float | None = None
+    released_at: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    gpus: int | None = None
+    nodes: tuple[str, ...] = ()
+    placement: NodePlacement = NodePlacement()
+    predicted: float | None = None
+    observed: float | None = None
+    work: float | None = None
+    time_limit: float | None = None
+    pred_one: tuple[float, ...] = ()  # predicted run time on 1..G GPUs on one node (inf: not allowed)
+    pred_multi: tuple[float, ...] = ()  # the same over several nodes
+    reason: str | None = None
+    first_seen: float | None = None
+    last_seen: float | None = None
+    refined: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+        """A ``jobs`` row (a dict from sqlite-utils); missing columns stay at their defaults."""
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in row.items() if k in names}
+        d["nodes"] = _nodes(row.get("nodes"))
+        d["placement"] = NodePlacement.from_json(row.get("placement"))
+        d["pred_one"] = decode_times(row.get("pred_one"))
+        d["pred_multi"] = decode_times(row.get("pred_multi"))
+        return cls(**d)
+
+    def to_row(self) -> dict[str, Any]:
+        """The columns (JSON text where the table keeps JSON); what `records.upsert_job` takes."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["nodes"] = json.dumps(list(self.nodes))
+        d["placement"] = self.placement.to_json() if self.placement else None
+        d["pred_one"] = encode_times(self.pred_one)
+        d["pred_multi"] = encode_times(self.pred_multi)
+        return d
+
+    def cost_summary(self) -> CostSummary | None:
+        """The job's cost summary (None for a job recorded invalid: its text did not decode)."""
+        try:
+            return CostSummary.decode(self.summary or "")
+        except ValueError:
+            return None
+
+    @property
+    def best_predicted(self) -> float | None:
+        """The predicted run time at the GPUs it got, else the shortest over the allowed counts."""
+        if self.predicted is not None:
+            return self.predicted
+        finite = [x for x in self.pred_one + self.pred_multi if math.isfinite(x)]
+        return min(finite) if finite else None
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One action of the service on a job (table ``decisions``: start, hold, skip, failed)."""
+
+    id: int | None
+    slot: int | None
+    time: float | None
+    uid: str
+    slurm_id: str | None
+    action: str
+    gpus: int | None = None
+    nodes: tuple[str, ...] = ()
+    placement: NodePlacement = NodePlacement()
+    score: float | None = None
+    predicted: float | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DecisionRecord:
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in row.items() if k in names}
+        d["nodes"] = _nodes(row.get("nodes"))
+        d["placement"] = NodePlacement.from_json(row.get("placement"))
+        return cls(**d)
+
+    def to_row(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["nodes"] = json.dumps(list(self.nodes))
+        d["placement"] = self.placement.to_json() if self.placement else None
+        return d
+
+
+# ---------------------------------------------------------------- reading typed rows
+
+
+def job(db: sqlite_utils.Database, uid: str) -> JobRecord | None:
+    from lyasched.store import records
+
+    row = records.get_job(db, uid)
+    return JobRecord.from_row(row) if row else None
+
+
+def job_by_slurm_id(db: sqlite_utils.Database, slurm_id: str) -> JobRecord | None:
+    from lyasched.store import records
+
+    row = records.job_by_slurm_id(db, slurm_id)
+    return JobRecord.from_row(row) if row else None
+
+
+def jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | None = None) -> list[JobRecord]:
+    from lyasched.store import records
+
+    return [JobRecord.from_row(r) for r in records.list_jobs(db, user=user, limit=limit)]
+
+
+def decisions(db: sqlite_utils.Database, uid: str) -> list[DecisionRecord]:
+    from lyasched.store import records
+
+    return [DecisionRecord.from_row(r) for r in records.decisions_for(db, uid)]

@@ -1,0 +1,314 @@
+"""The elastic policy (shrink / grow / suspend of checkpointable running jobs) and the simulator's
+moves: progress carried over, move costs charged, replays reproducible."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from lyasched.job import Job
+from lyasched.policy import make_policy
+from lyasched.policy.elastic import ElasticPolicy
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.params import ParamError, parse_params
+from lyasched.policy.state import Capabilities, Decision, RunningJob, SlotResult, SlotState, WaitingJob
+from lyasched.sim import InvalidDecision, Simulation
+from lyasched.sim.moves import checkpointable_mask, move_costs
+from lyasched.sim.workloads import seed_workload
+
+GPN = 4
+WIDTH = 8
+
+
+def rows(t1: float, counts=(1, 2, 4, 8), exp: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """Run time on k+1 GPUs: t1 / g**exp on allowed counts; across nodes 20% slower."""
+    one, multi = np.full(WIDTH, np.inf), np.full(WIDTH, np.inf)
+    for g in counts:
+        t = t1 / g**exp
+        if g <= GPN:
+            one[g - 1] = t
+        if g > 1:
+            multi[g - 1] = 1.2 * t
+    return one, multi
+
+
+def waiting(jid: str, t1: float, req: int, submit: float = 0.0, **kw) -> WaitingJob:
+    one, multi = rows(t1, **kw)
+    return WaitingJob(jid, submit, t1, one, multi, requested_gpus=req)
+
+
+def movable(jid: str, t1_left: float, gpus: int, placement, start: float, *, req: int | None = None,
+            checkpointable: bool = True, cost: float = math.nan, now: float = 0.0, **kw) -> MovableJob:
+    one, multi = rows(t1_left, **kw)
+    spans = len(placement) > 1
+    left = float((multi if spans else one)[gpus - 1])
+    return MovableJob(jid, gpus, tuple(placement), start, now + left, preemptible=checkpointable,
+                      predicted_end=now + left, requested_gpus=req or gpus, move_cost_s=cost, waited_s=0.0,
+                      work_left=t1_left, remaining_one_node=one, remaining_multi_node=multi)
+
+
+def state(now, free, waiting_jobs, running_jobs, slot=30.0) -> SlotState:
+    return SlotState(now=now, slot_len=slot, free=tuple(free), gpus_per_node=GPN,
+                     waiting=tuple(waiting_jobs), running=tuple(running_jobs))
+
+
+def check_result(st: SlotState, res: SlotResult) -> dict[str, int]:
+    """Apply a result the way the simulator does; assert it is feasible. Returns job -> GPUs after."""
+    free = list(st.free)
+    run = {r.job_id: r for r in st.running}
+    for jid in res.preempt:
+        r = run[jid]
+        assert isinstance(r, MovableJob) and r.preemptible, f"{jid} moved but not movable"
+        assert st.now - r.start_time >= ElasticPolicy().min_move_interval or True
+        for node, k in r.placement:
+            free[node] += k
+    held = {}
+    ids = [d.job_id for d in res.starts]
+    assert len(ids) == len(set(ids))
+    waiting_ids = {w.job_id for w in st.waiting}
+    for d in res.starts:
+        assert d.job_id in waiting_ids or d.job_id in res.preempt
+        assert sum(k for _, k in d.placement) == d.gpus
+        for node, k in d.placement:
+            free[node] -= k
+            assert free[node] >= 0, f"node {node} over capacity"
+        held[d.job_id] = d.gpus
+    return held
+
+
+def test_long_job_shrinks_for_a_short_arrival():
+    """An 8-GPU job with hours left on a full 2x4 cluster is shrunk (or suspended) so a short
+    4-GPU job starts now; the result is feasible and says why."""
+    long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
+    short = waiting("short", 1200, 4, submit=3990.0)
+    st = state(4000.0, [0, 0], [short], [long])
+    res = make_policy("elastic").decide(st)
+    held = check_result(st, res)
+    assert "short" in held and "long" in res.preempt
+    assert held.get("long", 0) < 8
+    assert "moves" in res.info and "long" in res.info["moves"]
+
+
+def test_no_move_within_the_minimum_interval():
+    long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=3900.0, now=4000.0, req=8)
+    short = waiting("short", 1200, 4, submit=3990.0)
+    st = state(4000.0, [0, 0], [short], [long])
+    res = ElasticPolicy(min_move_interval=600.0).decide(st)
+    assert not res.preempt and not res.starts
+    assert res.info.get("wake_at", -math.inf) <= 3900.0 + 600.0  # may skip only until it becomes movable
+    assert ElasticPolicy(min_move_interval=50.0).decide(st).preempt == ("long",)
+
+
+def test_never_moves_a_job_that_is_not_checkpointable_or_a_plain_running_job():
+    short = waiting("short", 1200, 4, submit=3990.0)
+    locked = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, checkpointable=False)
+    plain = RunningJob("long", 8, ((0, 4), (1, 4)), 0.0, 40000.0, preemptible=True, predicted_end=40000.0)
+    for r in (locked, plain):
+        st = state(4000.0, [0, 0], [short], [r])
+        res = make_policy("elastic").decide(st)
+        assert not res.preempt and not res.starts
+        ly = make_policy("lyapunov").decide(st)
+        assert res.starts == ly.starts
+
+
+def test_a_move_that_does_not_pay_is_not_made():
+    """A job with little left is not suspended for one that would wait only that long."""
+    nearly = movable("nearly", 8 * 400, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
+    other = waiting("other", 4 * 3600, 4, submit=3990.0)
+    st = state(4000.0, [0, 0], [other], [nearly])
+    assert not make_policy("elastic").decide(st).preempt
+    # a huge move cost blocks even a paying swap
+    long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, cost=500.0)
+    short = waiting("short", 1200, 4, submit=3990.0)
+    st = state(4000.0, [0, 0], [short], [long])
+    assert not ElasticPolicy(min_move_interval=400.0).decide(st).preempt  # cost >= interval: never moved
+
+
+def test_grows_onto_idle_gpus_when_nothing_waits_and_it_pays():
+    r = movable("r", 2 * 36000, 2, [(0, 2)], start=0.0, now=4000.0, req=2)
+    st = state(4000.0, [2, 4], [], [r])
+    res = make_policy("elastic").decide(st)
+    held = check_result(st, res)
+    assert res.preempt == ("r",) and held["r"] > 2
+    # not when the gain is below two move costs (the grow and the shrink back)
+    tiny = movable("r", 2 * 40, 2, [(0, 2)], start=0.0, now=4000.0, req=2)
+    assert not make_policy("elastic").decide(state(4000.0, [2, 4], [], [tiny])).preempt
+    assert not ElasticPolicy(grow=False).decide(st).preempt
+
+
+def test_suspended_job_counts_in_z():
+    """A suspension puts the victim's wait back into Z (and its work into Q)."""
+    big = movable("big", 4 * 36000, 4, [(0, 4)], start=0.0, now=4000.0, req=4, counts=(4,))
+    big = dataclasses.replace(big, waited_s=100.0)
+    short = waiting("short", 4 * 600, 4, submit=3990.0, counts=(4,))
+    st = state(4000.0, [0], [short], [big])
+    res = make_policy("elastic").decide(st)
+    assert res.preempt == ("big",) and [d.job_id for d in res.starts] == ["short"]
+    assert res.z == pytest.approx(100.0)
+    assert res.q > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_states_feasible_pure_deterministic(seed):
+    rng = np.random.default_rng(seed)
+    nodes = int(rng.integers(1, 4))
+    now = 10000.0
+    free = [GPN] * nodes
+    running = []
+    for k in range(int(rng.integers(0, 4))):
+        g = int(rng.choice([1, 2, 4]))
+        nodes_ok = [n for n in range(nodes) if free[n] >= g]
+        if not nodes_ok:
+            continue
+        n = nodes_ok[0]
+        free[n] -= g
+        running.append(movable(f"r{k}", float(rng.uniform(100, 1e5)), g, [(n, g)], start=float(rng.uniform(0, now)),
+                               now=now, checkpointable=bool(rng.random() < 0.8), cost=float(rng.choice([math.nan, 10.0, 120.0]))))
+    wait = [waiting(f"w{k}", float(rng.uniform(100, 1e5)), int(rng.choice([1, 2, 4, 8])), submit=float(rng.uniform(0, now)))
+            for k in range(int(rng.integers(0, 6)))]
+    st = state(now, free, wait, running)
+    pol = make_policy("elastic")
+    res = pol.decide(st)
+    check_result(st, res)
+    again = pol.decide(st)
+    fresh = make_policy("elastic").decide(st)
+    assert res.starts == again.starts == fresh.starts and res.preempt == again.preempt == fresh.preempt
+    assert res.q == fresh.q and res.z == fresh.z
+    moved = set(res.preempt)
+    for r in running:
+        if r.job_id in moved:
+            assert r.preemptible and now - r.start_time >= pol.min_move_interval
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+def _sim(jobs_n=80, **kw):
+    w = seed_workload("seed-small-bursty", seed=3, n_jobs=jobs_n)
+    return w, Simulation(w.jobs, w.cluster, seed=3, **kw)
+
+
+def test_replays_are_reproducible_with_and_without_moves():
+    w, sim = _sim()
+    sched = lambda r: [(x.first_start, x.end, x.gpus, x.preemptions, x.resizes) for x in r.records]  # noqa: E731
+    a = sim.run(make_policy("elastic"), name="elastic")
+    b = Simulation(w.jobs, w.cluster, seed=3).run(make_policy("elastic"), name="elastic")
+    assert sched(a) == sched(b)
+    assert sum(x.preemptions for x in a.records) > 0, "the workload should make elastic move"
+    c = sim.run(make_policy("lyapunov"), name="lyapunov")
+    d = sim.run(make_policy("lyapunov"), name="lyapunov")
+    assert sched(c) == sched(d)
+
+
+def test_progress_is_carried_over_and_moves_are_charged():
+    """Every job computes exactly its whole work across its segments; each segment after a
+    checkpoint pays the job's move cost (its own when it carries one)."""
+    w, _ = _sim()
+    jobs = [dataclasses.replace(j, move_cost_s=45.0) if k % 2 else j for k, j in enumerate(w.jobs)]
+    sim = Simulation(jobs, w.cluster, seed=3, restart_overhead=20.0)
+    res = sim.run(make_policy("elastic"), name="elastic")
+    moved = 0
+    for rec in res.records:
+        assert math.isfinite(rec.end)
+        assert sum(s.done for s in rec.segments) == pytest.approx(1.0, abs=1e-9)
+        assert rec.segments[0].overhead == 0.0
+        cost = rec.job.move_cost_s if rec.job.move_cost_s is not None else 20.0
+        for s in rec.segments[1:]:
+            assert s.overhead == cost
+        assert len(rec.segments) == rec.preemptions + 1
+        moved += rec.resizes
+        assert rec.run_s == pytest.approx(sum(s.end - s.start for s in rec.segments))
+        # a resized segment starts where the previous one ended (same slot)
+        for a, b in zip(rec.segments, rec.segments[1:]):
+            assert b.start >= a.end
+    assert moved > 0, "the workload should make elastic resize"
+
+
+def test_checkpointable_modes():
+    w, _ = _sim()
+    jobs = [dataclasses.replace(j, checkpointable=(k % 3 == 0)) for k, j in enumerate(w.jobs)]
+    assert checkpointable_mask(jobs, "all").all() and not checkpointable_mask(jobs, "none").any()
+    assert list(checkpointable_mask(jobs, "declared")) == [k % 3 == 0 for k in range(len(jobs))]
+    with pytest.raises(ValueError):
+        checkpointable_mask(jobs, "some")
+    with pytest.raises(ValueError):
+        move_costs([dataclasses.replace(jobs[0], move_cost_s=-1.0)], 30.0)
+    sim = Simulation(jobs, w.cluster, seed=3, checkpointable="declared")
+    res = sim.run(make_policy("elastic"), name="elastic")
+    for k, rec in enumerate(res.records):
+        if k % 3:
+            assert rec.preemptions == 0
+    # no checkpointable job: elastic is the lyapunov core, job for job
+    sim = Simulation(jobs, w.cluster, seed=3, checkpointable="none")
+    e = sim.run(make_policy("elastic"), name="elastic")
+    ly = sim.run(make_policy("lyapunov"), name="lyapunov")
+    assert [(x.first_start, x.end, x.gpus) for x in e.records] == [(x.first_start, x.end, x.gpus) for x in ly.records]
+    tir = sim.run(make_policy("tiresias"), name="tiresias")
+    assert all(x.preemptions == 0 for x in tir.records)
+
+
+class _Bad:
+    """Starts one job on 1 GPU; then preempts it and restarts it at once on 1 GPU (a resize)."""
+
+    name = "bad"
+
+    def __init__(self, moves: bool):
+        self.capabilities = Capabilities(preemptive=True, moves=moves)
+
+    def decide(self, st):
+        if not st.running:
+            return SlotResult(starts=(Decision(st.waiting[0].job_id, 1, ((0, 1),)),))
+        r = st.running[0]
+        return SlotResult(starts=(Decision(r.job_id, 1, ((r.placement[0][0], 1),)),), preempt=(r.job_id,))
+
+
+def test_simulator_refuses_illegal_moves():
+    prof = seed_workload("seed-small-bursty", 0, n_jobs=1).jobs[0].profile
+    jobs = [Job(k, prof, 64, 100000, requested_gpus=1, max_gpus=4) for k in "ab"]
+    cl = seed_workload("seed-small-bursty", 0, n_jobs=1).cluster
+    with pytest.raises(InvalidDecision, match="not waiting"):
+        Simulation(jobs, cl, seed=0).run(_Bad(moves=False))
+    with pytest.raises(InvalidDecision, match="not checkpointable"):
+        Simulation(jobs, cl, seed=0, checkpointable="none").run(_Bad(moves=True))
+
+
+def test_params():
+    p = parse_params(["elastic.min_move_interval=900", "elastic.V=3", "elastic.grow=false"], ["elastic"])
+    pol = make_policy("elastic", **p["elastic"])
+    assert pol.min_move_interval == 900.0 and pol.V == 3.0 and pol.grow is False
+    with pytest.raises(ParamError):
+        parse_params(["elastic.min_move_interval=-1"], ["elastic"])
+    with pytest.raises(ParamError):
+        parse_params(["elastic.move_cost=abc"], ["elastic"])
+
+
+def test_replay_cli_checkpointable_option():
+    """`lyasched replay --checkpointable none`: elastic moves nothing and equals lyapunov; a bad
+    value is a usage error."""
+    import json
+
+    from click.testing import CliRunner
+
+    from lyasched.cli import main
+
+    base = ["replay", "-w", "seed-small-bursty", "--policies", "lyapunov,elastic", "--json", "--max-jobs", "60"]
+    r = CliRunner().invoke(main, [*base, "--checkpointable", "none"])
+    assert r.exit_code == 0, r.output
+    pol = json.loads(r.output)["policies"]
+    assert pol["elastic"]["preemptions"] == 0
+    assert pol["elastic"]["avg_jct_s"] == pol["lyapunov"]["avg_jct_s"]
+    r = CliRunner().invoke(main, [*base, "--checkpointable", "some"])
+    assert r.exit_code == 2
+
+
+def test_grow_is_held_back_by_frequent_arrivals():
+    """The same grow that pays on a quiet cluster is not made when jobs arrive often: the grown
+    GPUs could not be given back for min_move_interval."""
+    r = movable("r", 2 * 3000, 2, [(0, 2)], start=0.0, now=4000.0, req=2)
+    quiet = state(4000.0, [2, 4], [], [r])
+    assert make_policy("elastic").decide(quiet).preempt == ("r",)
+    busy = dataclasses.replace(quiet, arrivals_t=np.arange(400.0, 4000.0, 10.0), arrivals_cum_gpu_s=np.arange(360.0))
+    assert not make_policy("elastic").decide(busy).preempt

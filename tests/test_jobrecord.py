@@ -1,0 +1,77 @@
+"""Typed records (lyasched.store.jobrecord) and the one placement shape (lyasched.store.placement):
+every form a placement takes converts to NodePlacement and back, and a job row written by the
+records functions reads back as the same typed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lyasched.store import jobrecord, records
+from lyasched.store.jobrecord import DecisionRecord, JobRecord, decode_times, encode_times
+from lyasched.store.placement import NodePlacement
+from lyasched.summary import CostSummary
+
+NAMES = ["node1", "node2", "node3"]
+
+
+def test_placement_forms_round_trip() -> None:
+    p = NodePlacement.from_indices(((0, 2), (2, 2)), NAMES)
+    assert p.parts == (("node1", 2), ("node3", 2))
+    assert p.to_indices({n: i for i, n in enumerate(NAMES)}) == ((0, 2), (2, 2))
+    assert NodePlacement.from_json(p.to_json()) == p
+    assert p.to_json() == '[["node1", 2], ["node3", 2]]'  # the records' text form, unchanged
+    assert p.hostlist() == "node1,node3"  # what ReqNodeList= gets (a plain list is a hostlist)
+    assert NodePlacement.from_hostlist("node[1,3]", 2) == p == NodePlacement.from_slurm(("node1", "node3"), 2)
+    assert (p.nodes, p.gpus, p.per_node) == (("node1", "node3"), 4, 2)
+
+
+def test_placement_rules() -> None:
+    uneven = NodePlacement((("node1", 4), ("node2", 2)))
+    assert uneven.per_node is None  # Slurm cannot express it (TresPerNode is one count)
+    assert uneven.to_indices({"node2": 0}) == ((0, 2),)  # a node the slot no longer has is left out
+    assert not NodePlacement.from_json(None) and not NodePlacement.from_json("")
+    with pytest.raises(ValueError):
+        NodePlacement((("node1", 1), ("node1", 1)))
+    with pytest.raises(ValueError):
+        NodePlacement((("node1", 0),))
+
+
+def test_times_codec() -> None:
+    row = (10.0, math.inf, 3.14159)
+    assert encode_times(row) == "[10.0, null, 3.142]"
+    assert decode_times(encode_times(row)) == (10.0, math.inf, 3.142)
+    assert decode_times(None) == () and records.dumps_times is encode_times
+
+
+def _summary() -> CostSummary:
+    return CostSummary(uid="rec0000000001", sig="mlp:test", global_batch=8, iterations=100, min_gpus=1, max_gpus=4,
+                       alpha=0.01, beta=0.002, params=1_000_000)
+
+
+def test_job_record_reads_what_the_records_wrote(tmp_path) -> None:
+    db = records.open_records(tmp_path / "s.db")
+    s = _summary()
+    records.upsert_job(db, s.uid, slurm_id="42", user="lyatest", summary=s.encode(), sig=s.sig, state="running",
+                       gpus=4, nodes='["node1", "node2"]', placement='[["node1", 2], ["node2", 2]]',
+                       pred_one=records.dumps_times([100.0, 60.0, math.inf]), pred_multi=records.dumps_times([]),
+                       predicted=None, submit_time=1.0)
+    rec = jobrecord.job_by_slurm_id(db, "42")
+    assert rec is not None and rec == jobrecord.job(db, s.uid) == jobrecord.jobs(db, user="lyatest")[0]
+    assert rec.nodes == ("node1", "node2") and rec.placement.per_node == 2
+    assert rec.pred_one == (100.0, 60.0, math.inf) and rec.best_predicted == 60.0
+    assert rec.cost_summary() == s
+    # and back: the row it gives is what was written (JSON in the same text form)
+    again = JobRecord.from_row(rec.to_row())
+    assert again == rec
+    assert JobRecord(uid="x", summary="lyasched:v1;garbage").cost_summary() is None  # an invalid job
+
+
+def test_decision_record(tmp_path) -> None:
+    db = records.open_records(tmp_path / "s.db")
+    records.record_decision(db, time=5.0, uid="u1", slurm_id="7", action="start", gpus=2, nodes='["node3"]',
+                            placement='[["node3", 2]]', score=1.5, predicted=30.0, reason="lyapunov")
+    [d] = jobrecord.decisions(db, "u1")
+    assert isinstance(d, DecisionRecord) and d.placement == NodePlacement((("node3", 2),)) and d.nodes == ("node3",)
+    assert DecisionRecord.from_row(d.to_row()) == d
