@@ -187,8 +187,10 @@ class FreeGpus:
         for i, f in enumerate(self.free):
             self.buckets[f].add(i)
         self.total = sum(self.free)
+        self._splits: dict[int, tuple[int, int] | None] = {}  # g -> layout, until the pool changes
 
     def _move(self, node: int, new: int) -> None:
+        self._splits.clear()
         self.buckets[self.free[node]].discard(node)
         self.free[node] = new
         self.buckets[new].add(node)
@@ -216,6 +218,12 @@ class FreeGpus:
 
     def _split(self, g: int) -> tuple[int, int] | None:
         """The (k nodes, g/k GPUs each) layout the rule picks for g GPUs: fewest nodes with room."""
+        if g in self._splits:
+            return self._splits[g]
+        self._splits[g] = out = self._find_split(g)
+        return out
+
+    def _find_split(self, g: int) -> tuple[int, int] | None:
         n = len(self.free)
         have = 0  # nodes with at least ``per`` free, as per falls
         f = self.cap
