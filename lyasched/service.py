@@ -49,7 +49,7 @@ import sqlite_utils
 
 from lyasched import gcpause, learn, startup  # GC pause; learning from reported step times; the start-up term
 from lyasched.config import Config
-from lyasched.cost import CostModel
+from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.placement import EQUAL_PER_NODE, equal_placement, fit_placement as _fit  # noqa: F401  (equal_placement re-exported)
@@ -190,7 +190,7 @@ class Service:
         self._rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
         self._model_inputs: dict[str, tuple] = {}  # per slot: sig -> (correction, learned profile, start-up s)
         self._models_seen: dict[str, tuple] = {}  # a previous slot's, reused when equal (identity compares fast)
-        self._last_cluster = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
+        self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._accounting: bool | None = None
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
@@ -217,6 +217,7 @@ class Service:
     @property
     def db(self) -> sqlite_utils.Database:
         if self._db_open is None:
+            assert self._db_any is not None  # one of the two is always given
             return self._db_any
         t = threading.get_ident()
         if t not in self._dbs:
@@ -324,6 +325,7 @@ class Service:
                 running.append(self._running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
                 s, _ = self._decode(job.comment)
+                assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
                 waiting.append(self._waiting(ctx, s, job))
 
         # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
@@ -407,6 +409,7 @@ class Service:
         for uid, (job, s, err) in by_uid.items():
             row = rows.get(uid)
             if uid in quiet:
+                assert row is not None  # quiet: its brief row was read
                 steps.append(step.Step(uid, row, {}))
                 seen[uid] = (job, row)
                 continue
@@ -419,7 +422,7 @@ class Service:
                                            replaced=True))
                 continue  # finished before this service ever saw it: nothing it decided, nothing to learn
             new = row is None
-            if new:
+            if row is None:
                 row = step.new_record(uid, job, s.sig if s else "", "" if s is not None else err, now)
                 if s is None:
                     log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
@@ -480,8 +483,8 @@ class Service:
         acct: dict[str, AccountingRecord] = {}
         if self._accounting_enabled():
             try:
-                for rec in self.slurm.accounting([r["slurm_id"] for r in gone]):
-                    acct.setdefault(rec.job_id, rec)
+                for a in self.slurm.accounting([r["slurm_id"] for r in gone]):
+                    acct.setdefault(a.job_id, a)
             except (SlurmError, ParseError) as e:
                 log.warning("sacct failed: %s", e)
         for row in gone:

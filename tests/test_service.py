@@ -410,7 +410,7 @@ def test_serve_once_with_bad_config_exits_with_one_line(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text("[service]\nslot_seconds = -1\n")
     r = CliRunner().invoke(main, ["serve", "--config", str(p), "--once"])
-    assert r.exit_code == 1 and "service.slot_seconds must be > 0" in r.output
+    assert r.exit_code == 2 and "service.slot_seconds must be > 0" in r.output
     assert not (tmp_path / "lyasched.db").exists()
 
 

@@ -9,9 +9,11 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from lyasched.cli.errors import BadInput
 from lyasched.config import ConfigError, load_config
 
 log = logging.getLogger("lyasched.serve")
@@ -38,7 +40,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     """
     try:
         cfg = load_config(config_path)
-        over = {}
+        over: dict[str, Any] = {}
         if db_path:
             over["db"] = Path(db_path)
         if slot_seconds is not None:
@@ -55,8 +57,8 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
             over["policy"] = policy_name
             over["params"] = {} if policy_name != cfg.policy else cfg.params
         cfg = dataclasses.replace(cfg, **over)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from None
+    except ConfigError as e:  # bad input: one line, exit 2 (as lyasub, lyastat and replay)
+        raise BadInput(str(e)) from None
 
     from lyasched.policy import capabilities_of
     from lyasched.service import cannot_serve
@@ -99,7 +101,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     try:
         service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm)
     except (ValueError, TypeError, ImportError) as e:
-        raise click.ClickException(f"policy {cfg.policy!r}: {e}") from None
+        raise BadInput(f"policy {cfg.policy!r}: {e}") from None
     left = records.open_intents(service.db)
     if left:
         log.warning("%d start(s) left open by a previous run (jobs %s): reconciled with Slurm in the first slot",

@@ -34,7 +34,7 @@ class Step:
 
 def new_record(uid: str, job: SlurmJob, sig: str, err: str, now: float) -> dict:
     """The record of a job first seen now (``err``: why its cost summary is invalid, '' if valid)."""
-    row = {c: None for c in records.JOB_COLUMNS}
+    row: dict[str, Any] = {c: None for c in records.JOB_COLUMNS}
     row.update(
         uid=uid, slurm_id=job.job_id, user=job.user, name=job.name, summary=job.comment, sig=sig,
         submit_time=job.submit_time, time_limit=job.time_limit, first_seen=now,

@@ -248,7 +248,7 @@ class Simulation:
     ) -> SimResult:
         """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision
         and WallTimeExceeded past ``wall_limit_s`` seconds (benchmarks use it)."""
-        pname = name or getattr(policy, "name", type(policy).__name__)
+        pname: str = name or getattr(policy, "name", None) or type(policy).__name__
         caps = capabilities(policy)
         oracle, preemptive, invariant = caps.needs_true_runtimes, caps.preemptive, caps.time_invariant
         moves = caps.moves  # may resize: sees MovableJob, is also asked when only a grow could happen
@@ -386,9 +386,10 @@ class Simulation:
                     slot_z.append(float(res.z))
                     # preemptions first: their GPUs are free for this slot's starts
                     for jid in res.preempt:
-                        i = by_id.get(jid)
-                        if i is None or i not in running:
+                        found = by_id.get(jid)
+                        if found is None or found not in running:
                             raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not running at t={t:g}")
+                        i = found
                         if not self.checkpointable[i]:
                             raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not checkpointable")
                         r = running[i]
