@@ -67,7 +67,8 @@ from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
 from lyasched.clusterview import cluster_view, gpu_nodes
-from lyasched.store.jobrecord import JobRecord
+from lyasched.store.jobrecord import JobRecord, decode_times
+from lyasched.store.placement import NodePlacement
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
@@ -316,12 +317,12 @@ class Service:
                     self.starter.hold_again(job, row, ctx)
                     continue
                 # Committed: Slurm will start it on these GPUs; nobody else may get them.
-                placement = tuple((index[n], c) for n, c in json.loads(row["placement"] or "[]") if n in index)
+                placement = NodePlacement.from_json(row["placement"]).to_indices(index)
                 for i, c in placement:
                     free[i] = max(0, free[i] - c)
                 running.append(self._running(job, row, placement, now))
             elif job.running:
-                placement = tuple((index[n], job.gpus_per_node) for n in job.nodes if n in index)
+                placement = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_indices(index)
                 running.append(self._running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
                 s, _ = self._decode(job.comment)
@@ -605,9 +606,8 @@ class Service:
                                  "where pred_one is not null and submit_time is not null"):
             try:
                 s = CostSummary.decode(row["summary"])
-                one = np.array([math.inf if x is None else x for x in json.loads(row["pred_one"])], dtype=float)
-                multi = np.array([math.inf if x is None else x for x in json.loads(row["pred_multi"] or "[]")] or
-                                 [math.inf] * len(one), dtype=float)
+                one = np.array(decode_times(row["pred_one"]), dtype=float)
+                multi = np.array(decode_times(row["pred_multi"]) or [math.inf] * len(one), dtype=float)
             except (ValueError, TypeError):
                 continue
             if not len(one):

@@ -441,3 +441,16 @@ def test_observed_run_times_correct_later_predictions_of_the_same_model(db):
     assert pred2 == pytest.approx(pred1 * entry.correction, rel=1e-6)
     # rows are kept only for jobs still waiting: the finished first job's are gone
     assert not any(k[0] == "uid-00000031" for k in svc._rows)
+
+
+def test_a_skipped_decision_records_its_placement_by_node_name(db):
+    """A placement Slurm cannot express (7 GPUs as 4+3) is skipped, and its decision row names the
+    nodes as every other placement in the records does (it used to keep the policy's index pairs)."""
+    from lyasched.store.jobrecord import decisions
+
+    slurm = FakeSlurm(nodes=[("node1", 4, 0, "IDLE"), ("node2", 4, 1, "MIXED")], jobs=[FakeJob("13", summary("uid-00000013"))])
+    svc = service(db, slurm, StartAs({"13": ((0, 4), (1, 3))}))
+    svc.run_slot()
+    assert not slurm.actions("update") and not slurm.actions("release")
+    (d,) = [d for d in decisions(db, "uid-00000013") if d.action == "skip"]
+    assert json.loads(d.to_row()["placement"]) == [["node1", 4], ["node2", 3]]

@@ -25,6 +25,7 @@ from lyasched.policy.state import Decision, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import records
+from lyasched.store.placement import NodePlacement
 
 log = logging.getLogger("lyasched.service")
 
@@ -97,15 +98,16 @@ class Starter:
         base = dict(time=now, uid=row["uid"], slurm_id=job.job_id, gpus=d.gpus, score=d.score)
         if placement is None:
             why = "no placement Slurm can express (equal GPUs per node) fits the free GPUs"
-            ctx.decisions.append({**base, "action": "skip", "placement": json.dumps(d.placement), "reason": why})
+            ctx.decisions.append({**base, "action": "skip", "placement": _named(d.placement, names), "reason": why})
             records.upsert_job(self.db, row["uid"], reason=f"waiting: {why}")
             log.info("job %s: %d GPUs chosen but %s", job.job_id, d.gpus, why)
             return
         spans = len(placement) > 1
-        node_names = [names[i] for i, _ in placement]
+        named = NodePlacement.from_indices(placement, names)  # the one placement shape after the policy
+        node_names = list(named.nodes)
         per_node = placement[0][1]
         pred = wj.run_time(d.gpus, spans)
-        place_json = json.dumps([[names[i], c] for i, c in placement])
+        place_json = named.to_json()
         why = d.reason or "chosen by the policy"
         # Never start twice: only a job this slot saw pending and held by the service is released
         # (Slurm runs a job id once; the plugin refuses requeue), and no other start is open for it.
@@ -174,3 +176,12 @@ class Starter:
         )
         report.held_again.append(job.job_id)
         log.info("job %s: %s", job.job_id, why)
+
+
+def _named(placement: Sequence[tuple[int, int]], names: Sequence[str]) -> str:
+    """A (possibly malformed) policy placement in the records' form, for a skipped decision: named
+    nodes where it is a valid placement, else the raw index pairs as the policy gave them."""
+    try:
+        return NodePlacement.from_indices(placement, names).to_json()
+    except (ValueError, IndexError):
+        return json.dumps([[i, g] for i, g in placement])

@@ -16,6 +16,7 @@ import sqlite_utils
 
 from lyasched.slurm.types import RAN_STATES, SlurmJob  # RAN_STATES: job states are classified in slurm.types
 from lyasched.store import records
+from lyasched.store.placement import NodePlacement
 
 
 @dataclass
@@ -62,7 +63,7 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
         upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
         upd["reason"] = "running"
         if not row["placement"]:
-            upd["placement"] = json.dumps([[n, job.gpus_per_node] for n in job.nodes])
+            upd["placement"] = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_json()
     elif job.finished and st in ("waiting", "released", "running"):
         ran = st == "running" or job.state in RAN_STATES
         observed = job.run_seconds if ran else None
