@@ -207,6 +207,21 @@ def test_a_vanished_held_job_listed_again_is_decided_again(db):
     assert [s["slurm_id"] for s in rep.started] == ["109"]  # not held forever
 
 
+def test_a_vanished_held_job_listed_again_is_waiting_in_the_records(db):
+    """Listed again and not started this slot: the stored record says waiting again (it stayed
+    vanished: the update was judged against the already-moved row)."""
+    job = FakeJob("110", summary("uid-00000110"))
+    slurm = FakeSlurm(jobs=[job])
+    make(db, slurm, {}).run_slot()
+    slurm.jobs = []
+    make(db, slurm, {}).run_slot()
+    assert records.get_job(db, "uid-00000110")["state"] == "vanished"
+    slurm.jobs = [job]
+    make(db, slurm, {}).run_slot()
+    row = records.get_job(db, "uid-00000110")
+    assert row["state"] == "waiting" and row["reason"] == "listed by Slurm again"
+
+
 def test_crash_points_parse_and_kill_for_real():
     with pytest.raises(ValueError, match="unknown point"):
         CrashPoints("after_lunch:1")

@@ -58,7 +58,7 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
         st = "running" if job.running else "released" if (job.pending and not job.held_by_service) else "waiting"
         upd.update(state=st, reason="listed by Slurm again")
         out.warnings.append(f"job {job.job_id}: listed by Slurm again after it had vanished")
-        row = {**row, "state": st}
+        row = {**row, "state": st}  # for the branches below; the update is judged against the record
     if job.running and st in ("waiting", "released"):
         upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
         upd["reason"] = "running"
@@ -80,7 +80,9 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
 
 
 def _done(out: Step, row: dict, upd: dict[str, Any]) -> Step:
-    out.update = {k: v for k, v in upd.items() if row.get(k) != v}
+    """The update is what differs from the record as stored (``out.row``), not from ``row``, which
+    the vanished branch has already moved on (its state change would be lost otherwise)."""
+    out.update = {k: v for k, v in upd.items() if out.row.get(k) != v}
     out.row = {**row, **upd}
     return out
 
