@@ -312,3 +312,81 @@ def test_grow_is_held_back_by_frequent_arrivals():
     assert make_policy("elastic").decide(quiet).preempt == ("r",)
     busy = dataclasses.replace(quiet, arrivals_t=np.arange(400.0, 4000.0, 10.0), arrivals_cum_gpu_s=np.arange(360.0))
     assert not make_policy("elastic").decide(busy).preempt
+
+
+# --------------------------------------------------------------------------- speed-ups change no decision
+# tests/elastic_reference.py is the policy as it was before the speed-ups (issue 13); the fast
+# policy must decide exactly as it does, and the simulator's replays must not move by a float.
+
+from elastic_reference import ReferenceElasticPolicy  # noqa: E402
+
+
+def _random_state(rng: np.random.Generator, now: float = 10000.0) -> SlotState:
+    """A random slot: several nodes, running jobs (some across nodes, some above their request),
+    waiting jobs of every size."""
+    nodes = int(rng.integers(1, 7))
+    free = [GPN] * nodes
+    running = []
+    for k in range(int(rng.integers(0, 10))):
+        g = int(rng.choice([1, 2, 4, 8]))
+        if g > GPN:  # across two nodes, 4 + 4
+            pair = [n for n in range(nodes) if free[n] == GPN][:2]
+            if len(pair) < 2:
+                continue
+            pl = [(pair[0], GPN), (pair[1], GPN)]
+        else:
+            ok = [n for n in range(nodes) if free[n] >= g]
+            if not ok:
+                continue
+            pl = [(ok[int(rng.integers(0, len(ok)))], g)]
+        for n, c in pl:
+            free[n] -= c
+        req = int(rng.choice([g, max(1, g // 2), 1]))
+        running.append(movable(f"r{k}", float(rng.uniform(100, 2e5)), g, pl, start=float(rng.uniform(0, now)),
+                               now=now, req=req, checkpointable=bool(rng.random() < 0.85),
+                               cost=float(rng.choice([math.nan, 10.0, 120.0, 900.0]))))
+    wait = [waiting(f"w{k}", float(rng.uniform(50, 1e5)), int(rng.choice([1, 2, 4, 8])), submit=float(rng.uniform(0, now)))
+            for k in range(int(rng.integers(0, 14)))]
+    arrivals = np.sort(rng.uniform(0, now, int(rng.integers(0, 50)))) if rng.random() < 0.5 else None
+    cum = np.arange(float(len(arrivals))) * 100.0 if arrivals is not None else None
+    return dataclasses.replace(state(now, free, wait, running), arrivals_t=arrivals, arrivals_cum_gpu_s=cum)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_decisions_identical_to_the_reference_on_random_states(seed):
+    rng = np.random.default_rng(1000 + seed)
+    st = _random_state(rng)
+    params = {} if seed % 3 else {"max_candidates": int(rng.integers(1, 6)), "max_stretch": float(rng.uniform(1.0, 3.0))}
+    fast = ElasticPolicy(**params).decide(st)
+    ref = ReferenceElasticPolicy(**params).decide(st)
+    assert fast == ref
+    check_result(st, fast)
+
+
+def test_random_states_do_move_jobs():
+    """The random states above exercise swaps (shrinks and suspensions) and grows, not only no-ops."""
+    kinds = set()
+    for seed in range(300):
+        res = ReferenceElasticPolicy().decide(_random_state(np.random.default_rng(1000 + seed)))
+        kinds |= {m.split()[0] for m in res.info.get("moves", {}).values()}
+    assert {"shrink", "suspend", "grow"} <= kinds
+
+
+def _outcomes(r) -> list[tuple]:
+    return [(x.first_start, x.end, x.gpus, x.preemptions, x.resizes) for x in r.records]
+
+
+@pytest.mark.parametrize("name,seed,n", [("seed-small-bursty", 3, 120), ("seed-large-bursty", 1, 120)])
+def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, seed, n):
+    """The fast policy replays exactly as the reference in today's simulator, and both as recorded
+    with the simulator and policy before the speed-ups (tests/data/elastic_replay_outcomes.json)."""
+    import json
+    import pathlib
+
+    w = seed_workload(name, seed=seed, n_jobs=n)
+    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(), name="elastic")
+    ref = Simulation(w.jobs, w.cluster, seed=seed).run(ReferenceElasticPolicy(), name="elastic")
+    assert _outcomes(fast) == _outcomes(ref)
+    assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"
+    rec = json.loads((pathlib.Path(__file__).parent / "data" / "elastic_replay_outcomes.json").read_text())[f"{name}/{seed}/{n}"]
+    assert [(float(a), float(b), g, p, z) for _, a, b, g, p, z in rec] == _outcomes(fast)

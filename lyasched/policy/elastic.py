@@ -136,6 +136,7 @@ class ElasticPolicy(LyapunovPolicy):
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
+        memo = _SlotMemo(self, victims)
         cands = []
         for pos, w in enumerate(left):
             g = nearest_allowed(w, w.requested_gpus)
@@ -148,7 +149,7 @@ class ElasticPolicy(LyapunovPolicy):
         for _, _, pos, g, t_j in cands[: self.max_candidates]:
             w = left[pos]
             shape = shape_of(w, g)
-            pl = fit_shape(shape, free)
+            pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 self._take(free, pl)
                 starts.append(Decision(w.job_id, g, pl, 0.0, f"elastic: fits on GPUs freed this slot, {g} GPUs"))
@@ -159,7 +160,7 @@ class ElasticPolicy(LyapunovPolicy):
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
-            plan = self._victims(w, shape, g, t_j, free, victims, used)
+            plan = self._victims(shape, g, t_j, free, memo, used)
             if plan is None:
                 continue
             avail, pl, chosen = plan
@@ -197,53 +198,37 @@ class ElasticPolicy(LyapunovPolicy):
         return starts, preempt, q, z, moved
 
     def _victims(
-        self, w: WaitingJob, shape: Shape, g: int, t_j: float, free: list[int], victims: list[MovableJob], used: set[str]
+        self, shape: Shape, g: int, t_j: float, free: list[int], memo: _SlotMemo, used: set[str]
     ) -> tuple[list[int], Placement, list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]] | None:
-        """Victims (shrunk or suspended) whose GPUs let ``w`` fit: [(job, (g, placement) | None, cost, why)],
-        the free GPUs after the moves and ``w``'s placement; None if no set of movable jobs does."""
+        """Victims (shrunk or suspended) whose GPUs let a job of ``shape`` fit: [(job, (g, placement) | None,
+        cost, why)], the free GPUs after the moves and the job's placement; None if no set of movable jobs does."""
+        # the GPUs of every victim still usable and the free ones cannot hold g: nothing fits (exact prune)
+        if sum(free) + memo.gpus_left(used) < g:
+            return None
         avail = list(free)
         chosen: list[tuple[MovableJob, tuple[int, Placement] | None, float, str]] = []
-        for r in victims:
-            if r.job_id in used or r.gpus <= 0:
+        for v in memo.victims:
+            r = v.job
+            if r.job_id in used or not v.usable:
                 continue
-            r_now, _ = r.best_remaining(r.gpus)
-            if not math.isfinite(r_now) or r_now <= 0:
-                continue
-            c = self._cost(r)
+            r_now, c = v.r_now, v.cost
             trial = list(avail)
             for node, k in r.placement:
                 trial[node] += k
-            option = None
-            # shrink: the largest allowed count below its current one that lets w fit, within
-            # max_stretch of its run at the request (the core's no-sliver rule)
-            req = max(1, r.requested_gpus)
-            assert r.remaining_one_node is not None  # a movable view always carries its rows
-            r_req, _ = r.best_remaining(min(req, len(r.remaining_one_node)))
-            for g2 in range(r.gpus - 1, 0, -1):
-                r2, spans = r.best_remaining(g2)
-                if not math.isfinite(r2) or (g2 < req and r2 > self.max_stretch * r_req):
-                    continue
-                pl2 = _subset(r.placement, g2, spans)
-                if pl2 is None:
-                    continue
-                t2 = list(trial)
-                for node, k in pl2:
-                    t2[node] -= k
-                if fit_shape(shape, t2) is not None:
-                    option = ((g2, pl2), r2 + c - r_now, t2, f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
-                    break
+            option = memo.shrink(v, shape, trial)
             # Suspended, r waits about j's run (the exchange argument) only if j uses all of r's
             # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a
             # victim larger than j is only ever shrunk.
             susp_cost = t_j + c
             if option is not None and (option[1] < susp_cost or r.gpus > g):
-                new, cost, avail, why = option
+                new, cost, t2, why = option
+                avail = list(t2)
             elif r.gpus <= g:
                 new, cost, avail, why = None, susp_cost, trial, f"waits ~{t_j:.0f}s + {c:.0f}s move, {r_now:.0f}s left"
             else:
                 continue
             chosen.append((r, new, cost, why))
-            pl = fit_shape(shape, avail)
+            pl = memo.fit(shape, avail)
             if pl is not None:
                 return avail, pl, chosen
         return None
@@ -296,6 +281,76 @@ class ElasticPolicy(LyapunovPolicy):
             starts.append(Decision(r.job_id, g2, pl, 0.0, f"elastic grow {r.gpus}->{g2}: run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move"))
             moved[r.job_id] = f"grow {r.gpus}->{g2}"
         return starts, preempt, moved
+
+
+@dataclass
+class _Victim:
+    """A movable job as the make-room step reads it, computed once per slot."""
+
+    job: MovableJob
+    r_now: float  # remaining run on its current GPUs
+    cost: float  # its move cost
+    usable: bool  # it has GPUs and a finite, positive remaining run
+
+
+class _SlotMemo:
+    """What one slot's make-room step computes again and again, memoised by its inputs: victims'
+    remaining runs and move costs, placements of a shape on a free vector, and each victim's
+    shrink option for a shape on a free vector. Lives for one `decide` call (no state between
+    slots), so decisions are those of computing everything afresh."""
+
+    def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
+        self.pol = pol
+        self.victims = []
+        for r in victims:
+            r_now = r.best_remaining(r.gpus)[0] if r.gpus > 0 else math.inf
+            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
+            self.victims.append(_Victim(r, r_now, pol._cost(r), usable))
+        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.victims if v.usable]
+        self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
+        self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple | None] = {}
+
+    def gpus_left(self, used: set[str]) -> int:
+        """GPUs held by victims not yet moved this slot."""
+        return sum(k for jid, k in self._gpus if jid not in used)
+
+    def fit(self, shape: Shape, free: list[int]) -> Placement | None:
+        """`fit_shape`, memoised; fewer free GPUs than the shape needs never fit."""
+        key = (shape, tuple(free))
+        if key not in self._fits:
+            self._fits[key] = fit_shape(shape, free) if sum(free) >= shape[0] else None
+        return self._fits[key]
+
+    def shrink(self, v: _Victim, shape: Shape, trial: list[int]) -> tuple | None:
+        """The victim's shrink that lets ``shape`` fit once it has released its GPUs into ``trial``:
+        (new (g, placement), added completion time, free after, why), or None. The largest
+        allowed count below its current one that lets the job fit, within max_stretch of its run
+        at the request (the core's no-sliver rule)."""
+        r = v.job
+        key = (r.job_id, shape, tuple(trial))
+        if key in self._shrinks:
+            return self._shrinks[key]
+        option = None
+        r_now, c = v.r_now, v.cost
+        req = max(1, r.requested_gpus)
+        assert r.remaining_one_node is not None  # a movable view always carries its rows
+        r_req, _ = r.best_remaining(min(req, len(r.remaining_one_node)))
+        stretch = self.pol.max_stretch
+        for g2 in range(r.gpus - 1, 0, -1):
+            r2, spans = r.best_remaining(g2)
+            if not math.isfinite(r2) or (g2 < req and r2 > stretch * r_req):
+                continue
+            pl2 = _subset(r.placement, g2, spans)
+            if pl2 is None:
+                continue
+            t2 = list(trial)
+            for node, k in pl2:
+                t2[node] -= k
+            if self.fit(shape, t2) is not None:
+                option = ((g2, pl2), r2 + c - r_now, tuple(t2), f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
+                break
+        self._shrinks[key] = option
+        return option
 
 
 def _arrival_rate(state: SlotState, window: float) -> float:
