@@ -44,7 +44,10 @@ class MovableJob(RunningJob):
 
     def best_remaining(self, g: int) -> tuple[float, bool]:
         """Remaining run on g GPUs, one node when allowed (then spans_nodes False)."""
-        one, multi = self.remaining(g, False), self.remaining(g, True)
+        # `remaining` twice, inlined: the elastic policy asks this millions of times per replay
+        a, b = self.remaining_one_node, self.remaining_multi_node
+        one = float(a[g - 1]) if a is not None and 1 <= g <= len(a) else math.inf
+        multi = float(b[g - 1]) if b is not None and 1 <= g <= len(b) else math.inf
         return (one, False) if one <= multi else (multi, True)
 
     @property

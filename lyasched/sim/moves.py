@@ -59,8 +59,9 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     for r, rj in zip(running.values(), state.running):
         if moves:
             j = sim.jobs[r.idx]
+            t = sim._template(j)
             out.append(movable_view(
-                rj, job=j, template=sim._template(j), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
+                rj, job=j, template=t, plain=plain_rows(t, sim._plain_rows), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
                 overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
                 checkpointable=bool(mask[r.idx]), move_cost=float(sim.move_costs[r.idx]),
             ))
@@ -69,6 +70,17 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
         else:
             out.append(rj)
     return replace(state, running=tuple(out))
+
+
+def plain_rows(template: WaitingJob, memo: dict[int, tuple[WaitingJob, bool]]) -> bool:
+    """Whether the template's rows hold no nan or -inf, memoised by the template's identity (the
+    simulator keeps its templates, and the memo keeps each one it was asked about)."""
+    hit = memo.get(id(template))
+    if hit is None or hit[0] is not template:
+        ok = all(not np.isnan(row).any() and not np.isneginf(row).any()
+                 for row in (template.run_one_node, template.run_multi_node))
+        hit = memo[id(template)] = (template, bool(ok))
+    return hit[1]
 
 
 def movable_view(
@@ -83,6 +95,7 @@ def movable_view(
     held_before: float,
     checkpointable: bool,
     move_cost: float,
+    plain: bool = False,
 ) -> MovableJob:
     """A running job as a moving policy sees it: ``base`` plus predicted remaining time on every count.
 
@@ -90,7 +103,8 @@ def movable_view(
     (the policy never sees the true progress): the segment's predicted compute
     ``predicted_end - start - overhead`` covers ``frac_at_start`` of the job, and the share
     still to do is what of it lies after ``now``. ``scale`` is iterations (x the true factor for
-    oracles); ``held_before`` the time the job held GPUs in earlier segments.
+    oracles); ``held_before`` the time the job held GPUs in earlier segments; ``plain``: the
+    template's rows hold no nan or -inf (`plain_rows`).
     """
     start, predicted_end = base.start_time, base.predicted_end
     seg = predicted_end - start - overhead
@@ -110,12 +124,15 @@ def movable_view(
         move_cost_s=move_cost,
         waited_s=max(0.0, (now - job.submit_time) - held_before - (now - start)),
         work_left=template.work * s,
-        remaining_one_node=_scaled(template.run_one_node, s),
-        remaining_multi_node=_scaled(template.run_multi_node, s),
+        remaining_one_node=_scaled(template.run_one_node, s, plain),
+        remaining_multi_node=_scaled(template.run_multi_node, s, plain),
     )
 
 
-def _scaled(row: np.ndarray, s: float) -> np.ndarray:
-    """``row * s`` with disallowed counts (inf) kept inf when nothing is left (s = 0)."""
+def _scaled(row: np.ndarray, s: float, plain: bool = False) -> np.ndarray:
+    """``row * s`` with disallowed counts (inf) kept inf when nothing is left (s = 0). ``plain``:
+    the row holds no nan or -inf, so for a finite s > 0 the product is that already (fast path)."""
+    if plain and 0.0 < s < math.inf:
+        return row * s
     with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(row), row * s, np.inf)

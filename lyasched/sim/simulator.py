@@ -183,6 +183,7 @@ class Simulation:
                         raise ValueError(f"end fraction of job {j.job_id} must be in (0, 1], got {f}")
                     self.factors[i] *= f
         self._templates: dict[tuple, WaitingJob] = {}
+        self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
         self._best = np.empty(len(self.jobs))
         self._best_gpu = np.empty(len(self.jobs))
         # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
