@@ -30,13 +30,14 @@ state is the core's memo of rows.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
-from lyasched.policy.common import Shape, fit_shape, nearest_allowed, shape_of
+from lyasched.policy.common import PerJob, Shape, fit_shape, nearest_allowed, shape_of
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import equal_placement, one_node_placement
@@ -56,6 +57,10 @@ class ElasticPolicy(LyapunovPolicy):
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
     # running jobs are read as MovableJob (the live service cannot do either yet: docs/elastic.md)
     capabilities: ClassVar[Capabilities] = Capabilities(preemptive=True, moves=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._cands = PerJob(_candidate)
 
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
@@ -138,17 +143,14 @@ class ElasticPolicy(LyapunovPolicy):
         moved: dict[str, str] = {}
         memo = _SlotMemo(self, victims)
         cands = []
+        self._cands.prune(state.waiting)
         for pos, w in enumerate(left):
-            g = nearest_allowed(w, w.requested_gpus)
-            if g is None:
-                continue
-            t = min(w.run_time(g, False), w.run_time(g, True))
-            cands.append((g * t, w.job_id, pos, g, t))
-        cands.sort()
+            cand = self._cands(w)
+            if cand is not None:
+                cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
-        for _, _, pos, g, t_j in cands[: self.max_candidates]:
+        for _, _, pos, g, t_j, shape in heapq.nsmallest(self.max_candidates, cands):
             w = left[pos]
-            shape = shape_of(w, g)
             pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 self._take(free, pl)
@@ -351,6 +353,16 @@ class _SlotMemo:
                 break
         self._shrinks[key] = option
         return option
+
+
+def _candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:
+    """A waiting job as a swap candidate: (GPU-time at its request, GPUs, run, shape); None when no
+    count is allowed. Depends on the job only (memoised per job across slots)."""
+    g = nearest_allowed(w, w.requested_gpus)
+    if g is None:
+        return None
+    t = min(w.run_time(g, False), w.run_time(g, True))
+    return g * t, g, t, shape_of(w, g)
 
 
 def _arrival_rate(state: SlotState, window: float) -> float:
