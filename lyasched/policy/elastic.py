@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -207,24 +207,20 @@ class ElasticPolicy(LyapunovPolicy):
         # the GPUs of every victim still usable and the free ones cannot hold g: nothing fits (exact prune)
         if sum(free) + memo.gpus_left(used) < g:
             return None
-        avail = list(free)
+        avail = tuple(free)  # free GPUs after the victims chosen so far (a tuple: memo keys)
         chosen: list[tuple[MovableJob, tuple[int, Placement] | None, float, str]] = []
-        for v in memo.victims:
+        for v in memo.usable:
             r = v.job
-            if r.job_id in used or not v.usable:
+            if r.job_id in used:
                 continue
             r_now, c = v.r_now, v.cost
-            trial = list(avail)
-            for node, k in r.placement:
-                trial[node] += k
-            option = memo.shrink(v, shape, trial)
+            trial, option = memo.shrink(v, shape, avail)
             # Suspended, r waits about j's run (the exchange argument) only if j uses all of r's
             # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a
             # victim larger than j is only ever shrunk.
             susp_cost = t_j + c
             if option is not None and (option[1] < susp_cost or r.gpus > g):
-                new, cost, t2, why = option
-                avail = list(t2)
+                new, cost, avail, why = option
             elif r.gpus <= g:
                 new, cost, avail, why = None, susp_cost, trial, f"waits ~{t_j:.0f}s + {c:.0f}s move, {r_now:.0f}s left"
             else:
@@ -232,7 +228,7 @@ class ElasticPolicy(LyapunovPolicy):
             chosen.append((r, new, cost, why))
             pl = memo.fit(shape, avail)
             if pl is not None:
-                return avail, pl, chosen
+                return list(avail), pl, chosen
         return None
 
     @staticmethod
@@ -308,30 +304,37 @@ class _SlotMemo:
             r_now = r.best_remaining(r.gpus)[0] if r.gpus > 0 else math.inf
             usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
             self.victims.append(_Victim(r, r_now, pol._cost(r), usable))
-        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.victims if v.usable]
+        self.usable = [v for v in self.victims if v.usable]  # the others are never moved to make room
+        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.usable]
         self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
-        self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple | None] = {}
+        self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
 
     def gpus_left(self, used: set[str]) -> int:
         """GPUs held by victims not yet moved this slot."""
         return sum(k for jid, k in self._gpus if jid not in used)
 
-    def fit(self, shape: Shape, free: list[int]) -> Placement | None:
+    def fit(self, shape: Shape, free: Sequence[int]) -> Placement | None:
         """`fit_shape`, memoised; fewer free GPUs than the shape needs never fit."""
         key = (shape, tuple(free))
-        if key not in self._fits:
-            self._fits[key] = fit_shape(shape, free) if sum(free) >= shape[0] else None
-        return self._fits[key]
+        if key in self._fits:
+            return self._fits[key]
+        self._fits[key] = pl = fit_shape(shape, free) if sum(free) >= shape[0] else None
+        return pl
 
-    def shrink(self, v: _Victim, shape: Shape, trial: list[int]) -> tuple | None:
-        """The victim's shrink that lets ``shape`` fit once it has released its GPUs into ``trial``:
-        (new (g, placement), added completion time, free after, why), or None. The largest
-        allowed count below its current one that lets the job fit, within max_stretch of its run
-        at the request (the core's no-sliver rule)."""
+    def shrink(self, v: _Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
+        """``avail`` with the victim's GPUs released (``trial``), and the victim's shrink that lets
+        ``shape`` fit there: (new (g, placement), added completion time, free after, why), or None.
+        The largest allowed count below its current one that lets the job fit, within max_stretch
+        of its run at the request (the core's no-sliver rule)."""
         r = v.job
-        key = (r.job_id, shape, tuple(trial))
-        if key in self._shrinks:
-            return self._shrinks[key]
+        key = (r.job_id, shape, avail)
+        hit = self._shrinks.get(key)
+        if hit is not None:
+            return hit
+        trial_l = list(avail)
+        for node, k in r.placement:
+            trial_l[node] += k
+        trial = tuple(trial_l)
         option = None
         r_now, c = v.r_now, v.cost
         req = max(1, r.requested_gpus)
@@ -351,8 +354,8 @@ class _SlotMemo:
             if self.fit(shape, t2) is not None:
                 option = ((g2, pl2), r2 + c - r_now, tuple(t2), f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
                 break
-        self._shrinks[key] = option
-        return option
+        self._shrinks[key] = hit = (trial, option)
+        return hit
 
 
 def _candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:
