@@ -252,9 +252,9 @@ def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(
     simulator's builder, gives the state the service decided on and the same decisions; and every
     start Slurm carried out is the policy's placement exactly (nodes and GPUs per node), with no
     re-placement, because the policy placed by Slurm's rule."""
-    import subprocess
     import time
 
+    from conftest import run_as
     from lyasched.policy.snapshot import SlotStateBuilder
     from lyasched.policy.state import capabilities
     from lyasched.slurm import backend as bk
@@ -263,9 +263,9 @@ def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(
     def sbatch(gmin: int, gmax: int, secs: int) -> str:
         s = CostSummary(uid=new_uid(), sig="cnn:parity", global_batch=8, iterations=100, min_gpus=gmin, max_gpus=gmax,
                         alpha=0.01, beta=0.002, params=1_000_000).encode()
-        r = subprocess.run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5",
-                            "-N1", f"--gres=gpu:{gmin}", f"--comment={s}", "--wrap", f"sleep {secs}"],
-                           capture_output=True, text=True, timeout=60, cwd="/tmp")
+        # as the test user on whichever test cluster runs (native: runuser; docker: the login container)
+        r = run_as(TEST_USER, "sbatch", "--parsable", "-o", "/dev/null", "-t", "5", "-N1", f"--gres=gpu:{gmin}",
+                   f"--comment={s}", "--wrap", f"sleep {secs}", timeout=60, cwd="/tmp")
         assert r.returncode == 0, r.stderr
         return r.stdout.strip().split(";")[0]
 
