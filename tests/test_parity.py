@@ -27,14 +27,9 @@ from lyasched.sim import Simulation
 from lyasched.slurm import query as q
 from lyasched.store import records
 from lyasched.summary import CostSummary
+from reliability.users import TEST_USER
+from slurm_views import NODE_LINE, OnlyJobs
 
-NODE_LINE = (
-    "NodeName={name} Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=0.43 "
-    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:{total} GresDrain=N/A GresUsed=gpu:{used} "
-    "NodeAddr=127.0.0.1 NodeHostName=vm Port=17001 Version=22.05.8 OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC @0  "
-    "RealMemory=4000 AllocMem=0 FreeMem=23265 Sockets=8 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 "
-    "Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  CfgTRES=cpu=8,mem=4000M,billing=8 AllocTRES= CapWatts=n/a"
-)
 SLOT = 30.0
 LIMIT_S = 86_400.0  # "1-00:00:00": longer than any run, so no prediction is clamped to it
 T0 = 1_000_020.0  # a slot boundary (a multiple of SLOT)
@@ -229,22 +224,6 @@ def test_replay_and_serve_see_the_same_states_and_decide_alike(policy_name, tmp_
 
 # --------------------------------------------------------------------------- on the real test cluster
 
-TEST_USER = "lyatest"
-
-
-class _Only:
-    """A backend whose job lists are restricted to ``ids`` (the test user's other jobs are not ours)."""
-
-    def __init__(self, backend, ids) -> None:
-        self.backend, self.ids, self.name = backend, set(ids), backend.name
-
-    def __getattr__(self, attr):
-        return getattr(self.backend, attr)
-
-    def jobs(self, **kw):
-        return [j for j in self.backend.jobs(**kw) if j.job_id in self.ids]
-
-
 @pytest.mark.slurm
 def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(slurm_jobs, tmp_path):
     """A short workload (5 held jobs, 1-4 GPUs, sleeps) scheduled by the real service on the real
@@ -274,7 +253,7 @@ def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(
     slurm, _ = bk.make_backend("cli", timeout=30)
     rec = Recorder(make_policy("lyapunov"))
     svc = Service(Config(slot_seconds=2, users=(TEST_USER,), release_grace=60),
-                  records.open_records(str(tmp_path / "live.db")), slurm=_Only(slurm, ids), policy=rec)
+                  records.open_records(str(tmp_path / "live.db")), slurm=OnlyJobs(slurm, ids), policy=rec)
     snaps = []
     deadline = time.monotonic() + 120
     started: dict[str, dict] = {}

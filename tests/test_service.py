@@ -17,14 +17,8 @@ from lyasched.slurm import SlurmError
 from lyasched.slurm import query as q
 from lyasched.store import records
 from lyasched.summary import CostSummary
+from slurm_views import NODE_LINE
 
-NODE_LINE = (
-    "NodeName={name} Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=0.43 "
-    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:{total} GresDrain=N/A GresUsed=gpu:{used} "
-    "NodeAddr=127.0.0.1 NodeHostName=vm Port=17001 Version=22.05.8 OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC @0  "
-    "RealMemory=4000 AllocMem=0 FreeMem=23265 Sockets=8 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 "
-    "Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  CfgTRES=cpu=8,mem=4000M,billing=8 AllocTRES= CapWatts=n/a"
-)
 
 
 def ts(epoch: float) -> str:

@@ -240,7 +240,8 @@ def test_pyslurm_records_map_to_the_same_values_as_the_cli() -> None:
 
 # ================================================================== the real cluster
 
-TEST_USER, OTHER_USER = "lyatest", "lyaother"
+from reliability.users import OTHER_USER, TEST_USER  # noqa: E402
+from slurm_views import OnlyJobs  # noqa: E402
 
 
 def _summary(gmin: int = 1, gmax: int = 2) -> str:
@@ -312,19 +313,6 @@ def test_both_backends_read_the_same_cluster_state(backends, plain_job, slurm_jo
     assert cli.config() == ps.config()
 
 
-class Only:
-    """A backend whose job lists are restricted to ``ids`` (everything else as the backend says)."""
-
-    def __init__(self, backend, ids) -> None:
-        self.backend, self.ids, self.name = backend, set(ids), backend.name
-
-    def __getattr__(self, attr):
-        return getattr(self.backend, attr)
-
-    def jobs(self, **kw):
-        return [j for j in self.backend.jobs(**kw) if j.job_id in self.ids]
-
-
 def _slot_state(backend_name: str, slurm_jobs) -> list[tuple]:
     """Submit 3 held jobs (2, 1, 2 GPUs), run one lyapunov slot through ``backend_name``; what Slurm then
     says of each job: held or not, nodes, GPUs per node, the node list asked for."""
@@ -335,7 +323,7 @@ def _slot_state(backend_name: str, slurm_jobs) -> list[tuple]:
     ids = _held(1, slurm_jobs, 2, 2) + _held(1, slurm_jobs, 1, 1) + _held(1, slurm_jobs, 2, 2)
     slurm, _ = bk.make_backend(backend_name, timeout=30)
     try:  # the service sees only these jobs (the test user's other held jobs, if any, are not ours)
-        svc = Service(Config(slot_seconds=30, users=(TEST_USER,)), open_records(":memory:"), slurm=Only(slurm, ids))
+        svc = Service(Config(slot_seconds=30, users=(TEST_USER,)), open_records(":memory:"), slurm=OnlyJobs(slurm, ids))
         rep = svc.run_slot()
     finally:
         slurm.close()
