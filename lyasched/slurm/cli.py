@@ -95,3 +95,14 @@ class CliSlurm:
 
     def close(self) -> None:
         pass
+
+    # ------------------------------------------------------------ moves (docs/elastic.md)
+
+    def signal(self, job_id: str, signal: str) -> None:
+        self._run(commands.signal_args(job_id, signal))  # a second USR1 only sets the flag again
+
+    def set_requeue(self, job_id: str, allow: bool) -> None:
+        self._run(commands.requeueable_args(job_id, allow))
+
+    def requeue_hold(self, job_id: str) -> None:
+        self._run(commands.requeue_hold_args(job_id), idempotent=False)
