@@ -41,6 +41,9 @@ class MovingSlurm(FakeSlurm):
             if job is None or job.state != "RUNNING":
                 raise AssertionError(f"signal to a job not running: {args}")
             return ""
+        if args[:2] == ["scontrol", "update"] and args[3:] == ["StartTime=now"]:
+            self.calls.append(args)
+            return ""
         if args[:2] == ["scontrol", "update"] and any(a.startswith("Requeue=") for a in args):
             self.calls.append(args)
             jid = args[2].removeprefix("JobId=")
@@ -51,7 +54,7 @@ class MovingSlurm(FakeSlurm):
             job = self._job(args[2])
             assert job is not None and self.requeueable.get(job.job_id), "requeue of a job that is not requeueable"
             assert job.state in ("RUNNING", "COMPLETED"), f"requeue of a {job.state} job"
-            job.state, job.reason, job.start, job.nodes = "PENDING", "JobHeldUser", None, ()
+            job.state, job.reason, job.start, job.nodes = "PENDING", "job requeued in held state", None, ()
             return ""
         if args[0] == "squeue" and "--jobs" in " ".join(args):
             self.calls.append(args)
@@ -132,6 +135,7 @@ def test_a_shrink_signals_then_requeues_resizes_and_releases_once_the_checkpoint
     svc.run_slot()
     assert slurm.sent()[2:] == [
         ["scontrol", "requeuehold", "101"],
+        ["scontrol", "update", "JobId=101", "StartTime=now"],
         ["scontrol", "update", "JobId=101", "NumNodes=1-1", "NumTasks=1", "NumCPUs=1", "TresPerNode=gres:gpu:2",
          "ReqNodeList=node1"],
         ["scontrol", "update", "JobId=101", "Requeue=0"],
@@ -165,7 +169,7 @@ def test_a_suspension_leaves_the_job_held_and_waiting_for_the_policy(db, tmp_pat
     save_marker(tmp_path, step=10)
     svc.clock_state["t"] += 2
     rep = svc.run_slot()
-    assert [c[1] for c in slurm.sent()] == ["update", "--signal=USR1", "requeuehold", "update"]
+    assert [c[1] for c in slurm.sent()] == ["update", "--signal=USR1", "requeuehold", "update", "update"]
     assert slurm.sent()[-1][-1] == "Requeue=0"
     row = records.get_job(db, "uid-00000001")
     assert row["state"] == "waiting" and row["reason"].startswith("suspended")

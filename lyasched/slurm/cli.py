@@ -106,3 +106,8 @@ class CliSlurm:
 
     def requeue_hold(self, job_id: str) -> None:
         self._run(commands.requeue_hold_args(job_id), idempotent=False)
+        self.begin_now(job_id)
+
+    def begin_now(self, job_id: str) -> None:
+        """No begin time 2 min ahead for a requeued job (commands.begin_now_args)."""
+        self._run(commands.begin_now_args(job_id))

@@ -66,3 +66,9 @@ def requeueable_args(job_id: str, allow: bool) -> list[str]:
 def requeue_hold_args(job_id: str) -> list[str]:
     """``scontrol requeuehold``: the job ends (if still running) and waits again, held."""
     return ["scontrol", "requeuehold", str(job_id)]
+
+
+def begin_now_args(job_id: str) -> list[str]:
+    """``StartTime=now``: slurmctld gives a requeued job a begin time ~2 minutes ahead (seen on
+    22.05: reason BeginTime after the release); a move's relaunch should not wait for it."""
+    return ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]

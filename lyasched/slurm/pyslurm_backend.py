@@ -268,6 +268,7 @@ class PySlurm:
 
     def requeue_hold(self, job_id: str) -> None:
         self._call("requeue_hold", str(job_id), idempotent=False)
+        self.cli.begin_now(job_id)  # scontrol update StartTime=now (lyasched.slurm.commands.begin_now_args)
 
 
 def submit_fields(opts: Any) -> dict[str, Any] | None:
