@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", default=None,
                    help="resume from / save on SIGUSR1 to this directory (default $LYASCHED_CHECKPOINT_DIR; none: off)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N iterations (0: only on signal)")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="seconds to sleep after each step, outside the timed part (tests: a run long enough to be moved)")
     return p
 
 
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         steps.end()
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
         loss_val = float(loss.detach())
         if it + 1 == args.iterations:
             loss_val = global_mean(loss.detach(), distributed)

@@ -41,7 +41,7 @@ class MovingSlurm(FakeSlurm):
             if job is None or job.state != "RUNNING":
                 raise AssertionError(f"signal to a job not running: {args}")
             return ""
-        if args[:2] == ["scontrol", "update"] and args[3:] == ["StartTime=now"]:
+        if args[:2] == ["scontrol", "update"] and args[3:] == ["StartTime=now+10"]:
             self.calls.append(args)
             return ""
         if args[:2] == ["scontrol", "update"] and any(a.startswith("Requeue=") for a in args):
@@ -135,7 +135,7 @@ def test_a_shrink_signals_then_requeues_resizes_and_releases_once_the_checkpoint
     svc.run_slot()
     assert slurm.sent()[2:] == [
         ["scontrol", "requeuehold", "101"],
-        ["scontrol", "update", "JobId=101", "StartTime=now"],
+        ["scontrol", "update", "JobId=101", "StartTime=now+10"],
         ["scontrol", "update", "JobId=101", "NumNodes=1-1", "NumTasks=1", "NumCPUs=1", "TresPerNode=gres:gpu:2",
          "ReqNodeList=node1"],
         ["scontrol", "update", "JobId=101", "Requeue=0"],

@@ -68,7 +68,10 @@ def requeue_hold_args(job_id: str) -> list[str]:
     return ["scontrol", "requeuehold", str(job_id)]
 
 
-def begin_now_args(job_id: str) -> list[str]:
-    """``StartTime=now``: slurmctld gives a requeued job a begin time ~2 minutes ahead (seen on
-    22.05: reason BeginTime after the release); a move's relaunch should not wait for it."""
-    return ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+def begin_now_args(job_id: str, delay_s: int = 10) -> list[str]:
+    """``StartTime=now+10``: slurmctld gives a requeued job a begin time ~2 minutes ahead (seen on
+    22.05: reason BeginTime after the release), for the nodes' revocation of the old run's job
+    credential. Revocation covers credentials made up to the second it happened, so a relaunch
+    in that same second is refused ("Job credential revoked", the job FAILED: seen on the native
+    cluster with StartTime=now); a few seconds later is safe, not two minutes."""
+    return ["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{int(delay_s)}"]
