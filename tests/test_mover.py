@@ -281,3 +281,33 @@ def test_marker_is_read_safely(tmp_path):
     (d / MARKER).unlink()
     (d / MARKER).write_text(json.dumps({"step": 7, "n": 2, "stop": True, "time": 1.5}))
     assert read_marker(d) == {"step": 7, "n": 2, "stop": True, "time": 1.5}
+
+
+def test_lyastat_shows_every_move_with_its_reason_and_cost(tmp_path):
+    from click.testing import CliRunner
+
+    from lyasched.cli.lyastat import main
+
+    path = tmp_path / "svc.db"
+    db = records.open_records(path)
+    slurm = MovingSlurm(jobs=[running_job()])
+    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path, move_timeout=30)
+    svc.run_slot()
+    save_marker(tmp_path, step=41)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    job = slurm.jobs[0]
+    job.state, job.reason, job.start, job.nodes, job.gpn = "RUNNING", "None", svc.clock_state["t"] + 5, ("node1",), 2
+    svc.clock_state["t"] += 1000
+    svc.policy.plan = {"101": ()}  # a second move, whose checkpoint never comes
+    svc.run_slot()
+    svc.clock_state["t"] += 31
+    svc.run_slot()
+    db.conn.close()
+    out = CliRunner().invoke(main, ["--db", str(path), "--no-slurm", "101"], catch_exceptions=False).output
+    assert "moves (checkpoint, requeue, relaunch" in out
+    assert "shrink  4 -> 2 GPUs: scripted move [done, checkpoint at step 41, cost 7.00s]" in out
+    assert "suspend 2 -> suspended: scripted move [failed, cost -] no checkpoint within 30s" in out
+    j = json.loads(CliRunner().invoke(main, ["--db", str(path), "--no-slurm", "--json", "101"]).output)
+    assert [(m["kind"], m["state"], m["cost_s"]) for m in j["moves"]] == [("shrink", "done", 7.0),
+                                                                           ("suspend", "failed", None)]
