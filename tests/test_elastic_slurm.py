@@ -166,3 +166,35 @@ def test_a_job_is_shrunk_for_an_arrival_grown_back_and_ends_with_the_uninterrupt
 
     for job in (a, b):  # both ran as their submitter (the wrapper records it at every (re)start)
         assert (job_dir / f"{job}.user").read_text().strip() == test_user
+
+
+def test_the_owner_cannot_release_or_requeue_a_job_a_move_requeued_held(job_dir, test_user, as_user, slurm_jobs):
+    """job_submit.lua still guards a lyasched job held by a move: its owner cannot release it,
+    requeue it, or make it requeueable (the service does those as root)."""
+    from lyasched.slurm.cli import CliSlurm
+
+    (job_dir / "train.py").write_text(WRAPPER.format(out=str(job_dir), train=str(TRAIN)))
+    (job_dir / "train.py").chmod(0o644)
+    a = _lyasub(as_user, test_user, job_dir, 1000, *TRAIN_ARGS, "--step-sleep", "0.5")
+    slurm_jobs.append(a)
+    slurm = CliSlurm()
+    slurm.resize(a, 1, 1, ["node1"])
+    slurm.release(a)
+    deadline = time.monotonic() + 60
+    while show_job(a).state != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert show_job(a).state == "RUNNING"
+    slurm.set_requeue(a, True)
+    slurm.requeue_hold(a)
+    slurm.set_requeue(a, False)
+    deadline = time.monotonic() + 30
+    while show_job(a).state == "COMPLETING" and time.monotonic() < deadline:  # its processes end first
+        time.sleep(1)
+    job = show_job(a)
+    assert job.pending and job.held_by_service, (job.state, job.reason)
+    for argv in (["scontrol", "release", a], ["scontrol", "requeue", a],
+                 ["scontrol", "update", f"JobId={a}", "Requeue=1"], ["scontrol", "update", f"JobId={a}", "Priority=100"]):
+        r = as_user(test_user, *argv)
+        assert r.returncode != 0, (argv, r.stdout, r.stderr)
+    job = show_job(a)
+    assert job.pending and job.held_by_service, (job.state, job.reason)

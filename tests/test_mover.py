@@ -311,3 +311,44 @@ def test_lyastat_shows_every_move_with_its_reason_and_cost(tmp_path):
     j = json.loads(CliRunner().invoke(main, ["--db", str(path), "--no-slurm", "--json", "101"]).output)
     assert [(m["kind"], m["state"], m["cost_s"]) for m in j["moves"]] == [("shrink", "done", 7.0),
                                                                            ("suspend", "failed", None)]
+
+
+def test_a_job_its_owner_requeues_during_the_move_is_held_and_the_move_goes_on(db, tmp_path):
+    slurm = MovingSlurm(jobs=[running_job()])
+    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path)
+    svc.run_slot()
+    job = slurm.jobs[0]  # `scontrol requeue` by its owner: pending, not held
+    job.state, job.reason, job.start, job.nodes = "PENDING", "BeginTime", None, ()
+    save_marker(tmp_path, step=41)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    sent = [c[1:] if c[0] == "scontrol" else c for c in slurm.sent()]
+    assert ["hold", "101"] in sent and ["requeuehold", "101"] not in sent
+    assert sent[-1] == ["release", "101"]
+    (m,) = moves.for_job(db, "uid-00000001")
+    assert (m["state"], m["step"]) == ("done", "released")
+
+
+def test_a_job_still_completing_after_its_requeue_is_resized_the_next_slot(db, tmp_path):
+    slurm = MovingSlurm(jobs=[running_job()])
+    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path)
+    svc.run_slot()
+    save_marker(tmp_path, step=41)
+    orig = slurm.run
+
+    def completing(args, **kw):  # Slurm shows a requeued job COMPLETING until its processes are gone
+        out = orig(args, **kw)
+        if list(args[:2]) == ["scontrol", "requeuehold"]:
+            slurm.jobs[0].state, slurm.jobs[0].nodes = "COMPLETING", ("node1",)
+        return out
+
+    slurm.run = completing  # type: ignore[method-assign]
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert [c[1] for c in slurm.sent()][-1] == "update" and moves.for_job(db, "uid-00000001")[0]["step"] == "requeued"
+    assert records.get_job(db, "uid-00000001")["state"] == "running"
+    slurm.jobs[0].state, slurm.jobs[0].nodes = "PENDING", ()
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert slurm.sent()[-1] == ["scontrol", "release", "101"]
+    assert records.get_job(db, "uid-00000001")["state"] == "released"

@@ -177,6 +177,15 @@ class Mover:
                 return False
             marker = read_marker(m["ckpt_dir"]) if m["ckpt_dir"] else None
             saved = marker is not None and marker["stop"] and marker["n"] > (m["ckpt_before"] or 0)
+            if job.pending and not job.held_by_service and (m["signalled_at"] or 0) and step == "signalled":
+                # Requeued by its owner in the move's window (Requeue=1 from the signal to the
+                # requeue: Slurm refuses requeuehold otherwise): hold it, the move goes on from there.
+                self.slurm.hold(jid)
+                job = self.slurm.job(jid) or job
+            if job.running and job.start_time and m["signalled_at"] and job.start_time > m["signalled_at"] + 1:
+                self._no_requeue(jid)
+                self._close(mid, jid, "failed", now, "restarted outside the move (requeued by its owner): left running")
+                return False
             if job.held_by_service:  # requeued before a restart (the mark was not written)
                 step = "requeued"
                 moves.mark(self.db, mid, step=step, requeued_at=now, checkpointed_at=m["checkpointed_at"] or now,
@@ -213,6 +222,11 @@ class Mover:
                 return False  # still checkpointing
         if job is None:
             return False
+        if step == "resized" and not job.held_by_service:  # released before a restart
+            self._released(m, ctx, "released before the service stopped")
+            return True
+        if not job.pending:  # requeued while its processes still end (COMPLETING): next slot
+            return True
         if m["kind"] == "suspend" or not m["to_placement"]:
             self._no_requeue(jid)
             why = f"suspended: {m['reason'] or 'by the policy'} (checkpoint at step {m['ckpt_step']})"
@@ -221,9 +235,6 @@ class Mover:
                 moves.mark(self.db, mid, state="done", resolved=now, resolution="suspended: held, waits for the policy",
                            cost_s=max(0.0, now - (m["signalled_at"] or now)))
             self._decision(ctx, m, "suspend", why)
-            return True
-        if step == "resized" and not job.held_by_service:  # released before a restart
-            self._released(m, ctx, "released before the service stopped")
             return True
         placement = NodePlacement.from_json(m["to_placement"])
         nodes = list(placement.nodes)
