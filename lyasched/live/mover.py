@@ -188,11 +188,13 @@ class Mover:
                 return False
             if job.held_by_service:  # requeued before a restart (the mark was not written)
                 step = "requeued"
+                m = {**m, "ckpt_step": marker["step"] if saved and marker else m["ckpt_step"]}
                 moves.mark(self.db, mid, step=step, requeued_at=now, checkpointed_at=m["checkpointed_at"] or now,
                            ckpt_step=marker["step"] if saved and marker else None)
             elif saved:
                 assert marker is not None
                 moves.mark(self.db, mid, checkpointed_at=now, ckpt_step=marker["step"])
+                m = {**m, "ckpt_step": marker["step"]}
                 self.slurm.requeue_hold(jid)
                 moves.mark(self.db, mid, step="requeued", requeued_at=now)
                 self.crash.reach("move_after_requeue")
