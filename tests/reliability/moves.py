@@ -86,7 +86,7 @@ POINTS = ("move_after_signal", "move_after_requeue", "move_after_resize", "move_
 class MoveBed(Bed):
     """A Bed whose service runs `elastic` and whose jobs are checkpointable workers."""
 
-    def __init__(self, steps: int = 40, dt: float = 0.5, user: str = OTHER_USER) -> None:
+    def __init__(self, steps: int = 60, dt: float = 0.5, user: str = OTHER_USER) -> None:
         # Bed's set-up without its check of TEST_USER's queue: the jobs here are ``user``'s (the
         # second test user by default, so that another run's jobs left held in the shared
         # cluster are not this service's), and its service schedules that user's jobs only.
@@ -118,7 +118,7 @@ class MoveBed(Bed):
         out = []
         for _ in range(n):
             uid = new_uid()
-            # predicted ~17 min on one GPU (the workers take ~20 s): elastic sees gains in growing
+            # predicted ~17 min on one GPU (the workers take ~30 s): elastic sees gains in growing
             comment = CostSummary(uid=uid, sig="cnn:test", global_batch=8, iterations=10000, min_gpus=1, max_gpus=4,
                                   alpha=0.1, beta=0.001, params=1_000_000, checkpointable=True).encode()
             r = as_user(self.user, "sbatch", "--parsable", "-N1", "--gres=gpu:1", "-t", "20", "-o", "/dev/null",
