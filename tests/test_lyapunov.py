@@ -354,3 +354,66 @@ def test_one_gpu_per_job_under_load_when_every_job_scales_badly():
     for V in (0.1, 1.0, 5.0, 50.0):
         res = LyapunovPolicy(V=V).decide(state)
         assert len(res.starts) == 8 and {d.gpus for d in res.starts} == {1}, (V, [d.gpus for d in res.starts])
+
+
+RATES = ("size", "held")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans(), st.sampled_from(RATES))
+def test_rate_keeps_the_invariants(sv, force_greedy, rate):
+    """Scores per GPU-second held (``rate``): within capacity, allowed configurations, each job once,
+    a positive score or a fill at the request, work-conserving at the request, and pure: a fresh
+    and a reused policy decide the same."""
+    state, V = sv
+    pol = LyapunovPolicy(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    by_id = {w.job_id: w for w in state.waiting}
+    assert len({d.job_id for d in res.starts}) == len(res.starts)
+    for d in res.starts:
+        w = by_id[d.job_id]
+        assert math.isfinite(w.run_time(d.gpus, d.spans_nodes))
+        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
+    free = _leftover(state, res)
+    assert min(free, default=0) >= 0
+    started = {d.job_id for d in res.starts}
+    for w in state.waiting:
+        g = nearest_allowed(w, w.requested_gpus)
+        if w.job_id in started or g is None:
+            continue
+        if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
+            assert max(free) < g
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, rate=rate, exact_limit=pol.exact_limit).decide(state))
+    # dividing by a positive number keeps every sign: something starts exactly when the default starts something
+    base = LyapunovPolicy(V=V, exact_limit=pol.exact_limit).decide(state)
+    assert bool(res.starts) == bool(base.starts)
+
+
+def test_rate_starts_the_shortest_of_a_burst():
+    """Smith's rule: ten 1-GPU jobs, the longer ones submitted earlier, four free GPUs. The score
+    alone lets the older, longer j5 in (its wait in the Z term); per GPU-second held, the four
+    shortest start."""
+    jobs = [Job(f"j{i}", MODELS[1], 64, 1000 * (10 - i), submit_time=-600.0 - 300.0 * (10 - i), max_gpus=1, requested_gpus=1)
+            for i in range(10)]
+    state = make_state(jobs, [4], 4)
+    shortest = {"j9", "j8", "j7", "j6"}
+    for rate in RATES:
+        got = {d.job_id for d in LyapunovPolicy(rate=rate).decide(state).starts}
+        assert got == shortest, (rate, got)
+    assert {d.job_id for d in LyapunovPolicy().decide(state).starts} != shortest  # the default does not
+
+
+def test_rate_size_keeps_a_jobs_configuration_and_wake_at():
+    """``size`` divides all of a job's configurations by one constant: a lone job gets the
+    configuration the default gives it; and the wake-up time (when a score turns positive) is the default's."""
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4, requested_gpus=2)
+    idle = make_state([job], [4], 4)
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(LyapunovPolicy(rate="size").decide(idle)) == key(LyapunovPolicy().decide(idle))
+    other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    late = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    busy = make_state([late, other], [1], 4, now=30.0)
+    for rate in RATES:
+        a, b = LyapunovPolicy(V=10.0, max_stretch=4, rate=rate).decide(busy), LyapunovPolicy(V=10.0, max_stretch=4).decide(busy)
+        assert a.starts == b.starts == () and a.info["wake_at"] == b.info["wake_at"]
