@@ -417,3 +417,18 @@ def test_rate_size_keeps_a_jobs_configuration_and_wake_at():
     for rate in RATES:
         a, b = LyapunovPolicy(V=10.0, max_stretch=4, rate=rate).decide(busy), LyapunovPolicy(V=10.0, max_stretch=4).decide(busy)
         assert a.starts == b.starts == () and a.info["wake_at"] == b.info["wake_at"]
+
+
+def test_wake_at_is_exact_with_the_slot_credit():
+    """``z_credit="slot"`` (a start credited only the slot's growth of Z) makes the scores linear in the
+    time waited: s(d) = s0 + d*n*(slot - V*p). The reported wake-up time stays exact (two short jobs,
+    work below the slot, so waiting can turn the score positive)."""
+    job = Job("a", MODELS[1], 256, 50, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    other = Job("b", MODELS[2], 256, 60, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    pol = LyapunovPolicy(V=10.0, max_stretch=4, z_credit="slot")
+    res = pol.decide(make_state([job, other], [1], 4, now=30.0, slot=300.0))
+    assert res.starts == ()
+    wake = res.info["wake_at"]
+    assert 31.0 < wake < math.inf
+    assert pol.decide(make_state([job, other], [1], 4, now=wake - 1.0, slot=300.0)).starts == ()
+    assert len(pol.decide(make_state([job, other], [1], 4, now=wake + 1.0, slot=300.0)).starts) == 1

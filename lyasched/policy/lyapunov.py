@@ -109,6 +109,7 @@ class LyapunovPolicy:
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
+    z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
@@ -174,7 +175,7 @@ class LyapunovPolicy:
                 fut_one, fut_multi = fut_one[:, :cols], fut_multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
         credit = self._credit(work, q / n)
-        gain = self.q_weight * q * credit + z * (wait + state.slot_len)  # drift reduction of starting the job now
+        gain = self.q_weight * q * credit + z * self._z_credit(wait, state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
         g = np.arange(1, one.shape[1] + 1, dtype=float)
         # Other waiting jobs left without even one GPU if this job takes g of the free ones:
@@ -210,6 +211,13 @@ class LyapunovPolicy:
         s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _z_credit(self, wait: np.ndarray, slot: float) -> np.ndarray:
+        """A start's credit in the virtual-queue term. "wait": the textbook one-slot drift, the job's
+        whole wait (sunk) plus the slot; "slot": only the slot's growth it stops (every job alike)."""
+        if self.z_credit == "slot":
+            return np.full(wait.shape, slot)
+        return wait + slot
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term (at most its work, so the drift bound holds)."""
@@ -402,9 +410,14 @@ class LyapunovPolicy:
             return math.inf
         if vtheta <= 0:
             return state.now
-        gain = (self.q_weight * q * arr["credit"] + z * (arr["wait"] + state.slot_len))[:, None]
+        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
         s0 = np.where(ok, s, -1.0)
         pen = np.where(ok, (gain - s0) / vtheta, 0.0)
+        if self.z_credit == "slot":  # s(d) = s0 + d*n*(slot - V*p): linear in d
+            rate = n * (state.slot_len - self.V * pen)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d = np.where(s0 > 0, 0.0, np.where(rate > 0, -s0 / rate, np.inf))
+            return state.now + float(np.where(ok, d, np.inf).min())
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
         disc = np.maximum(b * b - 4.0 * n * s0, 0.0)
         d = (-b + np.sqrt(disc)) / (2.0 * n)
