@@ -108,6 +108,7 @@ class LyapunovPolicy:
     max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
+    horizon_end: str = "latest"  # which of the running jobs' predicted ends bounds that exemption: "latest", "median" or "earliest"
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
     z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
@@ -149,7 +150,7 @@ class LyapunovPolicy:
                 over = (gk[None, :] > req[:, None]) & (rho[:, None] * gk[None, :] * fm > self.max_load * req[:, None] * run_req[:, None])
                 h = self.lock_free
                 if self.spread_horizon:  # exempt too: runs that end before the running jobs' last predicted end
-                    h = max([h, *(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))])
+                    h = max(h, self._horizon(state))
                 over &= fm > h
             else:
                 over = np.zeros(fm.shape, dtype=bool)
@@ -211,6 +212,17 @@ class LyapunovPolicy:
         s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _horizon(self, state: SlotState) -> float:
+        """Seconds until the running jobs' latest (median, earliest) predicted end; 0 with none known."""
+        ends = sorted(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))
+        if not ends:
+            return 0.0
+        if self.horizon_end == "earliest":
+            return ends[0]
+        if self.horizon_end == "median":
+            return ends[(len(ends) - 1) // 2]
+        return ends[-1]
 
     def _z_credit(self, wait: np.ndarray, slot: float) -> np.ndarray:
         """A start's credit in the virtual-queue term. "wait": the textbook one-slot drift, the job's

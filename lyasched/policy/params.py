@@ -53,6 +53,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "max_stretch": Param("float", lo=1.0, hi=1e6, help="fewer GPUs than asked only while the run stays within this factor of the request's"),
         "spread_horizon": Param("bool", help="more GPUs than asked only while the run ends before the running jobs' last predicted end (or lock_free)"),
         "arrival_weight": Param("float", lo=0.0, hi=1e6, help="weight of the delay a start's GPU-seconds beyond the request impose on the arrivals expected during its run (0: off)"),
+        "horizon_end": Param("str", choices=("latest", "median", "earliest"), help="with spread_horizon: which running job's predicted end bounds the exemption"),
         "z_credit": Param("str", choices=("wait", "slot"), help="virtual-queue credit of a start: its wait so far plus the slot, or the slot alone"),
         "rate": Param("str", choices=("none", "size", "held"), help="slot values: the score, or the score per GPU-second held (size: the job's least GPU-time; held: the configuration's)"),
         "lock_free": Param("float", lo=0.0, hi=1e9, help="configurations holding GPUs at most this long (s) skip the load check"),
