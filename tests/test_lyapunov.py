@@ -432,3 +432,25 @@ def test_wake_at_is_exact_with_the_slot_credit():
     assert 31.0 < wake < math.inf
     assert pol.decide(make_state([job, other], [1], 4, now=wake - 1.0, slot=300.0)).starts == ()
     assert len(pol.decide(make_state([job, other], [1], 4, now=wake + 1.0, slot=300.0)).starts) == 1
+
+
+def test_horizon_end_median_ignores_one_long_running_job():
+    """``horizon_end``: one long job among short ones no longer exempts every spread. With the
+    running jobs ending at 0.5x and 0.6x the wider run and one at 10x, the exemption bounded by the
+    latest end lets the job spread; bounded by the median (or the earliest) end it keeps its request."""
+    from lyasched.policy.state import RunningJob
+
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=1)
+    s = make_state([job], [4, 4, 0, 0, 0], 4, now=0.0)
+    w = s.waiting[0]
+    wide = min(w.run_time(g, False) for g in (2, 3, 4))
+    ends = (0.5 * wide, 0.6 * wide, 10 * w.run_time(1, False))
+    run = tuple(RunningJob(f"r{i}", 4, ((2 + i, 4),), start_time=-10.0, expected_end=1e9, predicted_end=e) for i, e in enumerate(ends))
+    st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, np.array([-60.0]), np.array([1e7]))
+
+    def gpus(end):
+        (d,) = LyapunovPolicy(V=1.0, max_load=1.5, lock_free=0.0, horizon_end=end).decide(st_).starts
+        return d.gpus
+
+    assert gpus("latest") > 1
+    assert gpus("median") == 1 and gpus("earliest") == 1
