@@ -156,12 +156,12 @@ def cluster_parallel(root: Path) -> float:
     over the threads per replica; GPUs: unlimited). From the profiles' own headers (``cores=``,
     ``threads_per_rank=``, written by measure_ddp_profiles.py), which must agree; else
     ``parallel=N`` in the CLUSTER file; else unlimited."""
-    found = {read_parallel(f) for f in sorted(root.glob("*/placements.csv"))} - {None}
+    found = {p for p in (read_parallel(f) for f in sorted(root.glob("*/placements.csv"))) if p is not None}
     if len(found) > 1:
         raise ValueError(f"{root}: profiles measured on hosts of different cores/threads_per_rank "
                          f"({sorted(found)}): one cluster per directory")
     if found:
-        return float(found.pop())  # type: ignore[arg-type]
+        return found.pop()
     f = root / "CLUSTER"
     for word in (f.read_text().split() if f.exists() else []):
         if word.startswith("parallel="):
