@@ -3,12 +3,15 @@
 source of profiles for `benchmarks/cost_accuracy.py`, next to the two shared Pollux apps.
 
 For each model and each world size g it starts g processes (torch.multiprocessing, gloo,
-one intra-op thread each), and for each per-rank batch b times ``--iters`` DDP training
+``--threads`` intra-op threads each, default 1), and for each per-rank batch b times ``--iters`` DDP training
 steps (after ``--warmup``) and as many steps under ``no_sync()`` (no all-reduce). It writes
 ``<out>/<model>/placements.csv`` in the shared format ``placement,local_bsz,step_time,sync_time``:
 placement is g (one node), step_time the median over iterations of the slowest rank's step,
 sync_time = max(0, step_time - the no_sync median); the header line records the model's
-gradient bytes (``grad_bytes=``). ``--repeats`` runs everything that many
+gradient bytes (``grad_bytes=``), the host's ``cores=`` and the ``threads_per_rank=``
+(``--threads``: what `benchmarks/cost_accuracy.py` declares as the node's sharing,
+`CommShape.parallel` = cores / threads per rank), and the other work's load while measuring
+(busy CPUs not ours, from /proc/stat; per world size and repeat in ``--raw``). ``--repeats`` runs everything that many
 times, g = 1..N interleaved within each repeat, and keeps per row the smallest of the repeats'
 medians (``--stat min``, the default: on a machine shared with other work a slower repeat is
 other work interfering, as timeit assumes) or their median (``--stat median``). The 2 shared
