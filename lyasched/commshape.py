@@ -84,7 +84,7 @@ class CommShape:
     lat_bytes: float = 0.0
     # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
     # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
-    # slowing compute by k/parallel (the CPU-sharing model of benchmarks/profile_accuracy.py).
+    # slowing compute and the all-reduce's bandwidth part by k/parallel (`oversubscription`).
     parallel: float = math.inf
 
     def bw_share(self, grad_bytes: float | None) -> float:
