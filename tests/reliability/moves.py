@@ -36,7 +36,7 @@ from lyasched.store import records
 from lyasched.summary import CostSummary, new_uid
 
 from .faults import Bed, say, squeue
-from .users import OTHER_USER, as_user
+from .users import TEST_USER, as_user
 
 
 def squeue_user(user: str) -> list:
@@ -86,10 +86,9 @@ POINTS = ("move_after_signal", "move_after_requeue", "move_after_resize", "move_
 class MoveBed(Bed):
     """A Bed whose service runs `elastic` and whose jobs are checkpointable workers."""
 
-    def __init__(self, steps: int = 60, dt: float = 0.5, user: str = OTHER_USER) -> None:
-        # Bed's set-up without its check of TEST_USER's queue: the jobs here are ``user``'s (the
-        # second test user by default, so that another run's jobs left held in the shared
-        # cluster are not this service's), and its service schedules that user's jobs only.
+    def __init__(self, steps: int = 60, dt: float = 0.5, user: str = TEST_USER) -> None:
+        # Bed's set-up for ``user``'s jobs (its service schedules that user's jobs only); another
+        # run's jobs of that user still waiting would be scheduled too: refused, as Bed does.
         foreign = [j.job_id for j in squeue_user(user) if j.pending]
         if foreign:
             raise RuntimeError(f"{len(foreign)} lyasched job(s) of {user} already wait in the queue: another run's")
