@@ -411,3 +411,42 @@ def test_unreachable_controller_same_error_through_both(slurm_backend, tmp_path,
         assert "Unable to contact slurm controller" in e.value.detail or "timed out after 5s" in e.value.detail
     finally:
         b.close()
+
+
+@pytest.mark.slurm
+def test_a_move_s_slurm_calls_through_both(slurm_backend, slurm_jobs, job_dir) -> None:
+    """The calls a move makes (lyasched.live.mover): the signal reaches the job's step (not only the
+    batch shell), the job is made requeueable, and requeuehold puts it back pending and held by an
+    admin (what the service reads as held by itself), through either backend."""
+    share = job_dir
+    mark = share / "usr1"
+    step = share / "step.sh"
+    step.write_text(f"#!/bin/bash\ntrap 'touch {mark}' USR1\nfor i in $(seq 1500); do sleep 0.2; done\n")
+    step.chmod(0o755)
+    job = _sbatch(TEST_USER, "-N1", "--gres=gpu:1", "--wrap", f"srun {step}", cwd=str(share))
+    slurm_jobs.append(job)
+    squeue = lambda: subprocess.run(["squeue", "-h", "-j", job, "-o", "%T|%r"],  # noqa: E731
+                                    capture_output=True, text=True).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not squeue().startswith("RUNNING"):
+        assert time.monotonic() < deadline, f"job did not start: {squeue()}"
+        time.sleep(0.5)
+    time.sleep(2)  # the step and its trap are set up
+    b, _ = bk.make_backend(slurm_backend, timeout=30)
+    try:
+        b.signal(job, "USR1")
+        deadline = time.monotonic() + 30
+        while not mark.exists():
+            assert time.monotonic() < deadline, "the step never saw USR1"
+            time.sleep(0.3)
+        assert squeue().startswith("RUNNING")  # a signal does not end the job
+        b.set_requeue(job, True)
+        b.requeue_hold(job)
+        deadline = time.monotonic() + 60
+        while not squeue().startswith("PENDING"):
+            assert time.monotonic() < deadline, f"not requeued: {squeue()}"
+            time.sleep(0.5)
+        held = b.job(job)
+        assert held is not None and held.held_by_service, squeue()
+    finally:
+        b.close()
