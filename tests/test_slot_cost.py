@@ -220,7 +220,7 @@ def worker(jobs: list, probe: FakeProbe) -> tuple[Worker, FakeJobs]:
     fake = FakeJobs(jobs)
     w.ps = type("ps", (), {"Jobs": fake})
     w._sent, w._order, w._final, w._token, w._seq, w._as_of = {}, [], {}, None, 0, 0
-    w._probe = probe
+    w._probe, w._direct, w._use_probe = probe, None, True
     return w, fake
 
 
