@@ -238,3 +238,65 @@ def test_worker_skips_the_job_load_only_when_the_controller_says_unchanged():
     _, order4, ch4 = w.jobs_delta("someone else's token")  # unchanged, but the caller holds another answer: all
     assert fake.loads == 2 and order4 == order1 and set(ch4) == set(order1) and ch4["101"] == ch3["101"]
     assert probe.asked == [0, 50, 50, 60]  # always the time of the answer the worker holds
+
+
+class FakeLib:
+    """libslurm's two string functions the direct read calls."""
+
+    @staticmethod
+    def slurm_job_state_string(s: int) -> bytes:
+        return {0: b"PENDING", 1: b"RUNNING", 3: b"COMPLETED", 4: b"CANCELLED"}[s]
+
+    @staticmethod
+    def slurm_job_reason_string(r: int) -> bytes:
+        return {0: b"None", 1: b"JobHeldUser"}[r]
+
+
+def job_records(jobs: list[dict]):
+    """A job_info_msg_t in this process's memory, laid out as libslurm 22.05 hands it over."""
+    import ctypes as ct
+
+    from lyasched.slurm import libslurm_jobs as lj
+
+    arr = (lj.JobInfo * len(jobs))()
+    for rec, fields in zip(arr, jobs):
+        for k, v in fields.items():
+            setattr(rec, k, v)
+    msg = lj.JobInfoMsg(last_update=123, record_count=len(jobs), job_array=ct.addressof(arr))
+    return ct.pointer(msg), arr
+
+
+def test_direct_read_gives_the_pyslurm_fields_and_skips_what_it_need_not_read():
+    import math
+    import os
+    import pwd
+
+    from lyasched.slurm import libslurm_jobs as lj
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    tagged = held(0).comment.encode()
+    base = dict(user_id=os.getuid(), job_state=0, state_reason=1, priority=0, submit_time=1_000_000, time_limit=60,
+                num_nodes=1, partition=b"gpu", name=b"train", tres_per_node=b"gres:gpu:2", comment=tagged)
+    jobs = [dict(base, job_id=100),
+            dict(base, job_id=101, comment=b"someone else's job"),
+            dict(base, job_id=102, job_state=1, state_reason=0, start_time=1_000_100, nodes=b"n[1-2]", num_nodes=2),
+            dict(base, job_id=103, job_state=4, state_reason=0, start_time=0, end_time=1_000_200,
+                 state_desc=b"None", time_limit=0xFFFFFFFF, name=b"None"),
+            dict(base, job_id=104, comment=None)]
+    msg, keep = job_records(jobs)
+    r = lj.LibslurmJobs.__new__(lj.LibslurmJobs)
+    r.lib, r._states, r._reasons, r._gres, r._hosts, r._texts = FakeLib(), {}, {}, {}, {}, {}
+    final: dict = {}
+    rows = r.rows(msg, final)
+    assert [t[0] for t in rows] == ["100", "102", "103"]  # Slurm's order, lyasched's jobs only
+    assert rows[0] == ("100", me, os.getuid(), "PENDING", "JobHeldUser", 0, 1_000_000.0, None, None, 3600.0, 1, 2,
+                       (), "gpu", tagged.decode(), "train")
+    assert rows[1][3:5] == ("RUNNING", "None") and rows[1][7] == 1_000_100.0 and rows[1][12] == ("n1", "n2")
+    assert rows[1][10] == 2 and rows[1][8] is None  # a running job's end time is a projection: not an end
+    assert rows[2][3:5] == ("CANCELLED", "None") and rows[2][7] is None and rows[2][8] == 1_000_200.0
+    assert rows[2][9] == math.inf and rows[2][15] == ""
+    assert list(final) == [103]  # finished: kept, and not read again
+    keep[3].name = b"renamed"  # (a finished job never changes: this only shows it was not read)
+    assert r.rows(msg, final)[2][15] == ""
+    keep[3].submit_time = 1_000_050  # the id reused by another job (controller state lost): read anew
+    assert r.rows(msg, final)[2][15] == "renamed"

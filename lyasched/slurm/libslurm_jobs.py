@@ -60,8 +60,12 @@ _CT = {"P": ct.c_void_p, "T": ct.c_int64, "D": ct.c_double, "u8": ct.c_uint8, "u
 _NP = {"P": "<u8", "T": "<i8", "u16": "<u2", "u32": "<u4"}
 
 
+_STRINGS = {"comment", "name", "partition", "tres_per_node", "nodes", "state_desc"}  # read as bytes (c_char_p)
+
+
 class JobInfo(ct.Structure):
-    _fields_ = [(name, _CT[kind]) for name, kind in (f.split(":") for f in _LAYOUT.split())]
+    _fields_ = [(name, ct.c_char_p if name in _STRINGS else _CT[kind])
+                for name, kind in (f.split(":") for f in _LAYOUT.split())]
 
 
 class JobInfoMsg(ct.Structure):
@@ -83,12 +87,10 @@ def _time(v: int) -> float | None:
     return None if v == 0 or v == NO_VAL or v == INFINITE else float(v)
 
 
-def _text(p: int) -> str | None:
-    """A C string as PySlurm's ``cstr.to_unicode``: None for NULL, "" and "None"."""
-    if not p:
-        return None
-    s = ct.string_at(p)
-    return None if not s or s == b"None" else s.decode("utf-8", "replace")
+def _str(b: bytes | None) -> str:
+    """A C string as the pyslurm path gives it (PySlurm's ``cstr.to_unicode``, then ``or ""``):
+    "" for NULL, "" and "None"."""
+    return "" if not b or b == b"None" else b.decode("utf-8", "replace")
 
 
 class LibslurmJobs:
@@ -118,8 +120,9 @@ class LibslurmJobs:
         self.layout_ok = self.version[0] == API_CURRENT  # the mirror describes this release's records
         self._states: dict[int, str] = {}
         self._reasons: dict[int, str] = {}
-        self._gres: dict[str, int] = {}  # tres_per_node -> GPUs per node (few distinct values)
-        self._hosts: dict[str, tuple[str, ...]] = {}
+        self._gres: dict[bytes | None, int] = {}  # tres_per_node -> GPUs per node (few distinct values)
+        self._hosts: dict[bytes, tuple[str, ...]] = {}
+        self._texts: dict[bytes | None, str] = {}  # partitions, job names
 
     def load(self, update_time: int = 0) -> tuple[int, Any] | None:
         """None when no job changed since ``update_time`` (the controller's time of an earlier
@@ -144,23 +147,27 @@ class LibslurmJobs:
         n = int(m.record_count)
         if n == 0:
             return []
-        raw = (ct.c_char * (n * _DTYPE.itemsize)).from_address(m.job_array)
-        cols = np.frombuffer(raw, dtype=_DTYPE, count=n)
+        recs = (JobInfo * n).from_address(m.job_array)
+        cols = np.frombuffer((ct.c_char * (n * _DTYPE.itemsize)).from_address(m.job_array), dtype=_DTYPE, count=n)
         ids = cols["job_id"].tolist()
         submits = cols["submit_time"].tolist()
-        comments = cols["comment"].tolist()
+        has_comment = cols["comment"].tolist()
         out: list[Any] = []  # fields, or the record's index where they are still to be read
         todo: list[int] = []
-        for i, (jid, submit, cp) in enumerate(zip(ids, submits, comments)):
+        comments: list[bytes] = []
+        for i, (jid, submit, cp) in enumerate(zip(ids, submits, has_comment)):
             t = final.get(jid)
             if t is not None and t[6] == _time(submit):  # else the id was reused (controller state lost)
                 out.append(t)
-            elif cp and ct.string_at(cp).startswith(_TAG):
-                todo.append(i)
-                out.append(i)
+            elif cp:
+                c = recs[i].comment
+                if c.startswith(_TAG):
+                    todo.append(i)
+                    comments.append(c)
+                    out.append(i)
         if not todo:
             return out
-        got = iter(self._fields(cols[todo], [ids[i] for i in todo], [submits[i] for i in todo]))
+        got = iter(self._fields(recs, cols[todo], todo, comments))
         for pos, v in enumerate(out):
             if type(v) is int:
                 t = out[pos] = next(got)
@@ -168,25 +175,25 @@ class LibslurmJobs:
                     final[ids[v]] = t
         return out
 
-    def _fields(self, sel: np.ndarray, ids: list[int], submits: list[int]) -> list[tuple]:
+    def _fields(self, recs: Any, sel: np.ndarray, todo: list[int], comments: list[bytes]) -> list[tuple]:
         users: dict[int, str] = {}
-        states, reasons, gres, hosts = self._states, self._reasons, self._gres, self._hosts
+        states, reasons, gres, hosts, texts = self._states, self._reasons, self._gres, self._hosts, self._texts
         out = []
-        for (jid, submit, uid, js, sr, sd, prio, start, end, tl, nn, nodes_p, part_p, name_p, tres_p, cp) in zip(
-                ids, submits, sel["user_id"].tolist(), sel["job_state"].tolist(), sel["state_reason"].tolist(),
-                sel["state_desc"].tolist(), sel["priority"].tolist(), sel["start_time"].tolist(),
-                sel["end_time"].tolist(), sel["time_limit"].tolist(), sel["num_nodes"].tolist(),
-                sel["nodes"].tolist(), sel["partition"].tolist(), sel["name"].tolist(),
-                sel["tres_per_node"].tolist(), sel["comment"].tolist()):
+        for (i, c, jid, submit, uid, js, sr, sd, prio, start, end, tl, nn, nodes_p) in zip(
+                todo, comments, sel["job_id"].tolist(), sel["submit_time"].tolist(), sel["user_id"].tolist(),
+                sel["job_state"].tolist(), sel["state_reason"].tolist(), sel["state_desc"].tolist(),
+                sel["priority"].tolist(), sel["start_time"].tolist(), sel["end_time"].tolist(),
+                sel["time_limit"].tolist(), sel["num_nodes"].tolist(), sel["nodes"].tolist()):
+            r = recs[i]
             state = states.get(js)
             if state is None:
                 state = states[js] = (self.lib.slurm_job_state_string(js) or b"UNKNOWN").decode()
             if sd:
-                reason = _text(sd) or "None"
+                reason = _str(r.state_desc) or "None"
             else:
                 reason = reasons.get(sr)
                 if reason is None:
-                    reason = reasons[sr] = (self.lib.slurm_job_reason_string(sr) or b"None").decode() or "None"
+                    reason = reasons[sr] = _str(self.lib.slurm_job_reason_string(sr)) or "None"
             user = users.get(uid)
             if user is None:
                 if uid == NO_VAL or uid == INFINITE:
@@ -197,27 +204,37 @@ class LibslurmJobs:
                     except KeyError:
                         user = str(uid)
                 users[uid] = user
-            tres = _text(tres_p) or ""
+            tres = r.tres_per_node
             gpn = gres.get(tres)
             if gpn is None:
-                gpn = gpus_in_tres(tres)
+                gpn = gpus_in_tres(_str(tres))
                 if len(gres) < 4096:
                     gres[tres] = gpn
             nodes = ()
             if nodes_p:
-                s = _text(nodes_p)
-                if s:
-                    nodes = hosts.get(s)
+                b = r.nodes
+                if b and b != b"None":
+                    nodes = hosts.get(b)
                     if nodes is None:
-                        nodes = tuple(expand_hostlist(s))
+                        nodes = tuple(expand_hostlist(_str(b)))
                         if len(hosts) < 4096:
-                            hosts[s] = nodes
+                            hosts[b] = nodes
+            part, name = r.partition, r.name
+            p_s = texts.get(part)
+            if p_s is None:
+                p_s = _str(part)
+                if len(texts) < 4096:
+                    texts[part] = p_s
+            n_s = texts.get(name)
+            if n_s is None:
+                n_s = _str(name)
+                if len(texts) < 4096:
+                    texts[name] = n_s
             out.append((
                 str(jid), user, None if uid == NO_VAL or uid == INFINITE else uid, state, reason,
                 0 if prio == NO_VAL or prio == INFINITE else prio, _time(submit),
                 None if state == "PENDING" else _time(start), _time(end) if state in TERMINAL_STATES else None,
                 math.inf if tl == 0 or tl == NO_VAL or tl == INFINITE else float(tl) * 60.0,
-                1 if nn == 0 or nn == NO_VAL else nn, gpn, nodes, _text(part_p) or "", _text(cp) or "",
-                _text(name_p) or "",
+                1 if nn == 0 or nn == NO_VAL else nn, gpn, nodes, p_s, _str(c), n_s,
             ))
         return out
