@@ -140,6 +140,7 @@ class Worker:
         self._use_probe = os.environ.get(PROBE_ENV, "1") != "0"
         self._direct: LibslurmJobs | None = None  # the job read from libslurm's records (None: PySlurm's Jobs.load)
         self._direct_checked = False  # checked against PySlurm's reading of the same jobs
+        self._to_free: list[Any] = []  # libslurm job messages already read, freed after the answer
         if os.environ.get(DIRECT_ENV, "1") != "0":
             try:
                 d = LibslurmJobs()
@@ -271,8 +272,10 @@ class Worker:
         as_of, msg = got
         try:
             listed = d.rows(msg, self._final)
-        finally:
+        except BaseException:
             d.free(msg)
+            raise
+        self._to_free.append((d, msg))  # freed once the answer is sent (`after_answer`): not the caller's wait
         if not self._direct_checked:
             verdict = self._check_direct(listed)
             if verdict is False:
@@ -285,6 +288,12 @@ class Worker:
                 return None
             self._direct_checked = verdict is True
         return as_of, listed
+
+    def after_answer(self) -> None:
+        """Work left for when the caller has its answer (freeing libslurm's job message)."""
+        while self._to_free:
+            reader, msg = self._to_free.pop()
+            reader.free(msg)
 
     def _check_direct(self, listed: list[tuple]) -> bool | None:
         """Whether the fields read from libslurm's records are PySlurm's (state aside: PySlurm
@@ -418,6 +427,11 @@ def serve(hook: Hook | None = None) -> int:
             write_frame(out, ("ok", result))
         except Exception as e:  # noqa: BLE001 - every failure goes back as an answer
             write_frame(out, ("err", type(e).__name__, str(e)))
+        if worker is not None:
+            try:
+                worker.after_answer()
+            except Exception as e:  # noqa: BLE001 - never a second answer to one request
+                print(f"pyslurm worker: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":
