@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pytest
 
 from lyasched.config import Config
 from lyasched.policy.state import SlotResult, SlotState
@@ -300,3 +301,61 @@ def test_direct_read_gives_the_pyslurm_fields_and_skips_what_it_need_not_read():
     assert r.rows(msg, final)[2][15] == ""
     keep[3].submit_time = 1_000_050  # the id reused by another job (controller state lost): read anew
     assert r.rows(msg, final)[2][15] == "renamed"
+
+
+_DIRECT_PROBE = r"""
+import json, sys
+from lyasched.slurm.pyslurm_worker import Worker
+w = Worker()
+token, order, changed = w.jobs_delta(None)
+print(json.dumps({"direct": w._direct is not None, "checked": w._direct_checked,
+                  "rows": [changed[i] for i in order]}))
+"""
+
+
+@pytest.mark.slurm
+def test_direct_job_read_is_used_on_the_cluster_and_reads_what_squeue_prints(slurm_jobs):
+    """On the real cluster (libslurm 22.05) the worker reads jobs from libslurm's records, its
+    check against PySlurm passes, and held, running and finished lyasched jobs read as the CLI's."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from reliability.users import TEST_USER
+
+    from lyasched.slurm.cli import CliSlurm
+    from lyasched.slurm.types import SlurmJob
+    from lyasched.summary import new_uid
+
+    if importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (make pyslurm)")
+
+    def sbatch(*args: str) -> str:
+        s = CostSummary(uid=new_uid(), sig="cnn:test", global_batch=8, iterations=100, min_gpus=1, max_gpus=2,
+                        alpha=0.01, beta=0.002, params=1_000_000).encode()
+        r = subprocess.run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5",
+                            "-N1", "--gres=gpu:1", f"--comment={s}", *args], capture_output=True, text=True,
+                           timeout=60, cwd="/tmp")
+        assert r.returncode == 0, r.stderr
+        slurm_jobs.append(r.stdout.strip().split(";")[0])
+        return slurm_jobs[-1]
+
+    ids = [sbatch("--job-name", f"direct{i}", "--wrap", "sleep 60") for i in range(3)]
+    subprocess.run(["scontrol", "release", ids[1]], capture_output=True, timeout=30)  # runs (or waits for GPUs)
+    subprocess.run(["scancel", ids[2]], capture_output=True, timeout=30)  # finished: CANCELLED
+    deadline = time.monotonic() + 60  # both reads below must see the same states
+    while subprocess.run(["squeue", "-h", "-j", ids[1], "-o", "%T"], capture_output=True, text=True,
+                         timeout=30).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline, "the released job did not start"
+        time.sleep(0.5)
+    r = subprocess.run([sys.executable, "-c", _DIRECT_PROBE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["direct"] and got["checked"], r.stderr
+    mine = {t[0]: SlurmJob(*(tuple(v) if isinstance(v, list) else v for v in t)) for t in got["rows"]
+            if t[0] in ids}
+    cli = {j.job_id: j for j in CliSlurm().jobs(job_ids=ids)}
+    assert set(mine) == set(ids) and mine == cli
+    assert mine[ids[2]].state == "CANCELLED" and mine[ids[0]].held_by_service
