@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """How long one `lyasched serve` slot takes (prints figures; no thresholds asserted).
 
-With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the two Slurm backends side by side on
-the real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000
-and then 10,000 held lyasched jobs of the test user (parallel sbatch, as in
-tests/reliability/load.py) while a plain job holds every GPU, so the slots read, record and decide
-but change nothing. Per backend and job count: a first slot (fresh records) and then ``--slots``
-slots alternating between the backends; the median of those, and of the Slurm reads alone
-(``jobs()`` + ``nodes()``). ``--json``: one object with ``ratio_at_10000`` = pyslurm / cli median
-slot time. ``pyslurm-full`` is pyslurm with its update-time probe off (``LYASCHED_PYSLURM_PROBE=0``):
-every job list a full read, as when some job changes every slot (``full_read_ratio_at_N``). All
-the jobs are cancelled at the end (they stay listed, CANCELLED, for MinJobAge).
+With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the Slurm backends side by side on the
+real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000 and
+then 10,000 held lyasched jobs of the test user (parallel sbatch, as in tests/reliability/load.py)
+while a plain job holds every GPU, so the slots read, record and decide but start nothing. Per
+backend and job count, after a first slot (fresh records), ``--slots`` slots alternating between
+the backends, twice:
+
+- changed queue (the figures ``median_slot_s`` and ``ratio_at_N``): before every timed slot and
+  every timed read the queue changes as in real operation (a new held lyasched job submitted,
+  the one submitted before it cancelled), so no backend can skip reading the whole list;
+- unchanged queue (``unchanged``, ``unchanged_ratio_at_N``): nothing changes between slots (the
+  pyslurm worker's update-time probe then skips the read).
+
+Each row has the median slot time and the median of the Slurm reads alone (``jobs()`` +
+``nodes()``). ``--json``: one object, ``ratio_at_10000`` = pyslurm / cli median slot time (changed
+queue), with the load average before and after and the jobs the controller listed (finished ones
+stay listed for MinJobAge: the CLI parses their lines, the pyslurm worker skips them). Variants:
+``cli-nomemo`` (every squeue line parsed anew, as before the CLI memoised them),
+``pyslurm-full`` (no update-time probe), ``pyslurm-wrapped`` (the job list through PySlurm's
+``Jobs.load``, as before the direct read). Progress on stderr. All the jobs are cancelled at
+the end (they stay listed, CANCELLED, for MinJobAge).
 
     flock /tmp/lyasched-native-cluster.lock python benchmarks/slot_duration.py --backend cli,pyslurm [--json]
           [--sizes 1000,10000] [--slots 5]
@@ -95,6 +106,8 @@ def _timed(fn) -> float:
 # Backend variants: (backend, environment of its pyslurm worker).
 VARIANTS = {
     "cli": ("cli", {}),
+    # the CLI parsing every squeue line anew each slot, as before its lines were memoised
+    "cli-nomemo": ("cli", {}),
     "pyslurm": ("pyslurm", {}),
     # every job list a full read, even of an unchanged queue (no update-time probe)
     "pyslurm-full": ("pyslurm", {"LYASCHED_PYSLURM_PROBE": "0"}),
@@ -161,6 +174,8 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         os.environ.update(env)  # read by the pyslurm worker when it starts (make_backend's hello)
         try:
             made[b] = make_backend(name, timeout=120)
+            if b == "cli-nomemo":
+                made[b][0].memo = False  # type: ignore[attr-defined] - CliSlurm
         finally:
             for k, v in before.items():
                 if v is None:
@@ -242,19 +257,22 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
     out["load_after"] = _load()
     out["queue_changes"] = churn.n
     say(f"load average {out['load_after']}")
-    if "cli" in backends:
-        for other in backends:
-            if other == "cli":
-                continue
-            tag = "" if other == "pyslurm" else other.replace("pyslurm-", "").replace("-", "_") + "_"
-            for n in sizes:
-                c, p = out["backends"]["cli"][str(n)], out["backends"][other][str(n)]
-                for key, cr, pr in (("ratio", c, p), ("unchanged_ratio", c["unchanged"], p["unchanged"])):
-                    ok = cr["median_slot_s"] and pr["median_slot_s"] is not None
-                    out[f"{tag}{key}_at_{n}"] = pr["median_slot_s"] / cr["median_slot_s"] if ok else None
-                    okr = cr["median_read_s"] and pr["median_read_s"] is not None
-                    out[f"{tag}{key.replace('ratio', 'read_ratio')}_at_{n}"] = (
-                        pr["median_read_s"] / cr["median_read_s"] if okr else None)
+    # ratio_at_N: pyslurm / cli; <variant>_ratio_at_N: that pyslurm variant / cli;
+    # ratio_vs_cli_nomemo_at_N: pyslurm / the CLI without its line memo. unchanged_*: the second row.
+    pairs = [(("" if p == "pyslurm" else p.replace("pyslurm-", "").replace("-", "_") + "_"), p, "cli")
+             for p in backends if p.startswith("pyslurm") and "cli" in backends]
+    if "pyslurm" in backends and "cli-nomemo" in backends:
+        pairs.append(("", "pyslurm", "cli-nomemo"))
+    for tag, other, base in pairs:
+        suffix = "" if base == "cli" else "_vs_cli_nomemo"
+        for n in sizes:
+            c, p = out["backends"][base][str(n)], out["backends"][other][str(n)]
+            for key, cr, pr in (("ratio", c, p), ("unchanged_ratio", c["unchanged"], p["unchanged"])):
+                ok = cr["median_slot_s"] and pr["median_slot_s"] is not None
+                out[f"{tag}{key}{suffix}_at_{n}"] = pr["median_slot_s"] / cr["median_slot_s"] if ok else None
+                okr = cr["median_read_s"] and pr["median_read_s"] is not None
+                out[f"{tag}{key.replace('ratio', 'read_ratio')}{suffix}_at_{n}"] = (
+                    pr["median_read_s"] / cr["median_read_s"] if okr else None)
     return out
 
 
@@ -286,7 +304,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--backend", help="compare Slurm backends on the real cluster, comma-separated: cli, pyslurm, "
-                    "pyslurm-full (no update-time probe), pyslurm-wrapped (jobs read through PySlurm's Jobs.load)")
+                    "cli-nomemo (every squeue line parsed anew), pyslurm-full (no update-time probe), "
+                    "pyslurm-wrapped (jobs read through PySlurm's Jobs.load)")
     ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
     ap.add_argument("--json", action="store_true", help="with --backend: one JSON object")
     a = ap.parse_args()

@@ -359,3 +359,22 @@ def test_direct_job_read_is_used_on_the_cluster_and_reads_what_squeue_prints(slu
     cli = {j.job_id: j for j in CliSlurm().jobs(job_ids=ids)}
     assert set(mine) == set(ids) and mine == cli
     assert mine[ids[2]].state == "CANCELLED" and mine[ids[0]].held_by_service
+
+
+def test_squeue_lines_parsed_once_give_what_parsing_anew_gives():
+    """The CLI's every-slot listing memoised by line: same jobs as a fresh parse, after changes too."""
+    from pathlib import Path
+
+    from lyasched.slurm import query as q
+
+    text = (Path(__file__).parent / "data" / "squeue.txt").read_text()
+    lines = text.splitlines()
+    memo: dict = {}
+    assert q.parse_squeue(text, memo=memo) == q.parse_squeue(text)
+    again = q.parse_squeue(text, memo=memo)
+    assert again == q.parse_squeue(text) and all(a is b for a, b in zip(again, q.parse_squeue(text, memo=memo)))
+    tagged = next(i for i, ln in enumerate(lines) if "|lyasched:v1;" in ln)
+    changed = lines[:tagged] + [lines[tagged].replace("JobHeldUser", "Resources")] + lines[tagged + 1:]
+    changed = "\n".join(changed[1:]) + "\n"  # one line gone, one changed
+    assert q.parse_squeue(changed, memo=memo) == q.parse_squeue(changed)
+    assert set(memo) == {ln for ln in changed.splitlines() if ln.strip()}  # only the last listing's lines are kept
