@@ -129,6 +129,15 @@ def _listed() -> dict[str, int]:
     return by
 
 
+def _max_job_count() -> int:
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "MaxJobCount" and v.strip().isdigit():
+            return int(v.strip())
+    return 10_000  # Slurm's default
+
+
 class Churn:
     """One change in the queue, as in real operation: a new held lyasched job of the test user
     is submitted and the one the previous change submitted is cancelled (so the number held
@@ -191,6 +200,14 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
                  "load_before": _load(), "listed_before": _listed()}
     say(f"load average {out['load_before']}; the controller lists {sum(out['listed_before'].values())} jobs "
         f"{out['listed_before']}")
+    room = _max_job_count() - sum(out["listed_before"].values()) - max(sizes) - 4 * slots * len(backends) - 100
+    if room < 0:  # sbatch would wait (and make everybody's wait) until MinJobAge purges finished jobs
+        for slurm, _ in made.values():
+            slurm.close()
+        shutil.rmtree(work, ignore_errors=True)
+        raise SystemExit(f"slot_duration: error: the controller lists {sum(out['listed_before'].values())} jobs; "
+                         f"{max(sizes)} more would pass MaxJobCount ({_max_job_count()}): wait for MinJobAge to "
+                         f"purge finished ones")
     blocker = None
     churn = Churn(TEST_USER, work)
     try:
