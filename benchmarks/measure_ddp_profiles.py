@@ -3,12 +3,15 @@
 source of profiles for `benchmarks/cost_accuracy.py`, next to the two shared Pollux apps.
 
 For each model and each world size g it starts g processes (torch.multiprocessing, gloo,
-one intra-op thread each), and for each per-rank batch b times ``--iters`` DDP training
+``--threads`` intra-op threads each, default 1), and for each per-rank batch b times ``--iters`` DDP training
 steps (after ``--warmup``) and as many steps under ``no_sync()`` (no all-reduce). It writes
 ``<out>/<model>/placements.csv`` in the shared format ``placement,local_bsz,step_time,sync_time``:
 placement is g (one node), step_time the median over iterations of the slowest rank's step,
 sync_time = max(0, step_time - the no_sync median); the header line records the model's
-gradient bytes (``grad_bytes=``). ``--repeats`` runs everything that many
+gradient bytes (``grad_bytes=``), the host's ``cores=`` and the ``threads_per_rank=``
+(``--threads``: what `benchmarks/cost_accuracy.py` declares as the node's sharing,
+`CommShape.parallel` = cores / threads per rank), and the other work's load while measuring
+(busy CPUs not ours, from /proc/stat; per world size and repeat in ``--raw``). ``--repeats`` runs everything that many
 times, g = 1..N interleaved within each repeat, and keeps per row the smallest of the repeats'
 medians (``--stat min``, the default: on a machine shared with other work a slower repeat is
 other work interfering, as timeit assumes) or their median (``--stat median``). The 2 shared
@@ -33,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-DEFAULT_BATCHES = {"mlp": [8, 32, 64, 128], "resnet": [4, 8, 16, 32], "recsys": [16, 64, 256, 1024],
+DEFAULT_BATCHES = {"mlp": [8, 32, 64, 128], "mlp-large": [8, 16, 32, 64], "resnet": [4, 8, 16, 32], "recsys": [16, 64, 256, 1024],
                    "transformer": [2, 4, 8, 16], "mobilenet": [2, 4, 8, 16], "vgg": [2, 4, 8, 16]}
 
 
@@ -43,14 +46,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, model: str, batches: list[int], iters: int, warmup: int, out: str) -> None:
+def host_cores() -> int:
+    """CPUs this process may run on (the node's compute units for the ranks: sched_getaffinity
+    where the OS has it, else os.cpu_count())."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _busy_s() -> float:
+    """CPU-seconds the whole host has been busy (all processes, /proc/stat; 0 where absent)."""
+    try:
+        f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(x) for x in f]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _worker(rank: int, world: int, port: int, model: str, batches: list[int], iters: int, warmup: int, out: str,
+            threads: int = 1) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from lyasched.profile.models import example
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -96,17 +127,24 @@ def _worker(rank: int, world: int, port: int, model: str, batches: list[int], it
         dist.destroy_process_group()
 
 
-def measure(model: str, world: int, batches: list[int], iters: int, warmup: int) -> list[tuple[int, int, float, float]]:
+def measure(model: str, world: int, batches: list[int], iters: int, warmup: int,
+            threads: int = 1) -> tuple[list[tuple[int, int, float, float]], float]:
+    """Rows (g, b, step, sync) of one world size, and the other work's load while they ran: the
+    host's busy CPUs minus this run's own processes' (CPU-seconds per second; 0 on a quiet host)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.csv")
-        mp.spawn(_worker, args=(world, _free_port(), model, batches, iters, warmup, out), nprocs=world, join=True)
+        t0, busy0, ours0 = time.perf_counter(), _busy_s(), _children_cpu_s()
+        mp.spawn(_worker, args=(world, _free_port(), model, batches, iters, warmup, out, threads), nprocs=world,
+                 join=True)
+        wall = time.perf_counter() - t0
+        other = max(0.0, (_busy_s() - busy0) - (_children_cpu_s() - ours0)) / wall if wall > 0 else 0.0
         rows = []
         for line in Path(out).read_text().splitlines():
             g, b, t, s = line.split(",")
             rows.append((int(g), int(b), float(t), float(s)))
-        return rows
+        return rows, other
 
 
 def grad_bytes(model: str) -> int:
@@ -125,39 +163,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (torch.set_num_threads)")
     ap.add_argument("--raw", default=None, help="also write every repeat's row to this CSV "
-                    "(model,repeat,placement,local_bsz,step_time,sync_time): the repeat-to-repeat spread")
+                    "(model,repeat,placement,local_bsz,step_time,sync_time,other_load): the repeat-to-repeat "
+                    "spread and the other work's load (busy CPUs) while that world size ran")
     ap.add_argument("--stat", choices=["min", "median"], default="min", help="estimator across repeats")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in DEFAULT_BATCHES]
-    if unknown or args.max_procs < 2 or args.iters < 1 or args.repeats < 1:
+    if unknown or args.max_procs < 2 or args.iters < 1 or args.repeats < 1 or args.threads < 1:
         print(f"error: unknown model(s) {unknown} or bad counts", file=sys.stderr)
         return 2
     est = min if args.stat == "min" else statistics.median
     raw = open(args.raw, "w") if args.raw else None
     if raw:
-        raw.write("model,repeat,placement,local_bsz,step_time,sync_time\n")
+        raw.write("model,repeat,placement,local_bsz,step_time,sync_time,other_load\n")
+    cores = host_cores()
     for model in models:
         batches = DEFAULT_BATCHES[model]
         runs: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        loads: list[float] = []
         for rep in range(args.repeats):
             for g in range(1, args.max_procs + 1):
                 t0 = time.time()
-                for gg, b, t, s in measure(model, g, batches, args.iters, args.warmup):
+                rows, other = measure(model, g, batches, args.iters, args.warmup, args.threads)
+                loads.append(other)
+                for gg, b, t, s in rows:
                     runs.setdefault((gg, b), []).append((t, s))
                     if raw:
-                        raw.write(f"{model},{rep + 1},{gg},{b},{t:.6f},{s:.6f}\n")
+                        raw.write(f"{model},{rep + 1},{gg},{b},{t:.6f},{s:.6f},{other:.2f}\n")
                         raw.flush()
-                print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s, "
+                      f"other work {other:.2f} CPUs busy", file=sys.stderr, flush=True)
         d = Path(args.out) / model
         d.mkdir(parents=True, exist_ok=True)
         with (d / "placements.csv").open("w") as fh:
             fh.write(f"# measured by benchmarks/measure_ddp_profiles.py on {platform.node() or 'host'} "
-                     f"({os.cpu_count()} CPUs, shared, nice): DDP gloo CPU, 1 thread/rank, {args.stat} over "
-                     f"{args.repeats} repeat(s) of the median of {args.iters} iterations; "
-                     f"grad_bytes={grad_bytes(model)} (float32 parameters)\n")
+                     f"({os.cpu_count()} CPUs, shared, nice): DDP gloo CPU, {args.threads} thread/rank, {args.stat} "
+                     f"over {args.repeats} repeat(s) of the median of {args.iters} iterations; "
+                     f"grad_bytes={grad_bytes(model)} (float32 parameters); cores={cores} "
+                     f"threads_per_rank={args.threads}; other work while measuring: "
+                     f"median {statistics.median(loads):.2f}, max {max(loads):.2f} CPUs busy "
+                     f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
             fh.write("placement,local_bsz,step_time,sync_time\n")
             for (g, b), vals in sorted(runs.items()):
                 best = est(v[0] for v in vals)

@@ -12,7 +12,8 @@ looked at before the first full run; ``heldout2`` ones (other windows and seeds)
 second design change; ``heldout3`` not before max_stretch 2 -> 3; ``heldout4`` (issue 8, second
 pass) not before the offered-load guard with its horizon exemption was tried as the default;
 ``heldout5`` (third pass) fixed before the expansion bound was designed, its old-default run read
-only after.
+only after; ``heldout6`` (fourth pass) fixed after the per-GPU-second variant had been measured on
+rounds 1-5, before any later variant was measured off the design set.
 ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
 Targets (issue 8): vs_backfill and vs_best_estimating <= 1.00 everywhere; vs_oracle worst
 <= 1.05 and median <= 0.85. Progress on stderr.
@@ -99,6 +100,17 @@ SYNTH_HELDOUT_5 = [
     ("synth:mixed160,load=1.5,arrival=diurnal", 55),
     ("synth:jobs=300,one_gpu=0.7,max_req=16,nodes=16,dur=bimodal,mean_h=4,models=good,arrival=diurnal,load=0.4,cancel=0.3", 56),
 ]
+# Round 6 (set "heldout6", issue 8 fourth pass): fixed after the per-GPU-second variant (rate=held) had been
+# measured on rounds 1-5, before any later variant was measured off the design set: the two 3,000-job Philly
+# windows no earlier round overlaps, seeds 5-6 of the seed groups, and knob mixes on seeds 61-64.
+PHILLY_WINDOWS_6 = [48500, 55000]
+SEEDS_6 = [5, 6]
+SYNTH_HELDOUT_6 = [
+    ("synth:production,jobs=1500,load=0.9,arrival=poisson,dur=heavy", 61),
+    ("synth:mixed160,load=1.1,arrival=bursts,bursts=5", 62),
+    ("synth:jobs=300,one_gpu=0.6,max_req=16,dur=heavy,models=mixed,arrival=diurnal,load=0.8,cancel=0.2", 63),
+    ("synth:jobs=400,one_gpu=0.9,max_req=4,dur=bimodal,mean_h=3,models=good,arrival=bursts,bursts=10,load=1.0", 64),
+]
 SYNTH_HELDOUT_2 = [
     ("synth:production,jobs=1500,load=1.0,arrival=bursts,bursts=20", 21),
     ("synth:mixed160,load=0.6", 22),
@@ -118,6 +130,7 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     held3 = only in (None, "heldout3")
     held4 = only in (None, "heldout4")
     held5 = only in (None, "heldout5")
+    held6 = only in (None, "heldout6")
     if design:
         for g in SEED_GROUPS:
             for s in range(1 if quick else 5):
@@ -147,6 +160,12 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
                                      ("heldout5", held5, PHILLY_WINDOWS_5, SYNTH_HELDOUT_5)):
         if on:
             out += _heldout(name, windows, synth, quick, trace)
+    if held6:
+        for g in SEED_GROUPS:
+            for s in SEEDS_6[:1] if quick else SEEDS_6:
+                w = seed_workload(g, s)
+                out.append(dict(name=f"{g} seed {s}", set="heldout6", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+        out += _heldout("heldout6", PHILLY_WINDOWS_6, SYNTH_HELDOUT_6, quick, trace)
     return out
 
 
@@ -212,10 +231,10 @@ def plot(rows: list[dict], out: str) -> str:
         ax.plot(x, [r[k] for r in rows], m, label=k, alpha=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** ", "heldout4": "**** ", "heldout5": "***** "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
+    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** ", "heldout4": "**** ", "heldout5": "***** ", "heldout6": "6 "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("lyapunov avg JCT / other policy's")
-    ax.set_title("robustness sweep (held out: * round 1 ... ***** round 5)")
+    ax.set_title("robustness sweep (held out: * round 1 ... ***** round 5, 6 round 6)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(out, "robustness.png")
@@ -229,7 +248,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one seed, 1,000-job Philly windows at 2 loads, fewer synthetics")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
-    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5"), default=None)
+    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"), default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
@@ -249,7 +268,7 @@ def main() -> None:
               f"/tiresias {r['vs_tiresias']:.3f}", file=sys.stderr)
     worst, med = summary(rows)
     sets = {}
-    for s in ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5"):
+    for s in ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"):
         sub = [r for r in rows if r["set"] == s]
         if sub:
             sw, sm = summary(sub)

@@ -157,24 +157,39 @@ def read_placements_csv(path: str | Path) -> list[PlacementRow]:
     return out
 
 
-def read_grad_bytes(path: str | Path) -> float | None:
-    """``grad_bytes=N`` in a placements.csv's leading '#' comment lines (the model's gradient
-    size: known from the model, not fitted), or None."""
+def read_header_number(path: str | Path, key: str) -> float | None:
+    """``KEY=N`` in a placements.csv's leading '#' comment lines, or None; N must be > 0."""
     p = Path(path)
     with p.open() as fh:
         for line in fh:
             if not line.startswith("#"):
                 break
             for word in line.replace(";", " ").replace(",", " ").split():
-                if word.startswith("grad_bytes="):
+                if word.startswith(f"{key}="):
                     try:
                         v = float(word.split("=", 1)[1])
                     except ValueError:
-                        raise ValueError(f"{p}: grad_bytes= needs a number") from None
+                        raise ValueError(f"{p}: {key}= needs a number") from None
                     if not math.isfinite(v) or v <= 0:
-                        raise ValueError(f"{p}: grad_bytes= must be > 0")
+                        raise ValueError(f"{p}: {key}= must be > 0")
                     return v
     return None
+
+
+def read_grad_bytes(path: str | Path) -> float | None:
+    """``grad_bytes=N`` in a placements.csv's leading '#' comment lines (the model's gradient
+    size: known from the model, not fitted), or None."""
+    return read_header_number(path, "grad_bytes")
+
+
+def read_parallel(path: str | Path) -> float | None:
+    """Replicas one node of the measuring host ran side by side at full speed: its ``cores=``
+    over ``threads_per_rank=`` (default 1) in the profile's header (a CPU host; what
+    `CommShape.parallel` declares), or None (not recorded: a GPU profile)."""
+    cores = read_header_number(path, "cores")
+    if cores is None:
+        return None
+    return cores / (read_header_number(path, "threads_per_rank") or 1.0)
 
 
 def read_scalability_csv(path: str | Path) -> list[PlacementRow]:
@@ -394,6 +409,9 @@ class AppData:
     scalability: list[PlacementRow] = field(default_factory=list)
     parallel: float = math.inf  # replicas a node of this cluster computes side by side (CommShape.parallel)
     grad_bytes: float | None = None  # the model's gradient bytes, when known (read_grad_bytes)
+    # predicted like every app but never part of another app's training set: a workload added
+    # after the model's form was chosen, held out entirely
+    held_out: bool = False
 
     @property
     def key(self) -> str:
@@ -418,6 +436,7 @@ class HeldOutReport:
     by_nodes: dict[int, Accuracy] = field(default_factory=dict)
     by_gpus: dict[int, Accuracy] = field(default_factory=dict)
     grad_bytes: float | None = None
+    held_out: bool = False
 
 
 def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
@@ -436,7 +455,8 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     """For every application A: fit the cluster's `CommShape` on the OTHER applications of A's
     cluster (all of them when A is its cluster's only one), A's compute t(b) on A's single-GPU
     rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
-    multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen."""
+    multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen.
+    Applications marked ``held_out`` are in no training set at all."""
     from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
 
     keys = [a.key for a in apps]
@@ -445,7 +465,8 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     compute = {a.key: fit_compute(a.app, a.rows) for a in apps}
     reports: list[HeldOutReport] = []
     for a in apps:
-        train = [o for o in apps if o.key != a.key and o.cluster == a.cluster] or [o for o in apps if o.key != a.key]
+        others = [o for o in apps if o.key != a.key and not o.held_out]
+        train = [o for o in others if o.cluster == a.cluster] or others
         if not train:
             raise ValueError("leave-one-app-out needs at least two applications")
         shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
@@ -464,7 +485,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
         held = [r for r in a.rows if r.gpus > 1 and r.placement != fp]
         e = errs(held)
         rep = HeldOutReport(a.app, a.cluster, prof, shape, [o.key for o in train], v, PlacementRow(fp, 0, 0).label,
-                            summarize(e), e, grad_bytes=a.grad_bytes)
+                            summarize(e), e, grad_bytes=a.grad_bytes, held_out=a.held_out)
         for n in sorted({r.nodes for r in held}):
             rep.by_nodes[n] = summarize(errs([r for r in held if r.nodes == n]))
         for g in sorted({r.gpus for r in held if r.nodes == 1}):

@@ -5,10 +5,10 @@ all-reduces keep growing with the number of replicas and nodes (stragglers, per-
 latency, switch contention; Pollux, OSDI'21, models it as linear in the replica count).
 A `CommShape` is what one *cluster* contributes to a job's step time, whatever the model:
 
-    compute_g = (alpha + beta*b) * (1 + s_multi + sigma*(k - 1))   k = most GPUs used on one node
-    comm      = v                        * (1 + d_g*(g - 2))                      one node
-    d_g       = (1 - f)*d_intra + f*d_intra_bw,   f = V/(V + lat_bytes)   (V: gradient bytes)
-              = v * inter_ratio          * (1 + d_inter*(g - 2) + d_nodes*log2(n/2)) n >= 2
+    compute_g = (alpha + beta*b) * (1 + s_multi + sigma*(k - 1)) * o   k = most GPUs used on one node
+    comm      = v * ((1 - f)*(1 + d_intra*(g - 2)) + f*(1 + d_intra_bw*(g - 2))*o)  one node
+              = v * inter_ratio * (1 + d_inter*(g - 2) + d_nodes*log2(n/2))      n >= 2 nodes
+    f         = V/(V + lat_bytes)   (V: gradient bytes),   o = max(1, k/parallel)
     step      = (compute_g^gamma + comm^gamma)^(1/gamma)                         g >= 2
 
 Only ``v`` (seconds: the all-reduce time of this model's gradients between 2 GPUs of one
@@ -25,6 +25,13 @@ bandwidth-bound). ``f`` is the bandwidth share of v, known from the model's grad
 and the cluster's ``lat_bytes`` (latency x bandwidth, fitted from the other applications'
 v = latency + V/bandwidth). Unknown V (or a cluster with fewer than two applications of known
 V) gives f = 0: one growth rate, ``d_intra``, as before.
+
+``parallel`` (o) is declared, not fitted: the replicas one node runs at full speed side by side.
+GPUs: unlimited, o = 1, and the formulas above are unchanged. A CPU node: its cores over the
+threads per replica; k > parallel replicas time-share the cores, so their CPU work, compute and
+the all-reduce's copying and reducing of gradients (its bandwidth part), runs k/parallel times
+slower, while its latency part (waiting for messages) does not. On such a cluster the overlap,
+slowdown and bandwidth-growth parameters are not fitted (`SHARED_CORES_FIXED`).
 docs/model.md (cost model) and docs/calibration.md describe the evaluation.
 """
 
@@ -50,6 +57,16 @@ _BOUNDS = {
 }
 
 
+# Parameters a cluster of shared-core (CPU) nodes does not fit: they keep `fit_shape`'s ``fixed``
+# values (CommShape() defaults: no overlap, no extra slowdown, no growth of the bandwidth part).
+# Once the node's compute units are known, k replicas on it run their CPU work k/parallel times
+# slower (compute and the copying/reducing of gradients alike), and that is the co-location term;
+# overlap needs a free core for the all-reduce thread, which ranks that fill the cores do not
+# leave; the bandwidth part's growth with g is the sharing (each rank's copy work is ~V whatever g).
+# docs/model.md, "Nodes of shared cores".
+SHARED_CORES_FIXED = ("gamma", "s_multi", "sigma", "d_intra_bw")
+
+
 @dataclass(frozen=True)
 class CommShape:
     """Cluster-level parameters of the step-time model (see the module doc)."""
@@ -67,26 +84,41 @@ class CommShape:
     lat_bytes: float = 0.0
     # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
     # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
-    # slowing compute by k/parallel (the CPU-sharing model of benchmarks/profile_accuracy.py).
+    # slowing compute and the all-reduce's bandwidth part by k/parallel (`oversubscription`).
     parallel: float = math.inf
 
     def bw_share(self, grad_bytes: float | None) -> float:
         """Share of the 2-GPU all-reduce time that is bytes over bandwidth (0 when unknown)."""
         return bw_share(grad_bytes, self.lat_bytes)
 
-    def comm_factor(self, g: int, nodes: int, grad_bytes: float | None = None) -> float:
-        """All-reduce time of a g-GPU, ``nodes``-node placement in units of v (0 for one GPU)."""
+    @property
+    def shared_cores(self) -> bool:
+        """A node whose replicas share a known number of compute units (a CPU node): `parallel`
+        is finite. GPUs: False, and nothing below depends on it."""
+        return math.isfinite(self.parallel)
+
+    def oversubscription(self, per_node_max: int) -> float:
+        """max(1, k / parallel): how many times over the node's compute units its k replicas ask
+        for (1 on GPUs). CPU work of every replica (compute, copying and reducing gradients) runs
+        that many times slower; waiting for messages does not."""
+        return max(1.0, max(1, per_node_max) / self.parallel)
+
+    def comm_factor(self, g: int, nodes: int, grad_bytes: float | None = None, per_node_max: int = 0) -> float:
+        """All-reduce time of a g-GPU, ``nodes``-node placement in units of v (0 for one GPU).
+        On one node of shared cores the bandwidth part (copying and reducing the gradients: CPU
+        work) is slowed by the oversubscription of ``per_node_max`` (default: g) replicas."""
         if g <= 1:
             return 0.0
         if nodes <= 1:
             f = self.bw_share(grad_bytes)
-            return 1.0 + ((1.0 - f) * self.d_intra + f * self.d_intra_bw) * (g - 2)
+            over = self.oversubscription(per_node_max or g)
+            return (1.0 - f) * (1.0 + self.d_intra * (g - 2)) + f * (1.0 + self.d_intra_bw * (g - 2)) * over
         return self.inter_ratio * (1.0 + self.d_inter * (g - 2) + self.d_nodes * np.log2(nodes / 2.0))
 
     def contention(self, per_node_max: int) -> float:
         """Compute slowdown of a multi-GPU run with at most ``per_node_max`` GPUs on one node."""
         k = max(1, per_node_max)
-        return (1.0 + self.s_multi + self.sigma * (k - 1)) * max(1.0, k / self.parallel)
+        return (1.0 + self.s_multi + self.sigma * (k - 1)) * self.oversubscription(k)
 
     def step_time(self, compute: float, v: float, placement: Sequence[int], grad_bytes: float | None = None) -> float:
         """Step time of one placement (GPUs per node) given the one-GPU compute time, v and
@@ -95,7 +127,7 @@ class CommShape:
         if g <= 1:
             return compute
         c = compute * self.contention(max(placement))
-        comm = v * self.comm_factor(g, n, grad_bytes)
+        comm = v * self.comm_factor(g, n, grad_bytes, max(placement))
         if comm <= 0.0:
             return c
         return (c**self.gamma + comm**self.gamma) ** (1.0 / self.gamma)
@@ -114,8 +146,9 @@ def bw_share(grad_bytes: float | None, lat_bytes: float) -> float:
 def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
               k: np.ndarray, parallel: float = math.inf, f: float = 0.0) -> np.ndarray:
     gamma, s_multi, sigma, ratio, di, dg, dn, dbw = shape_x
-    c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * np.maximum(1.0, k / parallel)
-    intra = 1.0 + ((1.0 - f) * di + f * dbw) * (g - 2.0)
+    over = np.maximum(1.0, k / parallel)
+    c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * over
+    intra = (1.0 - f) * (1.0 + di * (g - 2.0)) + f * (1.0 + dbw * (g - 2.0)) * over
     inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
     comm = v * np.where(n > 1, inter, intra)
     out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
@@ -188,8 +221,11 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
     multi_node = any((a.n > 1).any() for a in apps)
     split = sum(1 for a in apps if a.grad_bytes) >= 2
     # with the split, the latency part's growth is the ring's: 2(g-1) hops, i.e. d_intra = 1
+    # a node of known shared cores: its contention is the oversubscription (`CommShape.contention`),
+    # declared, not fitted; see SHARED_CORES_FIXED
+    cpu_fixed = SHARED_CORES_FIXED if base.shared_cores else ()
     free = [f for f in names if (multi_node or f not in ("inter_ratio", "d_inter", "d_nodes"))
-            and (f != "d_intra_bw" if not split else f != "d_intra")]
+            and (f != "d_intra_bw" if not split else f != "d_intra") and f not in cpu_fixed]
     lo = [np.log(_BOUNDS[f][0]) if f == "inter_ratio" else _BOUNDS[f][0] for f in free]
     hi = [np.log(_BOUNDS[f][1]) if f == "inter_ratio" else _BOUNDS[f][1] for f in free]
     nf, na = len(free), len(apps)

@@ -265,3 +265,67 @@ def test_lyasub_bad_shape_config_exits_2(tmp_path):
     r = CliRunner().invoke(lyasub, ["--config", str(p), "--model", "mlp", "--global-batch", "64", "--iterations",
                                     "10", "--", str(tmp_path / "train.py")])
     assert r.exit_code == 2 and "cluster.shape.gamma must be >= 1" in r.output
+
+
+def test_shared_cores_time_share_compute_and_the_bandwidth_part_only():
+    """A node of 2 cores (parallel=2): 4 replicas run their CPU work (compute, the all-reduce's
+    bandwidth part) twice slower; the latency part grows with the ring's hops only. On GPUs
+    (parallel unlimited) the same shape gives the formula it gave before."""
+    from lyasched.commshape import CommShape
+
+    gpu = CommShape(gamma=1.0, d_intra=1.0, d_intra_bw=0.3, lat_bytes=1e6)
+    cpu = CommShape(gamma=1.0, d_intra=1.0, d_intra_bw=0.0, lat_bytes=1e6, parallel=2.0)
+    c, v, gb = 0.02, 0.01, 3e6
+    f = gpu.bw_share(gb)
+    for g in (2, 3, 4):
+        assert gpu.step_time(c, v, (g,), gb) == pytest.approx(c + v * (1 + ((1 - f) * 1.0 + f * 0.3) * (g - 2)))
+        o = max(1.0, g / 2)
+        assert cpu.step_time(c, v, (g,), gb) == pytest.approx(c * o + v * ((1 - f) * (g - 1) + f * o))
+    # a latency-bound all-reduce (no gradient size known) is not slowed by the sharing
+    assert cpu.comm_factor(4, 1) == pytest.approx(3.0)
+    assert cpu.comm_factor(4, 1, 1e12) == pytest.approx(2.0, rel=1e-4)
+    assert cpu.step_time(c, v, (1,)) == c
+
+
+def test_fit_shape_on_shared_cores_fits_only_the_split_and_recovers_it():
+    """Rows made by the shared-cores model: fit_shape leaves overlap, slowdown, co-location and
+    the bandwidth growth at their declared values and recovers latency x bandwidth."""
+    from lyasched.commshape import SHARED_CORES_FIXED, CommShape, Rows, fit_shape
+
+    lat, bw = 4e-3, 1e9
+    truth = CommShape(d_intra=1.0, lat_bytes=lat * bw, parallel=2.0)
+
+    def rows(name: str, gb: float) -> Rows:
+        recs = [PlacementRow((g,), b, truth.step_time(0.002 + 1e-4 * b, lat + gb / bw, (g,), gb))
+                for g in (2, 3, 4) for b in (8, 32, 128)]
+        return Rows.of(name, 0.002, 1e-4, recs, gb)
+
+    fitted = fit_shape([rows("small", 3e5), rows("mid", 3e6), rows("large", 5e7)], CommShape(parallel=2.0))
+    assert all(getattr(fitted, p) == getattr(CommShape(), p) for p in SHARED_CORES_FIXED)
+    assert fitted.parallel == 2.0 and fitted.lat_bytes == pytest.approx(lat * bw, rel=0.05)
+
+
+def test_benchmark_reads_cores_and_keeps_held_out_apps_out_of_every_fit(tmp_path):
+    """cores= / threads_per_rank= in the profiles' headers declare the node's sharing; an app named
+    by held_out= in CLUSTER is scored but trains no other app; hosts that disagree are an error."""
+    cl = tmp_path / "cpu"
+    head = "# measured; grad_bytes={gb}; cores=4 threads_per_rank=2\nplacement,local_bsz,step_time,sync_time\n"
+    for i, (app, gb) in enumerate((("a", 3e5), ("b", 3e6), ("c", 1e7), ("d", 5e7))):
+        lines = [f"{g},{b},{(0.002 + 1e-4 * b) * max(1, g / 2) + (0.004 + gb / 1e9) * (g - 1) * (1 + 0.01 * i):.6f},0"
+                 for g in (1, 2, 3, 4) for b in (8, 32, 128)]
+        (cl / app).mkdir(parents=True)
+        (cl / app / "placements.csv").write_text(head.format(gb=int(gb)) + "\n".join(lines) + "\n")
+    (cl / "CLUSTER").write_text("cpu-box held_out=d\n")
+    run = [sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(cl), "--json"]
+    doc = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
+    apps = doc["apps"]
+    assert apps["cpu-box/d"]["held_out"] and not apps["cpu-box/a"]["held_out"]
+    assert all("cpu-box/d" not in a["fit"]["shape_fitted_on"] for a in apps.values())
+    assert apps["cpu-box/d"]["fit"]["shape_fitted_on"] == ["cpu-box/a", "cpu-box/b", "cpu-box/c"]
+    assert all(a["fit"]["shape"]["parallel"] == 2.0 for a in apps.values())
+    assert doc["overall"]["rows"] == 3 * 6 and doc["overall_held_out"]["rows"] == 6
+    bad = subprocess.run(run[:-1] + ["--held-out", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope" in bad.stderr
+    (cl / "a" / "placements.csv").write_text((cl / "a" / "placements.csv").read_text().replace("cores=4", "cores=8"))
+    mixed = subprocess.run(run, capture_output=True, text=True)
+    assert mixed.returncode == 2 and "different cores" in mixed.stderr

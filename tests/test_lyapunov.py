@@ -354,3 +354,103 @@ def test_one_gpu_per_job_under_load_when_every_job_scales_badly():
     for V in (0.1, 1.0, 5.0, 50.0):
         res = LyapunovPolicy(V=V).decide(state)
         assert len(res.starts) == 8 and {d.gpus for d in res.starts} == {1}, (V, [d.gpus for d in res.starts])
+
+
+RATES = ("size", "held")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans(), st.sampled_from(RATES))
+def test_rate_keeps_the_invariants(sv, force_greedy, rate):
+    """Scores per GPU-second held (``rate``): within capacity, allowed configurations, each job once,
+    a positive score or a fill at the request, work-conserving at the request, and pure: a fresh
+    and a reused policy decide the same."""
+    state, V = sv
+    pol = LyapunovPolicy(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    by_id = {w.job_id: w for w in state.waiting}
+    assert len({d.job_id for d in res.starts}) == len(res.starts)
+    for d in res.starts:
+        w = by_id[d.job_id]
+        assert math.isfinite(w.run_time(d.gpus, d.spans_nodes))
+        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
+    free = _leftover(state, res)
+    assert min(free, default=0) >= 0
+    started = {d.job_id for d in res.starts}
+    for w in state.waiting:
+        g = nearest_allowed(w, w.requested_gpus)
+        if w.job_id in started or g is None:
+            continue
+        if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
+            assert max(free) < g
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, rate=rate, exact_limit=pol.exact_limit).decide(state))
+    # dividing by a positive number keeps every sign: something starts exactly when the default starts something
+    base = LyapunovPolicy(V=V, exact_limit=pol.exact_limit).decide(state)
+    assert bool(res.starts) == bool(base.starts)
+
+
+def test_rate_starts_the_shortest_of_a_burst():
+    """Smith's rule: ten 1-GPU jobs, the longer ones submitted earlier, four free GPUs. The score
+    alone lets the older, longer j5 in (its wait in the Z term); per GPU-second held, the four
+    shortest start."""
+    jobs = [Job(f"j{i}", MODELS[1], 64, 1000 * (10 - i), submit_time=-600.0 - 300.0 * (10 - i), max_gpus=1, requested_gpus=1)
+            for i in range(10)]
+    state = make_state(jobs, [4], 4)
+    shortest = {"j9", "j8", "j7", "j6"}
+    for rate in RATES:
+        got = {d.job_id for d in LyapunovPolicy(rate=rate).decide(state).starts}
+        assert got == shortest, (rate, got)
+    assert {d.job_id for d in LyapunovPolicy().decide(state).starts} != shortest  # the default does not
+
+
+def test_rate_size_keeps_a_jobs_configuration_and_wake_at():
+    """``size`` divides all of a job's configurations by one constant: a lone job gets the
+    configuration the default gives it; and the wake-up time (when a score turns positive) is the default's."""
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4, requested_gpus=2)
+    idle = make_state([job], [4], 4)
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(LyapunovPolicy(rate="size").decide(idle)) == key(LyapunovPolicy().decide(idle))
+    other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    late = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    busy = make_state([late, other], [1], 4, now=30.0)
+    for rate in RATES:
+        a, b = LyapunovPolicy(V=10.0, max_stretch=4, rate=rate).decide(busy), LyapunovPolicy(V=10.0, max_stretch=4).decide(busy)
+        assert a.starts == b.starts == () and a.info["wake_at"] == b.info["wake_at"]
+
+
+def test_wake_at_is_exact_with_the_slot_credit():
+    """``z_credit="slot"`` (a start credited only the slot's growth of Z) makes the scores linear in the
+    time waited: s(d) = s0 + d*n*(slot - V*p). The reported wake-up time stays exact (two short jobs,
+    work below the slot, so waiting can turn the score positive)."""
+    job = Job("a", MODELS[1], 256, 50, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    other = Job("b", MODELS[2], 256, 60, submit_time=0.0, max_gpus=4, requested_gpus=2)
+    pol = LyapunovPolicy(V=10.0, max_stretch=4, z_credit="slot")
+    res = pol.decide(make_state([job, other], [1], 4, now=30.0, slot=300.0))
+    assert res.starts == ()
+    wake = res.info["wake_at"]
+    assert 31.0 < wake < math.inf
+    assert pol.decide(make_state([job, other], [1], 4, now=wake - 1.0, slot=300.0)).starts == ()
+    assert len(pol.decide(make_state([job, other], [1], 4, now=wake + 1.0, slot=300.0)).starts) == 1
+
+
+def test_horizon_end_median_ignores_one_long_running_job():
+    """``horizon_end``: one long job among short ones no longer exempts every spread. With the
+    running jobs ending at 0.5x and 0.6x the wider run and one at 10x, the exemption bounded by the
+    latest end lets the job spread; bounded by the median (or the earliest) end it keeps its request."""
+    from lyasched.policy.state import RunningJob
+
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=1)
+    s = make_state([job], [4, 4, 0, 0, 0], 4, now=0.0)
+    w = s.waiting[0]
+    wide = min(w.run_time(g, False) for g in (2, 3, 4))
+    ends = (0.5 * wide, 0.6 * wide, 10 * w.run_time(1, False))
+    run = tuple(RunningJob(f"r{i}", 4, ((2 + i, 4),), start_time=-10.0, expected_end=1e9, predicted_end=e) for i, e in enumerate(ends))
+    st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, np.array([-60.0]), np.array([1e7]))
+
+    def gpus(end):
+        (d,) = LyapunovPolicy(V=1.0, max_load=1.5, lock_free=0.0, horizon_end=end).decide(st_).starts
+        return d.gpus
+
+    assert gpus("latest") > 1
+    assert gpus("median") == 1 and gpus("earliest") == 1

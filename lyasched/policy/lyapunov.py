@@ -108,7 +108,10 @@ class LyapunovPolicy:
     max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
+    horizon_end: str = "latest"  # which of the running jobs' predicted ends bounds that exemption: "latest", "median" or "earliest"
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
+    z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
+    rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -147,7 +150,7 @@ class LyapunovPolicy:
                 over = (gk[None, :] > req[:, None]) & (rho[:, None] * gk[None, :] * fm > self.max_load * req[:, None] * run_req[:, None])
                 h = self.lock_free
                 if self.spread_horizon:  # exempt too: runs that end before the running jobs' last predicted end
-                    h = max([h, *(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))])
+                    h = max(h, self._horizon(state))
                 over &= fm > h
             else:
                 over = np.zeros(fm.shape, dtype=bool)
@@ -173,7 +176,7 @@ class LyapunovPolicy:
                 fut_one, fut_multi = fut_one[:, :cols], fut_multi[:, :cols]
         finite_best = np.where(np.isfinite(best), best, 0.0)
         credit = self._credit(work, q / n)
-        gain = self.q_weight * q * credit + z * (wait + state.slot_len)  # drift reduction of starting the job now
+        gain = self.q_weight * q * credit + z * self._z_credit(wait, state.slot_len)  # drift reduction of starting the job now
         free_now = sum(state.free)
         g = np.arange(1, one.shape[1] + 1, dtype=float)
         # Other waiting jobs left without even one GPU if this job takes g of the free ones:
@@ -207,8 +210,26 @@ class LyapunovPolicy:
             return np.where(np.isfinite(run), s, -np.inf)
 
         s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
-        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit}
+        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _horizon(self, state: SlotState) -> float:
+        """Seconds until the running jobs' latest (median, earliest) predicted end; 0 with none known."""
+        ends = sorted(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))
+        if not ends:
+            return 0.0
+        if self.horizon_end == "earliest":
+            return ends[0]
+        if self.horizon_end == "median":
+            return ends[(len(ends) - 1) // 2]
+        return ends[-1]
+
+    def _z_credit(self, wait: np.ndarray, slot: float) -> np.ndarray:
+        """A start's credit in the virtual-queue term. "wait": the textbook one-slot drift, the job's
+        whole wait (sunk) plus the slot; "slot": only the slot's growth it stops (every job alike)."""
+        if self.z_credit == "slot":
+            return np.full(wait.shape, slot)
+        return wait + slot
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term (at most its work, so the drift bound holds)."""
@@ -275,6 +296,9 @@ class LyapunovPolicy:
         gcol = np.arange(1, k + 1)
         s_one = np.where(gcol[None, :] <= free.max_on_one_node(), s_one, -np.inf)
         s_multi = np.where(free.spread_mask(k)[None, :], s_multi, -np.inf)  # equal GPUs per node (placement.py)
+        raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
+        if self.rate != "none":
+            s_one, s_multi = self._per_gpu_second(s_one, s_multi, arr)
         best = np.maximum(s_one, s_multi)
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
@@ -317,8 +341,31 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
-            info["wake_at"] = self._wake_at(state, s_one, s_multi, arr, q, z)
+            info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
+
+    def _per_gpu_second(self, s_one: np.ndarray, s_multi: np.ndarray, arr: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The scores as drift-plus-penalty per GPU-second held (Smith's rule; docs/model.md, ``rate``).
+
+        A start is not preemptible: it holds g GPUs for T(c), GPU-time no other job gets. Over a
+        frame in which the free GPUs are the constraint, the drift reduction bought per GPU-second
+        is what decides which starts pay. Dividing by a positive number keeps every sign (so
+        "start only with a positive score", the fill step and wake_at are unchanged):
+        ``size`` divides by the job's least GPU-time (one constant per job: its configurations
+        keep the score's order, only which jobs start changes); ``held`` by g*T(c) of the
+        configuration itself.
+        """
+        k = s_one.shape[1]
+        if self.rate == "size":
+            d = np.maximum(arr["gpu_time"], 1e-9)[:, None]
+            d_one = d_multi = np.broadcast_to(d, s_one.shape)
+        else:
+            g = np.arange(1, k + 1, dtype=float)[None, :]
+            d_one, d_multi = g * arr["one"][:, :k], g * arr["multi"][:, :k]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            one = np.where(np.isfinite(s_one) & np.isfinite(d_one), s_one / np.maximum(d_one, 1e-9), -np.inf)
+            multi = np.where(np.isfinite(s_multi) & np.isfinite(d_multi), s_multi / np.maximum(d_multi, 1e-9), -np.inf)
+        return one, multi
 
     def _fill(self, state: SlotState, arr: dict, free: FreeGpus) -> list[Decision]:
         """Work conservation: GPUs the scores left free go to waiting jobs that fit at their request.
@@ -375,9 +422,14 @@ class LyapunovPolicy:
             return math.inf
         if vtheta <= 0:
             return state.now
-        gain = (self.q_weight * q * arr["credit"] + z * (arr["wait"] + state.slot_len))[:, None]
+        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
         s0 = np.where(ok, s, -1.0)
         pen = np.where(ok, (gain - s0) / vtheta, 0.0)
+        if self.z_credit == "slot":  # s(d) = s0 + d*n*(slot - V*p): linear in d
+            rate = n * (state.slot_len - self.V * pen)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d = np.where(s0 > 0, 0.0, np.where(rate > 0, -s0 / rate, np.inf))
+            return state.now + float(np.where(ok, d, np.inf).min())
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
         disc = np.maximum(b * b - 4.0 * n * s0, 0.0)
         d = (-b + np.sqrt(disc)) / (2.0 * n)

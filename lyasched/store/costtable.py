@@ -245,22 +245,22 @@ def _event(db: sqlite_utils.Database, sig: str, dev: str, when: str, event: str,
     db.execute(f"INSERT INTO {EVENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [sig, dev, when, event, detail, alpha, beta, ci, ce])
 
 
-def events(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any]]:
-    """How (sig, device)'s profile changed and why, oldest first."""
+def _rows_of(db: sqlite_utils.Database, table: str, sig: str, device: str) -> list[dict[str, Any]]:
     ensure_table(db)
-    cur = db.execute(f"SELECT * FROM {EVENTS} WHERE signature = ? AND device_type = ? ORDER BY rowid",
+    cur = db.execute(f"SELECT * FROM {table} WHERE signature = ? AND device_type = ? ORDER BY rowid",
                      [sig, normalise_device(device)])
     names = [c[0] for c in cur.description]
     return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def events(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any]]:
+    """How (sig, device)'s profile changed and why, oldest first."""
+    return _rows_of(db, EVENTS, sig, device)
 
 
 def runs(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any]]:
     """The reported runs the learned profile of (sig, device) is fitted on, oldest first."""
-    ensure_table(db)
-    cur = db.execute(f"SELECT * FROM {RUNS} WHERE signature = ? AND device_type = ? ORDER BY rowid",
-                     [sig, normalise_device(device)])
-    names = [c[0] for c in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return _rows_of(db, RUNS, sig, device)
 
 
 def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: Any, model: str = "") -> CostEntry | None:
