@@ -55,7 +55,7 @@ _LAYOUT = (
     "tres_freq:P tres_per_job:P tres_per_node:P tres_per_socket:P tres_per_task:P tres_req_str:P "
     "tres_alloc_str:P user_id:u32 user_name:P wait4switch:u32 wckey:P work_dir:P"
 )
-_CT = {"P": ct.c_void_p, "T": ct.c_int64, "D": ct.c_double, "u8": ct.c_uint8, "u16": ct.c_uint16,
+_CT: dict[str, Any] = {"P": ct.c_void_p, "T": ct.c_int64, "D": ct.c_double, "u8": ct.c_uint8, "u16": ct.c_uint16,
        "u32": ct.c_uint32, "u64": ct.c_uint64, "i32": ct.c_int32}
 _NP = {"P": "<u8", "T": "<i8", "u16": "<u2", "u32": "<u4"}
 
@@ -148,7 +148,8 @@ class LibslurmJobs:
         if n == 0:
             return []
         recs = (JobInfo * n).from_address(m.job_array)
-        cols = np.frombuffer((ct.c_char * (n * _DTYPE.itemsize)).from_address(m.job_array), dtype=_DTYPE, count=n)
+        raw = memoryview((ct.c_char * (n * _DTYPE.itemsize)).from_address(m.job_array)).cast("B")
+        cols = np.frombuffer(raw, dtype=_DTYPE, count=n)
         ids = cols["job_id"].tolist()
         submits = cols["submit_time"].tolist()
         has_comment = cols["comment"].tolist()
@@ -191,9 +192,10 @@ class LibslurmJobs:
             if sd:
                 reason = _str(r.state_desc) or "None"
             else:
-                reason = reasons.get(sr)
-                if reason is None:
-                    reason = reasons[sr] = _str(self.lib.slurm_job_reason_string(sr)) or "None"
+                known = reasons.get(sr)
+                if known is None:
+                    known = reasons[sr] = _str(self.lib.slurm_job_reason_string(sr)) or "None"
+                reason = known
             user = users.get(uid)
             if user is None:
                 if uid == NO_VAL or uid == INFINITE:
@@ -210,15 +212,16 @@ class LibslurmJobs:
                 gpn = gpus_in_tres(_str(tres))
                 if len(gres) < 4096:
                     gres[tres] = gpn
-            nodes = ()
+            nodes: tuple[str, ...] = ()
             if nodes_p:
                 b = r.nodes
                 if b and b != b"None":
-                    nodes = hosts.get(b)
-                    if nodes is None:
-                        nodes = tuple(expand_hostlist(_str(b)))
+                    cached = hosts.get(b)
+                    if cached is None:
+                        cached = tuple(expand_hostlist(_str(b)))
                         if len(hosts) < 4096:
-                            hosts[b] = nodes
+                            hosts[b] = cached
+                    nodes = cached
             part, name = r.partition, r.name
             p_s = texts.get(part)
             if p_s is None:

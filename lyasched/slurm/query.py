@@ -281,11 +281,11 @@ def parse_squeue(text: str, lyasched_only: bool = True, memo: dict[str, SlurmJob
         if twice and line.split(SEP, 1)[0].strip() in twice:
             continue
         if memo is not None:
-            hit = memo.get(line, _MISS)
-            if hit is not _MISS:
-                seen[line] = hit  # type: ignore[assignment] - _MISS is never stored
+            if line in memo:
+                hit = memo[line]
+                seen[line] = hit
                 if hit is not None:
-                    jobs.append(hit)  # type: ignore[arg-type]
+                    jobs.append(hit)
                 continue
             seen[line] = None  # until parsed below as a lyasched job
         parts = line.split(SEP, fixed)
@@ -328,9 +328,6 @@ def parse_squeue(text: str, lyasched_only: bool = True, memo: dict[str, SlurmJob
         memo.clear()
         memo.update(seen)
     return jobs
-
-
-_MISS = object()
 
 
 def show_job_args(job_id: str) -> list[str]:
