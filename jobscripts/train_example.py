@@ -2,9 +2,13 @@
 """Data-parallel (DDP) training of a lyasched example model on synthetic data.
 
 Run alone (one process), or under torchrun / `srun torchrun` (reads RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR, MASTER_PORT): gloo on CPU, nccl on GPU. Every rank trains on its own
-per-GPU batch; DDP all-reduces the gradients. Rank 0 prints a per-iteration time summary
-(and one JSON line with --json) at the end.
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT): gloo on CPU, nccl on GPU. Each step's synthetic global
+batch is a function of (seed, step, sample index) only; rank r of g trains on samples
+[r*B/g, (r+1)*B/g) of it and DDP averages the gradients, so a run on any GPU count, stopped and
+resumed on another, follows the same trajectory and ends with the same loss (to float tolerance;
+models with batch normalisation excepted: their statistics are per rank). Rank 0 prints a
+per-iteration time summary (and one JSON line with --json) at the end; the final loss is the
+mean over the global batch.
 
     torchrun --nproc-per-node 2 jobscripts/train_example.py --model resnet --batch-per-gpu 16 --iterations 50
 
@@ -50,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="example name or package.module:factory (env LYASCHED_MODEL; default resnet)")
     p.add_argument("--batch-per-gpu", type=int, default=_env_int("LYASCHED_BATCH_PER_GPU", 32),
                    help="per-GPU (per-rank) batch size (env LYASCHED_BATCH_PER_GPU; default 32)")
+    p.add_argument("--global-batch", type=int, default=_env_int("LYASCHED_GLOBAL_BATCH", 0),
+                   help="global batch, split over the ranks (env LYASCHED_GLOBAL_BATCH; default: batch-per-gpu x ranks)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the initial weights and of the synthetic data")
     p.add_argument("--iterations", type=int, default=_env_int("LYASCHED_ITERATIONS", 100),
                    help="training iterations (env LYASCHED_ITERATIONS; default 100)")
     p.add_argument("--warmup", type=int, default=2, help="iterations left out of the time summary")
@@ -61,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", default=None,
                    help="resume from / save on SIGUSR1 to this directory (default $LYASCHED_CHECKPOINT_DIR; none: off)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N iterations (0: only on signal)")
+    p.add_argument("--step-sleep", type=float, default=0.0,
+                   help="seconds to sleep after each step, outside the timed part (tests: a run long enough to be moved)")
     return p
 
 
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_per_gpu < 1 or args.iterations < 1 or args.warmup < 0:
         print("error: --batch-per-gpu and --iterations must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
-    torch.manual_seed(1234)  # the model's initial weights: same in every run (a resumed run must match)
+    torch.manual_seed(args.seed)  # the model's initial weights: same in every run (a resumed run must match)
     try:
         spec = load_spec(args.model, parse_args(args.model_args))
     except SpecError as e:
@@ -95,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     if distributed:
         dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=5))
 
-    torch.manual_seed(1234 + rank)  # different synthetic data per rank; DDP syncs the weights at wrap
+    if args.global_batch:
+        if args.global_batch % world:
+            print(f"error: global batch {args.global_batch} is not divisible by {world} ranks", file=sys.stderr)
+            return 2
+        args.batch_per_gpu = args.global_batch // world
+    global_batch = args.batch_per_gpu * world
     model = spec.model.to(device).train()
     if distributed:
         model = DDP(model, device_ids=[local_rank] if use_cuda else None)
     spec.model = model
     opt = spec.make_optimizer()
-    x, y = spec.make_batch(args.batch_per_gpu, device)
     ck = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every)
     first = ck.resume(model, opt, map_location=device)
     if first and rank == 0:
@@ -110,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     times: list[float] = []
     loss_val = float("nan")
     for it in range(first, args.iterations):
+        x, y = batch_slice(spec, args.seed, it, global_batch, rank, args.batch_per_gpu, device)
         steps.begin()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -120,8 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         steps.end()
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
         loss_val = float(loss.detach())
+        if it + 1 == args.iterations:
+            loss_val = global_mean(loss.detach(), distributed)
         if ck.should_stop(it, model, opt):
+            loss_val = global_mean(loss.detach(), distributed)
             if rank == 0:
                 print(f"checkpointed after iteration {it + 1} of {args.iterations} (loss {loss_val:.6f}); exiting for a move",
                       flush=True)
@@ -161,6 +180,26 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def batch_slice(spec, seed: int, step: int, global_batch: int, rank: int, local: int, device) -> tuple:
+    """This rank's share of step ``step``'s global batch: the batch is drawn on the CPU from a
+    generator seeded by (seed, step) alone, so sample i of a step is the same whatever the rank
+    count (the training RNG is left untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed((seed * 1_000_003 + step) % (2**63))
+        x, y = spec.make_batch(global_batch, "cpu")
+    lo = rank * local
+    return x[lo:lo + local].to(device), y[lo:lo + local].to(device)
+
+
+def global_mean(loss, distributed: bool) -> float:
+    """The loss over the global batch (the mean of the ranks' equal-sized shares)."""
+    if not distributed:
+        return float(loss)
+    t = loss.detach().reshape(1).to(torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ torch.distributed every rank must stop at the same step, so ``should_stop`` all-
 (a one-element MAX per step; ranks signalled a step apart agree on the later step). Rank 0 writes
 the checkpoint with ``torch.save`` to a temporary file, renamed into place only when complete,
 then a ``latest`` file naming it: a checkpoint is either whole or absent, so a move or a crash
-during the save loses nothing already saved.
+during the save loses nothing already saved. Last, rank 0 replaces ``complete.json``
+(``{"step", "n", "stop", "time"}``: the saved step, a count of saves in this directory, whether
+the save was asked by a move's signal): the service's sign that the move's checkpoint is
+complete (`read_marker`).
 
 Saved state: the step, the model's and optimizer's ``state_dict`` and the RNG states, so a job
 resumed with the same global batch follows the same trajectory as an uninterrupted one (the
@@ -23,14 +26,18 @@ model's state is the unwrapped module's, so a DDP job resumed on another world s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 ENV_DIR = "LYASCHED_CHECKPOINT_DIR"
 ENV_SIGNAL = "LYASCHED_CHECKPOINT_SIGNAL"
 LATEST = "latest"
+MARKER = "complete.json"  # what the service checks: the last complete save (step, count, whether for a move)
+MARKER_MAX_BYTES = 4096
 EXIT_CHECKPOINTED = 0  # what the script returns after a move's checkpoint: the job ended normally
 
 
@@ -94,8 +101,10 @@ class Checkpointer:
         return int(state["step"]) + 1
 
     # ------------------------------------------------------------------ save
-    def save(self, step: int, model: Any, optimizer: Any = None, extra: dict | None = None) -> Path | None:
-        """Write a complete checkpoint of ``step`` (rank 0 only; other ranks return None)."""
+    def save(self, step: int, model: Any, optimizer: Any = None, extra: dict | None = None,
+             *, stop: bool = False) -> Path | None:
+        """Write a complete checkpoint of ``step`` (rank 0 only; other ranks return None), then its
+        completion marker (``stop``: saved because a move asked, the job exits next)."""
         import torch
 
         if self.dir is None or _rank() != 0:
@@ -118,6 +127,13 @@ class Checkpointer:
         for old in self.dir.glob("step-*.pt"):  # keep only the newest
             if old.name != name:
                 old.unlink(missing_ok=True)
+        prev = read_marker(self.dir) or {}
+        marker = {"step": int(step), "n": int(prev.get("n", 0)) + 1, "stop": bool(stop), "time": time.time(),
+                  "file": name}
+        mtmp = self.dir / f".{MARKER}.tmp"
+        mtmp.write_text(json.dumps(marker) + "\n")
+        _fsync(mtmp)
+        os.replace(mtmp, self.dir / MARKER)
         return self.dir / name
 
     def should_stop(self, step: int, model: Any = None, optimizer: Any = None) -> bool:
@@ -128,7 +144,7 @@ class Checkpointer:
         stop = _agree(self.requested)
         if stop or (self.every and (step + 1) % self.every == 0):
             if model is not None:
-                self.save(step, model, optimizer)
+                self.save(step, model, optimizer, stop=stop)
             _barrier()
         return stop
 
@@ -168,3 +184,39 @@ def _barrier() -> None:
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def read_marker(directory: str | os.PathLike) -> dict | None:
+    """The completion marker of the newest save in ``directory`` (None: none yet, or unreadable).
+
+    The service (root) reads it in the job owner's directory: never through a symlink, at most
+    4 KiB, only the known keys, typed; anything else reads as no marker (the move then times out
+    and the job is left running)."""
+    path = Path(directory) / MARKER
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, MARKER_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > MARKER_MAX_BYTES:
+        return None
+    try:
+        m = json.loads(raw.decode())
+        return {"step": int(m["step"]), "n": int(m["n"]), "stop": m.get("stop") is True,
+                "time": float(m.get("time", 0.0))}
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def checkpoint_dir(submit_dir: str, uid: str) -> Path:
+    """Where launch.sbatch has a checkpointable job save (``<submit dir>/.lyasched/ckpt-<uid>``)."""
+    return Path(submit_dir) / ".lyasched" / f"ckpt-{uid}"

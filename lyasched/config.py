@@ -5,6 +5,7 @@
 slot_seconds = 30          # one scheduling decision every slot
 db = "/var/lib/lyasched/lyasched.db"
 release_grace = 60         # a released job Slurm has not started by then is held again
+move_timeout = 300         # a moved job whose checkpoint is not complete by then is left running
 slurm_timeout = 30         # seconds per Slurm command
 partition = ""             # only nodes of this partition ("" = all GPU nodes)
 log_level = "INFO"
@@ -60,6 +61,7 @@ class Config:
     slot_seconds: float = 30.0
     db: Path = DEFAULT_DB
     release_grace: float = 60.0
+    move_timeout: float = 300.0  # seconds a move waits for the job's checkpoint (docs/elastic.md)
     slurm_timeout: float = 30.0
     partition: str = ""
     log_level: str = "INFO"
@@ -79,6 +81,7 @@ _SERVICE_KEYS = {
     "slot_seconds": float,
     "db": str,
     "release_grace": float,
+    "move_timeout": float,
     "slurm_timeout": float,
     "partition": str,
     "log_level": str,
@@ -90,7 +93,7 @@ _LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 # Upper bounds (a huge value is a typo, not a wish): a slot at most a day, a grace period at
 # most a week, one Slurm command at most an hour.
-_MAX = {"slot_seconds": 86400.0, "release_grace": 7 * 86400.0, "slurm_timeout": 3600.0}
+_MAX = {"slot_seconds": 86400.0, "release_grace": 7 * 86400.0, "slurm_timeout": 3600.0, "move_timeout": 86400.0}
 
 
 def _number(where: str, key: str, value: Any, positive: bool = True, hi: float | None = None) -> float:
@@ -157,7 +160,7 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     for key in svc:
         if key not in _SERVICE_KEYS:
             raise ConfigError(f"{where}: unknown key service.{key} (known: {', '.join(_SERVICE_KEYS)})")
-    for key in ("slot_seconds", "release_grace", "slurm_timeout"):
+    for key in ("slot_seconds", "release_grace", "slurm_timeout", "move_timeout"):
         if key in svc:
             kw[key] = _number(where, f"service.{key}", svc[key], positive=key != "release_grace", hi=_MAX[key])
     for key in ("db", "partition", "log_level", "device"):

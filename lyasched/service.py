@@ -61,7 +61,11 @@ from lyasched.policy.state import (
 )
 from lyasched.live import step
 from lyasched.live.context import SlotContext
+from lyasched.live.mover import Mover, MoveOrder, checkpointable
 from lyasched.live.starter import Starter
+from lyasched.policy.movable import MovableJob
+from lyasched.slurm.backend import SlurmMoves
+from lyasched.store import moves as move_records
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.security import bounded_correction, clamp_run_times
@@ -132,8 +136,8 @@ class UnsupportedPolicy(ValueError):
 
 def cannot_serve(caps: Capabilities) -> str:
     """Why the live service cannot carry out a policy with these capabilities ('' if it can)."""
-    if caps.preemptive:
-        return "it preempts running jobs, and the service never stops a job it started"
+    if caps.preemptive and not caps.moves:
+        return "it preempts running jobs, and the service only moves checkpointable jobs through checkpoints (moves)"
     if caps.needs_true_runtimes:
         return "it needs true run times (an oracle), which only the simulator knows"
     if caps.placement != EQUAL_PER_NODE:
@@ -183,6 +187,10 @@ class Service:
         if why := cannot_serve(caps):
             raise UnsupportedPolicy(f"policy {getattr(self.policy, 'name', type(self.policy).__name__)!r} "
                                     f"cannot run under serve: {why}")
+        if caps.moves and not isinstance(self.slurm, SlurmMoves):
+            raise UnsupportedPolicy(f"policy {getattr(self.policy, 'name', type(self.policy).__name__)!r} moves jobs, "
+                                    f"and the Slurm backend {getattr(self.slurm, 'name', '?')!r} cannot signal or requeue")
+        self.caps = caps
         self.builder = SlotStateBuilder(caps)  # the one place a slot's policy input is built
         self.clock = clock
         self.stop_requested = threading.Event()
@@ -196,6 +204,9 @@ class Service:
         self._warned: set[str] = set()
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.starter = Starter(lambda: self.db, self.slurm, CrashPoints.from_env(), config.release_grace)
+        # moves of running checkpointable jobs (lyasched.live.mover), for a policy that moves jobs
+        self.mover = Mover(lambda: self.db, self.slurm, self.starter.crash, config.move_timeout,
+                           workdir=lambda job_id: learn.workdir_of(self.slurm, job_id))
         self.last_snapshot: ClusterSnapshot | None = None  # the last slot's input, as observed
         self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage_since: float | None = None  # first failed slot of the current Slurm outage
@@ -214,6 +225,7 @@ class Service:
     @crash.setter
     def crash(self, value: CrashPoints) -> None:
         self.starter.crash = value
+        self.mover.crash = value
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -304,6 +316,15 @@ class Service:
 
         self.crash.reach("after_read")
         self.starter.reconcile(jobs, ctx)
+        moving: dict[str, dict] = {}
+        if self.caps.moves:  # open moves go on first (lyasched.live.mover); their jobs are read again
+            changed = self.mover.advance(jobs, ctx)
+            if changed:
+                fresh = {j.job_id: j for j in self.slurm.jobs(job_ids=changed)}
+                jobs = [fresh.get(j.job_id, j) if j.job_id in changed else j for j in jobs]
+            moving = self.mover.moving()
+            for i, c in self.mover.reserved(index):  # GPUs an open grow will take
+                free[i] = max(0, free[i] - c)
         seen = self._sync(jobs, ctx)
         self._vanished(seen, ctx)
 
@@ -349,15 +370,21 @@ class Service:
         )
         self.last_snapshot = snap
         state = self.builder.build(snap)
+        movable = 0
+        if self.caps.moves:
+            state, movable = self._movable(ctx, state, seen, moving)
         self.last_state = state
         report.free = dict(zip(names, free))
         report.waiting, report.running = len(waiting), len(running)
-        result = self.policy.decide(state) if waiting else None
+        result = self.policy.decide(state) if waiting or (movable and sum(free) > 0) else None
         if result is not None:  # Q and Z after the slot's decisions (no waiting job: both 0)
             report.q, report.z = float(result.q), float(result.z)
 
         ctx.free = list(free)
-        starts = result.starts if result is not None else ()
+        preempt = set(result.preempt) if result is not None else set()
+        if preempt:
+            self._moves(ctx, result, seen, state)
+        starts = tuple(d for d in result.starts if d.job_id not in preempt) if result is not None else ()
         by_id = {w.job_id: w for w in waiting} if starts else {}
         jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()} if starts else {}
         for d in starts:
@@ -370,6 +397,80 @@ class Service:
                 continue
             job, row = jobs_by_id[d.job_id]
             self.starter.start(job, row, wj, d, ctx)
+
+    # ------------------------------------------------------------ moves (docs/elastic.md)
+
+    def _movable(self, ctx: SlotContext, state: SlotState, seen: dict,
+                 moving: dict[str, dict]) -> tuple[SlotState, int]:
+        """The running jobs as a moving policy sees them: `MovableJob` for a running checkpointable
+        job with no open move, not preemptible otherwise. Remaining rows: the job's rows (as if
+        waiting) times the share left, from the progress saved at its last move and the time run
+        since its last (re)start against the prediction for this run."""
+        by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
+        last = move_records.last_done(self.db)
+        out, n = [], 0
+        for rj in state.running:
+            job, row = by_id.get(rj.job_id, (None, None))
+            s = self._decode(job.comment)[0] if job is not None else None
+            if (job is None or row is None or s is None or not job.running or row["state"] != "running"
+                    or rj.job_id in moving or not checkpointable(row)):
+                out.append(replace(rj, preemptible=False))
+                continue
+            wj = self._waiting(ctx, s, job)
+            done = last.get(row["uid"])
+            saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
+            pred = row.get("predicted")
+            seg = float(pred) if pred else math.nan
+            run = max(0.0, ctx.now - rj.start_time)
+            seg_left = min(1.0, max(0.02, 1.0 - run / seg)) if math.isfinite(seg) and seg > 0 else 1.0
+            share = (1.0 - saved) * seg_left
+            with np.errstate(invalid="ignore"):
+                one = np.where(np.isfinite(wj.run_one_node), wj.run_one_node * share, np.inf)
+                multi = np.where(np.isfinite(wj.run_multi_node), wj.run_multi_node * share, np.inf)
+            cost = move_records.measured_cost(self.db, row["uid"])
+            out.append(MovableJob(
+                job_id=rj.job_id, gpus=rj.gpus, placement=rj.placement, start_time=rj.start_time,
+                expected_end=rj.expected_end, attained=rj.attained, preemptible=True, predicted_end=rj.predicted_end,
+                requested_gpus=max(1, min(s.min_gpus, len(one))), move_cost_s=cost if cost is not None else math.nan,
+                waited_s=max(0.0, rj.start_time - wj.submit_time), work_left=wj.work * share,
+                remaining_one_node=one, remaining_multi_node=multi,
+            ))
+            n += 1
+        return replace(state, running=tuple(out)), n
+
+    def _moves(self, ctx: SlotContext, result: Any, seen: dict, state: SlotState) -> None:
+        """Begin the moves the policy decided: a job in ``preempt`` is suspended, or resized when
+        it is also in ``starts`` (its new count placed by the one placement rule on the GPUs it
+        holds plus the free ones)."""
+        by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
+        views = {r.job_id: r for r in state.running}
+        starts = {d.job_id: d for d in result.starts}
+        notes = result.info.get("moves", {}) if isinstance(result.info, dict) else {}
+        for jid in result.preempt:
+            if self.stop_requested.is_set():
+                break
+            job, row = by_id.get(jid, (None, None))
+            view = views.get(jid)
+            if job is None or row is None or not isinstance(view, MovableJob) or not view.preemptible:
+                log.error("policy moved job %s, which is not a movable running job: ignored", jid)
+                continue
+            why = str(notes.get(jid) or "chosen by the policy")
+            d = starts.get(jid)
+            if d is None:
+                order = MoveOrder(jid, 0, (), why)
+            else:
+                room = list(ctx.free)
+                for i, c in view.placement:
+                    room[i] += c
+                placement = fit_placement(d, room)
+                if placement is None:
+                    log.info("job %s: resize to %d GPUs has no expressible placement: not moved", jid, d.gpus)
+                    continue
+                rem, _ = view.best_remaining(d.gpus)
+                order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
+            if self.mover.begin(job, row, order, ctx) and order.gpus:
+                for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
+                    ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
 
     # ------------------------------------------------------------ crash recovery
 

@@ -124,7 +124,7 @@ def test_every_named_point_is_reached_in_a_starting_slot(db):
     svc.run_slot()
     assert hit == ["slot_start", "after_read", "before_update", "after_update", "after_release", "after_record",
                    "before_slot_record"]
-    assert set(hit) == set(CRASH_POINTS)
+    assert set(hit) == {p for p in CRASH_POINTS if not p.startswith("move_")}  # a move's: tests/test_mover.py
 
 
 def test_release_answer_lost_is_reconciled_next_slot(db):

@@ -325,8 +325,14 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
          "reason": d.reason}
         for d in jobrecord.decisions(rdb, rec.uid)
     ]
+    from lyasched.store import moves as move_records  # docs/elastic.md
+
+    mv = [{"time": m["created"], "kind": m["kind"], "from_gpus": m["from_gpus"], "to_gpus": m["to_gpus"],
+           "to_placement": _loads(m["to_placement"], []), "state": m["state"], "step": m["step"],
+           "reason": m["reason"], "checkpoint_step": m["ckpt_step"], "cost_s": m["cost_s"],
+           "resolution": m["resolution"]} for m in move_records.for_job(rdb, rec.uid)]
     if as_json:
-        click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec,
+        click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec, "moves": mv,
                                "work": rec.work, "time_limit": rec.time_limit,
                                "startup": _startup_dict(rdb)}, indent=2))
         return
@@ -352,3 +358,11 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
             click.echo(f"  {when} {d['action']:<6} {d['gpus'] or '-'} GPUs on {where}: {d['reason']}")
     else:
         click.echo(f"decisions:  none yet ({rec.reason})")
+    if mv:
+        click.echo("moves (checkpoint, requeue, relaunch; cost: signal to running again):")
+        for m in mv:
+            when = time.strftime("%H:%M:%S", time.localtime(m["time"])) if m["time"] else "?"
+            to = f"{m['to_gpus']} GPUs" if m["to_gpus"] else "suspended"
+            ck = f", checkpoint at step {m['checkpoint_step']}" if m["checkpoint_step"] is not None else ""
+            click.echo(f"  {when} {m['kind']:<7} {m['from_gpus']} -> {to}: {m['reason']} [{m['state']}{ck}, "
+                       f"cost {fmt_seconds(m['cost_s'])}]" + (f" {m['resolution']}" if m["state"] != "done" else ""))

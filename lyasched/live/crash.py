@@ -10,7 +10,8 @@ log = logging.getLogger("lyasched.service")
 
 CRASH_ENV = "LYASCHED_CRASH_AT"
 CRASH_POINTS = ("slot_start", "after_read", "before_update", "after_update", "after_release", "after_record",
-                "before_slot_record")
+                "before_slot_record", "move_after_signal", "move_after_requeue", "move_after_resize",
+                "move_after_release")
 
 
 class CrashPoints:

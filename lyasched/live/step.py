@@ -74,6 +74,9 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
     elif job.pending and not job.held_by_service and st == "waiting":
         # Released by someone else (an operator) or by a slot that died before recording it.
         upd.update(state="released", released_at=now, reason="released outside this slot")
+    elif job.pending and not job.held_by_service and st == "running":
+        # Requeued and released again (a move, lyasched.live.mover): committed to its new GPUs.
+        upd.update(state="released", released_at=row.get("released_at") or now, reason="released again after a requeue")
     elif job.held_by_service and st in ("released", "running"):
         upd.update(state="waiting", reason="held (by an operator)")
     return _done(out, row, upd)

@@ -73,6 +73,24 @@ class Slurm(Protocol):
 
     def close(self) -> None: ...
 
+@runtime_checkable
+class SlurmMoves(Slurm, Protocol):
+    """The calls a move of a running job needs (docs/elastic.md), on top of `Slurm`: both backends
+    have them; the service asks for them only when its policy moves jobs (so a backend made for
+    a non-moving service, e.g. a benchmark's in-memory one, stays a `Slurm`)."""
+
+    def signal(self, job_id: str, signal: str) -> None:
+        """Send ``signal`` ("USR1") to every step of a running job (its processes, not the batch shell)."""
+        ...
+
+    def set_requeue(self, job_id: str, allow: bool) -> None:
+        """Make the job requeueable or not (job_submit.lua submits lyasched jobs non-requeueable)."""
+        ...
+
+    def requeue_hold(self, job_id: str) -> None:
+        """End a running (or finished) job and put it back pending, held (``scontrol requeuehold``)."""
+        ...
+
 
 class BackendChoiceError(ValueError):
     """The backend asked for cannot be used here (one line; `lyasched serve` exits 2)."""

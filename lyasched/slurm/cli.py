@@ -98,3 +98,19 @@ class CliSlurm:
 
     def close(self) -> None:
         pass
+
+    # ------------------------------------------------------------ moves (docs/elastic.md)
+
+    def signal(self, job_id: str, signal: str) -> None:
+        self._run(commands.signal_args(job_id, signal))  # a second USR1 only sets the flag again
+
+    def set_requeue(self, job_id: str, allow: bool) -> None:
+        self._run(commands.requeueable_args(job_id, allow))
+
+    def requeue_hold(self, job_id: str) -> None:
+        self._run(commands.requeue_hold_args(job_id), idempotent=False)
+        self.begin_now(job_id)
+
+    def begin_now(self, job_id: str) -> None:
+        """No begin time 2 min ahead for a requeued job (commands.begin_now_args)."""
+        self._run(commands.begin_now_args(job_id))

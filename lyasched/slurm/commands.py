@@ -42,3 +42,36 @@ def release_args(job_id: str) -> list[str]:
 
 def hold_args(job_id: str) -> list[str]:
     return ["scontrol", "hold", str(job_id)]
+
+
+# ------------------------------------------------------------ moves (docs/elastic.md)
+
+
+def signal_args(job_id: str, signal: str) -> list[str]:
+    """``scancel --signal=SIG JOBID``: the signal to every step of the job (not the batch shell,
+    which only runs srun): slurmstepd delivers it to each process of the step, the training
+    processes among them (launch.sbatch has torchrun ignore it)."""
+    sig = signal.upper().removeprefix("SIG")
+    if not sig.isalnum():
+        raise ValueError(f"bad signal name {signal!r}")
+    return ["scancel", f"--signal={sig}", str(job_id)]
+
+
+def requeueable_args(job_id: str, allow: bool) -> list[str]:
+    """``scontrol update Requeue=0|1``: job_submit.lua makes lyasched jobs non-requeueable (so
+    their owners cannot requeue them); the service allows it for the time of a move only."""
+    return ["scontrol", "update", f"JobId={job_id}", f"Requeue={1 if allow else 0}"]
+
+
+def requeue_hold_args(job_id: str) -> list[str]:
+    """``scontrol requeuehold``: the job ends (if still running) and waits again, held."""
+    return ["scontrol", "requeuehold", str(job_id)]
+
+
+def begin_now_args(job_id: str, delay_s: int = 10) -> list[str]:
+    """``StartTime=now+10``: slurmctld gives a requeued job a begin time ~2 minutes ahead (seen on
+    22.05: reason BeginTime after the release), for the nodes' revocation of the old run's job
+    credential. Revocation covers credentials made up to the second it happened, so a relaunch
+    in that same second is refused ("Job credential revoked", the job FAILED: seen on the native
+    cluster with StartTime=now); a few seconds later is safe, not two minutes."""
+    return ["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{int(delay_s)}"]

@@ -58,6 +58,8 @@ CALLS = {
     "hold": "slurm_update_job",
     "cancel": "slurm_kill_job",
     "submit": "slurm_submit_batch_job",
+    "signal": "slurm_kill_job",
+    "requeue_hold": "slurm_requeue",
 }
 
 
@@ -255,6 +257,18 @@ class PySlurm:
             f.write("#!/bin/sh\n# This script was created by lyasched (as sbatch --wrap does).\n" + opts.wrap + "\n")
             f.flush()
             return self._call("submit", fields, f.name, idempotent=False)
+
+    # ------------------------------------------------------------ moves (docs/elastic.md)
+
+    def signal(self, job_id: str, signal: str) -> None:
+        self._call("signal", str(job_id), signal)  # a second USR1 only sets the flag again
+
+    def set_requeue(self, job_id: str, allow: bool) -> None:
+        self.cli.set_requeue(job_id, allow)  # scontrol update Requeue= (as resize: one field of an existing job)
+
+    def requeue_hold(self, job_id: str) -> None:
+        self._call("requeue_hold", str(job_id), idempotent=False)
+        self.cli.begin_now(job_id)  # scontrol update StartTime=now (lyasched.slurm.commands.begin_now_args)
 
 
 def submit_fields(opts: Any) -> dict[str, Any] | None:

@@ -359,6 +359,17 @@ class Worker:
         desc = self.ps.JobSubmitDescription(script=script, **fields)
         return str(desc.submit())
 
+    # ------------------------------------------------------------ moves (docs/elastic.md)
+
+    def signal(self, job_id: str, signal: str) -> None:
+        import signal as sig
+
+        num = int(getattr(sig, "SIG" + signal.upper().removeprefix("SIG")))
+        self.ps.Job(int(job_id)).send_signal(num)  # every step's processes, as scancel --signal
+
+    def requeue_hold(self, job_id: str) -> None:
+        self.ps.Job(int(job_id)).requeue(hold=True)
+
 
 def _node_state(n: Any) -> str:
     """The state with its flags (``IDLE``, ``MIXED+DRAIN``, ``DOWN+NOT_RESPONDING``): what

@@ -56,7 +56,10 @@ UNUSABLE_NODE_FLAGS = frozenset(
 # A hold set by job_submit.lua at submission reads JobHeldUser (Slurm names the hold after the
 # submitter), one set by the operator (`scontrol hold`) JobHeldAdmin. The plugin refuses every
 # hold/release by non-privileged users, so on a lyasched job both are the service's to release.
-SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser"})
+# `scontrol requeuehold` (a move, lyasched.live.mover) leaves the reason as its description
+# (squeue %r: "job requeued in held state"; scontrol show job: underscores), priority 0.
+SERVICE_HOLD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser", "job requeued in held state",
+                                  "job_requeued_in_held_state"})
 
 
 

@@ -9,6 +9,8 @@
 - ``intents``: one row per start the service is about to apply (written *before*
   ``scontrol update``, closed after ``scontrol release`` is recorded): after a crash, the open
   ones are reconciled against Slurm (docs/reliability.md).
+- ``moves``: one row per move of a running job, its intent record and its history
+  (lyasched.store.moves).
 
 Writes are short (one statement, or one slot's rows in one transaction) so readers in WAL
 mode never wait. The service creates the file 0644 so that users can read it (see docs/service.md).
@@ -112,6 +114,9 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
     db.table("intents").create(INTENT_COLUMNS, pk="id", if_not_exists=True)
     db.table("intents").create_index(["state"], if_not_exists=True)
+    from lyasched.store import moves  # moves of running jobs (docs/elastic.md)
+
+    moves.ensure(db)
     db.table("jobs").create_index(["slurm_id"], if_not_exists=True)
     db.table("jobs").create_index(["user"], if_not_exists=True)
     db.table("decisions").create_index(["uid"], if_not_exists=True)

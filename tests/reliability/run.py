@@ -9,7 +9,9 @@ Runs, against the real local Slurm cluster (`slurm/cluster up`; needs root):
   outage, failing/hanging Slurm commands, a job purged after MinJobAge while the service is down;
 - load (tests/reliability/load.py): a burst of `lyasub` submissions from 8 processes while the
   service runs, and one slot over many held jobs;
-- bad input (tests/reliability/badinput.py): the table of malformed inputs.
+- bad input (tests/reliability/badinput.py): the table of malformed inputs;
+- moves (tests/reliability/moves.py, with the faults, CLI backend): SIGKILLs of an `elastic`
+  service at the four points of a move of a running checkpointable job (12; ``--quick`` 4).
 
 Full sizes: 20 kills, a 120 s outage, 1,000 submissions, 10,000 held jobs. ``--quick``: 3
 kills, a 20 s outage, 100 submissions, 1,000 held jobs (then ``slot_s_at_10k`` is null and the
@@ -40,8 +42,8 @@ from typing import Any, Callable
 
 from .load import cluster_lock, run_burst, run_held, say
 
-FULL = {"kills": 20, "outage": 120.0, "burst": 1000, "procs": 8, "held": 10_000}
-QUICK = {"kills": 3, "outage": 20.0, "burst": 100, "procs": 8, "held": 1000}
+FULL = {"kills": 20, "outage": 120.0, "burst": 1000, "procs": 8, "held": 10_000, "move_kills": 12}
+QUICK = {"kills": 3, "outage": 20.0, "burst": 100, "procs": 8, "held": 1000, "move_kills": 4}
 KEYS = ("kills_tried", "kills_survived", "outages_survived", "jobs_lost", "jobs_duplicated", "bad_inputs_tried",
         "bad_inputs_refused", "burst_accepted", "burst_lost", "slot_s_at_10k")
 
@@ -82,6 +84,14 @@ def fault_suites(sizes: dict[str, Any], details: dict[str, Any], backend: str = 
             out[name] = None
             continue
         out[name] = attempt(f"{name}[{backend}]" if backend != "cli" else name, lambda fn=fn, kw=kw: fn(**kw), details)
+    if backend == "cli":  # kills during moves (issue 13, tests/reliability/moves.py): the CLI backend's calls
+        try:
+            from .moves import run_move_kills
+        except Exception as e:  # noqa: BLE001
+            details["moves"] = {"error": f"tests/reliability/moves.py not importable: {type(e).__name__}: {e}"}
+            out["moves"] = None
+        else:
+            out["moves"] = attempt("moves", lambda: run_move_kills(sizes.get("move_kills", 12)), details)
     return out
 
 
@@ -136,6 +146,10 @@ def figures(faults: dict[str, dict | None], burst: dict | None, held: dict | Non
         "burst_accepted": burst["accepted"] if burst else None,
         "burst_lost": burst["lost"] if burst else None,
         "slot_s_at_10k": held["slot_s_max"] if held and held["n"] == 10_000 else None,
+        "kills_during_moves": (faults.get("moves") or {}).get("kills_during_moves"),
+        "move_kills_survived": (faults.get("moves") or {}).get("kills_survived"),
+        "move_kills_tried": (faults.get("moves") or {}).get("kills_tried"),
+        "steps_lost_beyond_checkpoint": (faults.get("moves") or {}).get("steps_lost_beyond_checkpoint"),
     }
 
 
@@ -148,6 +162,9 @@ def fmt(v: Any, unit: str = "") -> str:
 def print_lines(f: dict[str, Any], faults: dict, burst: dict | None, held: dict | None, bad: dict | None,
                 sizes: dict[str, Any]) -> None:
     print(f"kills survived / tried: {fmt(f['kills_survived'])} / {fmt(f['kills_tried'])}")
+    print(f"kills during moves (elastic): {fmt(f['kills_during_moves'])} at move points, survived / tried "
+          f"{fmt(f['move_kills_survived'])} / {fmt(f['move_kills_tried'])}; steps lost beyond the last checkpoint: "
+          f"{fmt(f['steps_lost_beyond_checkpoint'])} (must be 0)")
     print(f"outages survived: {fmt(f['outages_survived'])}"
           + (f" (slurmctld down {sizes['outage']:g} s)" if f["outages_survived"] is not None else ""))
     counted = [k for k, v in faults.items() if v] + (["burst"] if burst else []) + (["held"] if held else [])
@@ -227,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if "faults" in only else True
     ran_all = ran_all and (burst is not None and held is not None if "load" in only else True)
     ran_all = ran_all and (bad is not None if "badinput" in only else True)
-    good = (f["jobs_lost"] in (0, None) and f["jobs_duplicated"] in (0, None) and f["burst_lost"] in (0, None))
+    good = (f["jobs_lost"] in (0, None) and f["jobs_duplicated"] in (0, None) and f["burst_lost"] in (0, None)
+            and f["steps_lost_beyond_checkpoint"] in (0, None))
     return 0 if ran_all and good else 1
 

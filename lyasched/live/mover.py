@@ -1,0 +1,301 @@
+"""Moves of running checkpointable jobs on Slurm: shrink, grow, suspend (docs/elastic.md).
+
+A move is carried out across slots, never blocking one:
+
+1. ``begin`` (the slot the policy decides it): the move's row is written (step ``decided``), the
+   job made requeueable (``scontrol update Requeue=1``: job_submit.lua submits lyasched jobs
+   non-requeueable) and signalled (USR1, what launch.sbatch arranges; the script saves a
+   checkpoint after its current step and exits), step ``signalled``;
+2. ``advance`` (every later slot, before the records are synced): once the job's checkpoint
+   marker (lyasched.checkpoint.read_marker) shows a save made for the move,
+   ``scontrol requeuehold`` (step ``requeued``); a resize then gets ``scontrol update`` to its
+   new count and placement (step ``resized``), ``Requeue=0`` again and ``scontrol release``
+   (step ``released``, done: Slurm starts it on the new GPUs, the script resumes from the
+   checkpoint). A suspension stops after ``requeuehold``: the job waits again, held, its progress
+   kept, and the policy starts it later like any waiting job.
+
+A job whose checkpoint does not appear within ``timeout`` is left running (``Requeue=0`` again)
+and the move recorded ``failed``; only jobs submitted with ``lyasub --checkpointable`` (``ck=1``)
+are ever touched.
+
+Crash safety: the row is written before every Slurm action and each step is judged again from
+Slurm's view and the marker, so a service killed at any point finishes the move on restart:
+killed after the signal, the marker still shows the save and the move goes on (or times out,
+the job left running); killed after ``requeuehold``, Slurm shows the job held and the move
+goes on from there; killed after the release, Slurm shows it released and the move is done. A
+resize whose ``update`` or ``release`` fails leaves the job held: it becomes a suspension (the
+policy restarts it), never a job held forever. No progress is lost beyond the checkpoint: the
+job is only requeued once its checkpoint is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from lyasched.checkpoint import checkpoint_dir, read_marker
+from lyasched.live.context import SlotContext
+from lyasched.live.crash import CrashPoints
+from lyasched.policy.placement import Placement
+from lyasched.slurm import SlurmError
+from lyasched.slurm.types import SlurmJob
+from lyasched.store import moves, records
+from lyasched.store.placement import NodePlacement
+from lyasched.summary import CostSummary
+
+log = logging.getLogger("lyasched.service")
+
+MOVE_SIGNAL = "USR1"  # launch.sbatch: LYASCHED_CHECKPOINT_SIGNAL=USR1
+
+
+@dataclass(frozen=True)
+class MoveOrder:
+    """One move the policy decided: ``gpus == 0`` suspends; else the new count and placement
+    (node index pairs, already made expressible by the placement rule)."""
+
+    job_id: str
+    gpus: int
+    placement: Placement
+    reason: str
+    predicted: float = math.nan  # predicted remaining run on the new configuration
+
+
+def checkpointable(row: dict) -> bool:
+    """Whether the job's cost summary says ``ck=1`` (only such jobs are ever moved)."""
+    try:
+        return bool(CostSummary.decode(row.get("summary") or "").checkpointable)
+    except ValueError:
+        return False
+
+
+def _err(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:300]
+
+
+class Mover:
+    """Carries out moves (see the module docstring). ``workdir(job_id)`` gives the job's working
+    directory (where launch.sbatch puts its checkpoints); ``db`` as for `Starter`."""
+
+    def __init__(self, db: Any, slurm: Any, crash: CrashPoints, timeout: float,
+                 workdir: Callable[[str], str | None]) -> None:
+        self._db = db
+        self.slurm = slurm
+        self.crash = crash
+        self.timeout = timeout
+        self.workdir = workdir
+
+    @property
+    def db(self) -> Any:
+        return self._db() if callable(self._db) else self._db
+
+    # ------------------------------------------------------------ what is moving
+
+    def moving(self) -> dict[str, dict]:
+        """Slurm id -> open move: these jobs are neither movable nor startable until it closes."""
+        return {m["slurm_id"]: m for m in moves.open_moves(self.db)}
+
+    def reserved(self, index: dict[str, int]) -> list[tuple[int, int]]:
+        """GPUs an open grow will take beyond what its job holds: kept from other starts meanwhile."""
+        out = []
+        for m in moves.open_moves(self.db):
+            if not m["to_placement"]:
+                continue
+            have = dict(json.loads(m["from_placement"] or "[]"))
+            for node, g in json.loads(m["to_placement"]):
+                extra = int(g) - int(have.get(node, 0))
+                if extra > 0 and node in index:
+                    out.append((index[node], extra))
+        return out
+
+    # ------------------------------------------------------------ a new move
+
+    def begin(self, job: SlurmJob, row: dict, order: MoveOrder, ctx: SlotContext) -> bool:
+        """Start a move (signal); False when it cannot be (not movable, or Slurm refused)."""
+        now, names = ctx.now, ctx.names
+        if not job.running or not checkpointable(row) or row.get("state") != "running":
+            log.error("job %s: move refused (running %s, checkpointable %s, record %s)", job.job_id, job.running,
+                      checkpointable(row), row.get("state"))
+            return False
+        if job.job_id in self.moving():
+            return False
+        wd = self.workdir(job.job_id)
+        if not wd:
+            log.warning("job %s: no working directory from Slurm: not moved", job.job_id)
+            return False
+        ckdir = checkpoint_dir(wd, row["uid"])
+        before = (read_marker(ckdir) or {}).get("n", 0)
+        cur = NodePlacement.from_slurm(job.nodes, job.gpus_per_node)
+        to = NodePlacement.from_indices(order.placement, names).to_json() if order.gpus else ""
+        kind = "suspend" if not order.gpus else (
+            "shrink" if order.gpus < job.gpus else "grow" if order.gpus > job.gpus else "resize")
+        mid = moves.open_move(
+            self.db, uid=row["uid"], slurm_id=job.job_id, kind=kind, reason=order.reason, created=now,
+            from_gpus=job.gpus, from_placement=cur.to_json(), to_gpus=order.gpus, to_placement=to,
+            per_node=order.placement[0][1] if order.gpus else 0, predicted=order.predicted,
+            ckpt_dir=str(ckdir), ckpt_before=before,
+        )
+        try:
+            self.slurm.set_requeue(job.job_id, True)
+            self.slurm.signal(job.job_id, MOVE_SIGNAL)
+        except SlurmError as e:
+            self._close(mid, job.job_id, "failed", now, f"signal failed: {_err(e)}: left running")
+            self._no_requeue(job.job_id)
+            return False
+        moves.mark(self.db, mid, step="signalled", signalled_at=now)
+        self.crash.reach("move_after_signal")
+        ctx.decisions.append({"time": now, "uid": row["uid"], "slurm_id": job.job_id, "action": "move",
+                              "gpus": order.gpus, "placement": to, "reason": f"{kind}: {order.reason} (signalled)"})
+        log.info("job %s: %s %d -> %d GPUs: signalled (%s)", job.job_id, kind, job.gpus, order.gpus, order.reason)
+        return True
+
+    # ------------------------------------------------------------ the open moves, every slot
+
+    def advance(self, jobs: Sequence[SlurmJob], ctx: SlotContext) -> list[str]:
+        """Take every open move as far as it can go now; the Slurm ids whose state it changed
+        (the caller reads them again before syncing the records)."""
+        by_id = {j.job_id: j for j in jobs}
+        changed = []
+        for m in moves.open_moves(self.db):
+            try:
+                if self._advance(m, by_id.get(m["slurm_id"]), ctx):
+                    changed.append(m["slurm_id"])
+            except SlurmError as e:  # this move waits for the next slot; the others go on
+                log.warning("job %s: move step %s: %s (retried next slot)", m["slurm_id"], m["step"], _err(e))
+                changed.append(m["slurm_id"])
+        self._measure(by_id, ctx.now)
+        return changed
+
+    def _advance(self, m: dict, job: SlurmJob | None, ctx: SlotContext) -> bool:
+        now, mid, jid = ctx.now, m["id"], m["slurm_id"]
+        step = m["step"]
+        if step in ("decided", "signalled"):
+            if job is None:
+                self._close(mid, jid, "failed", now, "the job is no longer known to Slurm")
+                return False
+            marker = read_marker(m["ckpt_dir"]) if m["ckpt_dir"] else None
+            saved = marker is not None and marker["stop"] and marker["n"] > (m["ckpt_before"] or 0)
+            if job.pending and not job.held_by_service and (m["signalled_at"] or 0) and step == "signalled":
+                # Requeued by its owner in the move's window (Requeue=1 from the signal to the
+                # requeue: Slurm refuses requeuehold otherwise): hold it, the move goes on from there.
+                self.slurm.hold(jid)
+                job = self.slurm.job(jid) or job
+            if job.running and job.start_time and m["signalled_at"] and job.start_time > m["signalled_at"] + 1:
+                self._no_requeue(jid)
+                self._close(mid, jid, "failed", now, "restarted outside the move (requeued by its owner): left running")
+                return False
+            if job.held_by_service:  # requeued before a restart (the mark was not written)
+                step = "requeued"
+                m = {**m, "ckpt_step": marker["step"] if saved and marker else m["ckpt_step"]}
+                moves.mark(self.db, mid, step=step, requeued_at=now, checkpointed_at=m["checkpointed_at"] or now,
+                           ckpt_step=marker["step"] if saved and marker else None)
+            elif saved:
+                assert marker is not None
+                moves.mark(self.db, mid, checkpointed_at=now, ckpt_step=marker["step"])
+                m = {**m, "ckpt_step": marker["step"]}
+                self.slurm.requeue_hold(jid)
+                moves.mark(self.db, mid, step="requeued", requeued_at=now)
+                self.crash.reach("move_after_requeue")
+                step = "requeued"
+                job = self.slurm.job(jid)
+                if job is None:
+                    self._close(mid, jid, "failed", now, "the job vanished from Slurm after its requeue")
+                    return True
+            elif step == "decided":  # killed before the signal went out (or before it was marked)
+                if not job.running:
+                    self._close(mid, jid, "rolled_back", now, "not signalled and no longer running: nothing to undo")
+                    self._no_requeue(jid)
+                    return False
+                self.slurm.set_requeue(jid, True)
+                self.slurm.signal(jid, MOVE_SIGNAL)
+                moves.mark(self.db, mid, step="signalled", signalled_at=now)
+                return False
+            elif job.finished:
+                self._close(mid, jid, "failed", now, f"the job ended ({job.state}) without the move's checkpoint")
+                return False
+            elif now - (m["signalled_at"] or now) > self.timeout:
+                self._no_requeue(jid)
+                self._close(mid, jid, "failed", now, f"no checkpoint within {self.timeout:g}s of the signal: left running")
+                self._decision(ctx, m, "move-failed", f"{m['kind']}: no checkpoint within {self.timeout:g}s: left running")
+                return False
+            else:
+                return False  # still checkpointing
+        if job is None:
+            return False
+        if step == "resized" and not job.held_by_service:  # released before a restart
+            self._released(m, ctx, "released before the service stopped")
+            return True
+        if not job.pending:  # requeued while its processes still end (COMPLETING): next slot
+            return True
+        if m["kind"] == "suspend" or not m["to_placement"]:
+            self._no_requeue(jid)
+            why = f"suspended: {m['reason'] or 'by the policy'} (checkpoint at step {m['ckpt_step']})"
+            with records.transaction(self.db):
+                records.upsert_job(self.db, m["uid"], state="waiting", released_at=None, reason=why, refined=1)
+                moves.mark(self.db, mid, state="done", resolved=now, resolution="suspended: held, waits for the policy",
+                           cost_s=max(0.0, now - (m["signalled_at"] or now)))
+            self._decision(ctx, m, "suspend", why)
+            return True
+        placement = NodePlacement.from_json(m["to_placement"])
+        nodes = list(placement.nodes)
+        try:
+            if step == "requeued":
+                self.slurm.resize(jid, len(nodes), int(m["per_node"]), nodes)
+                moves.mark(self.db, mid, step="resized")
+                self.crash.reach("move_after_resize")
+            self._no_requeue(jid)
+            self.slurm.release(jid)
+        except SlurmError as e:
+            # Held, with its checkpoint: a suspension now (the policy starts it again later).
+            why = f"{m['kind']} not finished ({_err(e)}): suspended, waits for the policy"
+            with records.transaction(self.db):
+                records.upsert_job(self.db, m["uid"], state="waiting", released_at=None, reason=why, refined=1)
+                moves.mark(self.db, mid, state="done", kind="suspend", resolved=now, resolution=why)
+            self._decision(ctx, m, "suspend", why)
+            return True
+        self.crash.reach("move_after_release")
+        self._released(m, ctx, "released in its slot")
+        return True
+
+    def _released(self, m: dict, ctx: SlotContext, how: str) -> None:
+        now = ctx.now
+        p = NodePlacement.from_json(m["to_placement"])
+        with records.transaction(self.db):
+            records.upsert_job(
+                self.db, m["uid"], state="released", released_at=now, gpus=m["to_gpus"],
+                nodes=json.dumps(list(p.nodes)), placement=m["to_placement"], predicted=m["predicted"],
+                reason=f"released after a {m['kind']}: {m['reason'] or 'by the policy'}", refined=1,
+            )
+            moves.mark(self.db, m["id"], step="released", state="done", released_at=now, resolved=now,
+                       resolution=f"{how} (checkpoint at step {m['ckpt_step']})")
+        self._decision(ctx, m, m["kind"], f"{m['kind']} {m['from_gpus']} -> {m['to_gpus']} GPUs: {m['reason']} "
+                                          f"(resumes from step {m['ckpt_step']})")
+        log.info("job %s: %s to %d GPUs released (%s)", m["slurm_id"], m["kind"], m["to_gpus"], how)
+
+    def _measure(self, by_id: dict[str, SlurmJob], now: float) -> None:
+        """A resized job seen running again: its move cost, signal to running again."""
+        for m in moves.unfinished_restarts(self.db):
+            job = by_id.get(m["slurm_id"])
+            if job is not None and job.running and job.start_time and m["signalled_at"]:
+                if job.start_time >= (m["requeued_at"] or 0) - 1:
+                    moves.mark(self.db, m["id"], restarted_at=job.start_time,
+                               cost_s=max(0.0, job.start_time - m["signalled_at"]))
+
+    # ------------------------------------------------------------ helpers
+
+    def _close(self, mid: int, jid: str, state: str, now: float, why: str) -> None:
+        moves.mark(self.db, mid, state=state, resolved=now, resolution=why)
+        (log.warning if state == "failed" else log.info)("job %s: move %s: %s", jid, state, why)
+
+    def _no_requeue(self, jid: str) -> None:
+        """Requeue=0 again (best effort: a finished job cannot be updated, and needs none)."""
+        try:
+            self.slurm.set_requeue(jid, False)
+        except SlurmError as e:
+            log.info("job %s: Requeue=0 not set: %s", jid, _err(e))
+
+    def _decision(self, ctx: SlotContext, m: dict, action: str, why: str) -> None:
+        ctx.decisions.append({"time": ctx.now, "uid": m["uid"], "slurm_id": m["slurm_id"], "action": action,
+                              "gpus": m["to_gpus"], "placement": m["to_placement"] or "", "reason": why})
