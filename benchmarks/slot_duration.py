@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """How long one `lyasched serve` slot takes (prints figures; no thresholds asserted).
 
-With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the two Slurm backends side by side on
-the real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000
-and then 10,000 held lyasched jobs of the test user (parallel sbatch, as in
-tests/reliability/load.py) while a plain job holds every GPU, so the slots read, record and decide
-but change nothing. Per backend and job count: a first slot (fresh records) and then ``--slots``
-slots alternating between the backends; the median of those, and of the Slurm reads alone
-(``jobs()`` + ``nodes()``). ``--json``: one object with ``ratio_at_10000`` = pyslurm / cli median
-slot time. ``pyslurm-full`` is pyslurm with its update-time probe off (``LYASCHED_PYSLURM_PROBE=0``):
-every job list a full read, as when some job changes every slot (``full_read_ratio_at_N``). All
-the jobs are cancelled at the end (they stay listed, CANCELLED, for MinJobAge).
+With ``--backend cli,pyslurm`` (docs/slurm-backends.md): the Slurm backends side by side on the
+real test cluster (root, `slurm/cluster up`, run inside the shared-cluster flock), with 1,000 and
+then 10,000 held lyasched jobs of the test user (parallel sbatch, as in tests/reliability/load.py)
+while a plain job holds every GPU, so the slots read, record and decide but start nothing. Per
+backend and job count, after a first slot (fresh records), ``--slots`` slots alternating between
+the backends, twice:
+
+- changed queue (the figures ``median_slot_s`` and ``ratio_at_N``): before every timed slot and
+  every timed read the queue changes as in real operation (a new held lyasched job submitted,
+  the one submitted before it cancelled), so no backend can skip reading the whole list;
+- unchanged queue (``unchanged``, ``unchanged_ratio_at_N``): nothing changes between slots (the
+  pyslurm worker's update-time probe then skips the read).
+
+Each row has the median slot time and the median of the Slurm reads alone (``jobs()`` +
+``nodes()``). ``--json``: one object, ``ratio_at_10000`` = pyslurm / cli median slot time (changed
+queue), with the load average before and after and the jobs the controller listed (finished ones
+stay listed for MinJobAge: the CLI parses their lines, the pyslurm worker skips them). Variants:
+``cli-nomemo`` (every squeue line parsed anew, as before the CLI memoised them),
+``pyslurm-full`` (no update-time probe), ``pyslurm-wrapped`` (the job list through PySlurm's
+``Jobs.load``, as before the direct read). Progress on stderr. All the jobs are cancelled at
+the end (they stay listed, CANCELLED, for MinJobAge).
 
     flock /tmp/lyasched-native-cluster.lock python benchmarks/slot_duration.py --backend cli,pyslurm [--json]
           [--sizes 1000,10000] [--slots 5]
@@ -92,35 +103,113 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+# Backend variants: (backend, environment of its pyslurm worker).
+VARIANTS = {
+    "cli": ("cli", {}),
+    # the CLI parsing every squeue line anew each slot, as before its lines were memoised
+    "cli-nomemo": ("cli", {}),
+    "pyslurm": ("pyslurm", {}),
+    # every job list a full read, even of an unchanged queue (no update-time probe)
+    "pyslurm-full": ("pyslurm", {"LYASCHED_PYSLURM_PROBE": "0"}),
+    # the job list through PySlurm's Jobs.load and Job objects, as before the direct read
+    "pyslurm-wrapped": ("pyslurm", {"LYASCHED_PYSLURM_DIRECT": "0"}),
+}
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _listed() -> dict[str, int]:
+    """Jobs the controller lists, by state (finished ones stay listed for MinJobAge)."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], capture_output=True, text=True, timeout=300).stdout
+    by: dict[str, int] = {}
+    for st in out.split():
+        by[st] = by.get(st, 0) + 1
+    return by
+
+
+def _max_job_count() -> int:
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "MaxJobCount" and v.strip().isdigit():
+            return int(v.strip())
+    return 10_000  # Slurm's default
+
+
+class Churn:
+    """One change in the queue, as in real operation: a new held lyasched job of the test user
+    is submitted and the one the previous change submitted is cancelled (so the number held
+    stays put). Every backend then has to read the whole list again."""
+
+    def __init__(self, user: str, work: Path) -> None:
+        self.user, self.work, self.last = user, work, None
+        self.n = 0
+
+    def __call__(self) -> None:
+        import uuid
+
+        from reliability.load import HELD_NAME, summaries
+        from reliability.users import as_user
+
+        script = self.work / "noop-churn.sbatch"
+        if not script.exists():
+            script.write_text("#!/bin/bash\ntrue\n")
+            script.chmod(0o755)
+        comment = summaries(1, "c" + uuid.uuid4().hex[:7])[0]
+        r = as_user(self.user, "sbatch", "--parsable", "-J", HELD_NAME, "-N1", "-n1", "--gres=gpu:1", "-t", "10",
+                    "-o", "/dev/null", "-D", str(self.work), f"--comment={comment}", str(script))
+        if r.returncode != 0:
+            raise SystemExit(f"slot_duration: error: could not submit a held job: {r.stderr.strip()[:300]}")
+        before, self.last = self.last, r.stdout.strip().split(";")[0]
+        if before:
+            subprocess.run(["scancel", before], capture_output=True, timeout=60)
+        self.n += 1
+
+
 def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: int = 8) -> dict:
     """Slot times of each backend at each number of held jobs, side by side (see the module doc)."""
+    import os
+
     from reliability.load import HELD_NAME, TEST_USER, block_gpus, cancel_named, submit_held, workdir
 
     from lyasched.slurm.backend import make_backend
 
-    import os
-
-    from lyasched.slurm.pyslurm_worker import PROBE_ENV
-
     made = {}
-    for b in backends:  # pyslurm-full: pyslurm without the update-time probe (every read a full one)
-        before = os.environ.get(PROBE_ENV)
-        if b == "pyslurm-full":
-            os.environ[PROBE_ENV] = "0"
+    for b in backends:
+        name, env = VARIANTS[b]
+        before = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # read by the pyslurm worker when it starts (make_backend's hello)
         try:
-            made[b] = make_backend(b.split("-")[0], timeout=120)
+            made[b] = make_backend(name, timeout=120)
+            if b == "cli-nomemo":
+                made[b][0].memo = False  # type: ignore[attr-defined] - CliSlurm
         finally:
-            if before is None:
-                os.environ.pop(PROBE_ENV, None)
-            else:
-                os.environ[PROBE_ENV] = before
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     for b, (slurm, why) in made.items():
         say(f"backend {b}: {slurm.name} ({why})")
-        if slurm.name != b.split("-")[0]:
+        if slurm.name != VARIANTS[b][0]:
             raise SystemExit(f"slot_duration: error: backend {b} not usable here: {why}")
     work = workdir("lyasched-slotbench-")
-    out: dict = {"backends": {b: {} for b in backends}, "sizes": sizes, "slots": slots}
+    out: dict = {"backends": {b: {} for b in backends}, "sizes": sizes, "slots": slots,
+                 "load_before": _load(), "listed_before": _listed()}
+    say(f"load average {out['load_before']}; the controller lists {sum(out['listed_before'].values())} jobs "
+        f"{out['listed_before']}")
+    room = _max_job_count() - sum(out["listed_before"].values()) - max(sizes) - 4 * slots * len(backends) - 100
+    if room < 0:  # sbatch would wait (and make everybody's wait) until MinJobAge purges finished jobs
+        for slurm, _ in made.values():
+            slurm.close()
+        shutil.rmtree(work, ignore_errors=True)
+        raise SystemExit(f"slot_duration: error: the controller lists {sum(out['listed_before'].values())} jobs; "
+                         f"{max(sizes)} more would pass MaxJobCount ({_max_job_count()}): wait for MinJobAge to "
+                         f"purge finished ones")
     blocker = None
+    churn = Churn(TEST_USER, work)
     try:
         cancel_named(TEST_USER, HELD_NAME)
         blocker = block_gpus(TEST_USER, work)
@@ -128,32 +217,52 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         for n in sorted(sizes):
             sub = submit_held(n - held, procs, TEST_USER, work) if n > held else {"submitted": 0, "submit_s": 0.0}
             held += sub["submitted"]
-            say(f"{held} held jobs ({sub['submitted']} submitted in {sub['submit_s']:.0f} s); timing slots")
+            listed = _listed()
+            say(f"{held} held jobs ({sub['submitted']} submitted in {sub['submit_s']:.0f} s), {sum(listed.values())} "
+                f"listed; timing slots")
             svcs = {b: Service(Config(slot_seconds=30, users=(TEST_USER,)), open_records(work / f"{b}-{n}.db"),
                                slurm=made[b][0]) for b in backends}
             first = {b: svcs[b].run_slot() for b in backends}
-            times: dict[str, list[float]] = {b: [] for b in backends}
-            reads: dict[str, list[float]] = {b: [] for b in backends}
             errors: dict[str, str] = {b: first[b].error for b in backends if first[b].error}
-            for i in range(slots):
-                for b in (backends if i % 2 == 0 else backends[::-1]):  # alternate who goes first
-                    rep = svcs[b].run_slot()
-                    if rep.error:
-                        errors[b] = rep.error
-                    times[b].append(rep.duration)
-                    slurm = made[b][0]
-                    reads[b].append(_timed(lambda: (slurm.jobs(), slurm.nodes())))
+            res: dict[str, dict] = {b: {} for b in backends}
+            # changed: the queue changes before every timed slot and read (the default figures);
+            # unchanged: nothing changes between slots (a pyslurm worker may then skip the read)
+            for phase in ("changed", "unchanged"):
+                times: dict[str, list[float]] = {b: [] for b in backends}
+                reads: dict[str, list[float]] = {b: [] for b in backends}
+                if phase == "unchanged":
+                    for b in backends:  # each backend catches up with the last change, untimed
+                        svcs[b].run_slot()
+                for i in range(slots):
+                    for b in (backends if i % 2 == 0 else backends[::-1]):  # alternate who goes first
+                        if phase == "changed":
+                            churn()
+                        rep = svcs[b].run_slot()
+                        if rep.error:
+                            errors[b] = rep.error
+                        times[b].append(rep.duration)
+                    for b in (backends if i % 2 == 0 else backends[::-1]):
+                        if phase == "changed":
+                            churn()
+                        slurm = made[b][0]
+                        reads[b].append(_timed(lambda: (slurm.jobs(), slurm.nodes())))
+                for b in backends:
+                    res[b][phase] = {"median_slot_s": statistics.median(times[b]) if times[b] else None,
+                                     "slot_s": times[b],
+                                     "median_read_s": statistics.median(reads[b]) if reads[b] else None}
             for b in backends:
+                ch, un = res[b]["changed"], res[b]["unchanged"]
                 out["backends"][b][str(n)] = {
-                    "held_jobs": held, "waiting_seen": first[b].waiting, "first_slot_s": first[b].duration,
-                    "median_slot_s": statistics.median(times[b]) if times[b] else None,
-                    "slot_s": times[b], "median_read_s": statistics.median(reads[b]) if reads[b] else None,
-                    "error": errors.get(b, ""),
+                    "held_jobs": held, "listed_jobs": sum(listed.values()),
+                    "listed_finished": sum(v for k, v in listed.items() if k not in ("PENDING", "RUNNING")),
+                    "waiting_seen": first[b].waiting, "first_slot_s": first[b].duration,
+                    "median_slot_s": ch["median_slot_s"], "slot_s": ch["slot_s"], "median_read_s": ch["median_read_s"],
+                    "unchanged": un, "error": errors.get(b, ""),
                 }
-                r = out["backends"][b][str(n)]
-                say(f"  {b:8s} {n:6d} held: slot median {r['median_slot_s'] * 1000:.0f} ms (first "
-                    f"{r['first_slot_s'] * 1000:.0f} ms, {r['waiting_seen']} waiting), Slurm reads median "
-                    f"{r['median_read_s'] * 1000:.0f} ms")
+                say(f"  {b:15s} {n:6d} held: slot median {ch['median_slot_s'] * 1000:.0f} ms, unchanged queue "
+                    f"{un['median_slot_s'] * 1000:.0f} ms (first {first[b].duration * 1000:.0f} ms, "
+                    f"{first[b].waiting} waiting); Slurm reads {ch['median_read_s'] * 1000:.0f} / "
+                    f"{un['median_read_s'] * 1000:.0f} ms")
     finally:
         say("cancelling the held jobs")
         cancel_named(TEST_USER, HELD_NAME)
@@ -162,33 +271,47 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         for slurm, _ in made.values():
             slurm.close()
         shutil.rmtree(work, ignore_errors=True)
-    for other, tag in (("pyslurm", ""), ("pyslurm-full", "full_read_")):
-        if "cli" not in backends or other not in backends:
-            continue
+    out["load_after"] = _load()
+    out["queue_changes"] = churn.n
+    say(f"load average {out['load_after']}")
+    # ratio_at_N: pyslurm / cli; <variant>_ratio_at_N: that pyslurm variant / cli;
+    # ratio_vs_cli_nomemo_at_N: pyslurm / the CLI without its line memo. unchanged_*: the second row.
+    pairs = [(("" if p == "pyslurm" else p.replace("pyslurm-", "").replace("-", "_") + "_"), p, "cli")
+             for p in backends if p.startswith("pyslurm") and "cli" in backends]
+    if "pyslurm" in backends and "cli-nomemo" in backends:
+        pairs.append(("", "pyslurm", "cli-nomemo"))
+    for tag, other, base in pairs:
+        suffix = "" if base == "cli" else "_vs_cli_nomemo"
         for n in sizes:
-            c, p = out["backends"]["cli"][str(n)], out["backends"][other][str(n)]
-            ok = c["median_slot_s"] and p["median_slot_s"] is not None
-            out[f"{tag}ratio_at_{n}"] = p["median_slot_s"] / c["median_slot_s"] if ok else None
-            okr = c["median_read_s"] and p["median_read_s"] is not None
-            out[f"{tag}read_ratio_at_{n}"] = p["median_read_s"] / c["median_read_s"] if okr else None
+            c, p = out["backends"][base][str(n)], out["backends"][other][str(n)]
+            for key, cr, pr in (("ratio", c, p), ("unchanged_ratio", c["unchanged"], p["unchanged"])):
+                ok = cr["median_slot_s"] and pr["median_slot_s"] is not None
+                out[f"{tag}{key}{suffix}_at_{n}"] = pr["median_slot_s"] / cr["median_slot_s"] if ok else None
+                okr = cr["median_read_s"] and pr["median_read_s"] is not None
+                out[f"{tag}{key.replace('ratio', 'read_ratio')}{suffix}_at_{n}"] = (
+                    pr["median_read_s"] / cr["median_read_s"] if okr else None)
     return out
 
 
 def print_comparison(res: dict) -> None:
     backends = list(res["backends"])
-    print(f"slot time on the test cluster, median of {res['slots']} slots per backend (every GPU busy):")
-    print(f"{'held jobs':>10} " + " ".join(f"{b + ' slot':>14} {b + ' reads':>14}" for b in backends))
-    for n in res["sizes"]:
-        cells = []
-        for b in backends:
-            r = res["backends"][b][str(n)]
-            cells.append(f"{r['median_slot_s'] * 1000:>11.0f} ms {r['median_read_s'] * 1000:>11.0f} ms")
-        print(f"{n:>10} " + " ".join(cells))
-    for n in res["sizes"]:
-        for other, tag in (("pyslurm", ""), ("pyslurm-full", "full_read_")):
-            if res.get(f"{tag}ratio_at_{n}") is not None:
-                print(f"{other}/cli at {n}: slot {res[f'{tag}ratio_at_{n}']:.2f}, "
-                      f"Slurm reads {res[f'{tag}read_ratio_at_{n}']:.2f}")
+    print(f"slot time on the test cluster, median of {res['slots']} slots per backend (every GPU busy); "
+          f"load average {res['load_before']} before, {res['load_after']} after")
+    for phase, what in (("changed", "the queue changes before every slot (a job submitted, one cancelled)"),
+                        ("unchanged", "unchanged queue between slots")):
+        print(f"{what}:")
+        print(f"{'held jobs':>10} {'listed':>7} " + " ".join(f"{b + ' slot':>22} {b + ' reads':>22}" for b in backends))
+        for n in res["sizes"]:
+            cells, listed = [], ""
+            for b in backends:
+                r = res["backends"][b][str(n)]
+                listed = r["listed_jobs"]
+                r = r if phase == "changed" else r["unchanged"]
+                cells.append(f"{r['median_slot_s'] * 1000:>19.0f} ms {r['median_read_s'] * 1000:>19.0f} ms")
+            print(f"{n:>10} {listed:>7} " + " ".join(cells))
+    for k, v in res.items():
+        if "ratio_at_" in k and v is not None:
+            print(f"{k}: {v:.2f}")
 
 
 def main() -> None:
@@ -197,16 +320,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--backend", help="compare Slurm backends on the real cluster: cli, pyslurm, pyslurm-full "
-                    "(pyslurm without the update-time probe), comma-separated")
+    ap.add_argument("--backend", help="compare Slurm backends on the real cluster, comma-separated: cli, pyslurm, "
+                    "cli-nomemo (every squeue line parsed anew), pyslurm-full (no update-time probe), "
+                    "pyslurm-wrapped (jobs read through PySlurm's Jobs.load)")
     ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
     ap.add_argument("--json", action="store_true", help="with --backend: one JSON object")
     a = ap.parse_args()
     if a.backend:
         backends = [b for b in a.backend.split(",") if b]
-        if not backends or any(b not in ("cli", "pyslurm", "pyslurm-full") for b in backends):
-            print(f"slot_duration: error: --backend takes cli, pyslurm, pyslurm-full (comma-separated), got {a.backend!r}",
-                  file=sys.stderr)
+        if not backends or any(b not in VARIANTS for b in backends) or len(set(backends)) != len(backends):
+            print(f"slot_duration: error: --backend takes {', '.join(VARIANTS)} (comma-separated, each once), "
+                  f"got {a.backend!r}", file=sys.stderr)
             sys.exit(2)
         try:
             sizes = [int(x) for x in a.sizes.split(",") if x]

@@ -168,52 +168,86 @@ def run(jobs: int, nodes: int, slots: int, free: bool, profile: bool) -> dict:
     return out
 
 
-def worker_parts(rounds: int = 5) -> dict:
-    """``--worker``, on the real test cluster with whatever jobs it lists: the pyslurm worker's
-    every-slot job read (Worker.jobs_delta) in parts, beside squeue's run and parse (the CLI)."""
+def worker_parts(rounds: int = 5, held: int = 0) -> dict:
+    """``--worker``, on the real test cluster (flock; root) with whatever jobs it lists, plus
+    ``held`` held lyasched jobs of the test user submitted first and cancelled after: the pyslurm
+    worker's every-slot job read (Worker.jobs_delta, a full read: the queue changed) in parts,
+    beside PySlurm's Jobs.load path (before the direct read) and squeue's run and parse (the CLI)."""
+    import cProfile
     import pickle
+    import pstats
     import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from reliability.load import HELD_NAME, TEST_USER, cancel_named, submit_held, workdir
 
     from lyasched.slurm import query as q
     from lyasched.slurm.pyslurm_worker import Worker, _fields
     from lyasched.slurm.types import TAG
 
-    w = Worker()
-    w._probe = None  # the full read in parts (docs/slurm-backends.md: the update-time probe skips it when nothing changed)
-    ps = w.ps
-    parts: dict[str, list[float]] = defaultdict(list)
-    n = 0
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        jobs = ps.Jobs.load(preload_passwd_info=True)
-        t1 = time.perf_counter()
-        items = list(jobs.items())
-        t2 = time.perf_counter()
-        token, order, changed = w.jobs_delta(w._token)
-        t3 = time.perf_counter()
-        blob = pickle.dumps((token, order, changed), protocol=pickle.HIGHEST_PROTOCOL)
-        t4 = time.perf_counter()
-        out = subprocess.run(q.squeue_args(), capture_output=True, text=True).stdout
-        t5 = time.perf_counter()
-        comments = [(j, j.comment or "") for _, j in items]
-        t6 = time.perf_counter()
-        fields = [_fields(j, c) for j, c in comments if c.startswith(TAG)]
-        t7 = time.perf_counter()
-        q.parse_squeue(out)
-        t8 = time.perf_counter()
-        parts["read every comment"].append(t6 - t5)
-        parts["fields of every lyasched job"].append(t7 - t6)
-        parts["squeue parse"].append(t8 - t7)
-        n = len(items)
-        parts["Jobs.load (RPC + wrap)"].append(t1 - t0)
-        parts["items()"].append(t2 - t1)
-        parts["jobs_delta (load + fields + compare)"].append(t3 - t2)
-        parts["pickle answer"].append(t4 - t3)
-        parts["squeue run"].append(t5 - t4)
-        parts["answer bytes"].append(len(blob))
-        parts["squeue bytes"].append(len(out))
-    return {"jobs_listed": n, "lyasched_jobs": len(order), "changed_last": len(changed), "fields": len(fields),
-            "parts_median": {k: statistics.median(v) for k, v in parts.items()}}
+    work = workdir("lyasched-slotprof-")
+    try:
+        if held:
+            sub = submit_held(held, 8, TEST_USER, work)
+            print(f"[slot_profile] {sub['submitted']} held jobs submitted in {sub['submit_s']:.0f} s", file=sys.stderr)
+        w = Worker()
+        if w._direct is None:
+            raise SystemExit("slot_profile: error: the pyslurm worker has no direct job read here")
+        d, ps = w._direct, w.ps
+        parts: dict[str, list[float]] = defaultdict(list)
+        token, order, changed = w.jobs_delta(None)  # the first read (and the check against PySlurm)
+        prof = cProfile.Profile()
+        n = 0
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            got = d.load(0)  # slurm_load_jobs: Slurm's own time (RPC + unpack)
+            t1 = time.perf_counter()
+            assert got is not None
+            n = int(got[1].contents.record_count)
+            rows = d.rows(got[1], dict(w._final))  # finished jobs known (as in every later read)
+            t2 = time.perf_counter()
+            d.rows(got[1], {})  # nothing known: every lyasched job read
+            t3 = time.perf_counter()
+            d.free(got[1])
+            t4 = time.perf_counter()
+            w._as_of = 0  # as if the queue had changed: a full read
+            prof.enable()
+            token, order, changed = w.jobs_delta(token)
+            prof.disable()
+            t5 = time.perf_counter()
+            blob = pickle.dumps(("ok", (token, order, changed)), protocol=pickle.HIGHEST_PROTOCOL)
+            t6 = time.perf_counter()
+            pickle.loads(blob)
+            t7 = time.perf_counter()
+            jobs = ps.Jobs.load(preload_passwd_info=True)
+            t8 = time.perf_counter()
+            fields = [_fields(j, c) for j, c in ((j, j.comment or "") for _, j in jobs.items()) if c.startswith(TAG)]
+            t9 = time.perf_counter()
+            out = subprocess.run(q.squeue_args(), capture_output=True, text=True).stdout
+            t10 = time.perf_counter()
+            q.parse_squeue(out)
+            t11 = time.perf_counter()
+            for k, v in (("direct: slurm_load_jobs (Slurm's time)", t1 - t0),
+                         ("direct: fields of new lyasched jobs (finished known)", t2 - t1),
+                         ("direct: fields of every lyasched job", t3 - t2), ("direct: free", t4 - t3),
+                         ("direct: whole jobs_delta (load, fields, compare)", t5 - t4),
+                         ("answer pickle (worker)", t6 - t5), ("answer unpickle (service)", t7 - t6),
+                         ("pyslurm Jobs.load (RPC + wrap)", t8 - t7), ("pyslurm fields of every lyasched job", t9 - t8),
+                         ("squeue run", t10 - t9), ("squeue parse", t11 - t10)):
+                parts[k].append(v)
+            parts["answer bytes"].append(len(blob))
+            parts["squeue bytes"].append(len(out))
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(12)
+        print(s.getvalue(), file=sys.stderr)
+        return {"jobs_listed": n, "lyasched_jobs": len(order), "fields_of": len(rows), "pyslurm_fields": len(fields),
+                "changed_last": len(changed), "parts_median": {k: statistics.median(v) for k, v in parts.items()}}
+    finally:
+        if held:
+            cancel_named(TEST_USER, HELD_NAME)
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -226,9 +260,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", action="store_true",
                     help="on the real test cluster (flock): the pyslurm worker's job read in parts")
+    ap.add_argument("--held", type=int, default=0, help="with --worker: submit this many held jobs first (cancelled after)")
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker_parts(a.slots)))
+        print(json.dumps(worker_parts(a.slots, a.held)))
         return
     if a.jobs < 1 or a.nodes < 1 or a.slots < 1:
         print("slot_profile: error: --jobs, --nodes and --slots must be positive", file=sys.stderr)

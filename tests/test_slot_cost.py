@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pytest
 
 from lyasched.config import Config
 from lyasched.policy.state import SlotResult, SlotState
@@ -220,7 +221,7 @@ def worker(jobs: list, probe: FakeProbe) -> tuple[Worker, FakeJobs]:
     fake = FakeJobs(jobs)
     w.ps = type("ps", (), {"Jobs": fake})
     w._sent, w._order, w._final, w._token, w._seq, w._as_of = {}, [], {}, None, 0, 0
-    w._probe = probe
+    w._probe, w._direct, w._use_probe = probe, None, True
     return w, fake
 
 
@@ -238,3 +239,146 @@ def test_worker_skips_the_job_load_only_when_the_controller_says_unchanged():
     _, order4, ch4 = w.jobs_delta("someone else's token")  # unchanged, but the caller holds another answer: all
     assert fake.loads == 2 and order4 == order1 and set(ch4) == set(order1) and ch4["101"] == ch3["101"]
     assert probe.asked == [0, 50, 50, 60]  # always the time of the answer the worker holds
+
+
+class FakeLib:
+    """libslurm's two string functions the direct read calls."""
+
+    @staticmethod
+    def slurm_job_state_string(s: int) -> bytes:
+        return {0: b"PENDING", 1: b"RUNNING", 3: b"COMPLETED", 4: b"CANCELLED"}[s]
+
+    @staticmethod
+    def slurm_job_reason_string(r: int) -> bytes:
+        return {0: b"None", 1: b"JobHeldUser"}[r]
+
+
+def job_records(jobs: list[dict]):
+    """A job_info_msg_t in this process's memory, laid out as libslurm 22.05 hands it over."""
+    import ctypes as ct
+
+    from lyasched.slurm import libslurm_jobs as lj
+
+    arr = (lj.JobInfo * len(jobs))()
+    for rec, fields in zip(arr, jobs):
+        for k, v in fields.items():
+            setattr(rec, k, v)
+    msg = lj.JobInfoMsg(last_update=123, record_count=len(jobs), job_array=ct.addressof(arr))
+    return ct.pointer(msg), arr
+
+
+def test_direct_read_gives_the_pyslurm_fields_and_skips_what_it_need_not_read():
+    import math
+    import os
+    import pwd
+
+    from lyasched.slurm import libslurm_jobs as lj
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    tagged = held(0).comment.encode()
+    base = dict(user_id=os.getuid(), job_state=0, state_reason=1, priority=0, submit_time=1_000_000, time_limit=60,
+                num_nodes=1, partition=b"gpu", name=b"train", tres_per_node=b"gres:gpu:2", comment=tagged)
+    jobs = [dict(base, job_id=100),
+            dict(base, job_id=101, comment=b"someone else's job"),
+            dict(base, job_id=102, job_state=1, state_reason=0, start_time=1_000_100, nodes=b"n[1-2]", num_nodes=2),
+            dict(base, job_id=103, job_state=4, state_reason=0, start_time=0, end_time=1_000_200,
+                 state_desc=b"None", time_limit=0xFFFFFFFF, name=b"None"),
+            dict(base, job_id=104, comment=None)]
+    msg, keep = job_records(jobs)
+    r = lj.LibslurmJobs.__new__(lj.LibslurmJobs)
+    r.lib, r._states, r._reasons, r._gres, r._hosts, r._texts = FakeLib(), {}, {}, {}, {}, {}
+    final: dict = {}
+    rows = r.rows(msg, final)
+    assert [t[0] for t in rows] == ["100", "102", "103"]  # Slurm's order, lyasched's jobs only
+    assert rows[0] == ("100", me, os.getuid(), "PENDING", "JobHeldUser", 0, 1_000_000.0, None, None, 3600.0, 1, 2,
+                       (), "gpu", tagged.decode(), "train")
+    assert rows[1][3:5] == ("RUNNING", "None") and rows[1][7] == 1_000_100.0 and rows[1][12] == ("n1", "n2")
+    assert rows[1][10] == 2 and rows[1][8] is None  # a running job's end time is a projection: not an end
+    assert rows[2][3:5] == ("CANCELLED", "None") and rows[2][7] is None and rows[2][8] == 1_000_200.0
+    assert rows[2][9] == math.inf and rows[2][15] == ""
+    assert list(final) == [103]  # finished: kept, and not read again
+    keep[3].name = b"renamed"  # (a finished job never changes: this only shows it was not read)
+    assert r.rows(msg, final)[2][15] == ""
+    keep[3].submit_time = 1_000_050  # the id reused by another job (controller state lost): read anew
+    assert r.rows(msg, final)[2][15] == "renamed"
+
+
+_DIRECT_PROBE = r"""
+import json, sys
+from lyasched.slurm.pyslurm_worker import Worker
+w = Worker()
+token, order, changed = w.jobs_delta(None)
+print(json.dumps({"direct": w._direct is not None, "checked": w._direct_checked,
+                  "rows": [changed[i] for i in order]}))
+"""
+
+
+@pytest.mark.slurm
+def test_direct_job_read_is_used_on_the_cluster_and_reads_what_squeue_prints(slurm_jobs):
+    """On the real cluster (libslurm 22.05) the worker reads jobs from libslurm's records, its
+    check against PySlurm passes, and held, running and finished lyasched jobs read as the CLI's."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from reliability.users import TEST_USER
+
+    from lyasched.slurm.cli import CliSlurm
+    from lyasched.slurm.types import SlurmJob
+    from lyasched.summary import new_uid
+
+    if importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("pyslurm is not installed (make pyslurm)")
+    from conftest import CLUSTER_KIND
+
+    if CLUSTER_KIND == "docker":
+        pytest.skip("calls this host's sbatch through runuser and its libslurm (the docker image has no pyslurm wheel)")
+
+    def sbatch(*args: str) -> str:
+        s = CostSummary(uid=new_uid(), sig="cnn:test", global_batch=8, iterations=100, min_gpus=1, max_gpus=2,
+                        alpha=0.01, beta=0.002, params=1_000_000).encode()
+        r = subprocess.run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5",
+                            "-N1", "--gres=gpu:1", f"--comment={s}", *args], capture_output=True, text=True,
+                           timeout=60, cwd="/tmp")
+        assert r.returncode == 0, r.stderr
+        slurm_jobs.append(r.stdout.strip().split(";")[0])
+        return slurm_jobs[-1]
+
+    ids = [sbatch("--job-name", f"direct{i}", "--wrap", "sleep 60") for i in range(3)]
+    subprocess.run(["scontrol", "release", ids[1]], capture_output=True, timeout=30)  # runs (or waits for GPUs)
+    subprocess.run(["scancel", ids[2]], capture_output=True, timeout=30)  # finished: CANCELLED
+    deadline = time.monotonic() + 60  # both reads below must see the same states
+    while subprocess.run(["squeue", "-h", "-j", ids[1], "-o", "%T"], capture_output=True, text=True,
+                         timeout=30).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline, "the released job did not start"
+        time.sleep(0.5)
+    r = subprocess.run([sys.executable, "-c", _DIRECT_PROBE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["direct"] and got["checked"], r.stderr
+    mine = {t[0]: SlurmJob(*(tuple(v) if isinstance(v, list) else v for v in t)) for t in got["rows"]
+            if t[0] in ids}
+    cli = {j.job_id: j for j in CliSlurm().jobs(job_ids=ids)}
+    assert set(mine) == set(ids) and mine == cli
+    assert mine[ids[2]].state == "CANCELLED" and mine[ids[0]].held_by_service
+
+
+def test_squeue_lines_parsed_once_give_what_parsing_anew_gives():
+    """The CLI's every-slot listing memoised by line: same jobs as a fresh parse, after changes too."""
+    from pathlib import Path
+
+    from lyasched.slurm import query as q
+
+    text = (Path(__file__).parent / "data" / "squeue.txt").read_text()
+    lines = text.splitlines()
+    memo: dict = {}
+    assert q.parse_squeue(text, memo=memo) == q.parse_squeue(text)
+    again = q.parse_squeue(text, memo=memo)
+    assert again == q.parse_squeue(text) and all(a is b for a, b in zip(again, q.parse_squeue(text, memo=memo)))
+    tagged = next(i for i, ln in enumerate(lines) if "|lyasched:v1;" in ln)
+    changed = lines[:tagged] + [lines[tagged].replace("JobHeldUser", "Resources")] + lines[tagged + 1:]
+    changed = "\n".join(changed[1:]) + "\n"  # one line gone, one changed
+    assert q.parse_squeue(changed, memo=memo) == q.parse_squeue(changed)
+    assert set(memo) == {ln for ln in changed.splitlines() if ln.strip()}  # only the last listing's lines are kept

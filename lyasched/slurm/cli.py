@@ -24,6 +24,8 @@ class CliSlurm:
     def __init__(self, runner: Any | None = None) -> None:
         self.runner = runner if runner is not None else SlurmCLI()
         self._config: ClusterConfig | None = None
+        self._lines: dict[str, SlurmJob | None] = {}  # the every-slot listing's lines, parsed (query.parse_squeue)
+        self.memo = True  # False: every line parsed anew (benchmarks/slot_duration.py --backend cli-nomemo)
 
     def _run(self, argv: Sequence[str], idempotent: bool = True) -> str:
         return self.runner.run(list(argv), idempotent=idempotent)
@@ -40,7 +42,8 @@ class CliSlurm:
             if job_ids:
                 return []
             raise
-        return q.parse_squeue(out, lyasched_only=lyasched_only)
+        every = user is None and not job_ids and lyasched_only and self.memo  # the service's every-slot read
+        return q.parse_squeue(out, lyasched_only=lyasched_only, memo=self._lines if every else None)
 
     def job(self, job_id: str) -> SlurmJob | None:
         listed = [j for j in self.jobs(job_ids=[job_id], lyasched_only=False) if j.job_id == str(job_id)]

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from lyasched import gcpause
+from lyasched.slurm.libslurm_jobs import LibslurmJobs
 from lyasched.slurm.query import expand_hostlist, gpus_in_tres
 from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
 
@@ -70,6 +71,7 @@ def _time(v: Any) -> float | None:
 
 
 PROBE_ENV = "LYASCHED_PYSLURM_PROBE"  # "0": every job list is a full slurm_load_jobs (no update-time probe)
+DIRECT_ENV = "LYASCHED_PYSLURM_DIRECT"  # "0": the every-slot job list through PySlurm's Jobs.load (as before)
 
 
 class JobsChanged:
@@ -135,7 +137,21 @@ class Worker:
         self._seq = 0
         self._probe: JobsChanged | None = None
         self._as_of = 0  # the controller's update time that _sent is at least as new as (0: none)
-        if os.environ.get(PROBE_ENV, "1") != "0":
+        self._use_probe = os.environ.get(PROBE_ENV, "1") != "0"
+        self._direct: LibslurmJobs | None = None  # the job read from libslurm's records (None: PySlurm's Jobs.load)
+        self._direct_checked = False  # checked against PySlurm's reading of the same jobs
+        self._to_free: list[Any] = []  # libslurm job messages already read, freed after the answer
+        if os.environ.get(DIRECT_ENV, "1") != "0":
+            try:
+                d = LibslurmJobs()
+                if d.layout_ok:
+                    self._direct = d
+                else:
+                    print(f"pyslurm worker: libslurm API {'.'.join(map(str, d.version))} is not the release whose job "
+                          f"records lyasched mirrors: jobs read through PySlurm", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001 - PySlurm's reading works without it
+                print(f"pyslurm worker: no direct job read ({e}): jobs read through PySlurm", file=sys.stderr)
+        if self._direct is None and self._use_probe:
             try:
                 self._probe = JobsChanged()
             except Exception as e:  # noqa: BLE001 - without it every read is a full one
@@ -196,15 +212,20 @@ class Worker:
         names). A slot re-reads thousands of held jobs that rarely change; this sends only the
         changes (all of them when ``have`` is not this worker's last answer)."""
         fresh = have is not None and have == self._token
+        if self._direct is not None:
+            got = self._direct_rows()
+            if got is not None:
+                as_of, listed = got
+                if listed is None:  # the controller: no job changed since the jobs in _sent were read
+                    return self._answer(list(self._order), {} if fresh else dict(self._sent))
+                return self._delta(listed, fresh, as_of)
         as_of = 0
         if self._probe is not None:
             probed = self._probe.since(self._as_of) if self._as_of else self._probe.since(0)
-            if probed is None:  # the controller: no job changed since the jobs in _sent were read
-                self._seq += 1
-                self._token = f"{os.getpid()}:{self._seq}"
-                return self._token, list(self._order), ({} if fresh else dict(self._sent))
+            if probed is None:
+                return self._answer(list(self._order), {} if fresh else dict(self._sent))
             as_of = probed
-        sent, rows, order, changed = self._sent, {}, [], {}
+        listed = []
         for jid, j in self.ps.Jobs.load(preload_passwd_info=True).items():
             t = self._final.get(jid)  # a finished job never changes: not read again (MinJobAge keeps it listed)
             if t is not None and t[6] != _time(j.submit_time):  # the id was reused (controller state lost)
@@ -216,16 +237,90 @@ class Worker:
                 t = _fields(j, comment)
                 if t[3] in TERMINAL_STATES:
                     self._final[jid] = t
+            listed.append(t)
+        return self._delta(listed, fresh, as_of)
+
+    def _answer(self, order: list[str], changed: dict[str, tuple]) -> tuple[str, list[str], dict[str, tuple]]:
+        self._seq += 1
+        self._token = f"{os.getpid()}:{self._seq}"
+        return self._token, order, changed
+
+    def _delta(self, listed: list[tuple], fresh: bool, as_of: int) -> tuple[str, list[str], dict[str, tuple]]:
+        """The answer for the lyasched jobs ``listed`` (SlurmJob fields, Slurm's order): only what
+        changed since the answer the caller holds (``fresh``), everything otherwise."""
+        sent, rows, order, changed = self._sent, {}, [], {}
+        for t in listed:
             order.append(t[0])
             rows[t[0]] = t
             if not fresh or sent.get(t[0]) != t:
                 changed[t[0]] = t
-        self._seq += 1
-        self._sent, self._order, self._token = rows, order, f"{os.getpid()}:{self._seq}"
-        self._as_of = as_of  # asked before Jobs.load: what it read is at least this new
+        self._sent, self._order = rows, order
+        self._as_of = as_of  # asked before the jobs were read: what was read is at least this new
         if len(self._final) > len(rows):  # purged jobs (MinJobAge): forget them
             self._final = {k: v for k, v in self._final.items() if v[0] in rows}
-        return self._token, order, changed
+        return self._answer(order, changed)
+
+    def _direct_rows(self) -> tuple[int, list[tuple] | None] | None:
+        """(the controller's time of the answer, the lyasched jobs' fields, or None when no job
+        changed since the last read) from libslurm's records; None when they cannot be trusted
+        here (checked once against PySlurm's reading: a mismatch and PySlurm reads from then on)."""
+        d = self._direct
+        assert d is not None
+        got = d.load(self._as_of if self._use_probe else 0)
+        if got is None:
+            return self._as_of, None
+        as_of, msg = got
+        try:
+            listed = d.rows(msg, self._final)
+        except BaseException:
+            d.free(msg)
+            raise
+        self._to_free.append((d, msg))  # freed once the answer is sent (`after_answer`): not the caller's wait
+        if not self._direct_checked:
+            verdict = self._check_direct(listed)
+            if verdict is False:
+                self._direct, self._final = None, {}
+                if self._use_probe:
+                    try:
+                        self._probe = JobsChanged()
+                    except Exception:  # noqa: BLE001
+                        self._probe = None
+                return None
+            self._direct_checked = verdict is True
+        return as_of, listed
+
+    def after_answer(self) -> None:
+        """Work left for when the caller has its answer (freeing libslurm's job message)."""
+        while self._to_free:
+            reader, msg = self._to_free.pop()
+            reader.free(msg)
+
+    def _check_direct(self, listed: list[tuple]) -> bool | None:
+        """Whether the fields read from libslurm's records are PySlurm's (state aside: PySlurm
+        passes only its low 16 bits to slurm_job_state_string); None when the queue changed
+        meanwhile, so the comparison says nothing (checked again at the next read)."""
+        def key(rows) -> dict:
+            return {t[0]: t[:3] + t[4:] for t in rows}
+
+        mine = key(listed)
+        theirs = key(_fields(j, j.comment) for _, j in self.ps.Jobs.load(preload_passwd_info=True).items()
+                     if (j.comment or "").startswith(TAG))
+        if mine == theirs:
+            return True
+        d = self._direct
+        assert d is not None
+        got = d.load(0)
+        assert got is not None  # update time 0: always an answer
+        try:
+            again = key(d.rows(got[1], {}))
+        finally:
+            d.free(got[1])
+        if again != mine:
+            return None
+        diff = next((i for i in sorted(set(mine) | set(theirs)) if mine.get(i) != theirs.get(i)), None)
+        print(f"pyslurm worker: libslurm's job records read differently from PySlurm (job {diff}: "
+              f"{mine.get(diff)} vs {theirs.get(diff)}): jobs read through PySlurm", file=sys.stderr)
+        return False
 
     def job(self, job_id: str) -> SlurmJob | None:
         try:
@@ -343,6 +438,11 @@ def serve(hook: Hook | None = None) -> int:
             write_frame(out, ("ok", result))
         except Exception as e:  # noqa: BLE001 - every failure goes back as an answer
             write_frame(out, ("err", type(e).__name__, str(e)))
+        if worker is not None:
+            try:
+                worker.after_answer()
+            except Exception as e:  # noqa: BLE001 - never a second answer to one request
+                print(f"pyslurm worker: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

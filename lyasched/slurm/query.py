@@ -255,9 +255,13 @@ def _end_time(state: str, value: str) -> float | None:
 _JOB_LINE = re.compile(r"^\s*\d+(_\d+|_\[[^]]*\])?\|")
 
 
-def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
+def parse_squeue(text: str, lyasched_only: bool = True, memo: dict[str, SlurmJob | None] | None = None) -> list[SlurmJob]:
     """Parse output of `squeue_args()`. With ``lyasched_only`` jobs without the tag are dropped
-    (their comments may contain anything, so only tagged lines are parsed strictly)."""
+    (their comments may contain anything, so only tagged lines are parsed strictly).
+
+    ``memo`` (the caller's, one per kind of listing): a line already parsed in the previous call
+    is not parsed again (the result is a function of the line's text; a slot's listing repeats
+    nearly every line: held jobs, and finished ones for MinJobAge). It keeps this call's lines only."""
     fixed = len(SQUEUE_FIELDS) - 2
     jobs: list[SlurmJob] = []
     # A job name or comment may contain newlines (any user can submit one): a line that does not
@@ -272,9 +276,18 @@ def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
             lines.append(line)
     ids = [ln.split(SEP, 1)[0].strip() for ln in lines]
     twice = {i for i in ids if ids.count(i) > 1} if len(set(ids)) != len(ids) else set()
+    seen: dict[str, SlurmJob | None] = {}
     for line in lines:
         if twice and line.split(SEP, 1)[0].strip() in twice:
             continue
+        if memo is not None:
+            if line in memo:
+                hit = memo[line]
+                seen[line] = hit
+                if hit is not None:
+                    jobs.append(hit)
+                continue
+            seen[line] = None  # until parsed below as a lyasched job
         parts = line.split(SEP, fixed)
         if len(parts) != fixed + 1:
             raise ParseError(f"squeue line has {len(parts)} fields, expected {fixed + 2}: {line[:120]!r}")
@@ -309,6 +322,11 @@ def parse_squeue(text: str, lyasched_only: bool = True) -> list[SlurmJob]:
                 name=name,
             )
         )
+        if memo is not None:
+            seen[line] = jobs[-1]
+    if memo is not None:
+        memo.clear()
+        memo.update(seen)
     return jobs
 
 
