@@ -10,10 +10,11 @@ checkpoint signal sent), ``requeued`` (checkpoint complete, ``scontrol requeueho
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import sqlite_utils
+
+from lyasched.store import records
 
 MOVE_COLUMNS: dict[str, type] = {
     "id": int,
@@ -50,29 +51,16 @@ def ensure(db: sqlite_utils.Database) -> None:
     db.table("moves").create_index(["uid"], if_not_exists=True)
 
 
-def _clean(v: Any) -> Any:
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
 def open_move(db: sqlite_utils.Database, **fields: Any) -> int:
-    unknown = set(fields) - set(MOVE_COLUMNS)
-    if unknown:
-        raise KeyError(f"unknown move column(s): {', '.join(sorted(unknown))}")
-    from lyasched.store.records import transaction
-
-    with transaction(db):
-        db.table("moves").insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
-                                 columns=MOVE_COLUMNS)
-        return int(db.execute("select last_insert_rowid()").fetchone()[0])
+    return records.open_step_row(db, "moves", MOVE_COLUMNS, "move", fields)
 
 
 def mark(db: sqlite_utils.Database, move_id: int, **fields: Any) -> None:
-    sets = ", ".join(f"{k} = ?" for k in fields)
-    db.execute(f"UPDATE moves SET {sets} WHERE id = ?", [*(_clean(v) for v in fields.values()), move_id])
+    records.mark_step_row(db, "moves", move_id, fields)
 
 
 def open_moves(db: sqlite_utils.Database) -> list[dict]:
-    return list(db.query("select * from moves where state = 'open' order by id"))
+    return records.open_step_rows(db, "moves")
 
 
 def unfinished_restarts(db: sqlite_utils.Database) -> list[dict]:

@@ -336,24 +336,39 @@ def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
 # ---------------------------------------------------------------- start intents (crash consistency)
 
 
-def open_intent(db: sqlite_utils.Database, **fields: Any) -> int:
-    """Record that a start is about to be applied (before ``scontrol update``); returns its id."""
-    unknown = set(fields) - set(INTENT_COLUMNS)
+def open_step_row(db: sqlite_utils.Database, table: str, columns: dict[str, Any], what: str,
+                  fields: dict[str, Any]) -> int:
+    """Insert an open step record (a start intent, a move: written before acting on Slurm) in
+    ``table``; returns its id. ``what`` names the record in the error on an unknown column."""
+    unknown = set(fields) - set(columns)
     if unknown:
-        raise KeyError(f"unknown intent column(s): {', '.join(sorted(unknown))}")
+        raise KeyError(f"unknown {what} column(s): {', '.join(sorted(unknown))}")
     with transaction(db):
-        db.table("intents").insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
-                             columns=INTENT_COLUMNS)
+        db.table(table).insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
+                               columns=columns)
         return int(db.execute("select last_insert_rowid()").fetchone()[0])
 
 
-def mark_intent(db: sqlite_utils.Database, intent_id: int, **fields: Any) -> None:
+def mark_step_row(db: sqlite_utils.Database, table: str, row_id: int, fields: dict[str, Any]) -> None:
     sets = ", ".join(f"{k} = ?" for k in fields)
-    db.execute(f"UPDATE intents SET {sets} WHERE id = ?", [*(_clean(v) for v in fields.values()), intent_id])
+    db.execute(f"UPDATE {table} SET {sets} WHERE id = ?", [*(_clean(v) for v in fields.values()), row_id])
+
+
+def open_step_rows(db: sqlite_utils.Database, table: str) -> list[dict]:
+    return list(db.query(f"select * from {table} where state = 'open' order by id"))
+
+
+def open_intent(db: sqlite_utils.Database, **fields: Any) -> int:
+    """Record that a start is about to be applied (before ``scontrol update``); returns its id."""
+    return open_step_row(db, "intents", INTENT_COLUMNS, "intent", fields)
+
+
+def mark_intent(db: sqlite_utils.Database, intent_id: int, **fields: Any) -> None:
+    mark_step_row(db, "intents", intent_id, fields)
 
 
 def open_intents(db: sqlite_utils.Database) -> list[dict]:
-    return list(db.query("select * from intents where state = 'open' order by id"))
+    return open_step_rows(db, "intents")
 
 
 def apply_start(db: sqlite_utils.Database, intent: dict, now: float, resolution: str, released_at: float,
