@@ -352,3 +352,35 @@ def test_a_job_still_completing_after_its_requeue_is_resized_the_next_slot(db, t
     svc.run_slot()
     assert slurm.sent()[-1] == ["scontrol", "release", "101"]
     assert records.get_job(db, "uid-00000001")["state"] == "released"
+
+
+def test_a_signal_lost_while_the_job_starts_is_sent_again_until_the_checkpoint_shows(db, tmp_path):
+    """A job (re)started moments before its move ignores USR1 until its checkpoint helper is
+    installed (the lost grow signal in CI): the mover signals again every RESIGNAL_S seconds,
+    never before, and stops once the checkpoint is there."""
+    from lyasched.live.mover import RESIGNAL_S
+
+    slurm = MovingSlurm(jobs=[running_job()])
+    slurm.nodes[0] = ("node1", 4, 4, "ALLOCATED")
+    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path, move_timeout=120)
+    svc.run_slot()
+    signals = lambda: [c for c in slurm.sent() if c[0] == "scancel"]  # noqa: E731
+    assert len(signals()) == 1
+    svc.clock_state["t"] += RESIGNAL_S - 1
+    svc.run_slot()
+    assert len(signals()) == 1  # not yet
+    svc.clock_state["t"] += 1
+    svc.run_slot()
+    assert len(signals()) == 2 and signals()[-1] == ["scancel", "--signal=USR1", "101"]
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert len(signals()) == 2  # the interval counts from the last signal
+    svc.clock_state["t"] += RESIGNAL_S
+    svc.run_slot()
+    assert len(signals()) == 3
+    save_marker(tmp_path, step=7)
+    svc.clock_state["t"] += RESIGNAL_S
+    svc.run_slot()
+    assert len(signals()) == 3  # the checkpoint is there: requeued, not signalled
+    (m,) = moves.for_job(db, "uid-00000001")
+    assert (m["state"], m["ckpt_step"]) == ("done", 7)

@@ -49,6 +49,11 @@ from lyasched.summary import CostSummary
 log = logging.getLogger("lyasched.service")
 
 MOVE_SIGNAL = "USR1"  # launch.sbatch: LYASCHED_CHECKPOINT_SIGNAL=USR1
+# The signal again, every this many seconds, until the move's checkpoint shows: a job (re)started
+# moments before its move is still importing, and its training process ignores USR1 until the
+# checkpoint helper installs its handler (launch.sbatch has torchrun ignore it, and its children
+# inherit that), so a first signal can be lost. A second one only sets the helper's flag again.
+RESIGNAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class Mover:
         self.crash = crash
         self.timeout = timeout
         self.workdir = workdir
+        self._resignalled: dict[int, float] = {}  # move id -> when it was last signalled again
 
     @property
     def db(self) -> Any:
@@ -158,7 +164,9 @@ class Mover:
         (the caller reads them again before syncing the records)."""
         by_id = {j.job_id: j for j in jobs}
         changed = []
-        for m in moves.open_moves(self.db):
+        open_now = moves.open_moves(self.db)
+        self._resignalled = {k: v for k, v in self._resignalled.items() if k in {m["id"] for m in open_now}}
+        for m in open_now:
             try:
                 if self._advance(m, by_id.get(m["slurm_id"]), ctx):
                     changed.append(m["slurm_id"])
@@ -220,8 +228,14 @@ class Mover:
                 self._close(mid, jid, "failed", now, f"no checkpoint within {self.timeout:g}s of the signal: left running")
                 self._decision(ctx, m, "move-failed", f"{m['kind']}: no checkpoint within {self.timeout:g}s: left running")
                 return False
-            else:
-                return False  # still checkpointing
+            else:  # still checkpointing
+                last = self._resignalled.get(mid, m["signalled_at"] or now)
+                if job.running and now - last >= RESIGNAL_S:
+                    self._resignalled[mid] = now
+                    self.slurm.signal(jid, MOVE_SIGNAL)
+                    log.info("job %s: %s: no checkpoint %.0fs after the signal: signalled again", jid, m["kind"],
+                             now - (m["signalled_at"] or now))
+                return False
         if job is None:
             return False
         if step == "resized" and not job.held_by_service:  # released before a restart
