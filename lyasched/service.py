@@ -36,8 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -52,15 +50,16 @@ from lyasched.config import Config
 from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import make_policy
-from lyasched.policy.placement import EQUAL_PER_NODE, equal_placement, fit_placement as _fit  # noqa: F401  (equal_placement re-exported)
+from lyasched.policy.placement import EQUAL_PER_NODE, fit_placement
 from lyasched.policy.snapshot import (
     ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
 )
 from lyasched.policy.state import (
-    Capabilities, Decision, Placement, Policy, SlotState, WaitingJob, capabilities, waiting_job,
+    Capabilities, Placement, Policy, SlotState, WaitingJob, capabilities, waiting_job,
 )
 from lyasched.live import step
 from lyasched.live.context import SlotContext
+from lyasched.live.crash import CrashPoints
 from lyasched.live.mover import Mover, MoveOrder, checkpointable
 from lyasched.live.starter import Starter
 from lyasched.policy.movable import MovableJob
@@ -76,8 +75,6 @@ from lyasched.store.placement import NodePlacement
 from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
-
-from lyasched.live.crash import CRASH_ENV, CRASH_POINTS, CrashPoints  # noqa: E402,F401  (re-exported)
 
 
 class _QuietDuringOutage(logging.Filter):
@@ -122,12 +119,6 @@ class SlotReport:
             f"free {sum(self.free.values())} GPUs, started {starts}, held again {len(self.held_again)}, "
             f"finished {len(self.finished)}, Q={self.q:.1f} Z={self.z:.1f} in {self.duration * 1000:.0f} ms"
         )
-
-
-def fit_placement(d: Decision, free: Sequence[int]) -> Placement | None:
-    """The decision's placement if Slurm can carry it out on ``free``, else a re-placement by the
-    same rule (lyasched.policy.placement); None when there is none."""
-    return _fit(d.gpus, d.placement, free)
 
 
 class UnsupportedPolicy(ValueError):
@@ -462,7 +453,7 @@ class Service:
                 room = list(ctx.free)
                 for i, c in view.placement:
                     room[i] += c
-                placement = fit_placement(d, room)
+                placement = fit_placement(d.gpus, d.placement, room)
                 if placement is None:
                     log.info("job %s: resize to %d GPUs has no expressible placement: not moved", jid, d.gpus)
                     continue
@@ -471,8 +462,6 @@ class Service:
             if self.mover.begin(job, row, order, ctx) and order.gpus:
                 for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
                     ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
-
-    # ------------------------------------------------------------ crash recovery
 
     # ------------------------------------------------------------ records
 

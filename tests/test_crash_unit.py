@@ -13,7 +13,8 @@ import pytest
 
 from lyasched.config import Config
 from lyasched.policy import make_policy
-from lyasched.service import CRASH_POINTS, CrashPoints, Service
+from lyasched.live.crash import CRASH_POINTS, CrashPoints
+from lyasched.service import Service
 from lyasched.slurm import SlurmError
 from lyasched.store import records
 from test_service import FakeJob, FakeSlurm, StartAs, summary
@@ -227,7 +228,7 @@ def test_crash_points_parse_and_kill_for_real():
         CrashPoints("after_lunch:1")
     cp = CrashPoints("after_update:3,before_update")
     assert cp.at == {"after_update": 3, "before_update": 1}
-    code = ("from lyasched.service import CrashPoints\n"
+    code = ("from lyasched.live.crash import CrashPoints\n"
             "c = CrashPoints('after_update:3')\n"
             "for i in range(5):\n    c.reach('after_update'); print(i, flush=True)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,7 +12,8 @@ import pytest
 from lyasched.config import Config, ConfigError, from_mapping, load_config
 from lyasched.policy import make_policy
 from lyasched.policy.state import Decision, SlotResult, SlotState
-from lyasched.service import Service, equal_placement, fit_placement
+from lyasched.policy.placement import equal_placement, fit_placement
+from lyasched.service import Service
 from lyasched.slurm import SlurmError
 from lyasched.slurm import query as q
 from lyasched.store import records
@@ -231,10 +232,10 @@ def test_fit_placement_and_equal_placement():
     assert equal_placement([4, 1, 4], 6, prefer=[2]) == ((0, 3), (2, 3))
     assert equal_placement([3, 3, 3], 9) == ((0, 3), (1, 3), (2, 3))
     assert equal_placement([4, 4, 0], 7) is None  # 7 is prime: no k >= 2 splits it
-    assert fit_placement(Decision("j", 2, ((1, 2),)), [4, 1, 4]) == ((0, 2),)
-    assert fit_placement(Decision("j", 4, ((0, 2), (2, 2))), [4, 1, 4]) == ((0, 2), (2, 2))  # expressible: kept
-    assert fit_placement(Decision("j", 2, ((1, 2),)), [4, 1, 2]) == ((2, 2),)  # node 2 lacks room: best fit elsewhere
-    assert fit_placement(Decision("j", 5, ((0, 5),)), [4, 4, 4]) is None
+    assert fit_placement(2, ((1, 2),), [4, 1, 4]) == ((0, 2),)
+    assert fit_placement(4, ((0, 2), (2, 2)), [4, 1, 4]) == ((0, 2), (2, 2))  # expressible: kept
+    assert fit_placement(2, ((1, 2),), [4, 1, 2]) == ((2, 2),)  # node 2 lacks room: best fit elsewhere
+    assert fit_placement(5, ((0, 5),), [4, 4, 4]) is None
 
 
 def test_finished_job_gets_observed_time_and_lyasched_ignores_plain_and_invalid_jobs(db):

@@ -371,12 +371,6 @@ class Worker:
         self.ps.Job(int(job_id)).requeue(hold=True)
 
 
-def _node_state(n: Any) -> str:
-    """The state with its flags (``IDLE``, ``MIXED+DRAIN``, ``DOWN+NOT_RESPONDING``): what
-    NodeInfo.usable reads (scontrol prints NOT_RESPONDING as a trailing ``*``)."""
-    return str(n.state or "UNKNOWN")
-
-
 def _job(j: Any) -> SlurmJob:
     return SlurmJob(*_fields(j))
 

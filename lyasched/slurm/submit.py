@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES  # noqa: F401 (re-exported: submitter uses them)
+from lyasched.slurm.types import ACTIVE_STATES
 
 _JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?\Z")
 
@@ -134,10 +134,6 @@ def job_state(fields: dict[str, str]) -> str:
 
 def scancel_command(job_id: str) -> list[str]:
     return ["scancel", job_id]
-
-
-def show_config_command() -> list[str]:
-    return ["scontrol", "show", "config"]
 
 
 def has_lua_submit_plugin(config_out: str) -> bool:

@@ -18,7 +18,6 @@ mode never wait. The service creates the file 0644 so that users can read it (se
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sqlite3
@@ -253,19 +252,8 @@ def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> No
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", [(now, u) for u in uids])
 
 
-def replace_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
-    """A new Slurm job for a known uid (resubmission): start its row afresh."""
-    db.table("jobs").delete_where("uid = ?", [uid])
-    upsert_job(db, uid, **fields)
-
-
-def active_jobs(db: sqlite_utils.Database) -> list[dict]:
-    """Jobs the service still follows (not finished, vanished or invalid)."""
-    return list(db.query("select * from jobs where state in ('waiting', 'released', 'running')"))
-
-
 def active_uids(db: sqlite_utils.Database) -> list[str]:
-    """The uids of `active_jobs`, in table order (a slot checks them all against Slurm's list; it
+    """The uids of the jobs the service still follows (not finished, vanished or invalid), in table order (a slot checks them all against Slurm's list; it
     needs the rows of the few that vanished only)."""
     sql = "select uid from jobs where state in ('waiting', 'released', 'running') order by rowid"
     return [r[0] for r in db.conn.execute(sql)]
