@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-TAG = "lyasched:v1;"
+from lyasched.summary import PREFIX as TAG  # a lyasched job's comment starts with its cost summary's prefix
 
 # Slurm's job states, in two disjoint sets: the one place lyasched classifies them (squeue's
 # long names). ACTIVE: the job is still in the queue and may (still, or again) hold GPUs, so a job
