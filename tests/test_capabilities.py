@@ -147,3 +147,24 @@ def test_spread_mask_says_which_counts_the_rule_can_spread():
         pool = FreeGpus(tuple(free), gpn)
         k = n * gpn + 2
         assert pool.spread_mask(k).tolist() == [equal_placement(free, g) is not None for g in range(1, k + 1)]
+
+
+class _NoMoves:
+    """A `Slurm` backend without the calls a move needs (signal, requeue): never called here."""
+
+    name = "nomoves"
+
+    def __getattr__(self, attr):
+        if attr in ("signal", "set_requeue", "requeue_hold"):
+            raise AttributeError(attr)
+
+        def call(*args, **kwargs):
+            raise AssertionError(f"unexpected Slurm call {attr}{args}")
+
+        return call
+
+
+def test_service_refuses_a_moving_policy_on_a_backend_that_cannot_move(tmp_path):
+    import sqlite_utils
+    with pytest.raises(UnsupportedPolicy, match="^policy 'elastic' moves jobs, and the Slurm backend 'nomoves' cannot"):
+        Service(Config(), sqlite_utils.Database(tmp_path / "x.db"), slurm=_NoMoves(), policy=make_policy("elastic"))

@@ -64,18 +64,16 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     from lyasched.service import cannot_serve
 
     if why := cannot_serve(capabilities_of(cfg.policy)):  # declared by the policy (Capabilities)
-        click.echo(f"Error: policy {cfg.policy!r} cannot run under serve: {why}", err=True)
-        sys.exit(2)
+        raise BadInput(f"policy {cfg.policy!r} cannot run under serve: {why}")
     from lyasched.security import check_permissions, service_paths  # config/db writable only by us (issue 5)
 
     if bad := check_permissions(service_paths(cfg.source, cfg.db)):
-        click.echo(f"Error: refusing to start: {bad[0]} (docs/reliability.md, Security)", err=True)
-        sys.exit(2)
+        raise BadInput(f"refusing to start: {bad[0]} (docs/reliability.md, Security)")
     logging.basicConfig(
         stream=sys.stderr, level=getattr(logging, cfg.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from lyasched.service import Service
+    from lyasched.service import Service, UnsupportedPolicy
     from lyasched.slurm.backend import BackendChoiceError, backend_choice, make_backend
     from lyasched.store import records
     from lyasched.store.records import open_records
@@ -95,11 +93,12 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     try:
         slurm, why = make_backend(choice, timeout=cfg.slurm_timeout, prefix=prefix)
     except BackendChoiceError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(2)
+        raise BadInput(str(e)) from None
     log.info("Slurm backend: %s (%s)", slurm.name, why)
     try:
         service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm)
+    except UnsupportedPolicy as e:  # a policy the chosen backend cannot carry out (moves without signal/requeue)
+        raise BadInput(str(e)) from None
     except (ValueError, TypeError, ImportError) as e:
         raise BadInput(f"policy {cfg.policy!r}: {e}") from None
     left = records.open_intents(service.db)
