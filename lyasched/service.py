@@ -188,8 +188,7 @@ class Service:
         self.busy = threading.Lock()
         # (uid, job) -> (inputs: cluster, model inputs, summary; the rows); waiting jobs only
         self._rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
-        self._model_inputs: dict[str, tuple] = {}  # per slot: sig -> (correction, learned profile, start-up s)
-        self._models_seen: dict[str, tuple] = {}  # a previous slot's, reused when equal (identity compares fast)
+        self._models_seen: dict[str, tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._accounting: bool | None = None
         self._warned: set[str] = set()
@@ -247,6 +246,7 @@ class Service:
             except Exception as e:  # noqa: BLE001 - a bug must not stop the service; the next slot retries
                 report.error = f"internal error: {type(e).__name__}: {e}"[:500]
                 log.exception("slot failed")
+            self._models_seen = ctx.models or self._models_seen  # the next slot reuses this one's model inputs
             self._outage(slurm_failed, now, report)
             report.duration = time.monotonic() - t0
             self.crash.reach("before_slot_record")
@@ -301,7 +301,6 @@ class Service:
         if cluster == self._last_cluster:
             cluster = self._last_cluster  # the same object as last slot: the cached rows compare by identity
         self._last_cluster = cluster
-        self._models_seen, self._model_inputs = self._model_inputs or self._models_seen, {}
         ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), names  # lyasched.learn refits against it
         ctx.device = view.device_type
 
@@ -622,12 +621,12 @@ class Service:
     def _waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
         assert cost is not None
-        model = self._model_inputs.get(s.sig)
+        model = ctx.models.get(s.sig)
         if model is None:  # once per model per slot: correction, learned profile, start-up term
             learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device)
             model = (self._correction(ctx, s.sig), learned, startup_s)
             old = self._models_seen.get(s.sig)
-            model = self._model_inputs[s.sig] = self._models_seen[s.sig] = old if old == model else model
+            model = ctx.models[s.sig] = self._models_seen[s.sig] = old if old == model else model
         # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
         # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
         # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
