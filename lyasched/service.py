@@ -577,35 +577,15 @@ class Service:
                     acct.setdefault(a.job_id, a)
             except (SlurmError, ParseError) as e:
                 log.warning("sacct failed: %s", e)
-        updates: list[tuple[dict, dict[str, Any]]] = []
-        learned: list[tuple[dict, str, float]] = []
-        for row in gone:
-            rec = acct.get(row["slurm_id"])
-            if rec is not None and rec.start_time and rec.end_time:
-                observed = rec.elapsed if rec.elapsed is not None else rec.end_time - rec.start_time
-                updates.append((row, dict(state="finished", slurm_state=rec.state, started=rec.start_time,
-                                          ended=rec.end_time, observed=observed,
-                                          reason=f"finished: {rec.state} (from sacct)")))
-                learned.append((row, rec.state, observed))
-            else:
-                # Best effort without accounting: the job ended (or was cancelled) at some time
-                # between when it was last seen and now; which way is unknown. Record exactly that.
-                last = row["slurm_state"] or "?"
-                seen_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["last_seen"] or now))
-                why = "no accounting" if not self._accounting_enabled() else "not in sacct"
-                updates.append((row, dict(
-                    state="vanished", slurm_state="UNKNOWN_COMPLETED",
-                    reason=(f"final state unknown: purged by Slurm (MinJobAge) while not watched; last seen {last} "
-                            f"at {seen_at}, gone by {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))} ({why})"),
-                )))
-                log.warning("job %s: no longer known to Slurm (last seen %s): recorded UNKNOWN_COMPLETED",
-                            row["slurm_id"], last)
-            report.finished.append(row["slurm_id"])
-        with records.transaction(self.db):  # the slot's other record changes: lyasched.live.step.apply
-            for row, upd in updates:
-                records.upsert_job(self.db, row["uid"], **upd)
-        for row, state, observed in learned:  # after the commit, as for jobs Slurm still lists
-            self._finish(ctx, row, state, observed)
+        why = "no accounting" if not self._accounting_enabled() else "not in sacct"
+        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why) for row in gone]
+        step.apply(self.db, steps, now)  # the record state machine (lyasched.live.step), one transaction
+        for st in steps:
+            for w in st.warnings:
+                log.warning("%s", w)
+            report.finished.append(st.row["slurm_id"])
+            if st.learn is not None:  # after the commit, as for jobs Slurm still lists
+                self._finish(ctx, st.row, *st.learn)
 
     def _accounting_enabled(self) -> bool:
         if self._accounting is None:

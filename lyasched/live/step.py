@@ -1,7 +1,8 @@
 """The job record state machine: Slurm's view of a job folded into lyasched's record, purely.
 
 `step(row, job, now)` returns the change and what happened (started, finished, warnings);
-`apply(db, steps, now)` writes a whole slot's changes in one transaction. States:
+`vanished(row, acct, now, why)` the same for a job Slurm no longer lists; `apply(db, steps, now)`
+writes a batch of changes in one transaction. States:
 ``waiting`` (held, ours to decide) -> ``released`` (a start sent) -> ``running`` -> ``finished``;
 ``vanished`` when Slurm forgot a job unseen; ``invalid`` for a job whose cost summary does not decode.
 """
@@ -9,12 +10,13 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import sqlite_utils
 
-from lyasched.slurm.types import RAN_STATES, SlurmJob  # RAN_STATES: job states are classified in slurm.types
+from lyasched.slurm.types import RAN_STATES, AccountingRecord, SlurmJob  # RAN_STATES: job states are classified in slurm.types
 from lyasched.store import records
 from lyasched.store.placement import NodePlacement
 
@@ -31,6 +33,7 @@ class Step:
     finished: bool = False
     learn: tuple[str, float | None] | None = None  # (Slurm state, observed run time) for the cost table
     warnings: list[str] = field(default_factory=list)
+    seen: bool = True  # listed by Slurm this slot (last_seen moves to now); False for a vanished job
 
 
 def new_record(uid: str, job: SlurmJob, sig: str, err: str, now: float) -> dict:
@@ -82,6 +85,31 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
     return _done(out, row, upd)
 
 
+def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str) -> Step:
+    """A job the service followed that Slurm no longer lists (MinJobAge passed, or slurmctld
+    restarted with lost state): finished as accounting recorded it (``acct``, when it has both
+    times), else ``vanished`` with what was last seen (``why``: why accounting could not say). Pure."""
+    out = Step(uid=row["uid"], row=row, update={}, finished=True, seen=False)
+    if acct is not None and acct.start_time and acct.end_time:
+        observed = acct.elapsed if acct.elapsed is not None else acct.end_time - acct.start_time
+        upd: dict[str, Any] = dict(state="finished", slurm_state=acct.state, started=acct.start_time,
+                                   ended=acct.end_time, observed=observed, reason=f"finished: {acct.state} (from sacct)")
+        out.learn = (acct.state, observed)
+    else:
+        # Best effort without accounting: the job ended (or was cancelled) at some time between
+        # when it was last seen and now; which way is unknown. Record exactly that.
+        last = row["slurm_state"] or "?"
+        seen_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["last_seen"] or now))
+        upd = dict(state="vanished", slurm_state="UNKNOWN_COMPLETED", reason=(
+            f"final state unknown: purged by Slurm (MinJobAge) while not watched; last seen {last} "
+            f"at {seen_at}, gone by {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))} ({why})"))
+        out.warnings.append(f"job {row['slurm_id']}: no longer known to Slurm (last seen {last}): "
+                            "recorded UNKNOWN_COMPLETED")
+    out.update = upd
+    out.row = {**row, **upd}
+    return out
+
+
 def _done(out: Step, row: dict, upd: dict[str, Any]) -> Step:
     """The update is what differs from the record as stored (``out.row``), not from ``row``, which
     the vanished branch has already moved on (its state change would be lost otherwise)."""
@@ -101,10 +129,11 @@ def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float) -> None:
                 fields = {k: v for k, v in s.row.items() if k != "uid" and v is not None}
                 records.upsert_job(db, s.uid, **{**fields, "last_seen": now})
             elif s.update:
-                records.upsert_job(db, s.uid, last_seen=now, **s.update)
-            else:
+                records.upsert_job(db, s.uid, **({"last_seen": now} if s.seen else {}), **s.update)
+            elif s.seen:
                 touch.append((now, s.uid))
         if touch:
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", touch)
     for s in steps:
-        s.row["last_seen"] = now
+        if s.seen:
+            s.row["last_seen"] = now

@@ -1,0 +1,74 @@
+"""The job record state machine (lyasched.live.step): pure folds of Slurm's view into a record,
+and `apply`, which writes a batch of them in one transaction."""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from lyasched.live import step
+from lyasched.slurm.types import AccountingRecord, SlurmJob
+from lyasched.store import records
+
+NOW = 2_000_000.0
+
+
+def job(state: str = "PENDING", reason: str = "JobHeldUser", start: float | None = None, end: float | None = None,
+        nodes: tuple[str, ...] = (), gpn: int = 1) -> SlurmJob:
+    return SlurmJob(job_id="42", user="alice", unix_uid=1001, state=state, reason=reason, priority=0,
+                    submit_time=NOW - 100, start_time=start, end_time=end, time_limit=600.0,
+                    num_nodes=max(1, len(nodes)), gpus_per_node=gpn, nodes=nodes, partition="gpu",
+                    comment="lyasched:v1;id=uid-00000042", name="train")
+
+
+def record(state: str, **kw) -> dict:
+    row = step.new_record("uid-00000042", job(), "cnn:x", "", NOW - 100)
+    row.update(state=state, slurm_state="PENDING", last_seen=NOW - 30, **kw)
+    return row
+
+
+def test_a_held_job_that_starts_running_is_recorded_running_with_its_placement():
+    st = step.step(record("released", released_at=NOW - 30), job("RUNNING", "None", start=NOW - 10,
+                                                                 nodes=("n1", "n2"), gpn=2), NOW)
+    assert st.update["state"] == "running" and st.update["started"] == NOW - 10 and st.update["gpus"] == 4
+    assert st.update["placement"] == '[["n1", 2], ["n2", 2]]'
+    assert not st.finished and st.learn is None
+
+
+def test_a_finished_job_is_learned_from_only_when_it_ran():
+    ran = step.step(record("running", started=NOW - 60), job("COMPLETED", "None", NOW - 60, NOW - 5), NOW)
+    assert ran.finished and ran.learn == ("COMPLETED", 55.0) and ran.update["observed"] == 55.0
+    cancelled = step.step(record("waiting"), job("CANCELLED", "None"), NOW)
+    assert cancelled.finished and cancelled.learn == ("CANCELLED", None) and "observed" not in cancelled.update
+
+
+def test_an_unchanged_held_job_changes_nothing_but_last_seen():
+    st = step.step(record("waiting", name="train"), job(), NOW)
+    assert st.update == {}
+
+
+def test_a_vanished_job_is_finished_from_accounting_when_it_has_the_times():
+    st = step.vanished(record("running", started=NOW - 60), AccountingRecord("42", "COMPLETED", NOW - 60, NOW - 20, 40.0),
+                       NOW, "not in sacct")
+    assert st.update == dict(state="finished", slurm_state="COMPLETED", started=NOW - 60, ended=NOW - 20, observed=40.0,
+                             reason="finished: COMPLETED (from sacct)")
+    assert st.finished and st.learn == ("COMPLETED", 40.0) and not st.seen and not st.warnings
+
+
+def test_a_vanished_job_without_accounting_is_recorded_unknown_with_one_warning():
+    st = step.vanished(record("running"), None, NOW, "no accounting")
+    assert st.update["state"] == "vanished" and st.update["slurm_state"] == "UNKNOWN_COMPLETED"
+    assert st.update["reason"].startswith("final state unknown: purged by Slurm") and "(no accounting)" in st.update["reason"]
+    assert st.learn is None and len(st.warnings) == 1 and "UNKNOWN_COMPLETED" in st.warnings[0]
+
+
+def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished_jobs(tmp_path):
+    db = sqlite_utils.Database(tmp_path / "r.db")
+    records.ensure_schema(db)
+    new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
+    new.new = True
+    step.apply(db, [new], NOW)
+    assert records.get_job(db, "uid-00000042")["last_seen"] == NOW
+    gone = step.vanished(records.get_job(db, "uid-00000042"), None, NOW + 60, "no accounting")
+    step.apply(db, [gone], NOW + 60)
+    row = records.get_job(db, "uid-00000042")
+    assert row["state"] == "vanished" and row["last_seen"] == NOW  # last seen when Slurm last listed it
