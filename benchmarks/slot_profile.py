@@ -11,7 +11,7 @@ the figures are the slot's own cost: what is the same whichever Slurm backend re
 
 Per slot part (median over ``--slots`` later slots, after a first slot that records every job):
 the Slurm reads (here: handing over the lists), reconcile, records (`_sync`: decode + rows),
-vanished-job check, building the policy's input (`_waiting`), the policy, the slot record.
+vanished-job check, building the policy's input (`inputs.waiting`, `_waiting` before), the policy, the slot record.
 ``--profile`` adds cProfile's top functions of the later slots; ``--json`` prints one object.
 
     python benchmarks/slot_profile.py [--jobs 10000] [--nodes 4] [--slots 5] [--free] [--profile] [--json]
@@ -105,7 +105,7 @@ PARTS = {  # part name -> (object attribute path on the service, method)
     "reconcile": [("", "reconcile"), ("starter", "reconcile")],
     "records (sync)": [("", "_sync")],
     "vanished check": [("", "_vanished")],
-    "policy input": [("", "_waiting")],
+    "policy input": [("", "_waiting"), ("inputs", "waiting")],
     "policy": [("policy", "decide")],
 }
 

@@ -39,7 +39,6 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -47,30 +46,25 @@ import sqlite_utils
 
 from lyasched import gcpause, learn, startup  # GC pause; learning from reported step times; the start-up term
 from lyasched.config import Config
-from lyasched.cost import ClusterSpec, CostModel
-from lyasched.job import Job
+from lyasched.cost import CostModel
 from lyasched.policy import make_policy
 from lyasched.policy.placement import EQUAL_PER_NODE, fit_placement
-from lyasched.policy.snapshot import (
-    ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
-)
-from lyasched.policy.state import (
-    Capabilities, Placement, Policy, SlotState, WaitingJob, capabilities, waiting_job,
-)
+from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
+from lyasched.policy.state import Capabilities, Policy, SlotState, WaitingJob, capabilities
 from lyasched.live import step
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
 from lyasched.live.mover import Mover, MoveOrder, checkpointable
+from lyasched.live.inputs import PolicyInputs
 from lyasched.live.starter import Starter
 from lyasched.policy.movable import MovableJob
 from lyasched.slurm.backend import SlurmMoves
 from lyasched.store import moves as move_records
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
-from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.store import costtable, records
 from lyasched.clusterview import cluster_view, gpu_nodes
-from lyasched.store.jobrecord import JobRecord, decode_times
+from lyasched.store.jobrecord import JobRecord
 from lyasched.store.placement import NodePlacement
 from lyasched.summary import CostSummary
 
@@ -186,13 +180,8 @@ class Service:
         self.clock = clock
         self.stop_requested = threading.Event()
         self.busy = threading.Lock()
-        # (uid, job) -> (inputs: cluster, model inputs, summary; the rows); waiting jobs only
-        self._rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
-        self._models_seen: dict[str, tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
-        self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._accounting: bool | None = None
         self._warned: set[str] = set()
-        self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.starter = Starter(lambda: self.db, self.slurm, CrashPoints.from_env(), config.release_grace)
         # moves of running checkpointable jobs (lyasched.live.mover), for a policy that moves jobs
         self.mover = Mover(lambda: self.db, self.slurm, self.starter.crash, config.move_timeout,
@@ -204,8 +193,7 @@ class Service:
         self._quiet = _QUIET
         self._quiet.active = False
         records.ensure_schema(self.db)
-        self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
-        self._load_arrivals()
+        self.inputs = PolicyInputs(lambda: self.db, clock)  # each job as the policy's input (lyasched.live.inputs)
 
     @property
     def crash(self) -> CrashPoints:
@@ -246,7 +234,7 @@ class Service:
             except Exception as e:  # noqa: BLE001 - a bug must not stop the service; the next slot retries
                 report.error = f"internal error: {type(e).__name__}: {e}"[:500]
                 log.exception("slot failed")
-            self._models_seen = ctx.models or self._models_seen  # the next slot reuses this one's model inputs
+            self.inputs.end_slot(ctx)
             self._outage(slurm_failed, now, report)
             report.duration = time.monotonic() - t0
             self.crash.reach("before_slot_record")
@@ -297,10 +285,7 @@ class Service:
         index = {name: i for i, name in enumerate(names)}
         free = [n.gpus_free for n in nodes]
         view = cluster_view(nodes, self.config, self.db)  # lyasub's view too: same device key, calibrated links
-        cluster = view.spec
-        if cluster == self._last_cluster:
-            cluster = self._last_cluster  # the same object as last slot: the cached rows compare by identity
-        self._last_cluster = cluster
+        cluster = self.inputs.cluster(view.spec)
         ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), names  # lyasched.learn refits against it
         ctx.device = view.device_type
 
@@ -331,33 +316,16 @@ class Service:
                 placement = NodePlacement.from_json(row["placement"]).to_indices(index)
                 for i, c in placement:
                     free[i] = max(0, free[i] - c)
-                running.append(self._running(job, row, placement, now))
+                running.append(self.inputs.running(job, row, placement, now))
             elif job.running:
                 placement = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_indices(index)
-                running.append(self._running(job, row, placement, now))
+                running.append(self.inputs.running(job, row, placement, now))
             elif row["state"] == "waiting" and job.held_by_service:
-                s, _ = self._decode(job.comment)
+                s, _ = self.inputs.decode(job.comment)
                 assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
-                waiting.append(self._waiting(ctx, s, job))
+                waiting.append(self.inputs.waiting(ctx, s, job))
 
-        # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
-        # stays the size of the queue over months of service, and kept rows keep their identity
-        # for the policy's own per-job memo.
-        if len(self._rows) != len(ctx.rows_used):  # every key used this slot is in _rows
-            self._rows = {k: v for k, v in self._rows.items() if k in ctx.rows_used}
-        arr_t, arr_cum = self.arrivals.arrays()
-        n_arr = int(np.searchsorted(arr_t, now, side="right"))
-        snap = ClusterSnapshot(
-            now=now,
-            slot_len=self.config.slot_seconds,
-            nodes=tuple(names),
-            free=tuple(free),
-            gpus_per_node=cluster.gpus_per_node,
-            waiting=tuple(sorted(waiting, key=attrgetter("submit_time", "job_id"))),
-            running=tuple(running),
-            arrivals_t=arr_t[:n_arr],
-            arrivals_cum_gpu_s=arr_cum[:n_arr],
-        )
+        snap = self.inputs.snapshot(ctx, self.config.slot_seconds, free, cluster.gpus_per_node, waiting, running)
         self.last_snapshot = snap
         state = self.builder.build(snap)
         movable = 0
@@ -401,12 +369,12 @@ class Service:
         out, n = [], 0
         for rj in state.running:
             job, row = by_id.get(rj.job_id, (None, None))
-            s = self._decode(job.comment)[0] if job is not None else None
+            s = self.inputs.decode(job.comment)[0] if job is not None else None
             if (job is None or row is None or s is None or not job.running or row["state"] != "running"
                     or rj.job_id in moving or not checkpointable(row)):
                 out.append(replace(rj, preemptible=False))
                 continue
-            wj = self._waiting(ctx, s, job)
+            wj = self.inputs.waiting(ctx, s, job)
             done = last.get(row["uid"])
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
             pred = row.get("predicted")
@@ -474,7 +442,7 @@ class Service:
         for job in jobs:
             if self.config.users and job.user not in self.config.users:
                 continue
-            s, err = self._decode(job.comment)
+            s, err = self.inputs.decode(job.comment)
             uid = s.uid if s is not None else f"slurm-{job.job_id}"
             old = by_uid.get(uid)
             if old is not None:
@@ -530,13 +498,6 @@ class Service:
                 if st.learn is not None:
                     self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
         return seen
-
-    def _correction(self, ctx: SlotContext, sig: str) -> float:
-        """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
-        if sig not in ctx.corrections:
-            entry = costtable.get(self.db, sig, ctx.device)
-            ctx.corrections[sig] = bounded_correction(entry.correction if entry else None)
-        return ctx.corrections[sig]
 
     def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
         """Feed a completed job's observed run time to the cost table, creating the model's entry
@@ -595,97 +556,3 @@ class Service:
                 self._accounting = False
             records.set_meta(self.db, "accounting", str(self._accounting))
         return self._accounting
-
-    # ------------------------------------------------------------ policy inputs
-
-    def _waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
-        cost = ctx.cost
-        assert cost is not None
-        model = ctx.models.get(s.sig)
-        if model is None:  # once per model per slot: correction, learned profile, start-up term
-            learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device)
-            model = (self._correction(ctx, s.sig), learned, startup_s)
-            old = self._models_seen.get(s.sig)
-            model = ctx.models[s.sig] = self._models_seen[s.sig] = old if old == model else model
-        # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
-        # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
-        # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
-        key = (s.uid, job.job_id)
-        inputs = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
-        ctx.rows_used.add(key)
-        hit = self._rows.get(key)
-        wj = hit[1] if hit is not None and hit[0] == inputs else None
-        if wj is None:
-            correction, learned, startup_s = model
-            profile = learned or s.to_profile()
-            limit = job.time_limit if math.isfinite(job.time_limit) else None
-            j = Job(
-                job_id=job.job_id,
-                profile=profile,
-                global_batch=s.global_batch,
-                iterations=s.iterations,
-                submit_time=job.submit_time or self.clock(),
-                min_gpus=s.min_gpus,
-                max_gpus=s.max_gpus,
-                requested_gpus=s.min_gpus,
-                time_limit=limit,
-                user=job.user,
-            )
-            wj = waiting_job(j, cost, cost.cluster.total_gpus)
-            # A summary is not trusted blindly: predictions are scaled by the correction learned
-            # from this model's observed run times (bounded) and never exceed the Slurm time limit.
-            wj = replace(
-                wj,
-                run_one_node=clamp_run_times(wj.run_one_node, limit, correction),
-                run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
-                work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
-            )
-            wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
-            self._rows[key] = (inputs, wj)
-            self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
-            records.upsert_job(
-                self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
-                pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
-            )
-        return wj
-
-    def _decode(self, comment: str) -> tuple[CostSummary | None, str]:
-        """Decoded summary (or None and why), cached: a job's comment is read every slot."""
-        hit = self._summaries.get(comment)
-        if hit is None:
-            try:
-                hit = (CostSummary.decode(comment), "")
-            except ValueError as e:
-                hit = (None, str(e))
-            if len(self._summaries) > 100_000:
-                self._summaries.clear()
-            self._summaries[comment] = hit
-        return hit
-
-    def _running(self, job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningObs:
-        """A running (or released) job as observed; its horizon is the builder's (policy/snapshot.py)."""
-        pred = row.get("predicted")
-        return RunningObs(
-            job_id=job.job_id,
-            placement=placement,
-            start_time=job.start_time or row.get("released_at") or now,
-            predicted_run=float(pred) if pred else math.nan,
-            time_limit=job.time_limit,
-        )
-
-    def _load_arrivals(self) -> None:
-        """Rebuild the arrival history from the records (a restart keeps the offered-load estimate):
-        every job whose rows were computed, at its requested count (predictions stored to the ms)."""
-        for row in self.db.query("select slurm_id, submit_time, summary, pred_one, pred_multi from jobs "
-                                 "where pred_one is not null and submit_time is not null"):
-            try:
-                s = CostSummary.decode(row["summary"])
-                one = np.array(decode_times(row["pred_one"]), dtype=float)
-                multi = np.array(decode_times(row["pred_multi"]) or [math.inf] * len(one), dtype=float)
-            except (ValueError, TypeError):
-                continue
-            if not len(one):
-                continue
-            wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
-                            run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
-            self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))

@@ -435,7 +435,7 @@ def test_observed_run_times_correct_later_predictions_of_the_same_model(db):
     pred2 = records.get_job(db, "uid-00000032")["predicted"]
     assert pred2 == pytest.approx(pred1 * entry.correction, rel=1e-6)
     # rows are kept only for jobs still waiting: the finished first job's are gone
-    assert not any(k[0] == "uid-00000031" for k in svc._rows)
+    assert not any(k[0] == "uid-00000031" for k in svc.inputs.rows)
 
 
 def test_a_skipped_decision_records_its_placement_by_node_name(db):

@@ -1,5 +1,7 @@
 """The live service's parts, one responsibility each (`lyasched.service.Service` wires them):
 
+- `inputs.PolicyInputs`: each job as the policy's input (rows, running views, arrival history)
+  and the slot's `ClusterSnapshot`;
 - `context.SlotContext`: everything one slot carries (time, cluster, device, the decisions it
   records), passed through the slot instead of kept on the service;
 - `step`: the job record state machine, a pure map (record, Slurm job) -> (record update,

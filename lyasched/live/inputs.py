@@ -1,0 +1,184 @@
+"""Observe: each job the service follows as the policy's input, and the slot's `ClusterSnapshot`.
+
+A waiting job's rows (`WaitingJob`: predicted run time per GPU count, corrected by what the cost
+table learned, clamped to the time limit, with the start-up term) are made once and kept while
+their inputs are unchanged; a running job is a `RunningObs`; the arrival history survives a
+restart (rebuilt from the records). The snapshot goes to the one `SlotStateBuilder`
+(lyasched.policy.snapshot) the simulator uses too; the service (`Service._slot`) only gathers
+which jobs wait and run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from operator import attrgetter
+from typing import Callable, Sequence
+
+import numpy as np
+import sqlite_utils
+
+from lyasched import learn, startup
+from lyasched.cost import ClusterSpec
+from lyasched.job import Job
+from lyasched.live.context import SlotContext
+from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s
+from lyasched.policy.state import Placement, WaitingJob, waiting_job
+from lyasched.security import bounded_correction, clamp_run_times
+from lyasched.slurm.types import SlurmJob
+from lyasched.store import costtable, records
+from lyasched.store.jobrecord import decode_times
+from lyasched.summary import CostSummary
+
+
+class PolicyInputs:
+    """The policy-input side of the service: ``db`` opens this thread's records connection,
+    ``clock`` stands in for a job's unknown submit time."""
+
+    def __init__(self, db: Callable[[], sqlite_utils.Database], clock: Callable[[], float]) -> None:
+        self._db = db
+        self.clock = clock
+        # (uid, job) -> (inputs: cluster, model inputs, summary, ...; the rows); waiting jobs only
+        self.rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
+        self._models_seen: dict[str, tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
+        self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
+        self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
+        self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
+        self.load_arrivals()
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        return self._db()
+
+    def cluster(self, spec: ClusterSpec) -> ClusterSpec:
+        """This slot's cluster: the last slot's object when equal (the cached rows compare by identity)."""
+        if spec == self._last_cluster:
+            return self._last_cluster
+        self._last_cluster = spec
+        return spec
+
+    def snapshot(self, ctx: SlotContext, slot_len: float, free: Sequence[int], gpus_per_node: int,
+                 waiting: Sequence[WaitingJob], running: Sequence[RunningObs]) -> ClusterSnapshot:
+        """The slot's input as observed (the rows of jobs no longer waiting are dropped here)."""
+        # Rows of jobs no longer waiting (started, gone, corrected anew) are dropped: the cache
+        # stays the size of the queue over months of service, and kept rows keep their identity
+        # for the policy's own per-job memo.
+        if len(self.rows) != len(ctx.rows_used):  # every key used this slot is in rows
+            self.rows = {k: v for k, v in self.rows.items() if k in ctx.rows_used}
+        arr_t, arr_cum = self.arrivals.arrays()
+        n_arr = int(np.searchsorted(arr_t, ctx.now, side="right"))
+        return ClusterSnapshot(
+            now=ctx.now,
+            slot_len=slot_len,
+            nodes=tuple(ctx.names),
+            free=tuple(free),
+            gpus_per_node=gpus_per_node,
+            waiting=tuple(sorted(waiting, key=attrgetter("submit_time", "job_id"))),
+            running=tuple(running),
+            arrivals_t=arr_t[:n_arr],
+            arrivals_cum_gpu_s=arr_cum[:n_arr],
+        )
+
+    def end_slot(self, ctx: SlotContext) -> None:
+        """The next slot reuses this one's model inputs (also called for a slot that failed)."""
+        self._models_seen = ctx.models or self._models_seen
+
+    def correction(self, ctx: SlotContext, sig: str) -> float:
+        """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
+        if sig not in ctx.corrections:
+            entry = costtable.get(self.db, sig, ctx.device)
+            ctx.corrections[sig] = bounded_correction(entry.correction if entry else None)
+        return ctx.corrections[sig]
+
+    def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
+        cost = ctx.cost
+        assert cost is not None
+        model = ctx.models.get(s.sig)
+        if model is None:  # once per model per slot: correction, learned profile, start-up term
+            learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device)
+            model = (self.correction(ctx, s.sig), learned, startup_s)
+            old = self._models_seen.get(s.sig)
+            model = ctx.models[s.sig] = self._models_seen[s.sig] = old if old == model else model
+        # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
+        # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
+        # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
+        key = (s.uid, job.job_id)
+        inputs = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
+        ctx.rows_used.add(key)
+        hit = self.rows.get(key)
+        wj = hit[1] if hit is not None and hit[0] == inputs else None
+        if wj is None:
+            correction, learned, startup_s = model
+            profile = learned or s.to_profile()
+            limit = job.time_limit if math.isfinite(job.time_limit) else None
+            j = Job(
+                job_id=job.job_id,
+                profile=profile,
+                global_batch=s.global_batch,
+                iterations=s.iterations,
+                submit_time=job.submit_time or self.clock(),
+                min_gpus=s.min_gpus,
+                max_gpus=s.max_gpus,
+                requested_gpus=s.min_gpus,
+                time_limit=limit,
+                user=job.user,
+            )
+            wj = waiting_job(j, cost, cost.cluster.total_gpus)
+            # A summary is not trusted blindly: predictions are scaled by the correction learned
+            # from this model's observed run times (bounded) and never exceed the Slurm time limit.
+            wj = replace(
+                wj,
+                run_one_node=clamp_run_times(wj.run_one_node, limit, correction),
+                run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
+                work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
+            )
+            wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
+            self.rows[key] = (inputs, wj)
+            self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
+            records.upsert_job(
+                self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
+                pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
+            )
+        return wj
+
+    def decode(self, comment: str) -> tuple[CostSummary | None, str]:
+        """Decoded summary (or None and why), cached: a job's comment is read every slot."""
+        hit = self._summaries.get(comment)
+        if hit is None:
+            try:
+                hit = (CostSummary.decode(comment), "")
+            except ValueError as e:
+                hit = (None, str(e))
+            if len(self._summaries) > 100_000:
+                self._summaries.clear()
+            self._summaries[comment] = hit
+        return hit
+
+    @staticmethod
+    def running(job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningObs:
+        """A running (or released) job as observed; its horizon is the builder's (policy/snapshot.py)."""
+        pred = row.get("predicted")
+        return RunningObs(
+            job_id=job.job_id,
+            placement=placement,
+            start_time=job.start_time or row.get("released_at") or now,
+            predicted_run=float(pred) if pred else math.nan,
+            time_limit=job.time_limit,
+        )
+
+    def load_arrivals(self) -> None:
+        """Rebuild the arrival history from the records (a restart keeps the offered-load estimate):
+        every job whose rows were computed, at its requested count (predictions stored to the ms)."""
+        for row in self.db.query("select slurm_id, submit_time, summary, pred_one, pred_multi from jobs "
+                                 "where pred_one is not null and submit_time is not null"):
+            try:
+                s = CostSummary.decode(row["summary"])
+                one = np.array(decode_times(row["pred_one"]), dtype=float)
+                multi = np.array(decode_times(row["pred_multi"]) or [math.inf] * len(one), dtype=float)
+            except (ValueError, TypeError):
+                continue
+            if not len(one):
+                continue
+            wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
+                            run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
+            self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
