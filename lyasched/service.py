@@ -1,34 +1,23 @@
 """The live scheduler, one slot at a time: Slurm state in, policy decision, Slurm updates out.
 
-Each slot (`Service.run_slot`):
+`Service` wires the parts of lyasched.live; each slot (`Service.run_slot`, then `_slot`):
 
-1. read every lyasched job (``slurm.jobs()``, comment tagged ``lyasched:v1;``) and every node's
-   GPUs (``slurm.nodes()``): GPUs held by any job, lyasched or not, are busy; a drained or down
-   node has none free;
-2. bring the records up to date (new jobs, started, finished: observed run time, cost-table
-   refinement), hold again any job released more than ``release_grace`` ago that Slurm has
-   not started (its GPUs were taken meanwhile), so it is reconsidered;
-3. build the same `SlotState` the simulator builds and call the same policy
-   (`make_policy(config.policy, **config.params)`);
-4. for each start: ``slurm.resize`` (nodes, one task per node, GPUs per node, node list) and
-   ``slurm.release``; record the slot and its decisions.
+1. observe: read every lyasched job (``slurm.jobs()``, comment tagged ``lyasched:v1;``) and every
+   node's GPUs (``slurm.nodes()``; GPUs held by any job, lyasched or not, are busy; a drained or
+   down node has none free), through the cluster view lyasub uses too (lyasched.clusterview);
+2. close the starts a crash left open (`Starter.reconcile`) and advance open moves (`Mover`);
+3. bring the records up to date: the pure state machine (lyasched.live.step) in one transaction,
+   the cost table taught from finished jobs (`_finish`); hold again a job released more than
+   ``release_grace`` ago that Slurm has not started (its GPUs were taken meanwhile);
+4. decide: the jobs' rows and the `ClusterSnapshot` (lyasched.live.inputs) -> the one
+   `SlotStateBuilder` the simulator uses -> ``policy.decide``;
+5. act: each start through `Starter.start` (intent, ``scontrol update``, ``release``; the placement
+   rule of lyasched.policy.placement re-places or skips what Slurm cannot express), each move
+   through `Mover.begin`; record the slot and its decisions.
 
 Slurm is reached through the `Slurm` interface (lyasched.slurm.backend): its CLI tools or pyslurm,
-the same calls and errors either way (docs/slurm-backends.md).
-
-Slurm can only express the same GPU count on every node of a job (``TresPerNode``), so a
-multi-node placement with unequal counts is re-placed on k nodes with g/k GPUs each (the
-fewest nodes that have room, preferring the nodes the policy chose); if no such k exists the
-job waits for a later slot. The service only ever calls Slurm (its tools or libslurm), never user code.
-
-Crash consistency (docs/reliability.md): each start is written as an *intent* before
-the resize (``scontrol update``) and closed, with the job's row and its decision, in one
-transaction after the release. Every slot first reconciles the open intents with Slurm, the source of
-truth: a job Slurm shows released (pending without the hold, running or finished) was started,
-and the intent is applied; a job still held was not, so the intent is aborted and the job is
-decided again (its leftover ``update`` is harmless: a held job does not run, and the next start
-rewrites every field). A job id runs once in Slurm (requeue is refused by the plugin), and the
-service only releases a job it sees held in the same slot, so a restart cannot start a job twice.
+the same calls and errors either way (docs/slurm-backends.md). The service only ever calls Slurm,
+never user code. Crash consistency: lyasched.live.starter, lyasched.live.mover, docs/reliability.md.
 """
 
 from __future__ import annotations
