@@ -22,7 +22,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lyasched.cost import ClusterSpec, CostModel, Profile, ring_allreduce_time
 from lyasched.fit import fit_linear
@@ -283,3 +283,34 @@ def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, count
     gpn = cost.cluster.gpus_per_node
     return {g: corr * cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
             for g in counts}
+
+
+def job_finished(db: Any, row: dict, slurm_state: str, observed: float | None, device: str,
+                 cluster: ClusterSpec | None, workdir: Callable[[], str | None]) -> None:
+    """What a finished job teaches the cost table (the service calls it once per finished job):
+    a COMPLETED job with a prediction and an observed run time creates its model's entry from
+    its cost summary the first time; then its step report refits the profile (`job_ended`), or,
+    when it wrote none, its observed/predicted ratio refines the correction. ``workdir``: where
+    the job wrote its report, asked only when needed."""
+    from lyasched import startup
+    from lyasched.store import costtable, records
+    from lyasched.store.jobrecord import JobRecord
+    from lyasched.summary import CostSummary
+
+    pred = row.get("predicted")
+    if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
+        return
+    try:
+        if costtable.get(db, row["sig"], device) is None and row.get("summary"):
+            s = CostSummary.decode(row["summary"])
+            p = s.to_profile()
+            costtable.put(db, {
+                "signature": s.sig, "device_type": device, "model": s.sig, "alpha": p.alpha, "beta": p.beta,
+                "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
+                "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
+            })
+        if not job_ended(db, JobRecord.from_row(row), device, cluster, workdir()):
+            costtable.refine(db, row["sig"], device, *startup.steady(float(pred), float(observed), startup.seconds(db)))
+        records.upsert_job(db, row["uid"], refined=1)
+    except ValueError as e:
+        log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)

@@ -7,7 +7,7 @@
    down node has none free), through the cluster view lyasub uses too (lyasched.clusterview);
 2. close the starts a crash left open (`Starter.reconcile`) and advance open moves (`Mover`);
 3. bring the records up to date: the pure state machine (lyasched.live.step) in one transaction,
-   the cost table taught from finished jobs (`_finish`); hold again a job released more than
+   the cost table taught from finished jobs (`learn.job_finished`); hold again a job released more than
    ``release_grace`` ago that Slurm has not started (its GPUs were taken meanwhile);
 4. decide: the jobs' rows and the `ClusterSnapshot` (lyasched.live.inputs) -> the one
    `SlotStateBuilder` the simulator uses -> ``policy.decide``;
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import sqlite_utils
 
-from lyasched import gcpause, learn, startup  # GC pause; learning from reported step times; the start-up term
+from lyasched import gcpause, learn  # GC pause; learning from finished jobs (cost table, step reports)
 from lyasched.config import Config
 from lyasched.cost import CostModel
 from lyasched.policy import make_policy
@@ -51,9 +51,8 @@ from lyasched.slurm.backend import SlurmMoves
 from lyasched.store import moves as move_records
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
-from lyasched.store import costtable, records
+from lyasched.store import records
 from lyasched.clusterview import cluster_view, gpu_nodes
-from lyasched.store.jobrecord import JobRecord
 from lyasched.store.placement import NodePlacement
 from lyasched.summary import CostSummary
 
@@ -489,27 +488,9 @@ class Service:
         return seen
 
     def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
-        """Feed a completed job's observed run time to the cost table, creating the model's entry
-        from the job's cost summary the first time, so later jobs of the model are corrected."""
-        pred, device = row.get("predicted"), ctx.device
-        if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
-            return
-        try:
-            if costtable.get(self.db, row["sig"], device) is None and row.get("summary"):
-                s = CostSummary.decode(row["summary"])
-                p = s.to_profile()
-                costtable.put(self.db, {
-                    "signature": s.sig, "device_type": device, "model": s.sig, "alpha": p.alpha, "beta": p.beta,
-                    "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
-                    "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
-                })
-            # lyasched.learn: a job that reported its step times refits the profile instead
-            if not learn.job_ended(self.db, JobRecord.from_row(row), device, ctx.cluster, learn.workdir_of(self.slurm, row["slurm_id"])):
-                costtable.refine(self.db, row["sig"], device, *startup.steady(float(pred), float(observed),
-                                                                              startup.seconds(self.db)))
-            records.upsert_job(self.db, row["uid"], refined=1)
-        except ValueError as e:
-            log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
+        """What a finished job teaches the cost table (lyasched.learn.job_finished)."""
+        learn.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
+                           lambda: learn.workdir_of(self.slurm, row["slurm_id"]))
 
     def _vanished(self, seen: dict, ctx: SlotContext) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted

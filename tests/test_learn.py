@@ -293,3 +293,28 @@ def test_lyasub_predictions_use_the_services_lookup(tmp_path):
     assert corr > 1.0
     got = submit_predictions(path, s, "gpu", cost, [1, 2, 4])
     assert all(got[g] == pytest.approx(corr * bare[g] + 32.0) for g in (1, 2, 4))
+
+
+def test_job_finished_teaches_the_cost_table_only_from_a_completed_predicted_job(tmp_path):
+    """lyasched.learn.job_finished (the service's cost-table teaching): the model's entry made from
+    the cost summary the first time, the correction refined when the job wrote no step report."""
+    from lyasched.learn import job_finished
+    from lyasched.summary import CostSummary
+
+    db = open_db(tmp_path / "t.db")
+    records.ensure_schema(db)
+    s = CostSummary(uid="uid-00000077", sig="cnn:teach", global_batch=64, iterations=1000, min_gpus=1, max_gpus=4,
+                    alpha=0.05, beta=0.001, params=1_000_000)
+    row = dict(uid=s.uid, slurm_id="77", sig=s.sig, summary=s.encode(), predicted=100.0, refined=None)
+    records.upsert_job(db, s.uid, slurm_id="77", sig=s.sig, summary=row["summary"], predicted=100.0, state="finished")
+
+    def no_workdir():
+        raise AssertionError("asked for the work directory of a job that teaches nothing")
+
+    job_finished(db, row, "FAILED", 150.0, "gpu", None, no_workdir)
+    job_finished(db, {**row, "predicted": None}, "COMPLETED", 150.0, "gpu", None, no_workdir)
+    assert costtable.get(db, s.sig, "gpu") is None
+    job_finished(db, row, "COMPLETED", 150.0, "gpu", None, lambda: str(tmp_path / "nowhere"))
+    entry = costtable.get(db, s.sig, "gpu")
+    assert entry is not None and entry.observations == 1 and entry.correction > 1.0
+    assert records.get_job(db, s.uid)["refined"] == 1
