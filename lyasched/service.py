@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import sqlite_utils
 
 from lyasched import gcpause, learn  # GC pause; learning from finished jobs (cost table, step reports)
@@ -43,12 +41,11 @@ from lyasched.policy.state import Capabilities, Policy, SlotState, WaitingJob, c
 from lyasched.live import step
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
-from lyasched.live.mover import Mover, MoveOrder, checkpointable
+from lyasched.live.mover import Mover, MoveOrder
 from lyasched.live.inputs import PolicyInputs
 from lyasched.live.starter import Starter
 from lyasched.policy.movable import MovableJob
 from lyasched.slurm.backend import SlurmMoves
-from lyasched.store import moves as move_records
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.store import records
@@ -318,7 +315,7 @@ class Service:
         state = self.builder.build(snap)
         movable = 0
         if self.caps.moves:
-            state, movable = self._movable(ctx, state, seen, moving)
+            state, movable = self.inputs.movable(ctx, state, seen, moving)
         self.last_state = state
         report.free = dict(zip(names, free))
         report.waiting, report.running = len(waiting), len(running)
@@ -345,44 +342,6 @@ class Service:
             self.starter.start(job, row, wj, d, ctx)
 
     # ------------------------------------------------------------ moves (docs/elastic.md)
-
-    def _movable(self, ctx: SlotContext, state: SlotState, seen: dict,
-                 moving: dict[str, dict]) -> tuple[SlotState, int]:
-        """The running jobs as a moving policy sees them: `MovableJob` for a running checkpointable
-        job with no open move, not preemptible otherwise. Remaining rows: the job's rows (as if
-        waiting) times the share left, from the progress saved at its last move and the time run
-        since its last (re)start against the prediction for this run."""
-        by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
-        last = move_records.last_done(self.db)
-        out, n = [], 0
-        for rj in state.running:
-            job, row = by_id.get(rj.job_id, (None, None))
-            s = self.inputs.decode(job.comment)[0] if job is not None else None
-            if (job is None or row is None or s is None or not job.running or row["state"] != "running"
-                    or rj.job_id in moving or not checkpointable(row)):
-                out.append(replace(rj, preemptible=False))
-                continue
-            wj = self.inputs.waiting(ctx, s, job)
-            done = last.get(row["uid"])
-            saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
-            pred = row.get("predicted")
-            seg = float(pred) if pred else math.nan
-            run = max(0.0, ctx.now - rj.start_time)
-            seg_left = min(1.0, max(0.02, 1.0 - run / seg)) if math.isfinite(seg) and seg > 0 else 1.0
-            share = (1.0 - saved) * seg_left
-            with np.errstate(invalid="ignore"):
-                one = np.where(np.isfinite(wj.run_one_node), wj.run_one_node * share, np.inf)
-                multi = np.where(np.isfinite(wj.run_multi_node), wj.run_multi_node * share, np.inf)
-            cost = move_records.measured_cost(self.db, row["uid"])
-            out.append(MovableJob(
-                job_id=rj.job_id, gpus=rj.gpus, placement=rj.placement, start_time=rj.start_time,
-                expected_end=rj.expected_end, attained=rj.attained, preemptible=True, predicted_end=rj.predicted_end,
-                requested_gpus=max(1, min(s.min_gpus, len(one))), move_cost_s=cost if cost is not None else math.nan,
-                waited_s=max(0.0, rj.start_time - wj.submit_time), work_left=wj.work * share,
-                remaining_one_node=one, remaining_multi_node=multi,
-            ))
-            n += 1
-        return replace(state, running=tuple(out)), n
 
     def _moves(self, ctx: SlotContext, result: Any, seen: dict, state: SlotState) -> None:
         """Begin the moves the policy decided: a job in ``preempt`` is suspended, or resized when
