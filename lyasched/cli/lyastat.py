@@ -133,6 +133,16 @@ def _loads(text: str | None, default: Any) -> Any:
         return default
 
 
+def _placement(text: str | None) -> list:
+    """A placement column as ``[[node, gpus], ...]`` (the records' codec, NodePlacement); [] if unreadable."""
+    from lyasched.store.placement import NodePlacement
+
+    try:
+        return [[n, g] for n, g in NodePlacement.from_json(text).parts]
+    except (ValueError, TypeError):
+        return []
+
+
 def job_view(rec: JobRecord, live: dict | None, now: float) -> dict:
     """One job as lyastat shows it: the record, with Slurm's live state where it has one."""
     j = live.get(rec.slurm_id) if live else None
@@ -328,7 +338,7 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
     from lyasched.store import moves as move_records  # docs/elastic.md
 
     mv = [{"time": m["created"], "kind": m["kind"], "from_gpus": m["from_gpus"], "to_gpus": m["to_gpus"],
-           "to_placement": _loads(m["to_placement"], []), "state": m["state"], "step": m["step"],
+           "to_placement": _placement(m["to_placement"]), "state": m["state"], "step": m["step"],
            "reason": m["reason"], "checkpoint_step": m["ckpt_step"], "cost_s": m["cost_s"],
            "resolution": m["resolution"]} for m in move_records.for_job(rdb, rec.uid)]
     if as_json:

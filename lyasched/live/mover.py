@@ -109,9 +109,9 @@ class Mover:
         for m in moves.open_moves(self.db):
             if not m["to_placement"]:
                 continue
-            have = dict(json.loads(m["from_placement"] or "[]"))
-            for node, g in json.loads(m["to_placement"]):
-                extra = int(g) - int(have.get(node, 0))
+            have = dict(NodePlacement.from_json(m["from_placement"]).parts)
+            for node, g in NodePlacement.from_json(m["to_placement"]).parts:
+                extra = g - have.get(node, 0)
                 if extra > 0 and node in index:
                     out.append((index[node], extra))
         return out
