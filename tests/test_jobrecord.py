@@ -75,3 +75,20 @@ def test_decision_record(tmp_path) -> None:
     [d] = jobrecord.decisions(db, "u1")
     assert isinstance(d, DecisionRecord) and d.placement == NodePlacement((("node3", 2),)) and d.nodes == ("node3",)
     assert DecisionRecord.from_row(d.to_row()) == d
+
+
+def test_slot_record_decodes_its_json_columns(tmp_path):
+    import sqlite_utils
+
+    from lyasched.store import jobrecord
+
+    db = sqlite_utils.Database(tmp_path / "s.db")
+    records.ensure_schema(db)
+    assert jobrecord.last_slot(db) is None
+    records.record_slot(db, time=10.0, q=1.5, z=2.5, free_gpus=3, free='{"n1": 1, "n2": 2}', waiting=4, running=1,
+                        decisions='[{"slurm_id": "7", "gpus": 2}]', duration=0.01, policy="lyapunov", error="")
+    records.record_slot(db, time=40.0, free="not json", decisions=None, policy="lyapunov", error=None)
+    first = jobrecord.SlotRecord.from_row(next(iter(db.query("select * from slots order by id"))))
+    assert first.free == {"n1": 1, "n2": 2} and first.started == ({"slurm_id": "7", "gpus": 2},) and first.q == 1.5
+    last = jobrecord.last_slot(db)
+    assert last is not None and last.time == 40.0 and last.free == {} and last.started == () and last.error == ""

@@ -126,13 +126,6 @@ def live_jobs(user: str | None, slurm: Any = None, config: str | None = None) ->
         return None
 
 
-def _loads(text: str | None, default: Any) -> Any:
-    try:
-        return json.loads(text) if text else default
-    except ValueError:
-        return default
-
-
 def _placement(text: str | None) -> list:
     """A placement column as ``[[node, gpus], ...]`` (the records' codec, NodePlacement); [] if unreadable."""
     from lyasched.store.placement import NodePlacement
@@ -237,7 +230,7 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
 def show_queue(rdb, as_json: bool) -> None:
     from lyasched.store import records
 
-    slot = records.last_slot(rdb)
+    slot = jobrecord.last_slot(rdb)
     counts = {
         st: n for st, n in rdb.execute("select state, count(*) from jobs group by state").fetchall()
     }
@@ -248,19 +241,19 @@ def show_queue(rdb, as_json: bool) -> None:
     }
     if slot:
         out["last_slot"] = {
-            "id": slot["id"],
-            "time": slot["time"],
-            "time_iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(slot["time"])),
-            "duration": slot["duration"],
-            "q": slot["q"],
-            "z": slot["z"],
-            "free_gpus": slot["free_gpus"],
-            "free": _loads(slot["free"], {}),
-            "waiting": slot["waiting"],
-            "running": slot["running"],
-            "started": _loads(slot["decisions"], []),
-            "policy": slot["policy"],
-            "error": slot["error"] or "",
+            "id": slot.id,
+            "time": slot.time,
+            "time_iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(slot.time)),
+            "duration": slot.duration,
+            "q": slot.q,
+            "z": slot.z,
+            "free_gpus": slot.free_gpus,
+            "free": dict(slot.free),
+            "waiting": slot.waiting,
+            "running": slot.running,
+            "started": list(slot.started),
+            "policy": slot.policy,
+            "error": slot.error,
         }
     out["startup"] = [t.to_dict() for t in _startup_terms(rdb)]
     if as_json:

@@ -1,4 +1,4 @@
-"""Typed rows of the service database (lyasched.store.records): a job and a decision.
+"""Typed rows of the service database (lyasched.store.records): a job, a decision, a slot.
 
 The tables keep JSON in text columns (node lists, placements, predicted run times, the cost
 summary as its ``lyasched:v1;`` text). These classes are the one place that decodes them:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import sqlite_utils
@@ -133,6 +133,41 @@ class DecisionRecord:
         return d
 
 
+def _json(text: str | None, default: Any) -> Any:
+    """A JSON column, ``default`` when empty or unreadable (a row written by an older version)."""
+    try:
+        return json.loads(text) if text else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class SlotRecord:
+    """One slot of the service (table ``slots``): its queues, free GPUs per node and the starts it made."""
+
+    id: int
+    time: float
+    q: float = 0.0
+    z: float = 0.0
+    free_gpus: int = 0
+    free: Mapping[str, int] = field(default_factory=dict)  # node -> free GPUs
+    waiting: int = 0
+    running: int = 0
+    started: tuple[dict, ...] = ()  # the slot report's starts (column ``decisions``)
+    duration: float = 0.0
+    policy: str = ""
+    error: str = ""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SlotRecord:
+        return cls(
+            id=int(row["id"]), time=float(row["time"]), q=row.get("q") or 0.0, z=row.get("z") or 0.0,
+            free_gpus=row.get("free_gpus") or 0, free=_json(row.get("free"), {}), waiting=row.get("waiting") or 0,
+            running=row.get("running") or 0, started=tuple(_json(row.get("decisions"), [])),
+            duration=row.get("duration") or 0.0, policy=row.get("policy") or "", error=row.get("error") or "",
+        )
+
+
 # ---------------------------------------------------------------- reading typed rows
 
 
@@ -160,3 +195,10 @@ def decisions(db: sqlite_utils.Database, uid: str) -> list[DecisionRecord]:
     from lyasched.store import records
 
     return [DecisionRecord.from_row(r) for r in records.decisions_for(db, uid)]
+
+
+def last_slot(db: sqlite_utils.Database) -> SlotRecord | None:
+    from lyasched.store import records
+
+    row = records.last_slot(db)
+    return SlotRecord.from_row(row) if row else None
