@@ -35,16 +35,15 @@ from lyasched import gcpause, learn  # GC pause; learning from finished jobs (co
 from lyasched.config import Config
 from lyasched.cost import CostModel
 from lyasched.policy import make_policy
-from lyasched.policy.placement import EQUAL_PER_NODE, fit_placement
+from lyasched.policy.placement import EQUAL_PER_NODE
 from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
 from lyasched.policy.state import Capabilities, Policy, SlotState, WaitingJob, capabilities
 from lyasched.live import step
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
-from lyasched.live.mover import Mover, MoveOrder
+from lyasched.live.mover import Mover
 from lyasched.live.inputs import PolicyInputs
 from lyasched.live.starter import Starter
-from lyasched.policy.movable import MovableJob
 from lyasched.slurm.backend import SlurmMoves
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
 from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
@@ -325,8 +324,8 @@ class Service:
 
         ctx.free = list(free)
         preempt = set(result.preempt) if result is not None else set()
-        if preempt:
-            self._moves(ctx, result, seen, state)
+        if preempt and result is not None:  # moves: lyasched.live.mover (the decision -> Slurm commands of a move)
+            self.mover.carry_out(result, seen, state, ctx, self.stop_requested)
         starts = tuple(d for d in result.starts if d.job_id not in preempt) if result is not None else ()
         by_id = {w.job_id: w for w in waiting} if starts else {}
         jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()} if starts else {}
@@ -342,40 +341,6 @@ class Service:
             self.starter.start(job, row, wj, d, ctx)
 
     # ------------------------------------------------------------ moves (docs/elastic.md)
-
-    def _moves(self, ctx: SlotContext, result: Any, seen: dict, state: SlotState) -> None:
-        """Begin the moves the policy decided: a job in ``preempt`` is suspended, or resized when
-        it is also in ``starts`` (its new count placed by the one placement rule on the GPUs it
-        holds plus the free ones)."""
-        by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
-        views = {r.job_id: r for r in state.running}
-        starts = {d.job_id: d for d in result.starts}
-        notes = result.info.get("moves", {}) if isinstance(result.info, dict) else {}
-        for jid in result.preempt:
-            if self.stop_requested.is_set():
-                break
-            job, row = by_id.get(jid, (None, None))
-            view = views.get(jid)
-            if job is None or row is None or not isinstance(view, MovableJob) or not view.preemptible:
-                log.error("policy moved job %s, which is not a movable running job: ignored", jid)
-                continue
-            why = str(notes.get(jid) or "chosen by the policy")
-            d = starts.get(jid)
-            if d is None:
-                order = MoveOrder(jid, 0, (), why)
-            else:
-                room = list(ctx.free)
-                for i, c in view.placement:
-                    room[i] += c
-                placement = fit_placement(d.gpus, d.placement, room)
-                if placement is None:
-                    log.info("job %s: resize to %d GPUs has no expressible placement: not moved", jid, d.gpus)
-                    continue
-                rem, _ = view.best_remaining(d.gpus)
-                order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
-            if self.mover.begin(job, row, order, ctx) and order.gpus:
-                for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
-                    ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
 
     # ------------------------------------------------------------ records
 

@@ -8,6 +8,8 @@
   events), applied for the whole slot in one transaction;
 - `starter.Starter`: the one place a decision becomes Slurm commands (intent, resize, release,
   hold again) and the reconciliation of starts a crash left open;
+- `mover.Mover`: the same for moves of running checkpointable jobs (a moving policy's
+  ``preempt``): the decision becomes a move (`carry_out`), carried out across slots;
 - `loop`: one slot every ``slot_seconds`` until SIGTERM/SIGINT.
 
 The slot's policy input is built in one place shared with the simulator,

@@ -33,13 +33,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from lyasched.checkpoint import checkpoint_dir, read_marker
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
-from lyasched.policy.placement import Placement
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.placement import Placement, fit_placement
+from lyasched.policy.state import SlotResult, SlotState
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import moves, records
@@ -117,6 +120,42 @@ class Mover:
         return out
 
     # ------------------------------------------------------------ a new move
+
+    def carry_out(self, result: SlotResult, seen: dict, state: SlotState, ctx: SlotContext,
+                  stop: threading.Event) -> None:
+        """Begin the moves the policy decided: a job in ``preempt`` is suspended, or resized when
+        it is also in ``starts`` (its new count placed by the one placement rule on the GPUs it
+        holds plus the free ones); a grow's extra GPUs are taken from ``ctx.free``. ``seen``: the
+        slot's Slurm id -> (job, record); ``stop`` set: the remaining moves are dropped."""
+        by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
+        views = {r.job_id: r for r in state.running}
+        starts = {d.job_id: d for d in result.starts}
+        notes = result.info.get("moves", {}) if isinstance(result.info, dict) else {}
+        for jid in result.preempt:
+            if stop.is_set():
+                break
+            job, row = by_id.get(jid, (None, None))
+            view = views.get(jid)
+            if job is None or row is None or not isinstance(view, MovableJob) or not view.preemptible:
+                log.error("policy moved job %s, which is not a movable running job: ignored", jid)
+                continue
+            why = str(notes.get(jid) or "chosen by the policy")
+            d = starts.get(jid)
+            if d is None:
+                order = MoveOrder(jid, 0, (), why)
+            else:
+                room = list(ctx.free)
+                for i, c in view.placement:
+                    room[i] += c
+                placement = fit_placement(d.gpus, d.placement, room)
+                if placement is None:
+                    log.info("job %s: resize to %d GPUs has no expressible placement: not moved", jid, d.gpus)
+                    continue
+                rem, _ = view.best_remaining(d.gpus)
+                order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
+            if self.begin(job, row, order, ctx) and order.gpus:
+                for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
+                    ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
 
     def begin(self, job: SlurmJob, row: dict, order: MoveOrder, ctx: SlotContext) -> bool:
         """Start a move (signal); False when it cannot be (not movable, or Slurm refused)."""
