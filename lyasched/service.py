@@ -50,7 +50,6 @@ from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
 from lyasched.store import records
 from lyasched.clusterview import cluster_view, gpu_nodes
 from lyasched.store.placement import NodePlacement
-from lyasched.summary import CostSummary
 
 log = logging.getLogger("lyasched.service")
 
@@ -112,23 +111,6 @@ def cannot_serve(caps: Capabilities) -> str:
     if caps.placement != EQUAL_PER_NODE:
         return f"its placements follow {caps.placement!r}; Slurm can only give every node the same GPU count"
     return ""
-
-
-def _newer(a: SlurmJob, b: SlurmJob) -> bool:
-    """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest).
-
-    Uids are visible to everybody in squeue: a job of ANOTHER user that copies one never takes it
-    over (the first submitted keeps it), or anybody could hide anybody's job from the service."""
-    if a.user != b.user:
-        def first(j: SlurmJob) -> tuple:
-            return (j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
-
-        return first(a) <= first(b)
-
-    def key(j: SlurmJob) -> tuple:
-        return (not j.finished, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
-
-    return key(a) >= key(b)
 
 
 class Service:
@@ -347,24 +329,14 @@ class Service:
     def _sync(self, jobs: Sequence[SlurmJob], ctx: SlotContext) -> dict:
         """Bring each job's row up to date; returns uid -> (SlurmJob, row or None).
 
-        A uid names one lyasched job; when Slurm lists several jobs with one uid (a resubmission
-        after a cancel, or a copied comment), the newest unfinished one is it, else the newest.
+        A uid names one lyasched job (`step.by_uid`: when Slurm lists several jobs with one uid, a
+        resubmission after a cancel or a copied comment, which one is it).
         """
-        by_uid: dict[str, tuple[SlurmJob, CostSummary | None, str]] = {}
-        for job in jobs:
-            if self.config.users and job.user not in self.config.users:
-                continue
-            s, err = self.inputs.decode(job.comment)
-            uid = s.uid if s is not None else f"slurm-{job.job_id}"
-            old = by_uid.get(uid)
-            if old is not None:
-                keep, drop = (old[0], job) if _newer(old[0], job) else (job, old[0])
-                if not drop.finished and drop.job_id not in self._warned:
-                    self._warned.add(drop.job_id)
-                    log.warning("job %s repeats uid %s of job %s: ignored", drop.job_id, uid, keep.job_id)
-                if keep is old[0]:
-                    continue
-            by_uid[uid] = (job, s, err)
+        by_uid, dropped = step.by_uid(jobs, self.inputs.decode, self.config.users)
+        for drop, uid, keep in dropped:
+            if not drop.finished and drop.job_id not in self._warned:
+                self._warned.add(drop.job_id)
+                log.warning("job %s repeats uid %s of job %s: ignored", drop.job_id, uid, keep.job_id)
 
         now = ctx.now
         seen: dict[str, tuple[SlurmJob, dict | None]] = {}

@@ -72,3 +72,27 @@ def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished
     step.apply(db, [gone], NOW + 60)
     row = records.get_job(db, "uid-00000042")
     assert row["state"] == "vanished" and row["last_seen"] == NOW  # last seen when Slurm last listed it
+
+
+def test_by_uid_keeps_the_job_a_uid_names_and_reports_the_others():
+    from dataclasses import replace
+
+    from lyasched.summary import CostSummary
+
+    def decode(comment: str):
+        try:
+            return CostSummary.decode(comment), ""
+        except ValueError as e:
+            return None, str(e)
+
+    s = CostSummary(uid="uid-00000042", sig="cnn:x", global_batch=8, iterations=10, min_gpus=1, max_gpus=2,
+                    alpha=0.01, beta=0.001, params=1000)
+    old = replace(job("CANCELLED", "None"), job_id="40", comment=s.encode(), submit_time=NOW - 500)
+    new = replace(job(), job_id="41", comment=s.encode(), submit_time=NOW - 100)
+    copy = replace(job(), job_id="45", user="mallory", comment=s.encode(), submit_time=NOW - 50)
+    bad = replace(job(), job_id="46", comment="lyasched:v1;garbage")
+    got, dropped = step.by_uid([old, new, copy, bad], decode)
+    assert got[s.uid][0] is new  # the unfinished resubmission; another user's copy never takes a uid over
+    assert [(d.job_id, u, k.job_id) for d, u, k in dropped] == [("40", s.uid, "41"), ("45", s.uid, "41")]
+    assert got["slurm-46"][1] is None and got["slurm-46"][2]
+    assert set(step.by_uid([old, new, copy], decode, users=("mallory",))[0]) == {s.uid}

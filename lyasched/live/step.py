@@ -1,6 +1,7 @@
 """The job record state machine: Slurm's view of a job folded into lyasched's record, purely.
 
-`step(row, job, now)` returns the change and what happened (started, finished, warnings);
+`by_uid(jobs, decode)` picks the Slurm job each lyasched uid names; `step(row, job, now)` returns
+the change and what happened (started, finished, warnings);
 `vanished(row, acct, now, why)` the same for a job Slurm no longer lists; `apply(db, steps, now)`
 writes a batch of changes in one transaction. States:
 ``waiting`` (held, ours to decide) -> ``released`` (a start sent) -> ``running`` -> ``finished``;
@@ -12,13 +13,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
 from lyasched.slurm.types import RAN_STATES, AccountingRecord, SlurmJob  # RAN_STATES: job states are classified in slurm.types
 from lyasched.store import records
 from lyasched.store.placement import NodePlacement
+from lyasched.summary import CostSummary
 
 
 @dataclass
@@ -34,6 +36,48 @@ class Step:
     learn: tuple[str, float | None] | None = None  # (Slurm state, observed run time) for the cost table
     warnings: list[str] = field(default_factory=list)
     seen: bool = True  # listed by Slurm this slot (last_seen moves to now); False for a vanished job
+
+
+def names_uid(a: SlurmJob, b: SlurmJob) -> bool:
+    """Whether ``a`` rather than ``b`` is the job a shared uid names (unfinished first, then newest).
+
+    Uids are visible to everybody in squeue: a job of ANOTHER user that copies one never takes it
+    over (the first submitted keeps it), or anybody could hide anybody's job from the service."""
+    if a.user != b.user:
+        def first(j: SlurmJob) -> tuple:
+            return (j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
+
+        return first(a) <= first(b)
+
+    def key(j: SlurmJob) -> tuple:
+        return (not j.finished, j.submit_time or 0.0, int(j.job_id) if j.job_id.isdigit() else 0)
+
+    return key(a) >= key(b)
+
+
+def by_uid(jobs: Sequence[SlurmJob], decode: Callable[[str], tuple[CostSummary | None, str]],
+           users: Sequence[str] = ()) -> tuple[dict[str, tuple[SlurmJob, CostSummary | None, str]],
+                                              list[tuple[SlurmJob, str, SlurmJob]]]:
+    """The job each uid names, with its decoded summary (or None and why): uid -> (job, summary,
+    error). ``users``: only their jobs (all when empty). A uid names one lyasched job; when Slurm
+    lists several with one uid (a resubmission after a cancel, or a copied comment) `names_uid`
+    picks it. Also returns the others as (job dropped, uid, job kept). A job whose summary does not
+    decode gets the uid ``slurm-<id>``. Pure."""
+    out: dict[str, tuple[SlurmJob, CostSummary | None, str]] = {}
+    dropped: list[tuple[SlurmJob, str, SlurmJob]] = []
+    for job in jobs:
+        if users and job.user not in users:
+            continue
+        s, err = decode(job.comment)
+        uid = s.uid if s is not None else f"slurm-{job.job_id}"
+        old = out.get(uid)
+        if old is not None:
+            keep, drop = (old[0], job) if names_uid(old[0], job) else (job, old[0])
+            dropped.append((drop, uid, keep))
+            if keep is old[0]:
+                continue
+        out[uid] = (job, s, err)
+    return out, dropped
 
 
 def new_record(uid: str, job: SlurmJob, sig: str, err: str, now: float) -> dict:
