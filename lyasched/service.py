@@ -322,8 +322,6 @@ class Service:
             job, row = jobs_by_id[d.job_id]
             self.starter.start(job, row, wj, d, ctx)
 
-    # ------------------------------------------------------------ moves (docs/elastic.md)
-
     # ------------------------------------------------------------ records
 
     def _sync(self, jobs: Sequence[SlurmJob], ctx: SlotContext) -> dict:
