@@ -390,3 +390,20 @@ def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, se
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"
     rec = json.loads((pathlib.Path(__file__).parent / "data" / "elastic_replay_outcomes.json").read_text())[f"{name}/{seed}/{n}"]
     assert [(float(a), float(b), g, p, z) for _, a, b, g, p, z in rec] == _outcomes(fast)
+
+
+def test_a_policy_that_never_moves_replays_as_lyapunov():
+    """Elastic with its moves off but still asked every slot (movable jobs and jobs waiting: no
+    wake_at skip) starts exactly the jobs lyapunov starts, when and where lyapunov does: its plain
+    start decisions are the core's (docs/model.md, section 3, "Why elastic loses to lyapunov")."""
+
+    class Still(ElasticPolicy):
+        def _make_room(self, state, left, movable, free, q, z, *rest):
+            return [], [], q, z, {}
+
+    w = seed_workload("seed-small-scattered", seed=1, n_jobs=120)
+    sim = Simulation(w.jobs, w.cluster, seed=1)
+    ly = sim.run(make_policy("lyapunov"), name="lyapunov")
+    el = sim.run(Still(grow=False), name="elastic")
+    assert el.decide_calls > ly.decide_calls  # asked in slots lyapunov skips
+    assert _outcomes(el) == _outcomes(ly)
