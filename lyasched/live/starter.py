@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.placement import fit_placement
-from lyasched.policy.state import Decision, WaitingJob
+from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import records
@@ -90,6 +91,26 @@ class Starter:
             log.warning("job %s: start left open by a previous slot %s", it["slurm_id"], res)
             closed.append({**it, "resolution": res, "state": "applied" if applied else "aborted"})
         return closed
+
+    def carry_out(self, result: SlotResult, waiting: Sequence[WaitingJob], seen: dict, ctx: SlotContext,
+                  stop: threading.Event) -> None:
+        """Start what the policy decided, in its order (a job it also preempts is a move: the
+        mover's); ``seen``: the slot's uid -> (job, record); ``stop`` set: the remaining starts are
+        dropped (those jobs stay held, decided again by the next service run)."""
+        preempt = set(result.preempt)
+        starts = tuple(d for d in result.starts if d.job_id not in preempt)
+        by_id = {w.job_id: w for w in waiting} if starts else {}
+        jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()} if starts else {}
+        for d in starts:
+            if stop.is_set():
+                log.info("stop requested: the slot's remaining start decisions are dropped (jobs stay held)")
+                break
+            wj = by_id.get(d.job_id)
+            if wj is None:
+                log.warning("policy started unknown job %s: ignored", d.job_id)
+                continue
+            job, row = jobs_by_id[d.job_id]
+            self.start(job, row, wj, d, ctx)
 
     def start(self, job: SlurmJob, row: dict, wj: WaitingJob, d: Decision, ctx: SlotContext) -> None:
         """Carry out one start decision: intent, ``scontrol update`` (resize), ``release``, record."""
