@@ -10,7 +10,7 @@ import pytest
 
 from lyasched.store import jobrecord, records
 from lyasched.store.jobrecord import DecisionRecord, JobRecord, decode_times, encode_times
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_from_json, nodes_to_json
 from lyasched.summary import CostSummary
 
 NAMES = ["node1", "node2", "node3"]
@@ -25,6 +25,13 @@ def test_placement_forms_round_trip() -> None:
     assert p.hostlist() == "node1,node3"  # what ReqNodeList= gets (a plain list is a hostlist)
     assert NodePlacement.from_hostlist("node[1,3]", 2) == p == NodePlacement.from_slurm(("node1", "node3"), 2)
     assert (p.nodes, p.gpus, p.per_node) == (("node1", "node3"), 4, 2)
+
+
+def test_nodes_column_codec() -> None:
+    """The records' ``nodes`` column (node names alone) has one writer and one reader."""
+    assert nodes_to_json(("node1", "node3")) == '["node1", "node3"]' == nodes_to_json(["node1", "node3"])
+    assert nodes_from_json('["node1", "node3"]') == ("node1", "node3")
+    assert nodes_from_json(None) == nodes_from_json("") == () and nodes_to_json(()) == "[]"
 
 
 def test_placement_rules() -> None:

@@ -30,7 +30,6 @@ job is only requeued once its checkpoint is complete.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -46,7 +45,7 @@ from lyasched.policy.state import SlotResult, SlotState
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import moves, records
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_to_json
 from lyasched.summary import CostSummary
 
 if TYPE_CHECKING:
@@ -333,7 +332,7 @@ class Mover:
         with records.transaction(self.db):
             records.upsert_job(
                 self.db, m["uid"], state="released", released_at=now, gpus=m["to_gpus"],
-                nodes=json.dumps(list(p.nodes)), placement=m["to_placement"], predicted=m["predicted"],
+                nodes=nodes_to_json(p.nodes), placement=m["to_placement"], predicted=m["predicted"],
                 reason=f"released after a {m['kind']}: {m['reason'] or 'by the policy'}", refined=1,
             )
             moves.mark(self.db, m["id"], step="released", state="done", released_at=now, resolved=now,

@@ -26,7 +26,7 @@ from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import records
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_to_json
 
 log = logging.getLogger("lyasched.service")
 
@@ -136,7 +136,7 @@ class Starter:
             log.error("job %s: not held (%s/%s, record %s): start dropped", job.job_id, job.state, job.reason, row["state"])
             return
         intent = dict(uid=row["uid"], slurm_id=job.job_id, created=now, gpus=d.gpus, per_node=per_node,
-                      nodes=json.dumps(node_names), placement=place_json,
+                      nodes=nodes_to_json(node_names), placement=place_json,
                       predicted=pred if math.isfinite(pred) else None, score=d.score, reason=why)
         intent["id"] = records.open_intent(self.db, **intent)
         self.crash.reach("before_update")
@@ -163,7 +163,7 @@ class Starter:
             free[i] -= c
         ctx.decision_ids.append(records.apply_start(
             self.db, intent, now, "applied: released in its slot", released_at=now,
-            decision={**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
+            decision={**base, "action": "start", "placement": place_json, "nodes": nodes_to_json(node_names),
                       "predicted": intent["predicted"], "reason": why},
             reason=f"released: {why}",
         ))
@@ -177,7 +177,7 @@ class Starter:
                       node_names: list[str], msg: str) -> None:
         log.error("job %s: could not start: %s", job.job_id, msg)
         ctx.decisions.append(
-            {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
+            {**base, "action": "failed", "placement": place_json, "nodes": nodes_to_json(node_names), "reason": msg}
         )
         records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import sqlite_utils
 
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_from_json, nodes_to_json
 from lyasched.summary import CostSummary
 
 
@@ -27,10 +27,6 @@ def encode_times(row: Sequence[float]) -> str:
 def decode_times(text: str | None) -> tuple[float, ...]:
     """`encode_times` back: inf where a count is not allowed."""
     return tuple(math.inf if x is None else float(x) for x in (json.loads(text) if text else []))
-
-
-def _nodes(text: str | None) -> tuple[str, ...]:
-    return tuple(str(n) for n in json.loads(text)) if text else ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,7 @@ class JobRecord:
         """A ``jobs`` row (a dict from sqlite-utils); missing columns stay at their defaults."""
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in row.items() if k in names}
-        d["nodes"] = _nodes(row.get("nodes"))
+        d["nodes"] = nodes_from_json(row.get("nodes"))
         d["placement"] = NodePlacement.from_json(row.get("placement"))
         d["pred_one"] = decode_times(row.get("pred_one"))
         d["pred_multi"] = decode_times(row.get("pred_multi"))
@@ -79,7 +75,7 @@ class JobRecord:
     def to_row(self) -> dict[str, Any]:
         """The columns (JSON text where the table keeps JSON); what `records.upsert_job` takes."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["nodes"] = json.dumps(list(self.nodes))
+        d["nodes"] = nodes_to_json(self.nodes)
         d["placement"] = self.placement.to_json() if self.placement else None
         d["pred_one"] = encode_times(self.pred_one)
         d["pred_multi"] = encode_times(self.pred_multi)
@@ -122,13 +118,13 @@ class DecisionRecord:
     def from_row(cls, row: Mapping[str, Any]) -> DecisionRecord:
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in row.items() if k in names}
-        d["nodes"] = _nodes(row.get("nodes"))
+        d["nodes"] = nodes_from_json(row.get("nodes"))
         d["placement"] = NodePlacement.from_json(row.get("placement"))
         return cls(**d)
 
     def to_row(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["nodes"] = json.dumps(list(self.nodes))
+        d["nodes"] = nodes_to_json(self.nodes)
         d["placement"] = self.placement.to_json() if self.placement else None
         return d
 
