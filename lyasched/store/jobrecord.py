@@ -129,6 +129,54 @@ class DecisionRecord:
         return d
 
 
+@dataclass(frozen=True)
+class MoveRecord:
+    """One move of a running job (table ``moves``, columns in store.moves.MOVE_COLUMNS: shrink, grow,
+    suspend), as lyastat shows it; the mover itself works on the rows (lyasched.live.mover)."""
+
+    id: int
+    uid: str
+    slurm_id: str
+    kind: str
+    reason: str | None = None
+    created: float | None = None
+    from_gpus: int | None = None
+    from_placement: NodePlacement = NodePlacement()
+    to_gpus: int | None = None  # 0 for a suspension
+    to_placement: NodePlacement = NodePlacement()
+    per_node: int | None = None
+    predicted: float | None = None
+    ckpt_dir: str | None = None
+    ckpt_before: int | None = None
+    ckpt_step: int | None = None
+    step: str | None = None
+    state: str | None = None
+    signalled_at: float | None = None
+    checkpointed_at: float | None = None
+    requeued_at: float | None = None
+    released_at: float | None = None
+    restarted_at: float | None = None
+    cost_s: float | None = None
+    resolved: float | None = None
+    resolution: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MoveRecord:
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in row.items() if k in names}
+        d["from_placement"] = _placement(row.get("from_placement"))
+        d["to_placement"] = _placement(row.get("to_placement"))
+        return cls(**d)
+
+
+def _placement(text: str | None) -> NodePlacement:
+    """A placement column, empty when unreadable (a row written by an older version)."""
+    try:
+        return NodePlacement.from_json(text)
+    except (ValueError, TypeError):
+        return NodePlacement()
+
+
 def _json(text: str | None, default: Any) -> Any:
     """A JSON column, ``default`` when empty or unreadable (a row written by an older version)."""
     try:
@@ -191,6 +239,13 @@ def decisions(db: sqlite_utils.Database, uid: str) -> list[DecisionRecord]:
     from lyasched.store import records
 
     return [DecisionRecord.from_row(r) for r in records.decisions_for(db, uid)]
+
+
+def moves(db: sqlite_utils.Database, uid: str) -> list[MoveRecord]:
+    """The job's moves, oldest first (none in a database written before moves existed)."""
+    from lyasched.store import moves as move_rows
+
+    return [MoveRecord.from_row(r) for r in move_rows.for_job(db, uid)]
 
 
 def last_slot(db: sqlite_utils.Database) -> SlotRecord | None:
