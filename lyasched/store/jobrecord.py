@@ -1,9 +1,11 @@
-"""Typed rows of the service database (lyasched.store.records): a job, a decision, a slot.
+"""Typed rows of the service database (lyasched.store.records): a job, a decision, a slot, a move.
 
 The tables keep JSON in text columns (node lists, placements, predicted run times, the cost
 summary as its ``lyasched:v1;`` text). These classes are the one place that decodes them:
 ``from_row`` takes a row as sqlite returns it, ``to_row`` gives the columns back. Readers
-(lyastat, learn, the service) work with the typed values, never with the JSON.
+(lyastat, learn) work with the typed values, never with the JSON. The service's own paths
+(lyasched.live: step, starter, mover) still pass rows as dicts, with node lists and placements
+written through the codecs of lyasched.store.placement; start intents have no typed class.
 """
 
 from __future__ import annotations
