@@ -10,7 +10,7 @@ slots decide again on the same state). The backend hands the service already-bui
 the figures are the slot's own cost: what is the same whichever Slurm backend read the state.
 
 Per slot part (median over ``--slots`` later slots, after a first slot that records every job):
-the Slurm reads (here: handing over the lists), reconcile, records (`_sync`: decode + rows),
+the Slurm reads (here: handing over the lists), reconcile, records (`sync.listed`, `_sync` before: decode + rows),
 vanished-job check, building the policy's input (`inputs.waiting`, `_waiting` before), the policy, the slot record.
 ``--profile`` adds cProfile's top functions of the later slots; ``--json`` prints one object.
 
@@ -103,8 +103,8 @@ class RecordedSlurm:
 PARTS = {  # part name -> (object attribute path on the service, method)
     "slurm reads": [("slurm", "nodes"), ("slurm", "jobs")],
     "reconcile": [("", "reconcile"), ("starter", "reconcile")],
-    "records (sync)": [("", "_sync")],
-    "vanished check": [("", "_vanished")],
+    "records (sync)": [("", "_sync"), ("sync", "listed")],
+    "vanished check": [("", "_vanished"), ("sync", "vanished")],
     "policy input": [("", "_waiting"), ("inputs", "waiting")],
     "policy": [("policy", "decide")],
 }

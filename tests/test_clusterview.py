@@ -14,7 +14,7 @@ from test_service import NODE_LINE, FakeJob, FakeSlurm, StartAs
 from lyasched.clusterview import DEVICE_ENV, cluster_view, device_key, gpu_nodes
 from lyasched.config import Config, load_config
 from lyasched.cost import Link
-from lyasched import service as service_module
+from lyasched.live import observe as observe_module  # where the service reads its cluster view
 from lyasched.service import Service
 from lyasched.slurm import query as q
 from lyasched.store import jobrecord, records
@@ -79,13 +79,13 @@ def test_lyasub_prints_what_serve_decides_with(tmp_path: Path, monkeypatch, env_
 
     slurm.jobs.append(FakeJob("201", sub.summary.encode(), limit="UNLIMITED"))
     seen: list = []  # the view the service's slot built (it keeps it in the slot's context only)
-    real = service_module.cluster_view
+    real = observe_module.cluster_view
 
     def spy(*a, **kw):
         seen.append(real(*a, **kw))
         return seen[-1]
 
-    monkeypatch.setattr(service_module, "cluster_view", spy)
+    monkeypatch.setattr(observe_module, "cluster_view", spy)
     svc = Service(load_config(cfg), db, slurm=slurm, policy=StartAs({}), clock=lambda: 1_000_100.0)
     svc.run_slot()
     [view] = seen

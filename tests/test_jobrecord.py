@@ -10,7 +10,7 @@ import pytest
 
 from lyasched.store import jobrecord, records
 from lyasched.store.jobrecord import DecisionRecord, JobRecord, decode_times, encode_times
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_from_json, nodes_to_json
 from lyasched.summary import CostSummary
 
 NAMES = ["node1", "node2", "node3"]
@@ -25,6 +25,13 @@ def test_placement_forms_round_trip() -> None:
     assert p.hostlist() == "node1,node3"  # what ReqNodeList= gets (a plain list is a hostlist)
     assert NodePlacement.from_hostlist("node[1,3]", 2) == p == NodePlacement.from_slurm(("node1", "node3"), 2)
     assert (p.nodes, p.gpus, p.per_node) == (("node1", "node3"), 4, 2)
+
+
+def test_nodes_column_codec() -> None:
+    """The records' ``nodes`` column (node names alone) has one writer and one reader."""
+    assert nodes_to_json(("node1", "node3")) == '["node1", "node3"]' == nodes_to_json(["node1", "node3"])
+    assert nodes_from_json('["node1", "node3"]') == ("node1", "node3")
+    assert nodes_from_json(None) == nodes_from_json("") == () and nodes_to_json(()) == "[]"
 
 
 def test_placement_rules() -> None:
@@ -92,3 +99,23 @@ def test_slot_record_decodes_its_json_columns(tmp_path):
     assert first.free == {"n1": 1, "n2": 2} and first.started == ({"slurm_id": "7", "gpus": 2},) and first.q == 1.5
     last = jobrecord.last_slot(db)
     assert last is not None and last.time == 40.0 and last.free == {} and last.started == () and last.error == ""
+
+
+def test_move_record_decodes_its_placements(tmp_path):
+    import sqlite_utils
+
+    from lyasched.store import moves
+
+    db = sqlite_utils.Database(tmp_path / "m.db")
+    records.ensure_schema(db)
+    assert jobrecord.moves(db, "u1") == []
+    moves.open_move(db, uid="u1", slurm_id="7", kind="grow", reason="more GPUs", created=5.0, from_gpus=2,
+                    from_placement='[["node1", 2]]', to_gpus=4, to_placement='[["node1", 2], ["node2", 2]]', per_node=2)
+    moves.open_move(db, uid="u1", slurm_id="7", kind="suspend", created=9.0, from_gpus=4,
+                    from_placement="not json", to_gpus=0, to_placement=None)
+    grow, suspend = jobrecord.moves(db, "u1")
+    assert isinstance(grow, jobrecord.MoveRecord) and grow.kind == "grow" and grow.step == "decided"
+    assert grow.to_placement == NodePlacement((("node1", 2), ("node2", 2))) and grow.to_placement.per_node == 2
+    assert grow.from_placement.nodes == ("node1",) and grow.created == 5.0 and grow.state == "open"
+    assert not suspend.to_placement and not suspend.from_placement and suspend.to_gpus == 0  # unreadable: empty
+    assert jobrecord.moves(db, "u2") == []

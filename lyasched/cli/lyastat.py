@@ -126,16 +126,6 @@ def live_jobs(user: str | None, slurm: Any = None, config: str | None = None) ->
         return None
 
 
-def _placement(text: str | None) -> list:
-    """A placement column as ``[[node, gpus], ...]`` (the records' codec, NodePlacement); [] if unreadable."""
-    from lyasched.store.placement import NodePlacement
-
-    try:
-        return [[n, g] for n, g in NodePlacement.from_json(text).parts]
-    except (ValueError, TypeError):
-        return []
-
-
 def job_view(rec: JobRecord, live: dict | None, now: float) -> dict:
     """One job as lyastat shows it: the record, with Slurm's live state where it has one."""
     j = live.get(rec.slurm_id) if live else None
@@ -328,12 +318,10 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
          "reason": d.reason}
         for d in jobrecord.decisions(rdb, rec.uid)
     ]
-    from lyasched.store import moves as move_records  # docs/elastic.md
-
-    mv = [{"time": m["created"], "kind": m["kind"], "from_gpus": m["from_gpus"], "to_gpus": m["to_gpus"],
-           "to_placement": _placement(m["to_placement"]), "state": m["state"], "step": m["step"],
-           "reason": m["reason"], "checkpoint_step": m["ckpt_step"], "cost_s": m["cost_s"],
-           "resolution": m["resolution"]} for m in move_records.for_job(rdb, rec.uid)]
+    mv: list[dict[str, Any]] = [{"time": m.created, "kind": m.kind, "from_gpus": m.from_gpus, "to_gpus": m.to_gpus,
+           "to_placement": [[n, g] for n, g in m.to_placement.parts], "state": m.state, "step": m.step,
+           "reason": m.reason, "checkpoint_step": m.ckpt_step, "cost_s": m.cost_s,
+           "resolution": m.resolution} for m in jobrecord.moves(rdb, rec.uid)]  # docs/elastic.md
     if as_json:
         click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec, "moves": mv,
                                "work": rec.work, "time_limit": rec.time_limit,

@@ -1,5 +1,10 @@
 """The live service's parts, one responsibility each (`lyasched.service.Service` wires them):
 
+- `observe`: the slot's Slurm reads -> an `Observation` (GPU nodes, jobs, free GPUs, cluster
+  view); the followed jobs sorted into the policy's waiting and running ones;
+- `sync.RecordSync`: the records follow Slurm (listed jobs, then vanished ones), one transaction
+  per batch, the cost table taught from finished jobs;
+- `report`: the `SlotReport`, the slot's record, the outage log;
 - `inputs.PolicyInputs`: each job as the policy's input (rows, running views, arrival history)
   and the slot's `ClusterSnapshot`;
 - `context.SlotContext`: everything one slot carries (time, cluster, device, the decisions it

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from lyasched.cost import ClusterSpec, CostModel
 
 if TYPE_CHECKING:
-    from lyasched.service import SlotReport
+    from lyasched.live.report import SlotReport
 
 
 @dataclass

@@ -4,8 +4,8 @@ A waiting job's rows (`WaitingJob`: predicted run time per GPU count, corrected 
 table learned, clamped to the time limit, with the start-up term) are made once and kept while
 their inputs are unchanged; a running job is a `RunningObs`; the arrival history survives a
 restart (rebuilt from the records). The snapshot goes to the one `SlotStateBuilder`
-(lyasched.policy.snapshot) the simulator uses too; the service (`Service._slot`) only gathers
-which jobs wait and run.
+(lyasched.policy.snapshot) the simulator uses too; `observe.sort_jobs` (lyasched.live.observe)
+gathers which jobs wait and run.
 """
 
 from __future__ import annotations

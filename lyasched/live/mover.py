@@ -30,12 +30,11 @@ job is only requeued once its checkpoint is complete.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lyasched.checkpoint import checkpoint_dir, read_marker
 from lyasched.live.context import SlotContext
@@ -46,8 +45,11 @@ from lyasched.policy.state import SlotResult, SlotState
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import moves, records
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_to_json
 from lyasched.summary import CostSummary
+
+if TYPE_CHECKING:
+    from lyasched.live.observe import Observation
 
 log = logging.getLogger("lyasched.service")
 
@@ -118,6 +120,18 @@ class Mover:
                 if extra > 0 and node in index:
                     out.append((index[node], extra))
         return out
+
+    def go_on(self, obs: Observation, ctx: SlotContext) -> dict[str, dict]:
+        """A slot's open moves, first thing after reading Slurm: each goes on (`advance`), the jobs
+        it changed are read again into ``obs.jobs``, and the GPUs an open grow will take are kept
+        from ``obs.free``. Returns `moving`."""
+        changed = self.advance(obs.jobs, ctx)
+        if changed:
+            fresh = {j.job_id: j for j in self.slurm.jobs(job_ids=changed)}
+            obs.jobs = [fresh.get(j.job_id, j) if j.job_id in changed else j for j in obs.jobs]
+        moving = self.moving()
+        obs.take(self.reserved(obs.index))  # GPUs an open grow will take
+        return moving
 
     # ------------------------------------------------------------ a new move
 
@@ -318,7 +332,7 @@ class Mover:
         with records.transaction(self.db):
             records.upsert_job(
                 self.db, m["uid"], state="released", released_at=now, gpus=m["to_gpus"],
-                nodes=json.dumps(list(p.nodes)), placement=m["to_placement"], predicted=m["predicted"],
+                nodes=nodes_to_json(p.nodes), placement=m["to_placement"], predicted=m["predicted"],
                 reason=f"released after a {m['kind']}: {m['reason'] or 'by the policy'}", refined=1,
             )
             moves.mark(self.db, m["id"], step="released", state="done", released_at=now, resolved=now,

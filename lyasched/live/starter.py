@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.placement import fit_placement
-from lyasched.policy.state import Decision, WaitingJob
+from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import records
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_to_json
 
 log = logging.getLogger("lyasched.service")
 
@@ -91,6 +92,26 @@ class Starter:
             closed.append({**it, "resolution": res, "state": "applied" if applied else "aborted"})
         return closed
 
+    def carry_out(self, result: SlotResult, waiting: Sequence[WaitingJob], seen: dict, ctx: SlotContext,
+                  stop: threading.Event) -> None:
+        """Start what the policy decided, in its order (a job it also preempts is a move: the
+        mover's); ``seen``: the slot's uid -> (job, record); ``stop`` set: the remaining starts are
+        dropped (those jobs stay held, decided again by the next service run)."""
+        preempt = set(result.preempt)
+        starts = tuple(d for d in result.starts if d.job_id not in preempt)
+        by_id = {w.job_id: w for w in waiting} if starts else {}
+        jobs_by_id = {job.job_id: (job, row) for job, row in seen.values()} if starts else {}
+        for d in starts:
+            if stop.is_set():
+                log.info("stop requested: the slot's remaining start decisions are dropped (jobs stay held)")
+                break
+            wj = by_id.get(d.job_id)
+            if wj is None:
+                log.warning("policy started unknown job %s: ignored", d.job_id)
+                continue
+            job, row = jobs_by_id[d.job_id]
+            self.start(job, row, wj, d, ctx)
+
     def start(self, job: SlurmJob, row: dict, wj: WaitingJob, d: Decision, ctx: SlotContext) -> None:
         """Carry out one start decision: intent, ``scontrol update`` (resize), ``release``, record."""
         now, free, names, report = ctx.now, ctx.free, ctx.names, ctx.report
@@ -115,7 +136,7 @@ class Starter:
             log.error("job %s: not held (%s/%s, record %s): start dropped", job.job_id, job.state, job.reason, row["state"])
             return
         intent = dict(uid=row["uid"], slurm_id=job.job_id, created=now, gpus=d.gpus, per_node=per_node,
-                      nodes=json.dumps(node_names), placement=place_json,
+                      nodes=nodes_to_json(node_names), placement=place_json,
                       predicted=pred if math.isfinite(pred) else None, score=d.score, reason=why)
         intent["id"] = records.open_intent(self.db, **intent)
         self.crash.reach("before_update")
@@ -142,7 +163,7 @@ class Starter:
             free[i] -= c
         ctx.decision_ids.append(records.apply_start(
             self.db, intent, now, "applied: released in its slot", released_at=now,
-            decision={**base, "action": "start", "placement": place_json, "nodes": json.dumps(node_names),
+            decision={**base, "action": "start", "placement": place_json, "nodes": nodes_to_json(node_names),
                       "predicted": intent["predicted"], "reason": why},
             reason=f"released: {why}",
         ))
@@ -156,7 +177,7 @@ class Starter:
                       node_names: list[str], msg: str) -> None:
         log.error("job %s: could not start: %s", job.job_id, msg)
         ctx.decisions.append(
-            {**base, "action": "failed", "placement": place_json, "nodes": json.dumps(node_names), "reason": msg}
+            {**base, "action": "failed", "placement": place_json, "nodes": nodes_to_json(node_names), "reason": msg}
         )
         records.upsert_job(self.db, row["uid"], reason=f"waiting: start failed: {msg}")
 

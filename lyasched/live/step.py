@@ -10,7 +10,6 @@ writes a batch of changes in one transaction. States:
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -19,7 +18,7 @@ import sqlite_utils
 
 from lyasched.slurm.types import RAN_STATES, AccountingRecord, SlurmJob  # RAN_STATES: job states are classified in slurm.types
 from lyasched.store import records
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_to_json
 from lyasched.summary import CostSummary
 
 
@@ -107,7 +106,7 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
         out.warnings.append(f"job {job.job_id}: listed by Slurm again after it had vanished")
         row = {**row, "state": st}  # for the branches below; the update is judged against the record
     if job.running and st in ("waiting", "released"):
-        upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=json.dumps(list(job.nodes)))
+        upd.update(state="running", started=job.start_time, gpus=job.gpus, nodes=nodes_to_json(job.nodes))
         upd["reason"] = "running"
         if not row["placement"]:
             upd["placement"] = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_json()

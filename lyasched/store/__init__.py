@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Callable
 
 import sqlite_utils
 
@@ -36,3 +38,23 @@ def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
         conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return sqlite_utils.Database(conn)
+
+
+class PerThread:
+    """A database connection per thread: SQLite connections belong to the thread that opened them,
+    and the service runs slots in a worker thread (APScheduler). Given an opener, each thread that
+    calls opens its own connection; given a connection, every thread gets that one."""
+
+    def __init__(self, db: sqlite_utils.Database | Callable[[], sqlite_utils.Database]) -> None:
+        self._open = db if callable(db) else None
+        self._dbs: dict[int, sqlite_utils.Database] = {} if callable(db) else {threading.get_ident(): db}
+        self._any = None if callable(db) else db
+
+    def __call__(self) -> sqlite_utils.Database:
+        if self._open is None:
+            assert self._any is not None  # one of the two is always given
+            return self._any
+        t = threading.get_ident()
+        if t not in self._dbs:
+            self._dbs[t] = self._open()
+        return self._dbs[t]

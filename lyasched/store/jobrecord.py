@@ -1,9 +1,11 @@
-"""Typed rows of the service database (lyasched.store.records): a job, a decision, a slot.
+"""Typed rows of the service database (lyasched.store.records): a job, a decision, a slot, a move.
 
 The tables keep JSON in text columns (node lists, placements, predicted run times, the cost
 summary as its ``lyasched:v1;`` text). These classes are the one place that decodes them:
 ``from_row`` takes a row as sqlite returns it, ``to_row`` gives the columns back. Readers
-(lyastat, learn, the service) work with the typed values, never with the JSON.
+(lyastat, learn) work with the typed values, never with the JSON. The service's own paths
+(lyasched.live: step, starter, mover) still pass rows as dicts, with node lists and placements
+written through the codecs of lyasched.store.placement; start intents have no typed class.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import sqlite_utils
 
-from lyasched.store.placement import NodePlacement
+from lyasched.store.placement import NodePlacement, nodes_from_json, nodes_to_json
 from lyasched.summary import CostSummary
 
 
@@ -27,10 +29,6 @@ def encode_times(row: Sequence[float]) -> str:
 def decode_times(text: str | None) -> tuple[float, ...]:
     """`encode_times` back: inf where a count is not allowed."""
     return tuple(math.inf if x is None else float(x) for x in (json.loads(text) if text else []))
-
-
-def _nodes(text: str | None) -> tuple[str, ...]:
-    return tuple(str(n) for n in json.loads(text)) if text else ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ class JobRecord:
         """A ``jobs`` row (a dict from sqlite-utils); missing columns stay at their defaults."""
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in row.items() if k in names}
-        d["nodes"] = _nodes(row.get("nodes"))
+        d["nodes"] = nodes_from_json(row.get("nodes"))
         d["placement"] = NodePlacement.from_json(row.get("placement"))
         d["pred_one"] = decode_times(row.get("pred_one"))
         d["pred_multi"] = decode_times(row.get("pred_multi"))
@@ -79,7 +77,7 @@ class JobRecord:
     def to_row(self) -> dict[str, Any]:
         """The columns (JSON text where the table keeps JSON); what `records.upsert_job` takes."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["nodes"] = json.dumps(list(self.nodes))
+        d["nodes"] = nodes_to_json(self.nodes)
         d["placement"] = self.placement.to_json() if self.placement else None
         d["pred_one"] = encode_times(self.pred_one)
         d["pred_multi"] = encode_times(self.pred_multi)
@@ -122,15 +120,63 @@ class DecisionRecord:
     def from_row(cls, row: Mapping[str, Any]) -> DecisionRecord:
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in row.items() if k in names}
-        d["nodes"] = _nodes(row.get("nodes"))
+        d["nodes"] = nodes_from_json(row.get("nodes"))
         d["placement"] = NodePlacement.from_json(row.get("placement"))
         return cls(**d)
 
     def to_row(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["nodes"] = json.dumps(list(self.nodes))
+        d["nodes"] = nodes_to_json(self.nodes)
         d["placement"] = self.placement.to_json() if self.placement else None
         return d
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """One move of a running job (table ``moves``, columns in store.moves.MOVE_COLUMNS: shrink, grow,
+    suspend), as lyastat shows it; the mover itself works on the rows (lyasched.live.mover)."""
+
+    id: int
+    uid: str
+    slurm_id: str
+    kind: str
+    reason: str | None = None
+    created: float | None = None
+    from_gpus: int | None = None
+    from_placement: NodePlacement = NodePlacement()
+    to_gpus: int | None = None  # 0 for a suspension
+    to_placement: NodePlacement = NodePlacement()
+    per_node: int | None = None
+    predicted: float | None = None
+    ckpt_dir: str | None = None
+    ckpt_before: int | None = None
+    ckpt_step: int | None = None
+    step: str | None = None
+    state: str | None = None
+    signalled_at: float | None = None
+    checkpointed_at: float | None = None
+    requeued_at: float | None = None
+    released_at: float | None = None
+    restarted_at: float | None = None
+    cost_s: float | None = None
+    resolved: float | None = None
+    resolution: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MoveRecord:
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in row.items() if k in names}
+        d["from_placement"] = _placement(row.get("from_placement"))
+        d["to_placement"] = _placement(row.get("to_placement"))
+        return cls(**d)
+
+
+def _placement(text: str | None) -> NodePlacement:
+    """A placement column, empty when unreadable (a row written by an older version)."""
+    try:
+        return NodePlacement.from_json(text)
+    except (ValueError, TypeError):
+        return NodePlacement()
 
 
 def _json(text: str | None, default: Any) -> Any:
@@ -195,6 +241,13 @@ def decisions(db: sqlite_utils.Database, uid: str) -> list[DecisionRecord]:
     from lyasched.store import records
 
     return [DecisionRecord.from_row(r) for r in records.decisions_for(db, uid)]
+
+
+def moves(db: sqlite_utils.Database, uid: str) -> list[MoveRecord]:
+    """The job's moves, oldest first (none in a database written before moves existed)."""
+    from lyasched.store import moves as move_rows
+
+    return [MoveRecord.from_row(r) for r in move_rows.for_job(db, uid)]
 
 
 def last_slot(db: sqlite_utils.Database) -> SlotRecord | None:

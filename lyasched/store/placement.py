@@ -9,13 +9,16 @@ commands, lyastat) uses `NodePlacement`, which converts from and to each form it
 - what Slurm shows of a running job (node list + GPUs on each): `from_slurm`, and `nodes`,
   `per_node` (Slurm's TresPerNode: one count for every node, None when they differ);
 - a hostlist (``node[1-3]``, ReqNodeList=): `hostlist` / `from_hostlist`.
+
+A record's ``nodes`` column (the node names alone, JSON ``["node1", "node2"]``) is written and read
+by `nodes_to_json` / `nodes_from_json`.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -92,3 +95,13 @@ class NodePlacement:
 
     def __str__(self) -> str:
         return ",".join(f"{n}:{g}" for n, g in self.parts) or "-"
+
+
+def nodes_to_json(nodes: Iterable[str]) -> str:
+    """The records' ``nodes`` column: the node names as a JSON list (``["node1", "node2"]``)."""
+    return json.dumps(list(nodes))
+
+
+def nodes_from_json(text: str | None) -> tuple[str, ...]:
+    """`nodes_to_json` back (an empty or missing column: no nodes)."""
+    return tuple(str(n) for n in json.loads(text)) if text else ()

@@ -1,0 +1,95 @@
+"""Observe: Slurm -> the slot's observation (its jobs, the GPU nodes, their free GPUs, the cluster
+view), and the followed jobs sorted into the policy's waiting and running ones.
+
+`read` makes the slot's two Slurm reads (``nodes()`` then ``jobs()``; GPUs held by any job,
+lyasched or not, are busy; a drained or down node has none free) through the cluster view lyasub
+uses too (lyasched.clusterview). `sort_jobs` runs after the records are brought up to date
+(lyasched.live.sync): a job released less than ``release_grace`` ago that Slurm has not started
+keeps its GPUs (taken from the free counts, shown to the policy as running); one released longer
+ago is held again (`Starter.hold_again`: its GPUs were taken meanwhile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from lyasched.clusterview import ClusterView, cluster_view, gpu_nodes
+from lyasched.live.context import SlotContext
+from lyasched.policy.snapshot import RunningObs
+from lyasched.policy.state import WaitingJob
+from lyasched.slurm import Slurm, SlurmError
+from lyasched.slurm.types import NodeInfo, SlurmJob
+from lyasched.store.placement import NodePlacement
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from lyasched.config import Config
+    from lyasched.live.inputs import PolicyInputs
+    from lyasched.live.sync import Seen
+
+
+@dataclass
+class Observation:
+    """What one slot read of Slurm: ``nodes`` the GPU nodes (in Slurm's order: a node's index in
+    placements), ``jobs`` every lyasched job, ``free`` free GPUs per node (lowered as the slot
+    reserves GPUs: open grows, released jobs not yet started), ``view`` the cluster view."""
+
+    nodes: list[NodeInfo]
+    jobs: list[SlurmJob]
+    free: list[int]
+    view: ClusterView
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {n.name: i for i, n in enumerate(self.nodes)}
+
+    def take(self, placement: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> None:
+        """Keep these (node index, GPUs) from the free counts (never below 0)."""
+        for i, c in placement:
+            self.free[i] = max(0, self.free[i] - c)
+
+
+def read(slurm: Slurm, config: Config, db: sqlite_utils.Database) -> Observation:
+    """The slot's Slurm reads: nodes, then jobs (raises `SlurmError` when no node has GPUs)."""
+    nodes = gpu_nodes(slurm.nodes(), config.partition)
+    jobs = slurm.jobs()
+    if not nodes:
+        where = f" in partition {config.partition}" if config.partition else ""
+        raise SlurmError(["scontrol"], f"no nodes with GPUs{where}")
+    view = cluster_view(nodes, config, db)  # lyasub's view too: same device key, calibrated links
+    return Observation(nodes=nodes, jobs=jobs, free=[n.gpus_free for n in nodes], view=view)
+
+
+def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInputs, release_grace: float,
+              hold_again: Callable[[SlurmJob, dict, SlotContext], None]) -> tuple[list[WaitingJob], list[RunningObs]]:
+    """The followed jobs (``seen``: uid -> (Slurm job, record)) as the policy's waiting and running
+    jobs; a released job Slurm has not started keeps its GPUs in ``obs.free`` within the grace and
+    is held again after it (``hold_again``)."""
+    now, index = ctx.now, obs.index
+    waiting: list[WaitingJob] = []
+    running: list[RunningObs] = []
+    for job, row in seen.values():
+        if row is None or row["state"] == "invalid":
+            continue
+        if row["state"] == "released" and job.pending and not job.held_by_service:
+            if now - (row["released_at"] or now) > release_grace:
+                hold_again(job, row, ctx)
+                continue
+            # Committed: Slurm will start it on these GPUs; nobody else may get them.
+            placement = NodePlacement.from_json(row["placement"]).to_indices(index)
+            obs.take(placement)
+            running.append(inputs.running(job, row, placement, now))
+        elif job.running:
+            placement = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_indices(index)
+            running.append(inputs.running(job, row, placement, now))
+        elif row["state"] == "waiting" and job.held_by_service:
+            s, _ = inputs.decode(job.comment)
+            assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
+            waiting.append(inputs.waiting(ctx, s, job))
+    return waiting, running

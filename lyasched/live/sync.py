@@ -1,0 +1,144 @@
+"""The records follow Slurm: each slot, the jobs Slurm lists -> record steps applied in one
+transaction (`RecordSync.listed`), then the jobs it no longer lists (`RecordSync.vanished`).
+
+The steps themselves are the pure state machine of lyasched.live.step; this module reads the rows
+they start from, writes the batch (`step.apply`), logs the steps' warnings and has the cost table
+taught from each finished job after the commit (`learn.job_finished`). A record changes here only
+because Slurm's view changed; what the service itself does to a job (start, hold again, move) is
+written by the actor with its Slurm command (lyasched.live.starter, lyasched.live.mover).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+from lyasched import learn
+from lyasched.live import step
+from lyasched.live.context import SlotContext
+from lyasched.slurm import Slurm, SlurmError
+from lyasched.slurm.types import AccountingRecord, ParseError, SlurmJob
+from lyasched.store import records
+from lyasched.summary import CostSummary
+
+log = logging.getLogger("lyasched.service")
+
+# uid -> (the Slurm job this slot follows for it, its record after the slot's step; None: not recorded)
+Seen = dict[str, tuple[SlurmJob, dict | None]]
+
+
+class RecordSync:
+    """Brings the job records up to date with Slurm. ``db`` as for `Starter` (a callable returning
+    this thread's connection, or a connection); ``decode`` a comment -> (cost summary or None, why
+    not); ``users`` the users whose jobs are followed (empty: everybody's)."""
+
+    def __init__(self, db: Any, slurm: Slurm, decode: Callable[[str], tuple[CostSummary | None, str]],
+                 users: Sequence[str]) -> None:
+        self._db = db
+        self.slurm = slurm
+        self.decode = decode
+        self.users = users
+        self._accounting: bool | None = None  # detected once (scontrol show config), recorded in meta
+        self._warned: set[str] = set()  # Slurm ids already warned about as repeating a uid
+
+    @property
+    def db(self) -> Any:
+        return self._db() if callable(self._db) else self._db
+
+    def listed(self, jobs: Sequence[SlurmJob], ctx: SlotContext) -> Seen:
+        """Bring each job's row up to date; returns uid -> (SlurmJob, row or None).
+
+        A uid names one lyasched job (`step.by_uid`: when Slurm lists several jobs with one uid, a
+        resubmission after a cancel or a copied comment, which one is it).
+        """
+        by_uid, dropped = step.by_uid(jobs, self.decode, self.users)
+        for drop, uid, keep in dropped:
+            if not drop.finished and drop.job_id not in self._warned:
+                self._warned.add(drop.job_id)
+                log.warning("job %s repeats uid %s of job %s: ignored", drop.job_id, uid, keep.job_id)
+
+        now = ctx.now
+        seen: Seen = {}
+        steps: list[step.Step] = []
+        # Held, waiting and unchanged (most of a long queue): only their brief rows are read, and
+        # their step is what step.step would give (nothing changes but last_seen).
+        rows = records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
+                 and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
+                 and r["slurm_state"] == job.state and r["name"] == job.name}
+        rows.update(records.get_jobs(self.db, [u for u in by_uid if u not in quiet and u in rows]))
+        for uid, (job, s, err) in by_uid.items():
+            row = rows.get(uid)
+            if uid in quiet:
+                assert row is not None  # quiet: its brief row was read
+                steps.append(step.Step(uid, row, {}))
+                seen[uid] = (job, row)
+                continue
+            replaced = row is not None and row["slurm_id"] != job.job_id  # a resubmission: a new record
+            if replaced:
+                row = None
+            if row is None and job.finished:
+                if replaced:  # the old record goes; nothing else is kept of a job never seen unfinished
+                    steps.append(step.Step(uid, {"uid": uid, "slurm_id": job.job_id, "first_seen": now}, {},
+                                           replaced=True))
+                continue  # finished before this service ever saw it: nothing it decided, nothing to learn
+            new = row is None
+            if row is None:
+                row = step.new_record(uid, job, s.sig if s else "", "" if s is not None else err, now)
+                if s is None:
+                    log.warning("job %s: %s (never released by lyasched)", job.job_id, err)
+            st = step.step(row, job, now)
+            st.new, st.replaced = new, replaced
+            steps.append(st)
+            seen[uid] = (job, st.row)
+        step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        for st in steps:
+            for w in st.warnings:
+                log.warning("%s", w)
+            if st.finished:
+                job = seen[st.uid][0]
+                ctx.report.finished.append(job.job_id)
+                if st.learn is not None:
+                    self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
+        return seen
+
+    def vanished(self, seen: Seen, ctx: SlotContext) -> None:
+        """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
+        with lost state): ask accounting if there is any, else record what we last saw."""
+        gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
+        if not gone_uids:
+            return
+        rows = records.get_jobs(self.db, gone_uids)
+        gone = [rows[u] for u in gone_uids if u in rows]
+        now, report = ctx.now, ctx.report
+        acct: dict[str, AccountingRecord] = {}
+        if self.accounting_enabled():
+            try:
+                for a in self.slurm.accounting([r["slurm_id"] for r in gone]):
+                    acct.setdefault(a.job_id, a)
+            except (SlurmError, ParseError) as e:
+                log.warning("sacct failed: %s", e)
+        why = "no accounting" if not self.accounting_enabled() else "not in sacct"
+        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why) for row in gone]
+        step.apply(self.db, steps, now)  # the record state machine (lyasched.live.step), one transaction
+        for st in steps:
+            for w in st.warnings:
+                log.warning("%s", w)
+            report.finished.append(st.row["slurm_id"])
+            if st.learn is not None:  # after the commit, as for jobs Slurm still lists
+                self._finish(ctx, st.row, *st.learn)
+
+    def accounting_enabled(self) -> bool:
+        """Whether Slurm keeps accounting (sacct answers): asked once, recorded in ``meta``."""
+        if self._accounting is None:
+            try:
+                self._accounting = self.slurm.config().accounting
+            except SlurmError:
+                self._accounting = False
+            records.set_meta(self.db, "accounting", str(self._accounting))
+        return self._accounting
+
+    def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
+        """What a finished job teaches the cost table (lyasched.learn.job_finished)."""
+        learn.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
+                           lambda: learn.workdir_of(self.slurm, row["slurm_id"]))
