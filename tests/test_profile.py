@@ -259,3 +259,20 @@ def test_estimate_tf32_is_faster_and_unknown_target_fails():
     assert tf32.beta == pytest.approx(fp32.beta * 19.5 / 156.0)
     with pytest.raises(ProfileError, match="no throughput entry"):
         estimate_profile("mlp", target="abacus")
+
+
+def test_profile_threads_default_to_the_slurm_allocation_inside_a_job():
+    """Inside a Slurm job the profiler uses the CPUs Slurm allotted (one rank's budget), not every
+    core of the machine; $LYASCHED_PROFILE_THREADS wins; outside a job torch's default stays."""
+    from lyasched.profile.profiler import ProfileError, env_threads
+
+    assert env_threads({}) is None
+    assert env_threads({"SLURM_CPUS_ON_NODE": "3"}) is None  # not inside a job
+    job = {"SLURM_JOB_ID": "12"}
+    assert env_threads({**job, "SLURM_CPUS_ON_NODE": "3"}) == 3
+    assert env_threads({**job, "SLURM_CPUS_ON_NODE": "3", "SLURM_CPUS_PER_TASK": "2"}) == 2
+    assert env_threads({**job, "SLURM_CPUS_ON_NODE": "3", "LYASCHED_PROFILE_THREADS": "5"}) == 5
+    assert env_threads({**job, "SLURM_CPUS_ON_NODE": "bogus"}) is None
+    assert env_threads({**job}) is None
+    with pytest.raises(ProfileError, match="LYASCHED_PROFILE_THREADS"):
+        env_threads({"LYASCHED_PROFILE_THREADS": "two"})

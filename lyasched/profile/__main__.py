@@ -38,7 +38,8 @@ def _fail(msg: str, code: int) -> None:
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed steps per batch size.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Timed steps per batch size (median kept).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), help="CPU intra-op threads (default: torch's default).")
+@click.option("--threads", type=click.IntRange(min=1), help="CPU intra-op threads (default: $LYASCHED_PROFILE_THREADS; inside a Slurm job, its CPUs on "
+              "this node; else torch's default).")
 @click.option("--time-budget", type=float, help="Seconds after which no further batch size is started.")
 @click.option("--arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Model factory argument (repeatable), e.g. width=32.")
 @click.option("--estimate", is_flag=True, help="Estimate from FLOP counts instead of measuring (source=estimated).")

@@ -301,7 +301,22 @@ def _measure_batch(
     return times, mem
 
 
-def env_threads() -> int | None:
-    """``LYASCHED_PROFILE_THREADS`` if set (the CLI's --threads default)."""
-    v = os.environ.get("LYASCHED_PROFILE_THREADS")
-    return int(v) if v else None
+def env_threads(environ: Mapping[str, str] | None = None) -> int | None:
+    """The CLI's --threads default: ``LYASCHED_PROFILE_THREADS`` if set; else, inside a Slurm job,
+    the CPUs of its allocation on this node (``SLURM_CPUS_PER_TASK``, else ``SLURM_CPUS_ON_NODE``);
+    else None (torch's default).
+
+    Why: lyasub's profiling job asks for one GPU and the job's ``--cpus-per-gpu``, so its
+    allocation is the CPU budget one rank of the real job gets. torch's default is every core
+    of the machine, whatever Slurm allotted: where Slurm does not confine tasks (task/none, as
+    on the test cluster), the profile then ran on threads that fight other jobs for cores, and
+    measured steps 7.5-8.7x slower than the jobs' own (docs/calibration.md)."""
+    env = os.environ if environ is None else environ
+    for name in ("LYASCHED_PROFILE_THREADS",) + (("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE")
+                                                  if env.get("SLURM_JOB_ID") else ()):
+        v = (env.get(name) or "").strip()
+        if v.isdigit() and int(v) >= 1:
+            return int(v)
+        if v and name == "LYASCHED_PROFILE_THREADS":
+            raise ProfileError(f"$LYASCHED_PROFILE_THREADS={v!r} is not a positive integer")
+    return None
