@@ -452,12 +452,3 @@ def parse_sacct(text: str) -> list[AccountingRecord]:
         )
     return out
 
-
-def __getattr__(name: str) -> object:
-    """The argv of the commands that change jobs moved to lyasched.slurm.commands (issue 9); the old
-    names still resolve here."""
-    if name in ("update_args", "release_args", "hold_args"):
-        from lyasched.slurm import commands
-
-        return getattr(commands, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
