@@ -28,7 +28,6 @@ from typing import Any, Iterator, Sequence
 import sqlite_utils
 
 from lyasched.store import open_db
-from lyasched.store.jobrecord import encode_times
 
 SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
 
@@ -184,9 +183,6 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
-
-
-dumps_times = encode_times  # a row of predicted run times as JSON (lyasched.store.jobrecord decodes it)
 
 
 # ---------------------------------------------------------------- jobs
