@@ -93,10 +93,9 @@ class Service:
         self.policy = policy if policy is not None else make_policy(config.policy, **dict(config.params))
         caps = capabilities(self.policy)
         if why := cannot_serve(caps):
-            raise UnsupportedPolicy(f"policy {getattr(self.policy, 'name', type(self.policy).__name__)!r} "
-                                    f"cannot run under serve: {why}")
+            raise UnsupportedPolicy(f"policy {self.policy_name!r} cannot run under serve: {why}")
         if caps.moves and not isinstance(self.slurm, SlurmMoves):
-            raise UnsupportedPolicy(f"policy {getattr(self.policy, 'name', type(self.policy).__name__)!r} moves jobs, "
+            raise UnsupportedPolicy(f"policy {self.policy_name!r} moves jobs, "
                                     f"and the Slurm backend {getattr(self.slurm, 'name', '?')!r} cannot signal or requeue")
         self.caps = caps
         self.builder = SlotStateBuilder(caps)  # the one place a slot's policy input is built
@@ -113,6 +112,11 @@ class Service:
         records.ensure_schema(self.db)
         self.inputs = PolicyInputs(self._db, clock)  # each job as the policy's input (lyasched.live.inputs)
         self.sync = RecordSync(self._db, self.slurm, self.inputs.decode, config.users)  # records follow Slurm
+
+    @property
+    def policy_name(self) -> str:
+        """The policy's name as the slots record it (its class name if it has none)."""
+        return getattr(self.policy, "name", type(self.policy).__name__)
 
     @property
     def crash(self) -> CrashPoints:
@@ -152,7 +156,7 @@ class Service:
             self.outage.note(slurm_failed, now, report)
             report.duration = time.monotonic() - t0
             self.crash.reach("before_slot_record")
-            report.slot_id = slot_report.record(self.db, ctx, getattr(self.policy, "name", type(self.policy).__name__))
+            report.slot_id = slot_report.record(self.db, ctx, self.policy_name)
             log.log(logging.INFO if self.outage.logs(slurm_failed) else logging.DEBUG, "%s", report.line())
             return report
 

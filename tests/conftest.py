@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from reliability.users import CLUSTER_STATE, OTHER_USER, TEST_USER, as_user as run_as_here
+from reliability.users import CLUSTER_STATE, OTHER_USER, TEST_USER, as_user_argv, as_user as run_as_here
 
 from lyasched.slurm.types import TERMINAL_STATES
 
@@ -133,8 +133,7 @@ class Cluster:
     def popen(self, user: str, *argv: str, cwd=None, stdout=None, stderr=None, env=None):
         """Start a long-running command as ``user`` (the service); Popen-like. ``env``: its environment
         (native; in a container the command gets the container's own)."""
-        cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
-        return subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr, env=env)
+        return subprocess.Popen(as_user_argv(user, *argv), cwd=cwd, stdout=stdout, stderr=stderr, env=env)
 
     def which(self, name: str) -> str:
         """Path (or name) of one of lyasched's commands as the cluster's users call it (next to this

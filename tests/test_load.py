@@ -88,6 +88,18 @@ def test_classify_lyasub_outcomes() -> None:
     assert rel_load.classify(1, "", "") == "unclean"  # silent failure
 
 
+def test_one_way_to_run_as_a_test_user() -> None:
+    """reliability.users builds every run-as command line (as_user, the cluster's popen, the held-job
+    submitters); the suites and conftest submit as the same user."""
+    import conftest
+    from reliability import faults, users
+
+    assert users.as_user_argv("lyatest", "sbatch", "-t", "5") == ["runuser", "-u", "lyatest", "--", "sbatch", "-t", "5"]
+    assert users.as_user_argv("root", "scontrol", "release", "7") == ["scontrol", "release", "7"]
+    assert users.as_user("root", sys.executable, "-c", "print(42)").stdout == "42\n"
+    assert faults.TEST_USER == conftest.TEST_USER == users.TEST_USER
+
+
 @pytest.mark.slurm
 def test_burst_of_lyasub_submissions() -> None:
     r = rel_load.run_burst(n=100, procs=8)

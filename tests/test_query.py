@@ -146,3 +146,17 @@ def test_squeue_args_use_fixed_format_with_free_text_last():
     args = q.squeue_args(user="alice")
     fmt = args[args.index("-o") + 1]
     assert fmt.endswith("%k|%j") and "--states=all" in args and args[-2:] == ["--user", "alice"]
+
+
+def test_job_states_are_classified_once_and_consistently():
+    """lyasched.slurm.types is the one classification: active and terminal are disjoint, the
+    holding and ran states are subsets of them, SPECIAL_EXIT is active (held, never finished)."""
+    from lyasched.slurm import types as t
+
+    assert not t.ACTIVE_STATES & t.TERMINAL_STATES
+    assert t.HOLDING_STATES <= t.ACTIVE_STATES and t.RAN_STATES <= t.TERMINAL_STATES
+    assert "SPECIAL_EXIT" in t.ACTIVE_STATES
+    job = q.parse_squeue("1|u|1|SPECIAL_EXIT|None|0|N/A|N/A|N/A|10:00|1|gres:gpu:1||gpu|lyasched:v1;x|n\n")[0]
+    assert not job.finished and not job.running and not job.pending
+    for state in t.HOLDING_STATES:
+        assert q.parse_squeue(f"1|u|1|{state}|None|0|N/A|N/A|N/A|10:00|1|gres:gpu:1|n1|gpu|lyasched:v1;x|n\n")[0].running

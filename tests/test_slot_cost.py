@@ -323,7 +323,7 @@ def test_direct_job_read_is_used_on_the_cluster_and_reads_what_squeue_prints(slu
     import sys
     import time
 
-    from reliability.users import TEST_USER
+    from reliability.users import TEST_USER, as_user
 
     from lyasched.slurm.cli import CliSlurm
     from lyasched.slurm.types import SlurmJob
@@ -339,9 +339,8 @@ def test_direct_job_read_is_used_on_the_cluster_and_reads_what_squeue_prints(slu
     def sbatch(*args: str) -> str:
         s = CostSummary(uid=new_uid(), sig="cnn:test", global_batch=8, iterations=100, min_gpus=1, max_gpus=2,
                         alpha=0.01, beta=0.002, params=1_000_000).encode()
-        r = subprocess.run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5",
-                            "-N1", "--gres=gpu:1", f"--comment={s}", *args], capture_output=True, text=True,
-                           timeout=60, cwd="/tmp")
+        r = as_user(TEST_USER, "sbatch", "--parsable", "-o", "/dev/null", "-t", "5", "-N1", "--gres=gpu:1",
+                    f"--comment={s}", *args, timeout=60, cwd="/tmp")
         assert r.returncode == 0, r.stderr
         slurm_jobs.append(r.stdout.strip().split(";")[0])
         return slurm_jobs[-1]

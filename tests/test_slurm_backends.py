@@ -240,7 +240,7 @@ def test_pyslurm_records_map_to_the_same_values_as_the_cli() -> None:
 
 # ================================================================== the real cluster
 
-from reliability.users import OTHER_USER, TEST_USER  # noqa: E402
+from reliability.users import OTHER_USER, TEST_USER, as_user  # noqa: E402
 from slurm_views import OnlyJobs  # noqa: E402
 
 
@@ -250,8 +250,7 @@ def _summary(gmin: int = 1, gmax: int = 2) -> str:
 
 
 def _sbatch(user: str, *args: str, cwd: str = "/tmp") -> str:
-    r = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null", "-t", "5", *args],
-                       capture_output=True, text=True, timeout=60, cwd=cwd)
+    r = as_user(user, "sbatch", "--parsable", "-o", "/dev/null", "-t", "5", *args, timeout=60, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().split(";")[0]
 
@@ -381,8 +380,7 @@ def test_non_operator_is_denied_the_same_way_through_both(slurm_backend, slurm_j
     """Another (unprivileged) user may not release, hold or cancel a lyasched job: the plugin and
     slurmctld refuse, and both backends say PermissionDenied."""
     job = _held(1, slurm_jobs)[0]
-    r = subprocess.run(["runuser", "-u", OTHER_USER, "--", sys.executable, "-c", PROBE, slurm_backend, job],
-                       capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    r = as_user(OTHER_USER, sys.executable, "-c", PROBE, slurm_backend, job, timeout=120, cwd=str(REPO))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:3] == [f"{v} PermissionDenied Access/permission denied"
                                         for v in ("release", "hold", "cancel")], r.stdout + r.stderr

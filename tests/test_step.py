@@ -96,3 +96,16 @@ def test_by_uid_keeps_the_job_a_uid_names_and_reports_the_others():
     assert [(d.job_id, u, k.job_id) for d, u, k in dropped] == [("40", s.uid, "41"), ("45", s.uid, "41")]
     assert got["slurm-46"][1] is None and got["slurm-46"][2]
     assert set(step.by_uid([old, new, copy], decode, users=("mallory",))[0]) == {s.uid}
+
+
+def test_the_service_own_transitions_are_pure_and_keep_a_moved_on_record():
+    """A start releases a waiting record (or one not written yet) with the intent's placement; a
+    record Slurm already moved on (running) keeps its state; holding again makes it waiting."""
+    intent = {"gpus": 4, "nodes": '["n1", "n2"]', "placement": '[["n1", 2], ["n2", 2]]', "predicted": 60.0}
+    upd = step.released(intent, "waiting", 100.0, "released: chosen")
+    assert upd == {"gpus": 4, "nodes": '["n1", "n2"]', "placement": '[["n1", 2], ["n2", 2]]', "predicted": 60.0,
+                   "released_at": 100.0, "state": "released", "reason": "released: chosen"}
+    assert step.released(intent, None, 100.0, "")["state"] == "released"
+    assert "reason" not in step.released(intent, None, 100.0, "")
+    assert "state" not in step.released(intent, "running", 100.0, "")
+    assert step.held_again("not started") == {"state": "waiting", "released_at": None, "reason": "waiting: not started"}

@@ -81,3 +81,17 @@ def test_sacct_failure_is_one_line(slurm_shims):
     r = CliRunner().invoke(main, ["whatif", "--since", "yesterdayy"])
     assert r.exit_code == 1
     assert r.stderr.strip().splitlines()[-1] == "Error: sacct failed: sacct: error: Invalid time specification (pos=0): yesterdayy"
+
+
+def test_whatif_reads_slurm_through_the_one_interface(slurm_shims):
+    """whatif's backend is the Slurm interface's (config, history, nodes), which both backends answer."""
+    from lyasched.slurm.backend import SlurmHistory
+    from lyasched.slurm.pyslurm_backend import PySlurm
+    from lyasched.whatif import live
+
+    slurm = live.make_backend()
+    assert isinstance(slurm, SlurmHistory) and callable(getattr(PySlurm, "history", None))
+    assert [n.name for n in slurm.nodes()] == [f"gpu0{i}" for i in range(1, 5)]
+    text = live.read_sacct(slurm, "2026-10-01", None, None)
+    assert text == (DATA / "sacct_awkward.txt").read_text(encoding="utf-8")
+    assert [c.split()[0] for c in calls(slurm_shims)] == ["scontrol", "scontrol", "sacct"]

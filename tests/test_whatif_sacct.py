@@ -10,9 +10,8 @@ import pytest
 
 from lyasched.whatif.cluster import cluster_from_nodes, infer_cluster
 from lyasched.whatif.history import build_history
-from lyasched.whatif.live import sacct_args
 from lyasched.whatif.sacct import FIELDS, SACCT_FORMAT, SacctError, parse_gpus, parse_sacct
-from lyasched.slurm.query import parse_nodes
+from lyasched.slurm.query import history_args, parse_nodes
 
 DATA = Path(__file__).parent / "data"
 AWKWARD = (DATA / "sacct_awkward.txt").read_text(encoding="utf-8")
@@ -157,11 +156,11 @@ def test_parsable1_elapsed_other_order_extra_columns():
 
 
 def test_live_sacct_args():
-    args = sacct_args("now-30days", "2026-11-01", "gpu")
+    args = history_args("now-30days", "2026-11-01", "gpu", FIELDS)
     assert args[:5] == ["sacct", "--parsable2", "--allusers", "--allocations", "--duplicates"]
     assert f"--format={SACCT_FORMAT}" in args and "--starttime=now-30days" in args
     assert "--endtime=2026-11-01" in args and "--partition=gpu" in args
-    assert not any(a.startswith("--endtime") for a in sacct_args("2026-10-01"))
+    assert not any(a.startswith("--endtime") for a in history_args("2026-10-01", None, None, FIELDS))
 
 
 HEADER = "|".join(FIELDS)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,6 @@ from lyasched.cli.errors import BadInput
 from lyasched.config import ConfigError, load_config
 
 log = logging.getLogger("lyasched.serve")
-PREFIX_ENV = "LYASCHED_SLURM_PREFIX"
 
 
 @click.command()
@@ -74,7 +71,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from lyasched.service import Service, UnsupportedPolicy
-    from lyasched.slurm.backend import BackendChoiceError, backend_choice, make_backend
+    from lyasched.slurm.backend import BackendChoiceError, backend_choice, env_prefix, make_backend
     from lyasched.store import records
     from lyasched.store.records import open_records
 
@@ -86,12 +83,11 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
         open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
-    # $LYASCHED_SLURM_PREFIX: run the Slurm tools (and the pyslurm worker) through a wrapper (a fault
-    # injector in tests, e.g. tests/reliability/flaky_slurm.py; or a site's own), split like a shell would, never run by one.
-    prefix = shlex.split(os.environ.get(PREFIX_ENV, ""))
+    # $LYASCHED_SLURM_PREFIX (backend.env_prefix): the Slurm tools and the pyslurm worker run through a
+    # wrapper (a fault injector in tests, e.g. tests/reliability/flaky_slurm.py; or a site's own), as for lyasub and lyastat.
     choice = backend_choice(cfg.slurm_backend, slurm_backend)
     try:
-        slurm, why = make_backend(choice, timeout=cfg.slurm_timeout, prefix=prefix)
+        slurm, why = make_backend(choice, timeout=cfg.slurm_timeout, prefix=env_prefix())
     except BackendChoiceError as e:
         raise BadInput(str(e)) from None
     log.info("Slurm backend: %s (%s)", slurm.name, why)

@@ -94,17 +94,17 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
 
-    cli = None
+    slurm = None
     if sacct_file is not None:
         source = sacct_file
         _say(f"reading {sacct_file}")
         text = _read_file(sacct_file)
     else:
         source = f"sacct --starttime={since}" + (f" --endtime={until}" if until else "") + (f" --partition={partition}" if partition else "")
-        cli = live.make_cli()
+        slurm = live.make_backend()
         _say(f"running {source}")
         try:
-            text = live.read_sacct(cli, since, until, partition)
+            text = live.read_sacct(slurm, since, until, partition)
         except (SlurmError, live.AccountingOff) as e:
             raise click.ClickException(str(e).strip().splitlines()[0]) from None
     try:
@@ -120,9 +120,9 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
                         f"{c['pending']} pending, {c['other_partition']} in other partitions)")
 
     site = infer_cluster(hist.jobs)
-    if cli is not None and (nodes is None or gpus_per_node is None):
+    if slurm is not None and (nodes is None or gpus_per_node is None):
         try:
-            site = live.read_cluster(cli, partition) or site
+            site = live.read_cluster(slurm, partition) or site
         except (SlurmError, ValueError) as e:
             _say(f"scontrol show node failed ({str(e).splitlines()[0]}); cluster inferred from the records")
     if nodes is not None or gpus_per_node is not None:

@@ -30,7 +30,7 @@ from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import costtable, records
 from lyasched.store import moves as move_records
-from lyasched.store.jobrecord import decode_times
+from lyasched.store.jobrecord import decode_times, encode_times
 from lyasched.summary import CostSummary
 
 
@@ -177,8 +177,8 @@ class PolicyInputs:
             self.rows[key] = (inputs, wj)
             self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
             records.upsert_job(
-                self.db, s.uid, pred_one=records.dumps_times(wj.run_one_node),
-                pred_multi=records.dumps_times(wj.run_multi_node), work=wj.work,
+                self.db, s.uid, pred_one=encode_times(wj.run_one_node),
+                pred_multi=encode_times(wj.run_multi_node), work=wj.work,
             )
         return wj
 

@@ -20,6 +20,7 @@ import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
+from lyasched.live import step
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.placement import fit_placement
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
@@ -81,10 +82,9 @@ class Starter:
                 dec = dict(time=it["created"], uid=it["uid"], slurm_id=it["slurm_id"], action="start",
                            gpus=it["gpus"], nodes=it["nodes"], placement=it["placement"], score=it["score"],
                            predicted=pred, reason=f"{it['reason'] or 'chosen by the policy'} (recovered: {res})")
+                reason = f"released: {it['reason'] or 'chosen by the policy'}" if row.get("state") == "waiting" else ""
                 ctx.decision_ids.append(records.apply_start(
-                    self.db, it, now, res, released_at=it["created"], decision=dec,
-                    job_state="released" if row.get("state") in (None, "waiting") else "",
-                    reason=f"released: {it['reason'] or 'chosen by the policy'}" if row.get("state") == "waiting" else "",
+                    self.db, it, now, res, step.released(it, row.get("state"), it["created"], reason), decision=dec,
                 ))
             else:
                 records.mark_intent(self.db, it["id"], state="aborted", resolved=now, resolution=res)
@@ -161,11 +161,11 @@ class Starter:
         self.crash.reach("after_release")
         for i, c in placement:
             free[i] -= c
+        released = step.released(intent, "waiting", now, f"released: {why}")  # the record's change
         ctx.decision_ids.append(records.apply_start(
-            self.db, intent, now, "applied: released in its slot", released_at=now,
+            self.db, intent, now, "applied: released in its slot", released,
             decision={**base, "action": "start", "placement": place_json, "nodes": nodes_to_json(node_names),
                       "predicted": intent["predicted"], "reason": why},
-            reason=f"released: {why}",
         ))
         self.crash.reach("after_record")
         report.started.append(
@@ -190,7 +190,7 @@ class Starter:
         except SlurmError as e:
             log.error("job %s: could not hold again: %s", job.job_id, e)
             return
-        records.upsert_job(self.db, row["uid"], state="waiting", released_at=None, reason=f"waiting: {why}")
+        records.upsert_job(self.db, row["uid"], **step.held_again(why))
         ctx.decisions.append(
             {"time": now, "uid": row["uid"], "slurm_id": job.job_id, "action": "hold", "gpus": row["gpus"],
              "placement": row["placement"], "nodes": row["nodes"], "reason": why}

@@ -3,7 +3,8 @@
 `by_uid(jobs, decode)` picks the Slurm job each lyasched uid names; `step(row, job, now)` returns
 the change and what happened (started, finished, warnings);
 `vanished(row, acct, now, why)` the same for a job Slurm no longer lists; `apply(db, steps, now)`
-writes a batch of changes in one transaction. States:
+writes a batch of changes in one transaction. The service's own actions change a record through
+`released` (a start) and `held_again`, written by the starter with its Slurm command. States:
 ``waiting`` (held, ours to decide) -> ``released`` (a start sent) -> ``running`` -> ``finished``;
 ``vanished`` when Slurm forgot a job unseen; ``invalid`` for a job whose cost summary does not decode.
 """
@@ -126,6 +127,26 @@ def step(row: dict, job: SlurmJob, now: float) -> Step:
     elif job.held_by_service and st in ("released", "running"):
         upd.update(state="waiting", reason="held (by an operator)")
     return _done(out, row, upd)
+
+
+def released(intent: dict, state: str | None, released_at: float, reason: str) -> dict[str, Any]:
+    """The record's change when the service released a job (a start, `lyasched.live.starter`):
+    the intent's GPUs, nodes, placement and prediction; ``waiting`` (or no record state yet)
+    becomes ``released``, a record Slurm already moved on keeps its state. ``reason``: the
+    record's new reason ('' keeps it). Pure."""
+    upd: dict[str, Any] = dict(gpus=intent["gpus"], nodes=intent["nodes"], placement=intent["placement"],
+                               predicted=intent["predicted"], released_at=released_at)
+    if state in (None, "waiting"):
+        upd["state"] = "released"
+    if reason:
+        upd["reason"] = reason
+    return upd
+
+
+def held_again(why: str) -> dict[str, Any]:
+    """The record's change when the service held a released job again (Slurm did not start it
+    within ``release_grace``): waiting, no longer released. Pure."""
+    return dict(state="waiting", released_at=None, reason=f"waiting: {why}")
 
 
 def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str) -> Step:

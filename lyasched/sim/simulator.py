@@ -7,7 +7,8 @@ to the next arrival or completion. Each job runs ``factor x`` the predicted run 
 configuration it got (factor lognormal, fixed per job from the seed); policies see the
 predictions, oracles (``Capabilities.needs_true_runtimes``) see the truth. Each slot the
 simulator builds a `ClusterSnapshot` of its own state and the policy's `SlotState` comes from the
-same `SlotStateBuilder` the live service uses (lyasched.policy.snapshot); decisions are checked
+same `SlotStateBuilder` the live service uses (lyasched.policy.snapshot), its arrival history
+from the service's `ArrivalHistory`; decisions are checked
 against the same placement rule (lyasched.policy.placement). docs/simulator.md has the full
 semantics.
 """
@@ -28,7 +29,7 @@ from lyasched.cost import ClusterSpec, CostModel
 from lyasched.job import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
-from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
+from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
 from lyasched.sim import moves as mv
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
@@ -187,22 +188,23 @@ class Simulation:
         self._best = np.empty(len(self.jobs))
         self._best_gpu = np.empty(len(self.jobs))
         # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
-        # sum of requested GPU-seconds as predicted at submission
-        self._arr_t = np.array([j.submit_time for j in self.jobs], dtype=float)
-        self._arr_cum = np.empty(len(self.jobs))
+        # sum of requested GPU-seconds as predicted at submission, kept by the service's own
+        # ArrivalHistory (jobs are in its order already: submit time, then id)
+        arrivals = ArrivalHistory()
         gcount = np.arange(1, self.row_len + 1, dtype=float)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
             best = t.best_run * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
-            self._arr_cum[i] = requested_gpu_s(self.predicted(i))  # as the service records it
+            arrivals.add(j.job_id, j.submit_time, requested_gpu_s(self.predicted(i)))  # as the service records it
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
                     f"{cluster.nodes}x{cluster.gpus_per_node} GPUs: no allowed GPU count"
                 )
             self._best[i] = best
-        np.cumsum(self._arr_cum, out=self._arr_cum)
+        assert len(arrivals) == len(self.jobs)  # every job once, each with a finite weight (checked above)
+        self._arr_t, self._arr_cum = arrivals.arrays()
 
     # --- rows -------------------------------------------------------------------------
     def _template(self, job: Job) -> WaitingJob:

@@ -92,6 +92,18 @@ class SlurmMoves(Slurm, Protocol):
         ...
 
 
+@runtime_checkable
+class SlurmHistory(Slurm, Protocol):
+    """The accounting store's history over a time window (`lyasched whatif --since`), on top of
+    `Slurm`: both backends have it (through sacct); a test's in-memory backend need not."""
+
+    def history(self, since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> str:
+        """Every user's allocation records (one line per job, every run of a requeued one) from
+        ``since`` (to ``until``, in ``partition``) as ``sacct --parsable2`` text with its header and
+        the ``fields`` asked for: lyasched.whatif.sacct reads it as it reads a saved file."""
+        ...
+
+
 class BackendChoiceError(ValueError):
     """The backend asked for cannot be used here (one line; `lyasched serve` exits 2)."""
 

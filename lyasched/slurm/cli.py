@@ -72,6 +72,9 @@ class CliSlurm:
             return []
         return q.parse_sacct(self._run(q.sacct_args(job_ids)))
 
+    def history(self, since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> str:
+        return self._run(q.history_args(since, until, partition, fields))
+
     # ------------------------------------------------------------ changing jobs
 
     def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:

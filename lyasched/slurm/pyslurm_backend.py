@@ -231,6 +231,9 @@ class PySlurm:
     def accounting(self, job_ids: Sequence[str]) -> list[AccountingRecord]:
         return self.cli.accounting(job_ids)  # sacct (docs/slurm-backends.md)
 
+    def history(self, since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> str:
+        return self.cli.history(since, until, partition, fields)  # sacct, as accounting
+
     def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
         self.cli.resize(job_id, num_nodes, gpus_per_node, nodes)  # scontrol update (NumNodes: see module doc)
 

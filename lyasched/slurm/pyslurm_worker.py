@@ -322,9 +322,10 @@ class Worker:
               f"{mine.get(diff)} vs {theirs.get(diff)}): jobs read through PySlurm", file=sys.stderr)
         return False
 
-    def job(self, job_id: str) -> SlurmJob | None:
+    def _load(self, job_id: str) -> Any:
+        """PySlurm's record of one job, any owner; None when Slurm does not know it (or the id is no number)."""
         try:
-            return _job(self.ps.Job.load(int(job_id)))
+            return self.ps.Job.load(int(job_id))
         except ValueError:
             return None
         except self.ps.RPCError as e:
@@ -332,15 +333,16 @@ class Worker:
                 return None
             raise
 
-    def work_dir(self, job_id: str) -> str | None:
+    def job(self, job_id: str) -> SlurmJob | None:
+        j = self._load(job_id)
         try:
-            return self.ps.Job.load(int(job_id)).working_directory or None
-        except ValueError:
+            return None if j is None else _job(j)
+        except ValueError:  # a record that does not convert reads as unknown (as before the shared load)
             return None
-        except self.ps.RPCError as e:
-            if "Invalid job id" in str(e):
-                return None
-            raise
+
+    def work_dir(self, job_id: str) -> str | None:
+        j = self._load(job_id)
+        return None if j is None else (j.working_directory or None)
 
     # ------------------------------------------------------------ changing jobs
 

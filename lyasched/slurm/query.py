@@ -429,6 +429,18 @@ def sacct_args(job_ids: Iterable[str]) -> list[str]:
     ]
 
 
+def history_args(since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> list[str]:
+    """`Slurm.history`'s sacct: allocations only (no steps), every user, every run of requeued jobs
+    (--duplicates), the header kept (the reader finds the fields by name)."""
+    args = ["sacct", "--parsable2", "--allusers", "--allocations", "--duplicates",
+            f"--format={','.join(fields)}", f"--starttime={since}"]
+    if until:
+        args.append(f"--endtime={until}")
+    if partition:
+        args.append(f"--partition={partition}")
+    return args
+
+
 def parse_sacct(text: str) -> list[AccountingRecord]:
     out = []
     for line in text.splitlines():
@@ -452,12 +464,3 @@ def parse_sacct(text: str) -> list[AccountingRecord]:
         )
     return out
 
-
-def __getattr__(name: str) -> object:
-    """The argv of the commands that change jobs moved to lyasched.slurm.commands (issue 9); the old
-    names still resolve here."""
-    if name in ("update_args", "release_args", "hold_args"):
-        from lyasched.slurm import commands
-
-        return getattr(commands, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from lyasched.summary import PREFIX as TAG  # a lyasched job's comment starts with its cost summary's prefix
 
-# Slurm's job states, in two disjoint sets: the one place lyasched classifies them (squeue's
-# long names). ACTIVE: the job is still in the queue and may (still, or again) hold GPUs, so a job
-# with our uid in one of them is the one we submitted and resubmitting would duplicate it.
+# Slurm's job states, in two disjoint sets (and subsets of them below): the one place lyasched
+# classifies them (squeue's long names). ACTIVE: the job is still in the queue and may (still, or
+# again) hold GPUs, so a job with our uid in one of them is the one we submitted and resubmitting
+# would duplicate it.
 # TERMINAL: the job is done; it never runs again without a new submission.
 # SPECIAL_EXIT is ACTIVE: Slurm requeues a job whose launch failed with the site's special exit
 # code (EpilogSlurmctld) and holds it there until someone releases or cancels it; lyasched neither
@@ -26,6 +27,8 @@ TERMINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
      "DEADLINE", "REVOKED"}
 )
+# Active states in which the job holds its nodes' GPUs (`SlurmJob.running`): started and not yet let go.
+HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 # Terminal states after which a job really ran (CANCELLED may mean "cancelled while pending").
 RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE"})
 # A node in any of these states gives no GPUs to new jobs (they are flags in "IDLE+DRAIN" etc.).
@@ -133,7 +136,7 @@ class SlurmJob:
 
     @property
     def running(self) -> bool:
-        return self.state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+        return self.state in HOLDING_STATES
 
     @property
     def gpus(self) -> int:

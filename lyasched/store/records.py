@@ -28,7 +28,6 @@ from typing import Any, Iterator, Sequence
 import sqlite_utils
 
 from lyasched.store import open_db
-from lyasched.store.jobrecord import encode_times
 
 SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
 
@@ -184,9 +183,6 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
-
-
-dumps_times = encode_times  # a row of predicted run times as JSON (lyasched.store.jobrecord decodes it)
 
 
 # ---------------------------------------------------------------- jobs
@@ -359,19 +355,13 @@ def open_intents(db: sqlite_utils.Database) -> list[dict]:
     return open_step_rows(db, "intents")
 
 
-def apply_start(db: sqlite_utils.Database, intent: dict, now: float, resolution: str, released_at: float,
-                decision: dict, job_state: str = "released", reason: str = "") -> int:
-    """A start is done (Slurm released the job): the job row, its ``start`` decision and the intent
-    change in one transaction, so a crash leaves all or none (then the intent is reconciled).
-    Returns the decision's id (its slot is set when the slot is recorded)."""
+def apply_start(db: sqlite_utils.Database, intent: dict, now: float, resolution: str, job_update: dict,
+                decision: dict) -> int:
+    """A start is done (Slurm released the job): the job row (``job_update``, lyasched.live.step.released),
+    its ``start`` decision and the intent change in one transaction, so a crash leaves all or none
+    (then the intent is reconciled). Returns the decision's id (its slot is set when the slot is recorded)."""
     with transaction(db):
-        fields = dict(gpus=intent["gpus"], nodes=intent["nodes"], placement=intent["placement"],
-                      predicted=intent["predicted"], released_at=released_at)
-        if job_state:
-            fields["state"] = job_state
-        if reason:
-            fields["reason"] = reason
-        upsert_job(db, intent["uid"], **fields)
+        upsert_job(db, intent["uid"], **job_update)
         mark_intent(db, intent["id"], state="applied", resolved=now, resolution=resolution)
         db.table("decisions").insert({k: _clean(v) for k, v in decision.items()}, columns=DECISION_COLUMNS)
         return int(db.execute("select last_insert_rowid()").fetchone()[0])

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
-from .users import TEST_USER, as_user
+from .users import TEST_USER, as_user, as_user_argv
 
 LOCK_PATH = Path("/run/lock/lyasched-rel.lock")
 BURST_NAME = "lyaload-burst"
@@ -387,7 +387,7 @@ def submit_held(n: int, procs: int, user: str, work: Path) -> dict[str, Any]:
         chunks.append(f)
     env = {**os.environ, "NAME": HELD_NAME, "WORK": str(work), "SCRIPT": str(script)}
     t0 = time.monotonic()
-    ps = [subprocess.Popen(["runuser", "-u", user, "--", "bash", str(loop), str(f)], stdout=subprocess.PIPE,
+    ps = [subprocess.Popen(as_user_argv(user, "bash", str(loop), str(f)), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=env) for f in chunks]
     ids, errs = [], []
     for p in ps:

@@ -15,6 +15,12 @@ OTHER_USER = "lyaother"  # a second user: must not be able to touch TEST_USER's 
 CLUSTER_STATE = Path(os.environ.get("LYASCHED_CLUSTER_STATE", "/var/lib/lyasched-cluster"))
 
 
+def as_user_argv(user: str, *argv: str) -> list[str]:
+    """The command line that runs ``argv`` as ``user`` on this host (``root``: ``argv`` itself), for
+    ``as_user`` and for the long-running processes started with Popen."""
+    return list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
+
+
 def as_user(user: str, *argv: str, check: bool = False, timeout: float = 60, cwd: str | os.PathLike | None = None,
             input: str | bytes | None = None, env: dict[str, str] | None = None,
             text: bool = True) -> subprocess.CompletedProcess:
@@ -22,6 +28,5 @@ def as_user(user: str, *argv: str, check: bool = False, timeout: float = 60, cwd
 
     ``runuser`` keeps the environment (``env``, else ours), so PATH still finds sbatch and lyasub.
     ``text=False`` gives bytes (an argument or answer that is not UTF-8)."""
-    cmd = list(argv) if user == "root" else ["runuser", "-u", user, "--", *argv]
-    return subprocess.run(cmd, capture_output=True, text=text, check=check, timeout=timeout, cwd=cwd, input=input,
-                          env=env)
+    return subprocess.run(as_user_argv(user, *argv), capture_output=True, text=text, check=check, timeout=timeout,
+                          cwd=cwd, input=input, env=env)
