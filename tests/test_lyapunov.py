@@ -1,5 +1,6 @@
 """Properties of the Lyapunov policy (issue 2 §2), on hand-built and hypothesis-generated states."""
 
+import itertools
 import math
 
 import numpy as np
@@ -490,3 +491,36 @@ def test_horizon_end_median_ignores_one_long_running_job():
 
     assert gpus("latest") > 1
     assert gpus("median") == 1 and gpus("earliest") == 1
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans())
+def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_greedy):
+    """``order="fill_first"`` (off by default): the fill at the request runs before the knapsack.
+    Within capacity, each job once, allowed configurations, work-conserving at the request, pure; and
+    every fill start comes first, in shortest estimated GPU-time at the request order."""
+    state, V = sv
+    pol = LyapunovPolicy(V=V, order="fill_first", exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    by_id = {w.job_id: w for w in state.waiting}
+    assert len({d.job_id for d in res.starts}) == len(res.starts)
+    for d in res.starts:
+        w = by_id[d.job_id]
+        assert math.isfinite(w.run_time(d.gpus, d.spans_nodes))
+        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
+    free = _leftover(state, res)
+    assert min(free, default=0) >= 0
+    started = {d.job_id for d in res.starts}
+    for w in state.waiting:
+        g = nearest_allowed(w, w.requested_gpus)
+        if w.job_id in started or g is None:
+            continue
+        if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
+            assert max(free) < g
+    lead = list(itertools.takewhile(lambda d: d.reason.startswith("fill"), res.starts))
+    gpu_time = [d.gpus * min(by_id[d.job_id].run_one_node[d.gpus - 1], by_id[d.job_id].run_multi_node[d.gpus - 1]) for d in lead]
+    assert gpu_time == sorted(gpu_time)
+    if any(d.gpus == nearest_allowed(by_id[d.job_id], by_id[d.job_id].requested_gpus) for d in res.starts):
+        assert lead  # something fitted at its request: the fill started first
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, order="fill_first", exact_limit=pol.exact_limit).decide(state))

@@ -114,6 +114,7 @@ class LyapunovPolicy:
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
     refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see _refill_short)
     refill_rate: str = "recent"  # refill's arrival rates: over max(T(r), min_window) ("recent") or the whole history ("all")
+    order: str = "score"  # "score": the knapsack first, then the fill; "fill_first": the fill at the request first, the knapsack on what is left
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -369,6 +370,12 @@ class LyapunovPolicy:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
         s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
         self._best, self._started = arr["best"], []
+        pre: list[Decision] = []
+        if self.order == "fill_first":  # shortest-first at the request first; the scores get what is left
+            pre = self._fill(state, arr, free)
+            if self._started:
+                s_one[self._started] = -np.inf
+                s_multi[self._started] = -np.inf
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
@@ -390,7 +397,7 @@ class LyapunovPolicy:
                 solver = "exact"
         starts: list[Decision] = []
         if chosen is not None:
-            trial = FreeGpus(state.free, state.gpus_per_node)
+            trial = FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
                 one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
@@ -411,6 +418,7 @@ class LyapunovPolicy:
                 solver = "greedy"
         if solver == "greedy":
             starts = self._greedy(state, s_one, s_multi, cand, free)
+        starts = pre + starts
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
         idx = list(self._started)

@@ -58,6 +58,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "rate": Param("str", choices=("none", "size", "held"), help="slot values: the score, or the score per GPU-second held (size: the job's least GPU-time; held: the configuration's)"),
         "refill": Param("str", choices=("off", "mask", "price"), help="more GPUs than asked vs the expected refill of the free GPUs: off, mask (only spreads the arrivals are not expected to need) or price (charge the arrivals left short)"),
         "refill_rate": Param("str", choices=("recent", "all"), help="refill's arrival rates: over the last max(T(r), min_window) seconds, or the whole arrival history"),
+        "order": Param("str", choices=("score", "fill_first"), help="score: the knapsack then the fill; fill_first: shortest-first at the request first, the knapsack on the GPUs left"),
         "lock_free": Param("float", lo=0.0, hi=1e9, help="configurations holding GPUs at most this long (s) skip the load check"),
         "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the offered-load estimate (s)"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
