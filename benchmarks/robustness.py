@@ -1,6 +1,6 @@
 """Robustness sweep: every policy on the seed groups, Philly windows and synthetic workloads.
 
-    python benchmarks/robustness.py [--quick] [--json] [--out DIR] [--only design|heldout]
+    python benchmarks/robustness.py [--quick] [--json] [--out DIR] [--only design|heldout|heldout2..heldout7]
 
 Per workload: avg JCT per policy, GPU-seconds per job, and lyapunov's ratios to backfill, to
 the best non-preemptive baseline that sees estimates (fixed-1, random, fifo, backfill,
@@ -13,7 +13,8 @@ second design change; ``heldout3`` not before max_stretch 2 -> 3; ``heldout4`` (
 pass) not before the offered-load guard with its horizon exemption was tried as the default;
 ``heldout5`` (third pass) fixed before the expansion bound was designed, its old-default run read
 only after; ``heldout6`` (fourth pass) fixed after the per-GPU-second variant had been measured on
-rounds 1-5, before any later variant was measured off the design set.
+rounds 1-5, before any later variant was measured off the design set; ``heldout7`` (fifth pass) fixed in
+its own commit before any fifth-pass variant was run.
 ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
 Targets (issue 8): vs_backfill and vs_best_estimating <= 1.00 everywhere; vs_oracle worst
 <= 1.05 and median <= 0.85. Progress on stderr.
@@ -111,6 +112,19 @@ SYNTH_HELDOUT_6 = [
     ("synth:jobs=300,one_gpu=0.6,max_req=16,dur=heavy,models=mixed,arrival=diurnal,load=0.8,cancel=0.2", 63),
     ("synth:jobs=400,one_gpu=0.9,max_req=4,dur=bimodal,mean_h=3,models=good,arrival=bursts,bursts=10,load=1.0", 64),
 ]
+# Round 7 (set "heldout7", issue 8 fifth pass): fixed in its own commit before any fifth-pass variant was
+# run. Every 3,000-job stretch of the trace overlaps an earlier round's window now; these start in the
+# 2,000-job gaps between earlier windows (each shares its last 1,000 jobs with the next earlier window;
+# 38000 and 43000 surround the worst window, 40000); seeds 7-8 of the seed groups; knob mixes on seeds 71-74
+# (one shaped like issue 8's first trace: 97% 1-GPU, 8-hour jobs, steady arrivals).
+PHILLY_WINDOWS_7 = [23000, 28000, 33000, 38000, 43000]
+SEEDS_7 = [7, 8]
+SYNTH_HELDOUT_7 = [
+    ("synth:production,jobs=1500,load=1.2,arrival=diurnal,dur=const", 71),
+    ("synth:mixed160,load=0.5,arrival=bursts,bursts=2", 72),
+    ("synth:jobs=400,one_gpu=0.97,max_req=8,dur=heavy,mean_h=8,models=mixed,arrival=poisson,load=0.6", 73),
+    ("synth:jobs=300,one_gpu=0.4,max_req=32,nodes=16,dur=bimodal,models=good,arrival=bursts,bursts=3,load=1.1,cancel=0.25,fail=0.15", 74),
+]
 SYNTH_HELDOUT_2 = [
     ("synth:production,jobs=1500,load=1.0,arrival=bursts,bursts=20", 21),
     ("synth:mixed160,load=0.6", 22),
@@ -131,6 +145,7 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     held4 = only in (None, "heldout4")
     held5 = only in (None, "heldout5")
     held6 = only in (None, "heldout6")
+    held7 = only in (None, "heldout7")
     if design:
         for g in SEED_GROUPS:
             for s in range(1 if quick else 5):
@@ -166,6 +181,12 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
                 w = seed_workload(g, s)
                 out.append(dict(name=f"{g} seed {s}", set="heldout6", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
         out += _heldout("heldout6", PHILLY_WINDOWS_6, SYNTH_HELDOUT_6, quick, trace)
+    if held7:
+        for g in SEED_GROUPS:
+            for s in SEEDS_7[:1] if quick else SEEDS_7:
+                w = seed_workload(g, s)
+                out.append(dict(name=f"{g} seed {s}", set="heldout7", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+        out += _heldout("heldout7", PHILLY_WINDOWS_7, SYNTH_HELDOUT_7, quick, trace)
     return out
 
 
@@ -231,10 +252,10 @@ def plot(rows: list[dict], out: str) -> str:
         ax.plot(x, [r[k] for r in rows], m, label=k, alpha=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** ", "heldout4": "**** ", "heldout5": "***** ", "heldout6": "6 "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
+    ax.set_xticklabels([{"heldout": "* ", "heldout2": "** ", "heldout3": "*** ", "heldout4": "**** ", "heldout5": "***** ", "heldout6": "6 ", "heldout7": "7 "}.get(r["set"], "") + r["name"][:40] for r in rows], rotation=90, fontsize=6)
     ax.set_yscale("log")
     ax.set_ylabel("lyapunov avg JCT / other policy's")
-    ax.set_title("robustness sweep (held out: * round 1 ... ***** round 5, 6 round 6)")
+    ax.set_title("robustness sweep (held out: * round 1 ... ***** round 5, 6 / 7 rounds 6 / 7)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(out, "robustness.png")
@@ -248,7 +269,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one seed, 1,000-job Philly windows at 2 loads, fewer synthetics")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write robustness.png and robustness.json here")
-    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"), default=None)
+    ap.add_argument("--only", choices=("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7"), default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     a = ap.parse_args()
@@ -268,7 +289,7 @@ def main() -> None:
               f"/tiresias {r['vs_tiresias']:.3f}", file=sys.stderr)
     worst, med = summary(rows)
     sets = {}
-    for s in ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6"):
+    for s in ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7"):
         sub = [r for r in rows if r["set"] == s]
         if sub:
             sw, sm = summary(sub)

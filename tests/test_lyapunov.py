@@ -1,5 +1,6 @@
 """Properties of the Lyapunov policy (issue 2 §2), on hand-built and hypothesis-generated states."""
 
+import itertools
 import math
 
 import numpy as np
@@ -242,7 +243,8 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
     st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)
     before = (t.copy(), cum.copy(), [w.run_one_node.copy() for w in state.waiting])
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
-    for kw in (dict(max_load=0.9), dict(arrival_weight=1.0)):  # the guard; the arrivals term
+    for kw in (dict(max_load=0.9), dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"),
+               dict(refill="mask")):  # the guard; the arrivals term; the refill terms
         reused = LyapunovPolicy(V=V, **kw)
         reused.decide(st_)
         a = reused.decide(st_)
@@ -285,25 +287,60 @@ def short_of_requests(draw):
 
 
 @settings(max_examples=80, deadline=None)
-@given(short_of_requests(), st.integers(1, 50), st.floats(0.1, 3.0), st.sampled_from([0.0, 0.3, 0.999]))
-def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac):
+@given(short_of_requests(), st.integers(1, 50), st.floats(0.1, 3.0), st.sampled_from([0.0, 0.3, 0.999]),
+       st.sampled_from([dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"), dict(refill="price"), dict(refill="mask")]),
+       st.floats(-1e3, 1e5))
+def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac, kw, end):
     """The arrivals term is read over a window that ends at the newest arrival, so with no new
-    arrival a slot that started nothing and said wake_at=T starts nothing before T either."""
+    arrival a slot that started nothing and said wake_at=T starts nothing before T either; the
+    refill terms also read the running jobs' predicted ends, and wake_at stops where one enters a
+    run's frame."""
     import dataclasses
+
+    from lyasched.policy.state import RunningJob
 
     state, V = sv
     rng = np.random.default_rng(n_arr)
     t = np.sort(rng.uniform(-1e5, state.now, n_arr))
     cum = np.cumsum(rng.uniform(0, 1e4 * load, n_arr))
-    st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)
-    res = LyapunovPolicy(V=V, arrival_weight=1.0).decide(st_)
+    run = (RunningJob("r", 4, ((1, 4),), start_time=-10.0, expected_end=1e9, predicted_end=end),)
+    st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, run, t, cum)
+    res = LyapunovPolicy(V=V, **kw).decide(st_)
     if res.starts or "wake_at" not in res.info:
         return
     wake = res.info["wake_at"]
     if not math.isfinite(wake) or wake <= state.now + 1.0:
         return
     later = state.now + frac * (wake - state.now - 1.0)
-    assert not LyapunovPolicy(V=V, arrival_weight=1.0).decide(dataclasses.replace(st_, now=later)).starts
+    assert not LyapunovPolicy(V=V, **kw).decide(dataclasses.replace(st_, now=later)).starts
+
+
+def test_refill_prices_spreads_the_expected_arrivals_would_need():
+    """``refill`` (off by default, docs/model.md "the refill of the free GPUs"): a lone job on an
+    idle cluster spreads when the long-run arrivals are sparse, stays at its request when the
+    arrivals expected during its run would need the GPUs it adds, and spreads again when the running
+    jobs release enough GPUs before the run ends; without history nothing changes."""
+    from lyasched.policy.state import RunningJob
+
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=1)
+    s = make_state([job], [4, 4, 0, 0], 4)
+    t1 = s.waiting[0].run_time(1, False)
+
+    def gpus(n_arr, mode="price", released=0):
+        hist = _history(n_arr, 2 * max(t1, 3600.0), t1) if n_arr else (None, None)
+        run = tuple(RunningJob(f"r{i}", 4, ((2 + i, 4),), start_time=-10.0, expected_end=1e9, predicted_end=1.0)
+                    for i in range(released))
+        st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, *hist)
+        (d,) = LyapunovPolicy(V=1.0, refill=mode, refill_rate="all").decide(st_).starts
+        return d.gpus
+
+    assert gpus(0) > 1 and gpus(2) > 1  # no history; two arrivals in the whole span
+    # 400 arrivals of the job's size over twice its run: about 59 GPUs of them expected during a
+    # 4-GPU run, against 8 free GPUs
+    assert gpus(400) == 1 and gpus(400, "mask") == 1
+    assert gpus(400, released=2) > 1  # 8 more GPUs come back within a second
+    assert gpus(40) < gpus(40, released=2)  # about 6 GPUs of arrivals during a 4-GPU run
+    assert gpus(400, "off") > 1
 
 
 def test_guard_keeps_more_gpus_than_asked_for_idle_clusters_only():
@@ -454,3 +491,36 @@ def test_horizon_end_median_ignores_one_long_running_job():
 
     assert gpus("latest") > 1
     assert gpus("median") == 1 and gpus("earliest") == 1
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans())
+def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_greedy):
+    """``order="fill_first"`` (off by default): the fill at the request runs before the knapsack.
+    Within capacity, each job once, allowed configurations, work-conserving at the request, pure; and
+    every fill start comes first, in shortest estimated GPU-time at the request order."""
+    state, V = sv
+    pol = LyapunovPolicy(V=V, order="fill_first", exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    by_id = {w.job_id: w for w in state.waiting}
+    assert len({d.job_id for d in res.starts}) == len(res.starts)
+    for d in res.starts:
+        w = by_id[d.job_id]
+        assert math.isfinite(w.run_time(d.gpus, d.spans_nodes))
+        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
+    free = _leftover(state, res)
+    assert min(free, default=0) >= 0
+    started = {d.job_id for d in res.starts}
+    for w in state.waiting:
+        g = nearest_allowed(w, w.requested_gpus)
+        if w.job_id in started or g is None:
+            continue
+        if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
+            assert max(free) < g
+    lead = list(itertools.takewhile(lambda d: d.reason.startswith("fill"), res.starts))
+    gpu_time = [d.gpus * min(by_id[d.job_id].run_one_node[d.gpus - 1], by_id[d.job_id].run_multi_node[d.gpus - 1]) for d in lead]
+    assert gpu_time == sorted(gpu_time)
+    if any(d.gpus == nearest_allowed(by_id[d.job_id], by_id[d.job_id].requested_gpus) for d in res.starts):
+        assert lead  # something fitted at its request: the fill started first
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, order="fill_first", exact_limit=pol.exact_limit).decide(state))

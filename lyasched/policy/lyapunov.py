@@ -112,6 +112,9 @@ class LyapunovPolicy:
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
     z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
+    refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see _refill_short)
+    refill_rate: str = "recent"  # refill's arrival rates: over max(T(r), min_window) ("recent") or the whole history ("all")
+    order: str = "score"  # "score": the knapsack first, then the fill; "fill_first": the fill at the request first, the knapsack on what is left
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
     min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
@@ -156,19 +159,41 @@ class LyapunovPolicy:
                 over = np.zeros(fm.shape, dtype=bool)
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
             over |= (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
+        short_one = short_multi = None
+        refill_still = math.inf  # seconds during which the refill terms cannot change (wake_at is capped by it)
+        if self.refill != "off":
+            r1 = self._refill_short(state, one, req, run_req)
+            r2 = self._refill_short(state, multi, req, run_req)
+            if r1 is not None and r2 is not None:
+                (short_one, still_one), (short_multi, still_multi) = r1, r2
+                refill_still = min(still_one, still_multi)
+            if short_one is not None and short_multi is not None and self.refill == "mask":
+                # only spreads that leave no expected arrival short (short is 0 at or below the request)
+                one = np.where(short_one > 0, np.inf, one)
+                multi = np.where(short_multi > 0, np.inf, multi)
+                best = np.fmin(one, multi).min(axis=1)
+                short_one = short_multi = None
         if over.any():
             one = np.where(over, np.inf, one)
             multi = np.where(over, np.inf, multi)
             best = np.fmin(one, multi).min(axis=1)
         fut_one = fut_multi = None
+        if short_one is not None and short_multi is not None:  # refill=price: the arrivals the spread leaves short
+            rr = (req * run_req)[:, None]
+            gg = gk[None, :].astype(float)
+            with np.errstate(invalid="ignore"):
+                fut_one = np.where(np.isfinite(one), self.externality * short_one * np.maximum(0.0, gg * one - rr) / total_gpus, 0.0)
+                fut_multi = np.where(np.isfinite(multi), self.externality * short_multi * np.maximum(0.0, gg * multi - rr) / total_gpus, 0.0)
         if self.arrival_weight > 0:
             fut = self._future_rate(state, run_req, total_gpus)
             if fut is not None:  # the arrivals' share of the penalty, per configuration (see _future_rate)
                 rr = (req * run_req)[:, None]
                 gg = gk[None, :].astype(float)
                 with np.errstate(invalid="ignore"):
-                    fut_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
-                    fut_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
+                    a_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
+                    a_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
+                fut_one = a_one if fut_one is None else fut_one + a_one
+                fut_multi = a_multi if fut_multi is None else fut_multi + a_multi
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
             if fut_one is not None:
@@ -210,8 +235,62 @@ class LyapunovPolicy:
             return np.where(np.isfinite(run), s, -np.inf)
 
         s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
-        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time}
+        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
+                 "refill_still": refill_still}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
+
+    def _refill_short(self, state: SlotState, run: np.ndarray, req: np.ndarray, run_req: np.ndarray) -> tuple[np.ndarray, float] | None:
+        """Per job and GPU count g > request: the arrivals expected to find no GPU at the end of the
+        run because of it (0 at or below the request), and the seconds for which that stays so
+        with no event (a running job's predicted end entering a run's frame changes it; wake_at
+        is capped there so it stays exact); None without arrival history.
+
+        Fluid frame of one start (docs/model.md, "the refill of the free GPUs"): at the end of a run
+        of length T the GPUs wanted are the other waiting jobs' requests D - r, this job's g and the
+        arrivals still running, A(T) = min(lambda*T, rho*G) (rho*G: requested GPU-seconds per second);
+        the GPUs there are the F free now plus R(T), those the running jobs release by then (their
+        predicted ends). The arrivals left short are min(A(T), max(0, wanted - there)). At the
+        request the same shortfall would happen without the spread, so only g > r counts. lambda and
+        rho come off the arrival history over max(T(r), min_window) seconds ending at the newest
+        arrival (or over the whole history: ``refill_rate``), so they do not move between arrivals.
+        """
+        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
+        if t is None or cum is None or len(t) == 0:
+            return None
+        last = float(t[-1])
+        if self.refill_rate == "all":  # the long-run rates over the whole history (bursts included)
+            span = max(last - float(t[0]), self.min_window)
+            lam = np.full(len(req), len(t) / span)
+            gpus_busy = np.full(len(req), float(cum[-1]) / span)
+        else:
+            win = np.maximum(np.where(np.isfinite(run_req), run_req, self.min_window), self.min_window)
+            lo = np.searchsorted(t, last - win, side="right")
+            before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
+            lam = (len(t) - lo) / win
+            gpus_busy = (float(cum[-1]) - before) / win  # rho * G
+        ends = sorted((r.predicted_end - state.now, r.gpus) for r in state.running if math.isfinite(r.predicted_end))
+        e = np.array([x for x, _ in ends], dtype=float)
+        rel = np.cumsum([0.0] + [float(gp) for _, gp in ends])
+        free = float(sum(state.free))
+        demand = float(req.sum())
+        k = run.shape[1]
+        g = np.arange(1, k + 1, dtype=float)[None, :]
+        with np.errstate(invalid="ignore"):
+            T = np.where(np.isfinite(run), run, 0.0)
+            arr = np.minimum(lam[:, None] * T, gpus_busy[:, None])
+            released = rel[np.searchsorted(e, T, side="right")] if e.size else np.zeros_like(T)
+            wanted = (demand - req[:, None]) + g + arr
+            short = np.minimum(arr, np.maximum(0.0, wanted - free - released))
+        use = (g > req[:, None]) & np.isfinite(run)
+        short = np.where(use, short, 0.0)
+        use &= short > 0  # a shortfall only shrinks as ends come nearer: only positive ones can change
+        still = math.inf
+        if e.size and use.any():  # the next predicted end after T enters the frame after e_next - T
+            nxt = np.searchsorted(e, T[use], side="right")
+            ok = nxt < e.size
+            if ok.any():
+                still = float((e[nxt[ok]] - T[use][ok]).min())
+        return short, still
 
     def _horizon(self, state: SlotState) -> float:
         """Seconds until the running jobs' latest (median, earliest) predicted end; 0 with none known."""
@@ -291,6 +370,12 @@ class LyapunovPolicy:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
         s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
         self._best, self._started = arr["best"], []
+        pre: list[Decision] = []
+        if self.order == "fill_first":  # shortest-first at the request first; the scores get what is left
+            pre = self._fill(state, arr, free)
+            if self._started:
+                s_one[self._started] = -np.inf
+                s_multi[self._started] = -np.inf
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
@@ -312,7 +397,7 @@ class LyapunovPolicy:
                 solver = "exact"
         starts: list[Decision] = []
         if chosen is not None:
-            trial = FreeGpus(state.free, state.gpus_per_node)
+            trial = FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
                 one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
@@ -333,6 +418,7 @@ class LyapunovPolicy:
                 solver = "greedy"
         if solver == "greedy":
             starts = self._greedy(state, s_one, s_multi, cand, free)
+        starts = pre + starts
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
         idx = list(self._started)
@@ -341,7 +427,7 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
-            info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
+            info["wake_at"] = min(self._wake_at(state, raw_one, raw_multi, arr, q, z), state.now + max(arr["refill_still"], 0.0))
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 
     def _per_gpu_second(self, s_one: np.ndarray, s_multi: np.ndarray, arr: dict) -> tuple[np.ndarray, np.ndarray]:
