@@ -2,7 +2,11 @@
 sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
 the held-out rounds).
 
-    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only design|heldout|heldout2|heldout3|heldout4]
+    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET]
+
+SET: design, heldout .. heldout6 (robustness.py's rounds) or elastic-heldout (this file's own
+round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
+while designing elastic; run only with ``--only elastic-heldout``, not by default).
 
 Per workload: average JCT of each policy, elastic's ratios to tiresias and to lyapunov, and
 elastic's moves (suspensions, resizes). Targets (issue 13): elastic <= 0.90x tiresias and
@@ -26,17 +30,50 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
+from robustness import _heldout  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
-from lyasched.sim.synth import SynthSpec, parse_spec  # noqa: E402
-from lyasched.sim.workloads import SEED_GROUPS  # noqa: E402
+from lyasched.sim.synth import SynthSpec, parse_spec, synth_workload  # noqa: E402
+from lyasched.sim.workloads import SEED_GROUPS, seed_workload  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
-SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4")
+SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "elastic-heldout")
+
+# Elastic's own held-out round (set "elastic-heldout"), fixed before the first structural change to the
+# move rule was tried: seed groups on seeds no other set uses, synthetic workloads on new seeds and knob
+# mixes at loads 0.8-1.2, and 1,000-job Philly windows no robustness.py round starts at.
+ELASTIC_SEEDS = [7, 8, 9]
+ELASTIC_SYNTH = [
+    ("synth:mixed160,load=0.8", 71),
+    ("synth:mixed160,load=1.0", 72),
+    ("synth:mixed160,load=1.2", 73),
+    ("synth:mixed160,load=1.1,arrival=bursts,bursts=4", 74),
+    ("synth:jobs=300,one_gpu=0.5,max_req=16,dur=heavy,models=mixed,load=1.2", 75),
+    ("synth:jobs=300,one_gpu=0.8,max_req=8,dur=bimodal,models=good,arrival=bursts,bursts=6,load=1.0", 76),
+    ("synth:jobs=250,one_gpu=0.3,max_req=32,nodes=16,dur=heavy,models=bad,arrival=diurnal,load=0.9", 77),
+]
+ELASTIC_WINDOWS = [10000, 38500]  # 1,000 jobs each, at loads 0.8 and 1.2
+
+
+def elastic_heldout(trace: str) -> list[dict]:
+    """The "elastic-heldout" workloads (dicts as robustness.workloads)."""
+    out: list[dict] = []
+    for g in SEED_GROUPS:
+        for s in ELASTIC_SEEDS:
+            w = seed_workload(g, s)
+            out.append(dict(name=f"{g} seed {s}", set="elastic-heldout", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+    for spec, s in ELASTIC_SYNTH:
+        sw = synth_workload(spec, s)
+        out.append(dict(name=f"{sw.name} seed {s}", set="elastic-heldout", jobs=sw.jobs, cluster=sw.cluster,
+                        end_fraction=sw.end_fraction, seed=s))
+    # robustness.py's later-round builder: quick = 1,000-job windows at loads 0.8 and 1.2
+    for off in ELASTIC_WINDOWS:
+        out += _heldout("elastic-heldout", [off], [], True, trace)
+    return out
 
 
 def offered_load(name: str) -> float | None:
@@ -100,7 +137,7 @@ def main() -> None:
     except ParamError as e:
         ap.exit(2, f"elastic_sweep.py: --param: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
-    ws = workloads(a.quick, a.only, a.trace)
+    ws = elastic_heldout(a.trace) if a.only == "elastic-heldout" else workloads(a.quick, a.only, a.trace)
     if a.in_target:
         ws = [w for w in ws if (lambda x: x is not None and 0.8 <= x <= 1.2)(offered_load(w["name"]))]
     rows = []
