@@ -2,7 +2,7 @@
 sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
 the held-out rounds).
 
-    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET]
+    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
 
 SET: design, heldout .. heldout6 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
@@ -20,6 +20,7 @@ Progress on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -92,11 +93,36 @@ def offered_load(name: str) -> float | None:
     return None
 
 
-def run_one(w: dict, params: dict[str, dict]) -> dict:
+def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
+    """``--set KEY=VALUE``: ElasticPolicy fields the replay's parameter table does not list (the
+    rollout check of docs/model.md section 3, off by default), set on the policy object."""
+    from lyasched.policy.elastic import ElasticPolicy
+
+    out: dict[str, int | float | bool] = {}
+    names = {f.name: f.type for f in dataclasses.fields(ElasticPolicy)}
+    for item in items:
+        key, _, raw = item.partition("=")
+        if key not in names or not raw:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY an ElasticPolicy field")
+        default = getattr(ElasticPolicy(), key)
+        if isinstance(default, bool):
+            if raw not in ("true", "false"):
+                raise ValueError(f"--set {item!r}: true or false")
+            out[key] = raw == "true"
+        else:
+            out[key] = type(default)(raw)
+    return out
+
+
+def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | bool] | None = None) -> dict:
     sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     per, moves = {}, {}
     for p in POLICIES:
-        res = sim.run(make_policy(p, seed=w["seed"], **params.get(p, {})), name=p)
+        pol = make_policy(p, seed=w["seed"], **params.get(p, {}))
+        if p == "elastic":
+            for k, v in (attrs or {}).items():
+                setattr(pol, k, v)
+        res = sim.run(pol, name=p)
         per[p] = summarize(res)
         moves[p] = {"checkpoints": int(sum(r.preemptions for r in res.records)),
                     "resizes": int(sum(r.resizes for r in res.records)),
@@ -131,11 +157,14 @@ def main() -> None:
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--in-target", action="store_true", help="only workloads at loads 0.8-1.2 (the targets' range)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an elastic field replay's parameters do not list, e.g. rollout=256 (docs/model.md, section 3)")
     a = ap.parse_args()
     try:
         params = parse_params(a.param, POLICIES)
-    except ParamError as e:
-        ap.exit(2, f"elastic_sweep.py: --param: {e}\n")
+        attrs = elastic_attrs(a.set)
+    except (ParamError, ValueError) as e:
+        ap.exit(2, f"elastic_sweep.py: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
     ws = elastic_heldout(a.trace) if a.only == "elastic-heldout" else workloads(a.quick, a.only, a.trace)
     if a.in_target:
@@ -143,7 +172,7 @@ def main() -> None:
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_one(w, params)
+        r = run_one(w, params, attrs)
         rows.append(r)
         m = r["moves"]["elastic"]
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: elastic/tiresias {r['vs_tiresias']:.3f} "
