@@ -417,6 +417,15 @@ MARGIN = dict(margin=2.0)
 ROLLOUT = dict(rollout=256, margin=2.0)
 
 
+def checked(**attrs) -> ElasticPolicy:
+    """An elastic policy with its optional checks set (not constructor parameters)."""
+    pol = ElasticPolicy()
+    for k, v in attrs.items():
+        assert hasattr(pol, k)
+        setattr(pol, k, v)
+    return pol
+
+
 def _swaps(res: SlotResult) -> set[str]:
     return {j for j, m in res.info.get("moves", {}).items() if not m.startswith("grow")}
 
@@ -428,10 +437,10 @@ def test_margin_vetoes_a_swap_within_the_estimates_noise():
         long = movable("long", left_t1, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
         return state(4000.0, [0, 0], [waiting("short", 1200, 4, submit=3990.0)], [long])
     near = case(8 * 1000)  # saves ~1,180 s of wait for ~690 s of moves: under 2 sigma
-    assert "long" in ElasticPolicy(margin=0.0).decide(near).preempt
-    assert not ElasticPolicy(**MARGIN).decide(near).preempt
+    assert "long" in checked(margin=0.0).decide(near).preempt
+    assert not checked(**MARGIN).decide(near).preempt
     far = case(8 * 36000)  # saves ~53,000 s for ~29,600 s
-    assert "long" in ElasticPolicy(**MARGIN).decide(far).preempt
+    assert "long" in checked(**MARGIN).decide(far).preempt
 
 
 def test_margin_only_removes_swaps_on_random_states():
@@ -441,9 +450,9 @@ def test_margin_only_removes_swaps_on_random_states():
     for seed in range(300):
         st = _random_state(np.random.default_rng(1000 + seed))
         plain = ElasticPolicy().decide(st)
-        res = ElasticPolicy(**MARGIN).decide(st)
+        res = checked(**MARGIN).decide(st)
         check_result(st, res)
-        assert res == ElasticPolicy(**MARGIN).decide(st)
+        assert res == checked(**MARGIN).decide(st)
         if not _swaps(plain):
             assert not _swaps(res)
         vetoed += len(_swaps(plain)) > len(_swaps(res))
@@ -455,7 +464,7 @@ def test_rollout_check_keeps_a_swap_that_clearly_pays():
     long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
     short = waiting("short", 1200, 4, submit=3990.0)
     st = state(4000.0, [0, 0], [short], [long])
-    res = ElasticPolicy(**ROLLOUT).decide(st)
+    res = checked(**ROLLOUT).decide(st)
     held = check_result(st, res)
     assert "short" in held and "long" in res.preempt
 
@@ -463,7 +472,7 @@ def test_rollout_check_keeps_a_swap_that_clearly_pays():
 def test_rollout_follows_the_core():
     """One job on idle GPUs: the rollout's total is its completion on the configuration the core
     starts it on; a job that only fits once a running job ends starts at that end."""
-    pol = ElasticPolicy(**ROLLOUT)
+    pol = checked(**ROLLOUT)
     a = waiting("a", 400, 1, submit=100.0)
     st = state(1000.0, [GPN], [a], [])
     (d,) = pol._core().decide(st).starts
@@ -477,11 +486,11 @@ def test_rollout_follows_the_core():
 def test_rollout_check_feasible_pure_deterministic(seed):
     rng = np.random.default_rng(5000 + seed)
     st = _random_state(rng)
-    pol = ElasticPolicy(**ROLLOUT)
+    pol = checked(**ROLLOUT)
     res = pol.decide(st)
     check_result(st, res)
     again = pol.decide(st)
-    fresh = ElasticPolicy(**ROLLOUT).decide(st)
+    fresh = checked(**ROLLOUT).decide(st)
     assert res == again == fresh
 
 
@@ -492,8 +501,8 @@ def test_rollout_check_vetoes_some_swaps_the_score_accepts():
     for seed in range(300):
         st = _random_state(np.random.default_rng(1000 + seed))
         plain = ElasticPolicy().decide(st)
-        checked = ElasticPolicy(rollout=256).decide(st)
+        res = checked(rollout=256).decide(st)
         if not _swaps(plain):
-            assert not _swaps(checked)
-        vetoed += len(_swaps(plain)) > len(_swaps(checked))
+            assert not _swaps(res)
+        vetoed += len(_swaps(plain)) > len(_swaps(res))
     assert vetoed > 0
