@@ -2,7 +2,11 @@
 sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
 the held-out rounds).
 
-    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only design|heldout|heldout2|heldout3|heldout4]
+    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
+
+SET: design, heldout .. heldout6 (robustness.py's rounds) or elastic-heldout (this file's own
+round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
+while designing elastic; run only with ``--only elastic-heldout``, not by default).
 
 Per workload: average JCT of each policy, elastic's ratios to tiresias and to lyapunov, and
 elastic's moves (suspensions, resizes). Targets (issue 13): elastic <= 0.90x tiresias and
@@ -16,6 +20,7 @@ Progress on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -26,17 +31,50 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
+from robustness import _heldout  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
-from lyasched.sim.synth import SynthSpec, parse_spec  # noqa: E402
-from lyasched.sim.workloads import SEED_GROUPS  # noqa: E402
+from lyasched.sim.synth import SynthSpec, parse_spec, synth_workload  # noqa: E402
+from lyasched.sim.workloads import SEED_GROUPS, seed_workload  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
-SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4")
+SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "elastic-heldout")
+
+# Elastic's own held-out round (set "elastic-heldout"), fixed before the first structural change to the
+# move rule was tried: seed groups on seeds no other set uses, synthetic workloads on new seeds and knob
+# mixes at loads 0.8-1.2, and 1,000-job Philly windows no robustness.py round starts at.
+ELASTIC_SEEDS = [7, 8, 9]
+ELASTIC_SYNTH = [
+    ("synth:mixed160,load=0.8", 71),
+    ("synth:mixed160,load=1.0", 72),
+    ("synth:mixed160,load=1.2", 73),
+    ("synth:mixed160,load=1.1,arrival=bursts,bursts=4", 74),
+    ("synth:jobs=300,one_gpu=0.5,max_req=16,dur=heavy,models=mixed,load=1.2", 75),
+    ("synth:jobs=300,one_gpu=0.8,max_req=8,dur=bimodal,models=good,arrival=bursts,bursts=6,load=1.0", 76),
+    ("synth:jobs=250,one_gpu=0.3,max_req=32,nodes=16,dur=heavy,models=bad,arrival=diurnal,load=0.9", 77),
+]
+ELASTIC_WINDOWS = [10000, 38500]  # 1,000 jobs each, at loads 0.8 and 1.2
+
+
+def elastic_heldout(trace: str) -> list[dict]:
+    """The "elastic-heldout" workloads (dicts as robustness.workloads)."""
+    out: list[dict] = []
+    for g in SEED_GROUPS:
+        for s in ELASTIC_SEEDS:
+            w = seed_workload(g, s)
+            out.append(dict(name=f"{g} seed {s}", set="elastic-heldout", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+    for spec, s in ELASTIC_SYNTH:
+        sw = synth_workload(spec, s)
+        out.append(dict(name=f"{sw.name} seed {s}", set="elastic-heldout", jobs=sw.jobs, cluster=sw.cluster,
+                        end_fraction=sw.end_fraction, seed=s))
+    # robustness.py's later-round builder: quick = 1,000-job windows at loads 0.8 and 1.2
+    for off in ELASTIC_WINDOWS:
+        out += _heldout("elastic-heldout", [off], [], True, trace)
+    return out
 
 
 def offered_load(name: str) -> float | None:
@@ -55,11 +93,36 @@ def offered_load(name: str) -> float | None:
     return None
 
 
-def run_one(w: dict, params: dict[str, dict]) -> dict:
+def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
+    """``--set KEY=VALUE``: ElasticPolicy fields the replay's parameter table does not list (the
+    rollout check of docs/model.md section 3, off by default), set on the policy object."""
+    from lyasched.policy.elastic import ElasticPolicy
+
+    out: dict[str, int | float | bool] = {}
+    names = {f.name: f.type for f in dataclasses.fields(ElasticPolicy)}
+    for item in items:
+        key, _, raw = item.partition("=")
+        if key not in names or not raw:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY an ElasticPolicy field")
+        default = getattr(ElasticPolicy(), key)
+        if isinstance(default, bool):
+            if raw not in ("true", "false"):
+                raise ValueError(f"--set {item!r}: true or false")
+            out[key] = raw == "true"
+        else:
+            out[key] = type(default)(raw)
+    return out
+
+
+def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | bool] | None = None) -> dict:
     sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     per, moves = {}, {}
     for p in POLICIES:
-        res = sim.run(make_policy(p, seed=w["seed"], **params.get(p, {})), name=p)
+        pol = make_policy(p, seed=w["seed"], **params.get(p, {}))
+        if p == "elastic":
+            for k, v in (attrs or {}).items():
+                setattr(pol, k, v)
+        res = sim.run(pol, name=p)
         per[p] = summarize(res)
         moves[p] = {"checkpoints": int(sum(r.preemptions for r in res.records)),
                     "resizes": int(sum(r.resizes for r in res.records)),
@@ -94,19 +157,22 @@ def main() -> None:
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--in-target", action="store_true", help="only workloads at loads 0.8-1.2 (the targets' range)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an elastic field replay's parameters do not list, e.g. rollout=256 (docs/model.md, section 3)")
     a = ap.parse_args()
     try:
         params = parse_params(a.param, POLICIES)
-    except ParamError as e:
-        ap.exit(2, f"elastic_sweep.py: --param: {e}\n")
+        attrs = elastic_attrs(a.set)
+    except (ParamError, ValueError) as e:
+        ap.exit(2, f"elastic_sweep.py: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
-    ws = workloads(a.quick, a.only, a.trace)
+    ws = elastic_heldout(a.trace) if a.only == "elastic-heldout" else workloads(a.quick, a.only, a.trace)
     if a.in_target:
         ws = [w for w in ws if (lambda x: x is not None and 0.8 <= x <= 1.2)(offered_load(w["name"]))]
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_one(w, params)
+        r = run_one(w, params, attrs)
         rows.append(r)
         m = r["moves"]["elastic"]
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: elastic/tiresias {r['vs_tiresias']:.3f} "

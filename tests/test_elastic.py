@@ -316,7 +316,8 @@ def test_grow_is_held_back_by_frequent_arrivals():
 
 # --------------------------------------------------------------------------- speed-ups change no decision
 # tests/elastic_reference.py is the policy as it was before the speed-ups (issue 13); the fast
-# policy must decide exactly as it does, and the simulator's replays must not move by a float.
+# policy (its margin and rollout checks off, the default) must decide exactly as it does, and the
+# simulator's replays must not move by a float.
 
 from elastic_reference import ReferenceElasticPolicy  # noqa: E402
 
@@ -407,3 +408,101 @@ def test_a_policy_that_never_moves_replays_as_lyapunov():
     el = sim.run(Still(grow=False), name="elastic")
     assert el.decide_calls > ly.decide_calls  # asked in slots lyapunov skips
     assert _outcomes(el) == _outcomes(ly)
+
+
+# --------------------------------------------------------------------------- margin and rollout check
+# docs/model.md, section 3, "Robust swaps: measured, not adopted": both off by default.
+
+MARGIN = dict(margin=2.0)
+ROLLOUT = dict(rollout=256, margin=2.0)
+
+
+def checked(**attrs) -> ElasticPolicy:
+    """An elastic policy with its optional checks set (not constructor parameters)."""
+    pol = ElasticPolicy()
+    for k, v in attrs.items():
+        assert hasattr(pol, k)
+        setattr(pol, k, v)
+    return pol
+
+
+def _swaps(res: SlotResult) -> set[str]:
+    return {j for j, m in res.info.get("moves", {}).items() if not m.startswith("grow")}
+
+
+def test_margin_vetoes_a_swap_within_the_estimates_noise():
+    """A swap whose forecast net gain is positive but under 2 sigma of the estimates' error is
+    made with the margin off and not with it; a larger gain clears it."""
+    def case(left_t1: float) -> SlotState:
+        long = movable("long", left_t1, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
+        return state(4000.0, [0, 0], [waiting("short", 1200, 4, submit=3990.0)], [long])
+    near = case(8 * 1000)  # saves ~1,180 s of wait for ~690 s of moves: under 2 sigma
+    assert "long" in checked(margin=0.0).decide(near).preempt
+    assert not checked(**MARGIN).decide(near).preempt
+    far = case(8 * 36000)  # saves ~53,000 s for ~29,600 s
+    assert "long" in checked(**MARGIN).decide(far).preempt
+
+
+def test_margin_only_removes_swaps_on_random_states():
+    """Where the margin-free rule makes no swap the margin makes none either, and on some states
+    it removes swaps; decisions stay feasible and pure."""
+    vetoed = 0
+    for seed in range(300):
+        st = _random_state(np.random.default_rng(1000 + seed))
+        plain = ElasticPolicy().decide(st)
+        res = checked(**MARGIN).decide(st)
+        check_result(st, res)
+        assert res == checked(**MARGIN).decide(st)
+        if not _swaps(plain):
+            assert not _swaps(res)
+        vetoed += len(_swaps(plain)) > len(_swaps(res))
+    assert vetoed > 0
+
+
+def test_rollout_check_keeps_a_swap_that_clearly_pays():
+    """The long job's hours left against a 20-minute job: the core's own rollout agrees, the swap is made."""
+    long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
+    short = waiting("short", 1200, 4, submit=3990.0)
+    st = state(4000.0, [0, 0], [short], [long])
+    res = checked(**ROLLOUT).decide(st)
+    held = check_result(st, res)
+    assert "short" in held and "long" in res.preempt
+
+
+def test_rollout_follows_the_core():
+    """One job on idle GPUs: the rollout's total is its completion on the configuration the core
+    starts it on; a job that only fits once a running job ends starts at that end."""
+    pol = checked(**ROLLOUT)
+    a = waiting("a", 400, 1, submit=100.0)
+    st = state(1000.0, [GPN], [a], [])
+    (d,) = pol._core().decide(st).starts
+    assert pol._rollout(st, [GPN], [], [a]) == pytest.approx(1000.0 + a.run_time(d.gpus, d.spans_nodes))
+    b = waiting("b", 4 * 800, 4, submit=100.0, counts=(4,))
+    busy = [(2500.0, ((0, 4),), 4)]  # every GPU held until t = 2500
+    assert pol._rollout(st, [0], busy, [b]) == pytest.approx(2500.0 + b.run_time(4, False))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_rollout_check_feasible_pure_deterministic(seed):
+    rng = np.random.default_rng(5000 + seed)
+    st = _random_state(rng)
+    pol = checked(**ROLLOUT)
+    res = pol.decide(st)
+    check_result(st, res)
+    again = pol.decide(st)
+    fresh = checked(**ROLLOUT).decide(st)
+    assert res == again == fresh
+
+
+def test_rollout_check_vetoes_some_swaps_the_score_accepts():
+    """On random states the check removes swaps (it is a veto) and never adds one to a state
+    where the rule without it makes none."""
+    vetoed = 0
+    for seed in range(300):
+        st = _random_state(np.random.default_rng(1000 + seed))
+        plain = ElasticPolicy().decide(st)
+        res = checked(rollout=256).decide(st)
+        if not _swaps(plain):
+            assert not _swaps(res)
+        vetoed += len(_swaps(plain)) > len(_swaps(res))
+    assert vetoed > 0
