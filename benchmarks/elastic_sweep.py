@@ -94,8 +94,9 @@ def offered_load(name: str) -> float | None:
 
 
 def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
-    """``--set KEY=VALUE``: ElasticPolicy fields the replay's parameter table does not list (the
-    rollout check of docs/model.md section 3, off by default), set on the policy object."""
+    """``--set KEY=VALUE``: ElasticPolicy fields set on the policy object after it is made (e.g. the
+    swap checks of docs/model.md section 3, ``margin`` and ``rollout``, off by default; both are
+    also ordinary ``--param elastic.KEY=VALUE`` parameters of replay)."""
     from lyasched.policy.elastic import ElasticPolicy
 
     out: dict[str, int | float | bool] = {}

@@ -418,12 +418,8 @@ ROLLOUT = dict(rollout=256, margin=2.0)
 
 
 def checked(**attrs) -> ElasticPolicy:
-    """An elastic policy with its optional checks set (not constructor parameters)."""
-    pol = ElasticPolicy()
-    for k, v in attrs.items():
-        assert hasattr(pol, k)
-        setattr(pol, k, v)
-    return pol
+    """An elastic policy with its optional swap checks set (ordinary, validated parameters)."""
+    return ElasticPolicy(**attrs)
 
 
 def _swaps(res: SlotResult) -> set[str]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -62,10 +62,8 @@ class ElasticPolicy(LyapunovPolicy):
     # net gain (saved_j - sum cost_r - p_j) must clear z standard errors of the estimates' error
     # (SIGMA on j's run and the victims' remaining runs). rollout n > 0: a rollout of the core (at
     # most n decisions, no arrivals) with the swap must beat the one without it (by the margin).
-    # Not constructor parameters (replay's parameter table, policy/params.py, does not list them):
-    # set them on the object (benchmarks/elastic_sweep.py --set).
-    margin: float = field(default=0.0, init=False)
-    rollout: int = field(default=0, init=False)
+    margin: float = 0.0
+    rollout: int = 0
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
