@@ -23,7 +23,7 @@ from lyasched.cost import ClusterSpec
 from lyasched.job import Job
 from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
-from lyasched.policy.movable import MovableJob
+from lyasched.policy.movable import movable_job, share_left
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s
 from lyasched.policy.state import Placement, SlotState, WaitingJob, waiting_job
 from lyasched.security import bounded_correction, clamp_run_times
@@ -104,18 +104,11 @@ class PolicyInputs:
             pred = row.get("predicted")
             seg = float(pred) if pred else math.nan
             run = max(0.0, ctx.now - rj.start_time)
-            seg_left = min(1.0, max(0.02, 1.0 - run / seg)) if math.isfinite(seg) and seg > 0 else 1.0
-            share = (1.0 - saved) * seg_left
-            with np.errstate(invalid="ignore"):
-                one = np.where(np.isfinite(wj.run_one_node), wj.run_one_node * share, np.inf)
-                multi = np.where(np.isfinite(wj.run_multi_node), wj.run_multi_node * share, np.inf)
             cost = move_records.measured_cost(self.db, row["uid"])
-            out.append(MovableJob(
-                job_id=rj.job_id, gpus=rj.gpus, placement=rj.placement, start_time=rj.start_time,
-                expected_end=rj.expected_end, attained=rj.attained, preemptible=True, predicted_end=rj.predicted_end,
-                requested_gpus=max(1, min(s.min_gpus, len(one))), move_cost_s=cost if cost is not None else math.nan,
-                waited_s=max(0.0, rj.start_time - wj.submit_time), work_left=wj.work * share,
-                remaining_one_node=one, remaining_multi_node=multi,
+            out.append(movable_job(
+                rj, one=wj.run_one_node, multi=wj.run_multi_node, work=wj.work, scale=share_left(1.0 - saved, seg - run, seg),
+                requested=s.min_gpus, move_cost=cost if cost is not None else math.nan, checkpointable=True,
+                waited=max(0.0, rj.start_time - wj.submit_time),
             ))
             n += 1
         return replace(state, running=tuple(out)), n

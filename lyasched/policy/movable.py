@@ -3,8 +3,10 @@
 A `MovableJob` is a `RunningJob` with what a move decision needs: the job's predicted
 *remaining* run time on every GPU count (no move cost in it), its move cost (checkpoint +
 relaunch, seconds), its request and the time it has spent waiting so far. The simulator
-(`lyasched.sim.moves`) builds them for policies with ``moves = True``; a plain `RunningJob`
-is never moved. ``preemptible`` says whether the job is checkpointable.
+(`lyasched.sim.moves`) and the service (`lyasched.live.inputs`) build them for policies with
+``moves = True`` through the same two functions here, `share_left` and `movable_job`, each from
+what it knows of the job; a plain `RunningJob` is never moved. ``preemptible`` says whether the
+job is checkpointable.
 
 A `SlotResult` expresses the three moves with its existing fields (docs/elastic.md):
 
@@ -53,3 +55,60 @@ class MovableJob(RunningJob):
     @property
     def spans_nodes(self) -> bool:
         return len(self.placement) > 1
+
+
+def share_left(left_at_start: float, remaining_s: float, segment_s: float) -> float:
+    """The share of the whole job still to do, estimated from the prediction as both replay and
+    serve must (the policy never sees true progress). ``left_at_start``: the share left when this
+    run began (1 minus what its last checkpoint saved); ``segment_s``: this run's predicted
+    compute, which covers that share; ``remaining_s``: how much of it lies ahead (predicted end
+    minus now: more than ``segment_s`` while the run relaunches, negative past the prediction).
+    A run past its prediction counts as done (0); an unknown prediction (nan) as nothing done."""
+    if segment_s > 0 and math.isfinite(segment_s):
+        return left_at_start * (min(segment_s, max(0.0, remaining_s)) / segment_s)
+    return left_at_start if math.isnan(segment_s) else 0.0
+
+
+def movable_job(
+    base: RunningJob,
+    *,
+    one: np.ndarray,
+    multi: np.ndarray,
+    work: float,
+    scale: float,
+    requested: int,
+    move_cost: float,
+    waited: float,
+    checkpointable: bool,
+    plain: bool = False,
+) -> MovableJob:
+    """``base`` as a moving policy sees it: the job's rows ``one``/``multi`` and ``work`` (run
+    times and one-GPU compute of the whole job, or per unit that ``scale`` counts) times ``scale``
+    (the units still to do: `share_left` of the job, times iterations where the rows are per
+    iteration), its request (clamped to the counts its rows have), its move cost (nan: the
+    policy's default) and its wait so far. ``plain``: the rows hold no nan or -inf (fast path)."""
+    return MovableJob(
+        job_id=base.job_id,
+        gpus=base.gpus,
+        placement=base.placement,
+        start_time=base.start_time,
+        expected_end=base.expected_end,
+        attained=base.attained,
+        preemptible=checkpointable,
+        predicted_end=base.predicted_end,
+        requested_gpus=max(1, min(requested, len(one))),
+        move_cost_s=move_cost,
+        waited_s=waited,
+        work_left=work * scale,
+        remaining_one_node=scaled(one, scale, plain),
+        remaining_multi_node=scaled(multi, scale, plain),
+    )
+
+
+def scaled(row: np.ndarray, s: float, plain: bool = False) -> np.ndarray:
+    """``row * s`` with disallowed counts (inf) kept inf when nothing is left (s = 0). ``plain``:
+    the row holds no nan or -inf, so for a finite s > 0 the product is that already (fast path)."""
+    if plain and 0.0 < s < math.inf:
+        return row * s
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(row), row * s, np.inf)

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lyasched.job import Job
-from lyasched.policy.movable import MovableJob
+from lyasched.policy.movable import MovableJob, movable_job, share_left
 from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 
 CHECKPOINTABLE_MODES = ("all", "declared", "none")
@@ -107,32 +107,9 @@ def movable_view(
     template's rows hold no nan or -inf (`plain_rows`).
     """
     start, predicted_end = base.start_time, base.predicted_end
-    seg = predicted_end - start - overhead
-    left = min(seg, max(0.0, predicted_end - now)) if seg > 0 else 0.0
-    rem = frac_at_start * (left / seg) if seg > 0 else 0.0
-    s = scale * rem
-    return MovableJob(
-        job_id=base.job_id,
-        gpus=base.gpus,
-        placement=base.placement,
-        start_time=start,
-        expected_end=base.expected_end,
-        attained=base.attained,
-        preemptible=checkpointable,
-        predicted_end=predicted_end,
-        requested_gpus=min(job.requested_gpus, len(template.run_one_node)),
-        move_cost_s=move_cost,
-        waited_s=max(0.0, (now - job.submit_time) - held_before - (now - start)),
-        work_left=template.work * s,
-        remaining_one_node=_scaled(template.run_one_node, s, plain),
-        remaining_multi_node=_scaled(template.run_multi_node, s, plain),
+    rem = share_left(frac_at_start, predicted_end - now, predicted_end - start - overhead)
+    return movable_job(
+        base, one=template.run_one_node, multi=template.run_multi_node, work=template.work, scale=scale * rem,
+        requested=job.requested_gpus, move_cost=move_cost, checkpointable=checkpointable, plain=plain,
+        waited=max(0.0, (now - job.submit_time) - held_before - (now - start)),
     )
-
-
-def _scaled(row: np.ndarray, s: float, plain: bool = False) -> np.ndarray:
-    """``row * s`` with disallowed counts (inf) kept inf when nothing is left (s = 0). ``plain``:
-    the row holds no nan or -inf, so for a finite s > 0 the product is that already (fast path)."""
-    if plain and 0.0 < s < math.inf:
-        return row * s
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isfinite(row), row * s, np.inf)
