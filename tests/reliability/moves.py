@@ -1,28 +1,42 @@
 """Kills of the service during moves of running jobs (issue 13, docs/elastic.md), against the real
 local Slurm cluster:
 
-    flock /tmp/lyasched-native-cluster.lock python -m tests.reliability.moves [--kills 10] [--json]
+    cd tests && flock /tmp/lyasched-native-cluster.lock python -m reliability.moves [--kills 12] [--json]
 
 `run_move_kills(n)` runs real ``lyasched serve --policy elastic`` processes (1 s slots,
-``min_move_interval`` 4 s, move cost 1 s: elastic grows the jobs onto idle GPUs and makes room
-for arrivals) over checkpointable jobs of the unprivileged test user, and SIGKILLs the service
-``n`` times at the four named points of a move (cycled), plus one external kill at a random moment after every third (``LYASCHED_CRASH_AT=move_after_signal`` ...
-``move_after_release``); a named kill not reached within 45 s is counted as external; after each kill ``serve --once`` restarts it.
+``min_move_interval`` 4 s, move cost 1 s) over checkpointable jobs of the unprivileged test user
+and SIGKILLs the service ``n`` times at the four named points of a move (``LYASCHED_CRASH_AT=
+move_after_signal`` ... ``move_after_release``, cycled), plus one external kill at a random
+moment after every third; after each kill ``serve --once`` restarts it.
+
+Each named kill gets a move to land in, built before the point is armed (elastic is not told what
+to do; the cluster is shaped so that its one good decision is a move): with no move open and no
+relaunch pending (an unarmed service runs until then), plain jobs of another user take every free
+GPU but one on a node with room; a fresh checkpointable job (1 GPU asked, 4 allowed) is submitted;
+the armed service starts it on that one GPU; the blockers are cancelled; once the job has run
+``min_move_interval`` with idle GPUs next to it and nothing waiting, elastic grows it, and the armed
+point of that grow (or of any other move the service makes first) is reached. A point not reached
+within ``POINT_WAIT_S`` is still a SIGKILL, counted apart as external (not at a move point).
+
 At the end the service runs until every job is done, and the suite counts: jobs lost (not
 COMPLETED, or not all their steps done), duplicated (two runs of one job at once), held forever,
 steps lost beyond the last checkpoint (a run's last step minus the step the next run resumed
-after), moves left open, and the records' consistency problems.
+after), moves left open, the records' consistency problems, and runs not made as the submitter
+(the worker's uid, and Slurm's user of the job).
 
 A job is a small worker under ``srun`` (the move's signal goes to job steps) that does one
 "step" every 0.5 s, saves a lyasched.checkpoint completion marker and exits on SIGUSR1, and
-resumes from the marker's step; it logs every start, checkpoint and end.
+resumes from the marker's step; it logs every start (with its uid), checkpoint and end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pwd
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -31,19 +45,42 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lyasched.slurm import query as q
 from lyasched.store import moves as move_records
 from lyasched.store import records
 from lyasched.summary import CostSummary, new_uid
 
 from .faults import Bed, say, squeue
-from .users import TEST_USER, as_user
+from .users import OTHER_USER, TEST_USER, as_user
+
+# Timeouts generous enough for a 2-core machine shared with other work (load average 5-10): a
+# Python start-up of the service then takes several seconds, a Slurm start up to a few more.
+POINT_WAIT_S = 120.0  # an armed service must reach its point within this
+SETTLE_S = 300.0  # no move open and no relaunch pending, a node with room
+START_WAIT_S = 90.0  # a blocker or the fresh job running
+FINAL_S = 600.0  # every job done at the end
+BLOCK_NAME = "relmv-block"
 
 
 def squeue_user(user: str) -> list:
-    from lyasched.slurm import query as q
-
     out = subprocess.run(q.squeue_args(user=user), capture_output=True, text=True, timeout=120).stdout
     return q.parse_squeue(out)
+
+
+def free_gpus() -> dict[str, int]:
+    """Free GPUs per usable node, as Slurm allocates them (every job's GPUs count as busy)."""
+    out = subprocess.run(q.node_args(), capture_output=True, text=True, timeout=60).stdout
+    return {n.name: n.gpus_free for n in q.parse_nodes(out) if n.gpus_total > 0}
+
+
+def plain_states(ids: list[str]) -> dict[str, str]:
+    """Slurm state of plain (non-lyasched) jobs: ``q.parse_squeue`` lists lyasched jobs only."""
+    if not ids:
+        return {}
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T"], capture_output=True,
+                         text=True, timeout=60).stdout
+    return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+
 
 WORKER = '''\
 import json, os, signal, sys, time
@@ -60,7 +97,8 @@ except (OSError, ValueError):
 jid = os.environ["SLURM_JOB_ID"]
 log = open(os.path.join(runs, jid), "a")
 k = sum(1 for line in open(os.path.join(runs, jid)) if line.startswith("start"))
-log.write("start %.3f %d %s\\n" % (time.time(), m["step"] + 1, os.environ.get("SLURM_JOB_NUM_NODES", "?")))
+log.write("start %.3f %d %s %d\\n" % (time.time(), m["step"] + 1, os.environ.get("SLURM_JOB_NUM_NODES", "?"),
+                                      os.getuid()))
 log.flush()
 step = m["step"]
 last = os.path.join(runs, "%s.%d.last" % (jid, k))
@@ -84,7 +122,8 @@ POINTS = ("move_after_signal", "move_after_requeue", "move_after_resize", "move_
 
 
 class MoveBed(Bed):
-    """A Bed whose service runs `elastic` and whose jobs are checkpointable workers."""
+    """A Bed whose service runs `elastic` and whose jobs are checkpointable workers; it can also
+    shape the cluster with plain jobs of another user (blockers) so that elastic has a move to make."""
 
     def __init__(self, steps: int = 60, dt: float = 0.5, user: str = TEST_USER) -> None:
         # Bed's set-up for ``user``'s jobs (its service schedules that user's jobs only); another
@@ -99,7 +138,10 @@ class MoveBed(Bed):
         (self.dir / "runs").chmod(0o1777)
         self.db, self.log, self.config = self.dir / "lyasched.db", self.dir / "serve.log", self.dir / "config.toml"
         self.script = self.dir / "job.sh"
-        self.ids, self.uids, self.procs = [], {}, []
+        self.ids: list[str] = []
+        self.uids: dict[str, str] = {}
+        self.procs: list[subprocess.Popen] = []
+        self.blockers: list[str] = []
         self.steps, self.dt = steps, dt
         self.config.write_text(
             "[service]\n"
@@ -131,18 +173,103 @@ class MoveBed(Bed):
             out.append(jid)
         return out
 
-    def history(self, job_id: str) -> list[tuple[str, float, int]]:
+    # --------------------------------------------------------- shaping the cluster
+    def block(self, node: str, gpus: int) -> str:
+        """A plain job of another user holding ``gpus`` GPUs of ``node`` (the service never schedules it)."""
+        r = as_user(OTHER_USER, "sbatch", "--parsable", "-N1", "-w", node, f"--gres=gpu:{gpus}", "-t", "10",
+                    "-o", "/dev/null", "-J", BLOCK_NAME, f"--chdir={self.dir}", "--wrap", "sleep 600", timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch blocker on {node}: {r.stderr.strip()}")
+        jid = r.stdout.strip().split(";")[0]
+        self.blockers.append(jid)
+        return jid
+
+    def unblock(self) -> None:
+        if self.blockers:
+            subprocess.run(["scancel", *self.blockers], capture_output=True, timeout=60)
+        self.blockers = []
+
+    def open_moves(self) -> int:
+        if not self.db.exists():
+            return 0
+        db = records.open_readonly(self.db)
+        try:
+            return len(move_records.open_moves(db))
+        finally:
+            db.conn.close()
+
+    def settle(self, timeout: float = SETTLE_S) -> tuple[str, dict[str, int]] | None:
+        """Run an unarmed service until no move is open, none of the suite's jobs is pending (a
+        relaunch would take GPUs that look free) and a node has 2+ free GPUs; the roomiest such
+        node and the free GPUs per node, or None on timeout."""
+        p = self.start()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                time.sleep(1)
+                if self.open_moves():
+                    continue
+                if any(j.pending for j in squeue(self.ids).values()):
+                    continue
+                free = free_gpus()
+                room = sorted((-f, n) for n, f in free.items() if f >= 2)
+                if room:
+                    return room[0][1], free
+            return None
+        finally:
+            self.stop(p)
+
+    def wait_running(self, ids: list[str], plain: bool, timeout: float = START_WAIT_S) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if plain:
+                st = plain_states(ids)
+                if all(st.get(j) == "RUNNING" for j in ids):
+                    return True
+            else:
+                st2 = squeue(ids)
+                if all(j in st2 and st2[j].running for j in ids):
+                    return True
+            time.sleep(0.5)
+        return False
+
+    def kill_lines(self) -> list[str]:
+        """The crash hook's own log lines (one per SIGKILL it made), in order."""
+        if not self.log.exists():
+            return []
+        return re.findall(r"SIGKILL at (\w+) #\d+", self.log.read_text(errors="replace"))
+
+    def last_move(self) -> dict | None:
+        if not self.db.exists():
+            return None
+        db = records.open_readonly(self.db)
+        try:
+            rows = list(db.query("select id, slurm_id, kind, from_gpus, to_gpus, step, state from moves "
+                                 "order by id desc limit 1"))
+        finally:
+            db.conn.close()
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        self.unblock()
+        super().close()
+
+    # --------------------------------------------------------- what the jobs did
+    def history(self, job_id: str) -> list[tuple[str, float, int, int | None]]:
+        """(kind, time, step, uid of a start) per line of the job's run log."""
         f = self.dir / "runs" / job_id
         if not f.exists():
             return []
         out = []
         for line in f.read_text().splitlines():
-            kind, t, step = line.split()[:3]
-            out.append((kind, float(t), int(step)))
+            parts = line.split()
+            uid = int(parts[4]) if parts[0] == "start" and len(parts) > 4 else None
+            out.append((parts[0], float(parts[1]), int(parts[2]), uid))
         return out
 
     def audit(self, job_id: str) -> dict[str, int]:
-        """Per job: runs, steps lost beyond a checkpoint, overlapping runs, finished with every step."""
+        """Per job: runs, steps lost beyond a checkpoint, overlapping runs, finished with every step,
+        runs made as another uid than the submitter's."""
         h = self.history(job_id)
         starts = [e for e in h if e[0] == "start"]
         lost = overlap = 0
@@ -152,50 +279,91 @@ class MoveBed(Bed):
             lost += max(0, last - (starts[k][2] - 1))
         # two runs at once: a start while the previous run had not ended (no ckpt/done between)
         open_run = False
-        for kind, _, _ in h:
+        for kind, _, _, _ in h:
             if kind == "start":
                 overlap += open_run
                 open_run = True
             else:
                 open_run = False
         done = any(e[0] == "done" and e[2] == self.steps - 1 for e in h)
+        want = pwd.getpwnam(self.user).pw_uid
         return {"runs": len(starts), "lost_steps": lost, "overlap": overlap, "done": int(done),
-                "checkpoints": sum(e[0] == "ckpt" for e in h)}
+                "checkpoints": sum(e[0] == "ckpt" for e in h), "other_uid": sum(e[3] != want for e in starts)}
 
 
-def run_move_kills(n: int = 10, seed: int = 13) -> dict[str, Any]:
-    rng = random.Random(seed)
-    bed = MoveBed()
-    # n kills at the move points (cycled), and one random external kill after every third
+def plan_kills(n: int) -> list[str]:
+    """``n`` kills at the move points (cycled, so each point comes up n/4 times) and one random
+    external kill after every third."""
     plan: list[str] = []
     for i in range(n):
         plan.append(POINTS[i % len(POINTS)])
         if i % 3 == 2:
             plan.append("external")
+    return plan
+
+
+def stage_move(bed: MoveBed, point: str) -> tuple[subprocess.Popen, str, str]:
+    """Build a move for the armed service to make (module doc): settle, block every free GPU but
+    one on the roomiest node, submit a fresh job, start the service armed at ``point``, and once
+    the job runs on its one GPU, cancel the blockers. Returns (service, note, the job)."""
+    settled = bed.settle()
+    if settled is None:
+        note = f"not settled within {SETTLE_S:g}s"
+        node, free = "", free_gpus()
+    else:
+        node, free = settled
+        note = f"{node} {free[node]} free"
+    for n, f in sorted(free.items()):
+        k = f - 1 if n == node else f
+        if k > 0:
+            bed.block(n, k)
+    if bed.blockers and not bed.wait_running(bed.blockers, plain=True):
+        note += "; blockers not all running"
+    job = bed.submit_ck(1)[0]
+    p = bed.start(crash_at=f"{point}:1")
+    if not bed.wait_running([job], plain=False):
+        note += "; job not started"
+    bed.unblock()
+    j = squeue([job]).get(job)
+    note += f"; {job} started on {j.gpus if j else '?'} GPU(s)"
+    return p, note, job
+
+
+def run_move_kills(n: int = 12, seed: int = 13) -> dict[str, Any]:
+    """The suite (module doc); a dict of counts, per-kill details and the wall time."""
+    rng = random.Random(seed)
+    bed = MoveBed()
+    plan = plan_kills(n)
     tried = survived = 0
     failures: list[str] = []
     points: dict[str, int] = {}
+    kills: list[dict[str, Any]] = []
+    load0 = os.getloadavg()
     t0 = time.monotonic()
     try:
-        bed.submit_ck(3)
         for i, point in enumerate(plan):
-            live = squeue(bed.ids)
-            if sum(1 for j in live.values() if not j.finished) < 3:
-                bed.submit_ck(2)
+            t_kill = time.monotonic()
+            before = len(bed.kill_lines())
+            note, job = "", ""
             if point == "external":
                 p = bed.start()
                 time.sleep(rng.uniform(1.0, 6.0))
                 p.kill()
             else:
-                p = bed.start(crash_at=f"{point}:1")
+                p, note, job = stage_move(bed, point)
                 try:
-                    p.wait(timeout=45)
+                    p.wait(timeout=POINT_WAIT_S)
                 except subprocess.TimeoutExpired:
                     point = f"{point}(not reached, external)"
                     p.kill()
             rc = p.wait()
+            hooked = bed.kill_lines()[before:]
+            if point in POINTS and hooked != [point]:  # the hook's own line must name this point
+                failures.append(f"kill {i} at {point}: the crash hook logged {hooked}")
             tried += 1
             points[point] = points.get(point, 0) + 1
+            kills.append({"point": point, "staged": note, "job": job, "move": bed.last_move(),
+                          "s": round(time.monotonic() - t_kill, 1)})
             if rc != -signal.SIGKILL:
                 failures.append(f"kill {i} at {point}: exit {rc}, not SIGKILL")
                 continue
@@ -211,10 +379,13 @@ def run_move_kills(n: int = 10, seed: int = 13) -> dict[str, Any]:
                                 f"{r.stderr.strip()[-300:]}")
             else:
                 survived += 1
-            say(f"move kill {i + 1}/{n} at {point}: {'FAILED' if failures and failures[-1].startswith(f'kill {i} ') else 'ok'}")
+            ok = not (failures and failures[-1].startswith(f"kill {i} "))
+            say(f"move kill {i + 1}/{len(plan)} at {point}: {'ok' if ok else 'FAILED'} ({note or 'external'}; "
+                f"last move {kills[-1]['move']})")
         # the end: the service runs until every job is done
+        bed.unblock()
         p = bed.start()
-        jobs = bed.wait(bed.ids, timeout=300)
+        bed.wait(bed.ids, timeout=FINAL_S)
         time.sleep(4)
         jobs = squeue(bed.ids)
         bed.stop(p)
@@ -228,6 +399,7 @@ def run_move_kills(n: int = 10, seed: int = 13) -> dict[str, Any]:
             db.conn.close()
         not_done = [j for j in bed.ids if jobs.get(j) is None or jobs[j].state != "COMPLETED" or not audits[j]["done"]]
         held = [j for j in bed.ids if j in jobs and jobs[j].pending]
+        not_as_submitter = [j for j in bed.ids if audits[j]["other_uid"] or (j in jobs and jobs[j].user != bed.user)]
         kinds: dict[str, int] = {}
         for m in mv:
             k = f"{m['kind']}:{m['state']}"
@@ -243,19 +415,24 @@ def run_move_kills(n: int = 10, seed: int = 13) -> dict[str, Any]:
         "jobs_lost": len(not_done),
         "jobs_duplicated": sum(1 for a in audits.values() if a["overlap"]),
         "jobs_held_forever": len(held),
+        "jobs_not_as_submitter": len(not_as_submitter),
         "steps_lost_beyond_checkpoint": sum(a["lost_steps"] for a in audits.values()),
         "moves": kinds,
         "moves_left_open": still_open,
         "relaunches": sum(a["runs"] - 1 for a in audits.values() if a["runs"]),
         "db_problems": probs,
-        "failures": failures + ([f"not done: {not_done}"] if not_done else []),
+        "failures": failures + ([f"not done: {not_done}"] if not_done else [])
+        + ([f"not as submitter: {not_as_submitter}"] if not_as_submitter else []),
+        "kills": kills,
+        "loadavg_start": [round(x, 2) for x in load0],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.monotonic() - t0, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="SIGKILLs of the service during moves (issue 13)")
-    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--kills", type=int, default=12, help="kills at move points (plus one external per three)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     res = run_move_kills(a.kills)
@@ -265,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in res.items():
             print(f"{k}: {v}")
     bad = res["jobs_lost"] or res["jobs_duplicated"] or res["jobs_held_forever"] or res["steps_lost_beyond_checkpoint"] \
-        or res["moves_left_open"] or res["db_problems"]
+        or res["moves_left_open"] or res["db_problems"] or res["jobs_not_as_submitter"] or res["failures"]
     return 1 if bad else 0
 
 
