@@ -136,13 +136,13 @@ class MoveBed(Bed):
     """A Bed whose service runs `elastic` and whose jobs are checkpointable workers; it can also
     shape the cluster with plain jobs of another user (blockers) so that elastic has a move to make."""
 
-    def __init__(self, steps: int = 120, dt: float = 0.5, user: str = TEST_USER) -> None:
+    def __init__(self, steps: int = 120, dt: float = 0.5, user: str = TEST_USER, backend: str = "cli") -> None:
         # Bed's set-up for ``user``'s jobs (its service schedules that user's jobs only); another
         # run's jobs of that user still waiting would be scheduled too: refused, as Bed does.
         foreign = [j.job_id for j in squeue_user(user) if j.pending]
         if foreign:
             raise RuntimeError(f"{len(foreign)} lyasched job(s) of {user} already wait in the queue: another run's")
-        self.backend, self.user = "cli", user
+        self.backend, self.user = backend, user  # the service's Slurm backend (its move calls included)
         self.dir = Path(tempfile.mkdtemp(prefix="lyasched-rel-moves-", dir="/tmp"))
         self.dir.chmod(0o1777)
         (self.dir / "runs").mkdir()
@@ -161,7 +161,7 @@ class MoveBed(Bed):
             f'slot_seconds = 1\nrelease_grace = 60\nslurm_timeout = 10\nmove_timeout = 30\ndb = "{self.db}"\n'
             f'users = ["{user}"]\nlog_level = "INFO"\n'
             f'[policy]\nname = "elastic"\n[policy.params]\nmin_move_interval = {MOVE_INTERVAL_S:g}\nmove_cost = 1\n'
-            '[slurm]\nbackend = "cli"\n'
+            f'[slurm]\nbackend = "{backend}"\n'
         )
         (self.dir / "worker.py").write_text(WORKER)
         (self.dir / "worker.py").chmod(0o644)
@@ -443,10 +443,12 @@ def by_kind(kills: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def run_move_kills(n: int = 12, seed: int = 13, scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:
-    """The suite (module doc); a dict of counts, per-kill details and the wall time."""
+def run_move_kills(n: int = 12, seed: int = 13, scenarios: tuple[str, ...] = SCENARIOS,
+                   backend: str = "cli") -> dict[str, Any]:
+    """The suite (module doc), the service on Slurm backend ``backend``; a dict of counts, per-kill
+    details and the wall time."""
     rng = random.Random(seed)
-    bed = MoveBed()
+    bed = MoveBed(backend=backend)
     plan = plan_kills(n, scenarios)
     tried = survived = 0
     failures: list[str] = []
@@ -514,6 +516,10 @@ def run_move_kills(n: int = 12, seed: int = 13, scenarios: tuple[str, ...] = SCE
             still_open = len(move_records.open_moves(db))
         finally:
             db.conn.close()
+        # every service of the run used the backend asked for (serve logs its choice at start-up)
+        chosen = set(re.findall(r"Slurm backend: (\w+)", bed.log.read_text(errors="replace")))
+        if chosen != {backend}:
+            failures.append(f"services ran on Slurm backends {sorted(chosen)}, not {backend}")
         not_done = [j for j in bed.ids if jobs.get(j) is None or jobs[j].state != "COMPLETED" or not audits[j]["done"]]
         held = [j for j in bed.ids if j in jobs and jobs[j].pending]
         not_as_submitter = [j for j in bed.ids if audits[j]["other_uid"] or (j in jobs and jobs[j].user != bed.user)]
@@ -524,6 +530,7 @@ def run_move_kills(n: int = 12, seed: int = 13, scenarios: tuple[str, ...] = SCE
     finally:
         bed.close()
     return {
+        "backend": backend,
         "kills_tried": tried,
         "kills_survived": survived,
         "kills_during_moves": sum(v for k, v in points.items() if k in POINTS),
@@ -551,10 +558,11 @@ def run_move_kills(n: int = 12, seed: int = 13, scenarios: tuple[str, ...] = SCE
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="SIGKILLs of the service during moves (issue 13)")
     ap.add_argument("--kills", type=int, default=12, help="kills at move points (plus one external per three)")
+    ap.add_argument("--backend", choices=("cli", "pyslurm"), default="cli", help="the service's Slurm backend")
     ap.add_argument("--scenario", choices=("both", *SCENARIOS), default="both", help="moves to build (default: alternate)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    res = run_move_kills(a.kills, scenarios=SCENARIOS if a.scenario == "both" else (a.scenario,))
+    res = run_move_kills(a.kills, scenarios=SCENARIOS if a.scenario == "both" else (a.scenario,), backend=a.backend)
     if a.json:
         print(json.dumps(res, default=str))
     else:
