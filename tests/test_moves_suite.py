@@ -67,6 +67,9 @@ def test_audit_counts_steps_lost_beyond_the_checkpoint_and_double_runs(tmp_path)
     _runs(bed, "5", [f"start 1 0 1 {me}", "done 2 3"], [3])
     assert bed.audit("5")["done"] == 1
     assert bed.step_now("5") == 3 and bed.step_now("missing") == -1
+    # relaunched from step 40, no step done yet in this run: 39 done, not "none"
+    _runs(bed, "6", [f"start 1 0 1 {me}", "ckpt 2 39", f"start 3 40 1 {me}"], [39])
+    assert bed.step_now("6") == 39
 
 
 @pytest.mark.parametrize("point", moves.POINTS)

@@ -277,13 +277,18 @@ class MoveBed(Bed):
             db.conn.close()
 
     def step_now(self, job_id: str) -> int:
-        """The last step the job's latest run has done (-1 before any)."""
-        runs = sum(1 for e in self.history(job_id) if e[0] == "start")
-        f = self.dir / "runs" / f"{job_id}.{runs - 1}.last"
+        """The last step the job's latest run has done: its ``.last`` file, or, before the run's first
+        step, the step it resumed after (-1 before any run). Read as -1 there, a job relaunched a
+        moment ago looked as if it had every step left: a shrink was staged on a victim that ended
+        before elastic could move it."""
+        starts = [e for e in self.history(job_id) if e[0] == "start"]
+        if not starts:
+            return -1
+        f = self.dir / "runs" / f"{job_id}.{len(starts) - 1}.last"
         try:
             return int(f.read_text())
         except (OSError, ValueError):
-            return -1
+            return starts[-1][2] - 1
 
     def victims(self) -> list[str]:
         """Checkpointable jobs running on 2+ GPUs with no move open that will still run well past the
