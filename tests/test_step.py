@@ -109,3 +109,15 @@ def test_the_service_own_transitions_are_pure_and_keep_a_moved_on_record():
     assert "reason" not in step.released(intent, None, 100.0, "")
     assert "state" not in step.released(intent, "running", 100.0, "")
     assert step.held_again("not started") == {"state": "waiting", "released_at": None, "reason": "waiting: not started"}
+
+
+def test_a_moves_record_changes_are_the_state_machines_too():
+    """The mover writes a suspension and a release after a resize through these, not by hand."""
+    assert step.suspended("suspended: by the policy") == {
+        "state": "waiting", "released_at": None, "reason": "suspended: by the policy", "refined": 1}
+    move = {"to_gpus": 4, "to_placement": '[["node1", 2], ["node2", 2]]', "predicted": 812.5, "kind": "shrink",
+            "reason": None}
+    upd = step.released_after_move(move, '["node1", "node2"]', 1000.0)
+    assert upd == {"state": "released", "released_at": 1000.0, "gpus": 4, "nodes": '["node1", "node2"]',
+                   "placement": '[["node1", 2], ["node2", 2]]', "predicted": 812.5,
+                   "reason": "released after a shrink: by the policy", "refined": 1}

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lyasched.checkpoint import checkpoint_dir, read_marker
 from lyasched.live.context import SlotContext
+from lyasched.live import step as step_rules  # the record changes (one place: the state machine)
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement, fit_placement
@@ -300,7 +301,7 @@ class Mover:
             self._no_requeue(jid)
             why = f"suspended: {m['reason'] or 'by the policy'} (checkpoint at step {m['ckpt_step']})"
             with records.transaction(self.db):
-                records.upsert_job(self.db, m["uid"], state="waiting", released_at=None, reason=why, refined=1)
+                records.upsert_job(self.db, m["uid"], **step_rules.suspended(why))
                 moves.mark(self.db, mid, state="done", resolved=now, resolution="suspended: held, waits for the policy",
                            cost_s=max(0.0, now - (m["signalled_at"] or now)))
             self._decision(ctx, m, "suspend", why)
@@ -318,7 +319,7 @@ class Mover:
             # Held, with its checkpoint: a suspension now (the policy starts it again later).
             why = f"{m['kind']} not finished ({_err(e)}): suspended, waits for the policy"
             with records.transaction(self.db):
-                records.upsert_job(self.db, m["uid"], state="waiting", released_at=None, reason=why, refined=1)
+                records.upsert_job(self.db, m["uid"], **step_rules.suspended(why))
                 moves.mark(self.db, mid, state="done", kind="suspend", resolved=now, resolution=why)
             self._decision(ctx, m, "suspend", why)
             return True
@@ -330,11 +331,7 @@ class Mover:
         now = ctx.now
         p = NodePlacement.from_json(m["to_placement"])
         with records.transaction(self.db):
-            records.upsert_job(
-                self.db, m["uid"], state="released", released_at=now, gpus=m["to_gpus"],
-                nodes=nodes_to_json(p.nodes), placement=m["to_placement"], predicted=m["predicted"],
-                reason=f"released after a {m['kind']}: {m['reason'] or 'by the policy'}", refined=1,
-            )
+            records.upsert_job(self.db, m["uid"], **step_rules.released_after_move(m, nodes_to_json(p.nodes), now))
             moves.mark(self.db, m["id"], step="released", state="done", released_at=now, resolved=now,
                        resolution=f"{how} (checkpoint at step {m['ckpt_step']})")
         self._decision(ctx, m, m["kind"], f"{m['kind']} {m['from_gpus']} -> {m['to_gpus']} GPUs: {m['reason']} "

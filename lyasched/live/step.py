@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import sqlite_utils
 
@@ -147,6 +147,21 @@ def held_again(why: str) -> dict[str, Any]:
     """The record's change when the service held a released job again (Slurm did not start it
     within ``release_grace``): waiting, no longer released. Pure."""
     return dict(state="waiting", released_at=None, reason=f"waiting: {why}")
+
+
+def suspended(why: str) -> dict[str, Any]:
+    """The record's change when a move left its job held with its checkpoint (a suspension, or a
+    resize that could not be finished, `lyasched.live.mover`): waiting again for the policy, no
+    longer released, its predictions to be refined from the progress saved. Pure."""
+    return dict(state="waiting", released_at=None, reason=why, refined=1)
+
+
+def released_after_move(move: Mapping[str, Any], nodes_json: str, released_at: float) -> dict[str, Any]:
+    """The record's change when the mover released a resized job on its new GPUs: the move's
+    count, nodes, placement and prediction, released (Slurm starts it). Pure."""
+    return dict(state="released", released_at=released_at, gpus=move["to_gpus"], nodes=nodes_json,
+                placement=move["to_placement"], predicted=move["predicted"],
+                reason=f"released after a {move['kind']}: {move['reason'] or 'by the policy'}", refined=1)
 
 
 def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str) -> Step:
