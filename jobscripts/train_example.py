@@ -202,5 +202,18 @@ def global_mean(loss, distributed: bool) -> float:
     return float(t.item()) / dist.get_world_size()
 
 
+def _exit(rc: int) -> None:
+    """Leave without the interpreter's finalization once a distributed run is done (its process
+    group already destroyed, step times closed, checkpoints written): gloo's worker threads can
+    still hold work objects then, and tearing them down while the interpreter shuts down has
+    aborted a rank at exit (SIGABRT, "terminate called without an active exception"), failing a
+    finished job. A single-process run exits normally."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

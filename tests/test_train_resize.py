@@ -31,7 +31,7 @@ def run(nproc: int, iterations: int, ckdir: Path | None = None, every: int = 0) 
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                str(SCRIPT), *argv]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout: {p.stdout[-1500:]}\nstderr: {p.stderr[-3000:]}"
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, p.stdout  # rank 0 only
     return json.loads(lines[0])
