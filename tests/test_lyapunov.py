@@ -397,14 +397,11 @@ RATES = ("size", "held")
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(states(), st.booleans(), st.sampled_from(RATES))
-def test_rate_keeps_the_invariants(sv, force_greedy, rate):
-    """Scores per GPU-second held (``rate``): within capacity, allowed configurations, each job once,
-    a positive score or a fill at the request, work-conserving at the request, and pure: a fresh
-    and a reused policy decide the same."""
-    state, V = sv
-    pol = LyapunovPolicy(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
-    res = pol.decide(state)
+
+
+def _check_starts(state, res) -> dict:
+    """Invariants of any variant's starts: each job once, allowed configurations, a positive score or
+    a fill at the request, within capacity, work-conserving at the request. Returns the waiting jobs by id."""
     by_id = {w.job_id: w for w in state.waiting}
     assert len({d.job_id for d in res.starts}) == len(res.starts)
     for d in res.starts:
@@ -420,6 +417,18 @@ def test_rate_keeps_the_invariants(sv, force_greedy, rate):
             continue
         if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
             assert max(free) < g
+    return by_id
+
+
+@given(states(), st.booleans(), st.sampled_from(RATES))
+def test_rate_keeps_the_invariants(sv, force_greedy, rate):
+    """Scores per GPU-second held (``rate``): within capacity, allowed configurations, each job once,
+    a positive score or a fill at the request, work-conserving at the request, and pure: a fresh
+    and a reused policy decide the same."""
+    state, V = sv
+    pol = LyapunovPolicy(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
+    res = pol.decide(state)
+    _check_starts(state, res)
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
     assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, rate=rate, exact_limit=pol.exact_limit).decide(state))
     # dividing by a positive number keeps every sign: something starts exactly when the default starts something
@@ -502,21 +511,7 @@ def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_gre
     state, V = sv
     pol = LyapunovPolicy(V=V, order="fill_first", exact_limit=0 if force_greedy else 200_000)
     res = pol.decide(state)
-    by_id = {w.job_id: w for w in state.waiting}
-    assert len({d.job_id for d in res.starts}) == len(res.starts)
-    for d in res.starts:
-        w = by_id[d.job_id]
-        assert math.isfinite(w.run_time(d.gpus, d.spans_nodes))
-        assert d.score > 0 or (d.reason.startswith("fill") and d.gpus == nearest_allowed(w, w.requested_gpus))
-    free = _leftover(state, res)
-    assert min(free, default=0) >= 0
-    started = {d.job_id for d in res.starts}
-    for w in state.waiting:
-        g = nearest_allowed(w, w.requested_gpus)
-        if w.job_id in started or g is None:
-            continue
-        if g <= state.gpus_per_node and math.isfinite(w.run_one_node[g - 1]):
-            assert max(free) < g
+    by_id = _check_starts(state, res)
     lead = list(itertools.takewhile(lambda d: d.reason.startswith("fill"), res.starts))
     gpu_time = [d.gpus * min(by_id[d.job_id].run_one_node[d.gpus - 1], by_id[d.job_id].run_multi_node[d.gpus - 1]) for d in lead]
     assert gpu_time == sorted(gpu_time)
