@@ -6,6 +6,10 @@ Steps, in order: ``decided`` (row written, nothing sent), ``signalled`` (requeue
 checkpoint signal sent), ``requeued`` (checkpoint complete, ``scontrol requeuehold`` returned),
 ``resized`` (``scontrol update`` returned), ``released``. States: ``open``, ``done``, ``failed``
 (no checkpoint in time, or the job ended first: the job was left as it was), ``rolled_back``.
+
+Every ``done`` move ended one run of its job (``scontrol requeuehold``): ``run_started`` (Slurm's
+StartTime of that run, written with the row) to ``requeued_at``. Their sum is the time the job
+held GPUs before its current run (`held_before`), what its wait leaves out as the simulator's does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ MOVE_COLUMNS: dict[str, type] = {
     "requeued_at": float,
     "released_at": float,
     "restarted_at": float,  # when Slurm ran the job again (from its start time)
+    "run_started": float,  # Slurm's StartTime of the run this move ends (null in rows from before it was kept)
     "cost_s": float,  # measured move cost: signal -> running again
     "resolved": float,
     "resolution": str,
@@ -46,9 +51,32 @@ MOVE_COLUMNS: dict[str, type] = {
 
 
 def ensure(db: sqlite_utils.Database) -> None:
+    if "moves" in db.table_names():
+        _add_run_started(db)
     db.table("moves").create(MOVE_COLUMNS, pk="id", if_not_exists=True)
     db.table("moves").create_index(["state"], if_not_exists=True)
     db.table("moves").create_index(["uid"], if_not_exists=True)
+
+
+def _add_run_started(db: sqlite_utils.Database) -> None:
+    """A table from before ``run_started``: the column added and filled, in one transaction (a
+    process killed halfway leaves neither; a second process waits, then finds the column), where
+    the history says it exactly: a run that began with a resize's relaunch started at that move's
+    ``restarted_at``. A job's first run, and a run the policy started after a suspension, stay
+    unknown: null, counted as no time held (the wait as the service counted it before)."""
+    def has() -> bool:
+        return "run_started" in {r[1] for r in db.execute("PRAGMA table_info(moves)").fetchall()}
+
+    if has():  # the usual case: no write lock taken
+        return
+    with records.transaction(db):
+        if has():
+            return
+        db.execute("ALTER TABLE moves ADD COLUMN run_started FLOAT")
+        db.execute(
+            "UPDATE moves SET run_started = (SELECT p.restarted_at FROM moves p WHERE p.uid = moves.uid "
+            "AND p.id < moves.id AND p.state = 'done' ORDER BY p.id DESC LIMIT 1) WHERE state IN ('done', 'open')"
+        )
 
 
 def open_move(db: sqlite_utils.Database, **fields: Any) -> int:
@@ -79,6 +107,18 @@ def last_done(db: sqlite_utils.Database) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for r in db.query("select * from moves where state = 'done' order by id"):
         out[r["uid"]] = r
+    return out
+
+
+def held_before(db: sqlite_utils.Database) -> dict[str, float]:
+    """uid -> the time the job held GPUs in the runs its completed moves ended (``run_started`` to
+    ``requeued_at``; a run whose start is unknown counts 0): its current run not included."""
+    out: dict[str, float] = {}
+    for uid, held in db.execute(
+        "select uid, sum(max(0, requeued_at - run_started)) from moves where state = 'done' "
+        "and run_started is not null and requeued_at is not null group by uid"
+    ).fetchall():
+        out[uid] = float(held or 0.0)
     return out
 
 

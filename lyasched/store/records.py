@@ -29,7 +29,7 @@ import sqlite_utils
 
 from lyasched.store import open_db
 
-SCHEMA_VERSION = 2  # 2: intents table (created on open, nothing else changed)
+SCHEMA_VERSION = 3  # 2: intents table (created on open, nothing else changed); 3: moves.run_started (added on open)
 
 JOB_COLUMNS: dict[str, type] = {
     "uid": str,
