@@ -23,7 +23,7 @@ from lyasched.cost import ClusterSpec
 from lyasched.job import Job
 from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
-from lyasched.policy.movable import movable_job, share_left
+from lyasched.policy.movable import movable_job, share_left, waited_so_far
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s
 from lyasched.policy.state import Placement, SlotState, WaitingJob, waiting_job
 from lyasched.security import bounded_correction, clamp_run_times
@@ -87,9 +87,12 @@ class PolicyInputs:
         """The running jobs as a moving policy sees them: `MovableJob` for a running checkpointable
         job with no open move, not preemptible otherwise. Remaining rows: the job's rows (as if
         waiting) times the share left, from the progress saved at its last move and the time run
-        since its last (re)start against the prediction for this run."""
+        since its last (re)start against the prediction for this run. Its wait: since its submission
+        (the record's, as first seen, whatever a requeue does to Slurm's) less its runs, the earlier
+        ones from the moves that ended them, as the simulator counts it (`waited_so_far`)."""
         by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
         last = move_records.last_done(self.db)
+        held = move_records.held_before(self.db)
         out, n = [], 0
         for rj in state.running:
             job, row = by_id.get(rj.job_id, (None, None))
@@ -108,7 +111,8 @@ class PolicyInputs:
             out.append(movable_job(
                 rj, one=wj.run_one_node, multi=wj.run_multi_node, work=wj.work, scale=share_left(1.0 - saved, seg - run, seg),
                 requested=s.min_gpus, move_cost=cost if cost is not None else math.nan, checkpointable=True,
-                waited=max(0.0, rj.start_time - wj.submit_time),
+                waited=waited_so_far(ctx.now, row.get("submit_time") or wj.submit_time, held.get(row["uid"], 0.0),
+                                     rj.start_time),
             ))
             n += 1
         return replace(state, running=tuple(out)), n

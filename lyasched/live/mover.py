@@ -195,7 +195,7 @@ class Mover:
             self.db, uid=row["uid"], slurm_id=job.job_id, kind=kind, reason=order.reason, created=now,
             from_gpus=job.gpus, from_placement=cur.to_json(), to_gpus=order.gpus, to_placement=to,
             per_node=order.placement[0][1] if order.gpus else 0, predicted=order.predicted,
-            ckpt_dir=str(ckdir), ckpt_before=before,
+            ckpt_dir=str(ckdir), ckpt_before=before, run_started=job.start_time,
         )
         try:
             self.slurm.set_requeue(job.job_id, True)

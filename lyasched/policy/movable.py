@@ -4,8 +4,8 @@ A `MovableJob` is a `RunningJob` with what a move decision needs: the job's pred
 *remaining* run time on every GPU count (no move cost in it), its move cost (checkpoint +
 relaunch, seconds), its request and the time it has spent waiting so far. The simulator
 (`lyasched.sim.moves`) and the service (`lyasched.live.inputs`) build them for policies with
-``moves = True`` through the same two functions here, `share_left` and `movable_job`, each from
-what it knows of the job; a plain `RunningJob` is never moved. ``preemptible`` says whether the
+``moves = True`` through the same functions here, `share_left`, `waited_so_far` and
+`movable_job`, each from what it knows of the job; a plain `RunningJob` is never moved. ``preemptible`` says whether the
 job is checkpointable.
 
 A `SlotResult` expresses the three moves with its existing fields (docs/elastic.md):
@@ -67,6 +67,14 @@ def share_left(left_at_start: float, remaining_s: float, segment_s: float) -> fl
     if segment_s > 0 and math.isfinite(segment_s):
         return left_at_start * (min(segment_s, max(0.0, remaining_s)) / segment_s)
     return left_at_start if math.isnan(segment_s) else 0.0
+
+
+def waited_so_far(now: float, submit: float, held_before: float, run_start: float) -> float:
+    """The time a job has spent waiting by ``now``: since its submission, less the time it held
+    GPUs, in its earlier runs (``held_before``, summed) and in this one (since ``run_start``). One
+    definition for replay (segments) and serve (the moves table), so a job moved once has the same
+    wait on both sides; never negative (clocks of whole seconds)."""
+    return max(0.0, (now - submit) - held_before - (now - run_start))
 
 
 def movable_job(

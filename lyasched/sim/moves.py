@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lyasched.job import Job
-from lyasched.policy.movable import MovableJob, movable_job, share_left
+from lyasched.policy.movable import MovableJob, movable_job, share_left, waited_so_far
 from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 
 CHECKPOINTABLE_MODES = ("all", "declared", "none")
@@ -111,5 +111,5 @@ def movable_view(
     return movable_job(
         base, one=template.run_one_node, multi=template.run_multi_node, work=template.work, scale=scale * rem,
         requested=job.requested_gpus, move_cost=move_cost, checkpointable=checkpointable, plain=plain,
-        waited=max(0.0, (now - job.submit_time) - held_before - (now - start)),
+        waited=waited_so_far(now, job.submit_time, held_before, start),
     )
