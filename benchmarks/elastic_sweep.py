@@ -94,18 +94,19 @@ def offered_load(name: str) -> float | None:
 
 
 def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
-    """``--set KEY=VALUE``: ElasticPolicy fields set on the policy object after it is made (e.g. the
-    swap checks of docs/model.md section 3, ``margin`` and ``rollout``, off by default; both are
-    also ordinary ``--param elastic.KEY=VALUE`` parameters of replay)."""
-    from lyasched.policy.elastic import ElasticPolicy
+    """``--set KEY=VALUE``: fields of the elastic policy (with its variants' options,
+    lyasched/policy/variants/swaps.py) the policy is made with (e.g. the swap checks of
+    docs/model.md section 3, ``margin`` and ``rollout``, off by default; both are also ordinary
+    ``--param elastic.KEY=VALUE`` parameters of replay)."""
+    from lyasched.policy.variants.swaps import ElasticVariant
 
     out: dict[str, int | float | bool] = {}
-    names = {f.name: f.type for f in dataclasses.fields(ElasticPolicy)}
+    names = {f.name: f.type for f in dataclasses.fields(ElasticVariant)}
     for item in items:
         key, _, raw = item.partition("=")
         if key not in names or not raw:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY an ElasticPolicy field")
-        default = getattr(ElasticPolicy(), key)
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY an elastic policy field")
+        default = getattr(ElasticVariant(), key)
         if isinstance(default, bool):
             if raw not in ("true", "false"):
                 raise ValueError(f"--set {item!r}: true or false")
@@ -119,10 +120,8 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
     sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     per, moves = {}, {}
     for p in POLICIES:
-        pol = make_policy(p, seed=w["seed"], **params.get(p, {}))
-        if p == "elastic":
-            for k, v in (attrs or {}).items():
-                setattr(pol, k, v)
+        kw = {**params.get(p, {}), **((attrs or {}) if p == "elastic" else {})}
+        pol = make_policy(p, seed=w["seed"], **kw)
         res = sim.run(pol, name=p)
         per[p] = summarize(res)
         moves[p] = {"checkpoints": int(sum(r.preemptions for r in res.records)),

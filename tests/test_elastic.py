@@ -15,6 +15,7 @@ from lyasched.policy.elastic import ElasticPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.params import ParamError, parse_params
 from lyasched.policy.state import Capabilities, Decision, RunningJob, SlotResult, SlotState, WaitingJob
+from lyasched.policy.variants.swaps import ElasticVariant
 from lyasched.sim import InvalidDecision, Simulation
 from lyasched.sim.moves import checkpointable_mask, move_costs
 from lyasched.sim.workloads import seed_workload
@@ -361,6 +362,7 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     fast = ElasticPolicy(**params).decide(st)
     ref = ReferenceElasticPolicy(**params).decide(st)
     assert fast == ref
+    assert ElasticVariant(**params).decide(st) == ref  # the variants' class, every option off (policy/variants)
     check_result(st, fast)
 
 
@@ -417,9 +419,11 @@ MARGIN = dict(margin=2.0)
 ROLLOUT = dict(rollout=256, margin=2.0)
 
 
-def checked(**attrs) -> ElasticPolicy:
-    """An elastic policy with its optional swap checks set (ordinary, validated parameters)."""
-    return ElasticPolicy(**attrs)
+def checked(**attrs) -> ElasticVariant:
+    """An elastic policy with its optional swap checks set (ordinary, validated parameters; the
+    class make_policy builds for them, lyasched/policy/variants/swaps.py)."""
+    assert type(make_policy("elastic", **attrs)) is ElasticVariant
+    return ElasticVariant(**attrs)
 
 
 def _swaps(res: SlotResult) -> set[str]:

@@ -14,6 +14,7 @@ from lyasched.policy.common import nearest_allowed
 from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
 from lyasched.policy.placement import equal_placement
 from lyasched.policy.state import SlotState, waiting_job
+from lyasched.policy.variants.core import LyapunovVariant
 
 MODELS = [
     Profile("small", 0.005, 0.0004, 3_000_000, mem_base=0.5e9, mem_per_sample=20e6),
@@ -245,13 +246,29 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
     for kw in (dict(max_load=0.9), dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"),
                dict(refill="mask")):  # the guard; the arrivals term; the refill terms
-        reused = LyapunovPolicy(V=V, **kw)
+        reused = LyapunovVariant(V=V, **kw)
         reused.decide(st_)
         a = reused.decide(st_)
-        b = LyapunovPolicy(V=V, **kw).decide(st_)
+        b = LyapunovVariant(V=V, **kw).decide(st_)
         assert key(a) == key(b) and a.q == b.q and a.z == b.z
     assert np.array_equal(t, before[0]) and np.array_equal(cum, before[1])
     assert all(np.array_equal(w.run_one_node, r) for w, r in zip(state.waiting, before[2]))
+
+
+@given(states(), st.integers(0, 50), st.booleans())
+def test_variants_at_their_defaults_decide_as_the_shipped_policy(sv, n_arr, force_greedy):
+    """lyasched/policy/variants: the class carrying the not-adopted options, all at their defaults,
+    gives the shipped policy's result exactly (starts, scores, reasons, Q, Z, wake_at), with or
+    without an arrival history; make_policy picks it only when such an option is given."""
+    state, V = sv
+    rng = np.random.default_rng(n_arr)
+    t = np.sort(rng.uniform(-1e5, state.now, n_arr))
+    cum = np.cumsum(rng.uniform(0, 1e4, n_arr))
+    for st_ in (state, SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)):
+        kw = dict(V=V, exact_limit=0 if force_greedy else 200_000)
+        assert LyapunovVariant(**kw).decide(st_) == LyapunovPolicy(**kw).decide(st_)
+    assert type(make_policy("lyapunov", V=V)) is LyapunovPolicy
+    assert type(make_policy("lyapunov", V=V, refill="off")) is LyapunovVariant
 
 
 def _history(n_arr, span, gpu_s_each):
@@ -268,7 +285,7 @@ def test_expected_arrivals_keep_long_runs_at_their_request():
         s = make_state([job], [4, 4], 4)
         t1 = s.waiting[0].run_time(1, False)
         hist = _history(n_arr, 2 * max(t1, 3600.0), t1) if n_arr else (None, None)
-        (d,) = LyapunovPolicy(V=1.0, arrival_weight=arrival_weight).decide(SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), *hist)).starts
+        (d,) = LyapunovVariant(V=1.0, arrival_weight=arrival_weight).decide(SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), *hist)).starts
         return d.gpus
 
     assert gpus(20_000, 0) > 1 and gpus(20_000, 1) > 1
@@ -305,14 +322,14 @@ def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac, kw, end):
     cum = np.cumsum(rng.uniform(0, 1e4 * load, n_arr))
     run = (RunningJob("r", 4, ((1, 4),), start_time=-10.0, expected_end=1e9, predicted_end=end),)
     st_ = SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, run, t, cum)
-    res = LyapunovPolicy(V=V, **kw).decide(st_)
+    res = LyapunovVariant(V=V, **kw).decide(st_)
     if res.starts or "wake_at" not in res.info:
         return
     wake = res.info["wake_at"]
     if not math.isfinite(wake) or wake <= state.now + 1.0:
         return
     later = state.now + frac * (wake - state.now - 1.0)
-    assert not LyapunovPolicy(V=V, **kw).decide(dataclasses.replace(st_, now=later)).starts
+    assert not LyapunovVariant(V=V, **kw).decide(dataclasses.replace(st_, now=later)).starts
 
 
 def test_refill_prices_spreads_the_expected_arrivals_would_need():
@@ -331,7 +348,7 @@ def test_refill_prices_spreads_the_expected_arrivals_would_need():
         run = tuple(RunningJob(f"r{i}", 4, ((2 + i, 4),), start_time=-10.0, expected_end=1e9, predicted_end=1.0)
                     for i in range(released))
         st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, *hist)
-        (d,) = LyapunovPolicy(V=1.0, refill=mode, refill_rate="all").decide(st_).starts
+        (d,) = LyapunovVariant(V=1.0, refill=mode, refill_rate="all").decide(st_).starts
         return d.gpus
 
     assert gpus(0) > 1 and gpus(2) > 1  # no history; two arrivals in the whole span
@@ -350,7 +367,7 @@ def test_guard_keeps_more_gpus_than_asked_for_idle_clusters_only():
     s = make_state([job], [4, 4], 4, now=0.0)
     quiet = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), np.array([-60.0]), np.array([100.0]))
     busy = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), np.array([-60.0]), np.array([1e7]))
-    pol = LyapunovPolicy(V=1.0, max_load=0.9, lock_free=0.0)
+    pol = LyapunovVariant(V=1.0, max_load=0.9, lock_free=0.0)
     (q,) = pol.decide(quiet).starts
     (b,) = pol.decide(busy).starts
     assert q.gpus > 1 and b.gpus == 1
@@ -372,7 +389,7 @@ def test_spread_horizon_allows_spreads_that_end_before_the_running_jobs():
     def decide(predicted_end, horizon=True):
         run = (RunningJob("r", 4, ((2, 4),), start_time=-10.0, expected_end=1e9, predicted_end=predicted_end),)
         st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, *busy)
-        (d,) = LyapunovPolicy(V=1.0, max_load=1.5, lock_free=0.0, spread_horizon=horizon).decide(st_).starts
+        (d,) = LyapunovVariant(V=1.0, max_load=1.5, lock_free=0.0, spread_horizon=horizon).decide(st_).starts
         return d.gpus
 
     assert decide(10 * w.run_time(1, False)) > 1  # the running job ends long after any spread run
@@ -426,11 +443,11 @@ def test_rate_keeps_the_invariants(sv, force_greedy, rate):
     a positive score or a fill at the request, work-conserving at the request, and pure: a fresh
     and a reused policy decide the same."""
     state, V = sv
-    pol = LyapunovPolicy(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
+    pol = LyapunovVariant(V=V, rate=rate, exact_limit=0 if force_greedy else 200_000)
     res = pol.decide(state)
     _check_starts(state, res)
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
-    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, rate=rate, exact_limit=pol.exact_limit).decide(state))
+    assert key(pol.decide(state)) == key(res) == key(LyapunovVariant(V=V, rate=rate, exact_limit=pol.exact_limit).decide(state))
     # dividing by a positive number keeps every sign: something starts exactly when the default starts something
     base = LyapunovPolicy(V=V, exact_limit=pol.exact_limit).decide(state)
     assert bool(res.starts) == bool(base.starts)
@@ -445,7 +462,7 @@ def test_rate_starts_the_shortest_of_a_burst():
     state = make_state(jobs, [4], 4)
     shortest = {"j9", "j8", "j7", "j6"}
     for rate in RATES:
-        got = {d.job_id for d in LyapunovPolicy(rate=rate).decide(state).starts}
+        got = {d.job_id for d in LyapunovVariant(rate=rate).decide(state).starts}
         assert got == shortest, (rate, got)
     assert {d.job_id for d in LyapunovPolicy().decide(state).starts} != shortest  # the default does not
 
@@ -456,12 +473,12 @@ def test_rate_size_keeps_a_jobs_configuration_and_wake_at():
     job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=4, requested_gpus=2)
     idle = make_state([job], [4], 4)
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
-    assert key(LyapunovPolicy(rate="size").decide(idle)) == key(LyapunovPolicy().decide(idle))
+    assert key(LyapunovVariant(rate="size").decide(idle)) == key(LyapunovPolicy().decide(idle))
     other = Job("b", MODELS[2], 256, 30_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
     late = Job("a", MODELS[1], 256, 20_000, submit_time=0.0, max_gpus=4, requested_gpus=2)
     busy = make_state([late, other], [1], 4, now=30.0)
     for rate in RATES:
-        a, b = LyapunovPolicy(V=10.0, max_stretch=4, rate=rate).decide(busy), LyapunovPolicy(V=10.0, max_stretch=4).decide(busy)
+        a, b = LyapunovVariant(V=10.0, max_stretch=4, rate=rate).decide(busy), LyapunovPolicy(V=10.0, max_stretch=4).decide(busy)
         assert a.starts == b.starts == () and a.info["wake_at"] == b.info["wake_at"]
 
 
@@ -471,7 +488,7 @@ def test_wake_at_is_exact_with_the_slot_credit():
     work below the slot, so waiting can turn the score positive)."""
     job = Job("a", MODELS[1], 256, 50, submit_time=0.0, max_gpus=4, requested_gpus=2)
     other = Job("b", MODELS[2], 256, 60, submit_time=0.0, max_gpus=4, requested_gpus=2)
-    pol = LyapunovPolicy(V=10.0, max_stretch=4, z_credit="slot")
+    pol = LyapunovVariant(V=10.0, max_stretch=4, z_credit="slot")
     res = pol.decide(make_state([job, other], [1], 4, now=30.0, slot=300.0))
     assert res.starts == ()
     wake = res.info["wake_at"]
@@ -495,7 +512,7 @@ def test_horizon_end_median_ignores_one_long_running_job():
     st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, run, np.array([-60.0]), np.array([1e7]))
 
     def gpus(end):
-        (d,) = LyapunovPolicy(V=1.0, max_load=1.5, lock_free=0.0, horizon_end=end).decide(st_).starts
+        (d,) = LyapunovVariant(V=1.0, max_load=1.5, lock_free=0.0, horizon_end=end).decide(st_).starts
         return d.gpus
 
     assert gpus("latest") > 1
@@ -509,7 +526,7 @@ def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_gre
     Within capacity, each job once, allowed configurations, work-conserving at the request, pure; and
     every fill start comes first, in shortest estimated GPU-time at the request order."""
     state, V = sv
-    pol = LyapunovPolicy(V=V, order="fill_first", exact_limit=0 if force_greedy else 200_000)
+    pol = LyapunovVariant(V=V, order="fill_first", exact_limit=0 if force_greedy else 200_000)
     res = pol.decide(state)
     by_id = _check_starts(state, res)
     lead = list(itertools.takewhile(lambda d: d.reason.startswith("fill"), res.starts))
@@ -518,4 +535,4 @@ def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_gre
     if any(d.gpus == nearest_allowed(by_id[d.job_id], by_id[d.job_id].requested_gpus) for d in res.starts):
         assert lead  # something fitted at its request: the fill started first
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
-    assert key(pol.decide(state)) == key(res) == key(LyapunovPolicy(V=V, order="fill_first", exact_limit=pol.exact_limit).decide(state))
+    assert key(pol.decide(state)) == key(res) == key(LyapunovVariant(V=V, order="fill_first", exact_limit=pol.exact_limit).decide(state))

@@ -25,19 +25,19 @@ Each slot:
 Suspended jobs are waiting jobs again: they count in Q (their remaining work) and Z (their
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
 guarantees progress between two moves: no job starves). Pure and deterministic: the only
-state is the core's memo of rows (and, with ``rollout``, a second core's).
+state is the core's memo of rows.
 
-Two optional checks on a swap, off by default because they did not meet issue 13's targets on
-held-out workloads (docs/model.md, section 3, "Robust swaps"): ``margin`` (the forecast net gain
-must clear the estimates' error) and ``rollout`` (the core rolled forward with and without it).
+Two optional checks on a swap the score accepts, measured and not adopted (docs/model.md,
+section 3, "Robust swaps"), live in lyasched/policy/variants/swaps.py: they act through the
+extension points `_swap_check` (a per-slot check that may veto a swap) and `_swap_credit`.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, fields, replace
-from typing import ClassVar, Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar, Protocol, Sequence
 
 import numpy as np
 
@@ -45,8 +45,21 @@ from lyasched.policy.common import PerJob, Shape, fit_shape, nearest_allowed, sh
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import equal_placement, one_node_placement
-from lyasched.policy.state import (Capabilities, Decision, FreeGpus, Placement, RunningJob, SlotResult, SlotState,
-                                   WaitingJob)
+from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+
+Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
+
+
+class SwapCheck(Protocol):
+    """One slot's extra test of the swaps the score accepts (lyasched/policy/variants/swaps.py)."""
+
+    def started(self, w: WaitingJob, g: int, pl: Placement) -> None:
+        """``w`` started on ``pl`` (GPUs earlier moves left free), no swap needed."""
+
+    def accept(self, w: WaitingJob, g: int, pl: Placement, run_j: float, pen_j: float, saved: float, cost: float,
+               chosen: Chosen, free: list[int], avail: list[int]) -> bool:
+        """Whether the swap (``w`` on ``pl`` after moving ``chosen``; ``free`` before the moves,
+        ``avail`` after them) is made; True commits it to the check's view of the slot."""
 
 
 @dataclass
@@ -57,75 +70,26 @@ class ElasticPolicy(LyapunovPolicy):
     move_cost: float = 30.0  # checkpoint + relaunch (s) of a job that carries none
     grow: bool = True  # give idle GPUs to running jobs when nothing waits
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
-    # Two checks on a swap the score accepts, both off by default (measured, not adopted:
-    # docs/model.md, section 3, "Robust swaps: measured, not adopted"). margin z > 0: its forecast
-    # net gain (saved_j - sum cost_r - p_j) must clear z standard errors of the estimates' error
-    # (SIGMA on j's run and the victims' remaining runs). rollout n > 0: a rollout of the core (at
-    # most n decisions, no arrivals) with the swap must beat the one without it (by the margin).
-    margin: float = 0.0
-    rollout: int = 0
+    min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
     # running jobs are read as MovableJob (the live service cannot do either yet: docs/elastic.md)
     capabilities: ClassVar[Capabilities] = Capabilities(preemptive=True, moves=True)
-    SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._cands = PerJob(_candidate)
-        self._shadow: LyapunovPolicy | None = None  # the core for rollouts (its caches apart from ours)
 
-    def _core(self) -> LyapunovPolicy:
-        if self._shadow is None:
-            kw = {f.name: getattr(self, f.name) for f in fields(LyapunovPolicy) if f.init}
-            self._shadow = LyapunovPolicy(**kw)
-        return self._shadow
+    def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
+        """Extension point (lyasched/policy/variants/swaps.py): a check of this slot's swaps beyond
+        their score, given the jobs still waiting and the core's starts. Shipped: none."""
+        return None
 
-    def _rollout(self, state: SlotState, free: Sequence[int], running: list[tuple[float, Placement, int]],
-                 waiting: list[WaitingJob]) -> float:
-        """Sum of the predicted completion times of ``waiting`` when the core alone schedules them
-        from now on, without arrivals, onto ``free`` and the GPUs of ``running`` ((predicted end,
-        placement, GPUs)) as they are released; at most ``rollout`` core decisions, jobs still
-        waiting after that counted as starting then on their best configuration."""
-        core = self._core()
-        t = state.now
-        fr = list(free)
-        heap = [(e, i, pl, g) for i, (e, pl, g) in enumerate(running)]
-        heapq.heapify(heap)
-        n = len(heap)
-        pending = {w.job_id: w for w in waiting}
-        total = 0.0
-        for _ in range(self.rollout):
-            if not pending:
-                break
-            run = tuple(RunningJob(f"~{i}", g, pl, state.now, e, predicted_end=e) for e, i, pl, g in heap)
-            st = SlotState(now=t, slot_len=state.slot_len, free=tuple(fr), gpus_per_node=state.gpus_per_node,
-                           waiting=tuple(pending.values()), running=run, arrivals_t=state.arrivals_t,
-                           arrivals_cum_gpu_s=state.arrivals_cum_gpu_s)
-            res = core.decide(st) if sum(fr) > 0 else None
-            if res is not None:
-                for d in res.starts:
-                    w = pending.pop(d.job_id)
-                    end = t + w.run_time(d.gpus, d.spans_nodes)
-                    total += end
-                    for node, k in d.placement:
-                        fr[node] -= k
-                    heapq.heappush(heap, (end, n, d.placement, d.gpus))
-                    n += 1
-            nxt = heap[0][0] if heap else math.inf
-            wake = float(res.info.get("wake_at", math.inf)) if res is not None and not res.starts else math.inf
-            if res is not None and not res.starts and "wake_at" not in res.info:
-                wake = t + state.slot_len  # the core reads the clock: ask again next slot
-            t_next = min(nxt, wake) if wake > t else nxt
-            if not math.isfinite(t_next):
-                break
-            t = max(t, t_next)
-            while heap and heap[0][0] <= t:
-                _, _, pl, _ = heapq.heappop(heap)
-                for node, k in pl:
-                    fr[node] += k
-        return total + sum(t + w.best_run for w in pending.values())
+    def _swap_credit(self, w: WaitingJob, mean_work: float) -> float:
+        """A swapped-in job's actual-queue credit, as the core's: its work capped at the mean work
+        (an extension point, ``q_credit`` in variants)."""
+        return min(w.work, mean_work)
 
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
@@ -215,29 +179,14 @@ class ElasticPolicy(LyapunovPolicy):
             if cand is not None:
                 cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
-        # the rollout's view of the slot: jobs running after the core's starts (predicted end,
-        # placement, GPUs) by id, and the jobs waiting; the total without a swap is computed lazily
-        roll_run: dict[str, tuple[float, Placement, int]] = {}
-        roll_wait: dict[str, WaitingJob] = {}
-        roll_base: list[float] = []
-        if self.rollout > 0:
-            for r in state.running:
-                e = r.predicted_end if math.isfinite(r.predicted_end) else now + 1e9
-                roll_run[r.job_id] = (e, r.placement, r.gpus)
-            by_id = {x.job_id: x for x in state.waiting}
-            for d in base_starts:
-                wj = by_id[d.job_id]
-                roll_run[d.job_id] = (now + wj.run_time(d.gpus, d.spans_nodes), d.placement, d.gpus)
-            roll_wait = {x.job_id: x for x in left}
+        check = self._swap_check(state, left, base_starts)
         for _, _, pos, g, t_j, shape in heapq.nsmallest(self.max_candidates, cands):
             w = left[pos]
             pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 self._take(free, pl)
-                if self.rollout > 0:
-                    roll_wait.pop(w.job_id, None)
-                    roll_run[w.job_id] = (now + w.run_time(g, len(pl) > 1), pl, g)
-                    roll_base.clear()
+                if check is not None:
+                    check.started(w, g, pl)
                 starts.append(Decision(w.job_id, g, pl, 0.0, f"elastic: fits on GPUs freed this slot, {g} GPUs"))
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
@@ -254,7 +203,7 @@ class ElasticPolicy(LyapunovPolicy):
             susp = [r for r, new, _, _ in chosen if new is None]
             run_j = w.run_time(g, len(pl) > 1)
             pen_j = run_j - w.best_run
-            credit_j = {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
+            credit_j = self._swap_credit(w, mean_work)
             gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
             gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
             # j gains the wait it skips, at most until the victims' GPUs would come back anyway
@@ -262,40 +211,8 @@ class ElasticPolicy(LyapunovPolicy):
             score = gain - self.V * theta * (pen_j + cost - saved)
             if not score > 0:
                 continue
-            err = 0.0
-            if self.margin > 0:
-                # within the estimates' noise the swap may as well lose: not made
-                err = self.margin * self.SIGMA * math.hypot(run_j, *(v.best_remaining(v.gpus)[0] for v, _, _, _ in chosen))
-                if not saved - cost - pen_j > err:
-                    continue
-            if self.rollout > 0:
-                # the same jobs' total completion time, the core scheduling the rest, with and without
-                if not roll_base:
-                    roll_base.append(self._rollout(state, free, list(roll_run.values()), list(roll_wait.values())))
-                run2 = dict(roll_run)
-                wait2 = dict(roll_wait)
-                del wait2[w.job_id]
-                j_end = now + run_j
-                run2[w.job_id] = (j_end, pl, g)
-                extra = j_end
-                old_ends = 0.0
-                for r, new, c, _ in chosen:
-                    old_ends += roll_run[r.job_id][0]
-                    del run2[r.job_id]
-                    if new is not None:
-                        e2 = now + r.best_remaining(new[0])[0] + self._cost(r)
-                        run2[r.job_id] = (e2, new[1], new[0])
-                        extra += e2
-                    else:
-                        wait2[r.job_id] = _as_waiting(r, now, self._cost(r))
-                free2 = list(avail)
-                self._take(free2, pl)
-                with_total = self._rollout(state, free2, list(run2.values()), list(wait2.values())) + extra
-                without_total = roll_base[0] + old_ends
-                if not with_total + err < without_total:
-                    continue
-                roll_run, roll_wait = run2, wait2
-                roll_base[:] = [with_total - extra]
+            if check is not None and not check.accept(w, g, pl, run_j, pen_j, saved, cost, chosen, free, avail):
+                continue
             ahead -= g
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = avail
@@ -319,14 +236,14 @@ class ElasticPolicy(LyapunovPolicy):
 
     def _victims(
         self, shape: Shape, g: int, t_j: float, free: list[int], memo: _SlotMemo, used: set[str]
-    ) -> tuple[list[int], Placement, list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]] | None:
+    ) -> tuple[list[int], Placement, Chosen] | None:
         """Victims (shrunk or suspended) whose GPUs let a job of ``shape`` fit: [(job, (g, placement) | None,
         cost, why)], the free GPUs after the moves and the job's placement; None if no set of movable jobs does."""
         # the GPUs of every victim still usable and the free ones cannot hold g: nothing fits (exact prune)
         if sum(free) + memo.gpus_left(used) < g:
             return None
         avail = tuple(free)  # free GPUs after the victims chosen so far (a tuple: memo keys)
-        chosen: list[tuple[MovableJob, tuple[int, Placement] | None, float, str]] = []
+        chosen: Chosen = []
         for v in memo.usable:
             r = v.job
             if r.job_id in used:
@@ -484,17 +401,6 @@ def _candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:
         return None
     t = min(w.run_time(g, False), w.run_time(g, True))
     return g * t, g, t, shape_of(w, g)
-
-
-def _as_waiting(r: MovableJob, now: float, cost: float) -> WaitingJob:
-    """A suspended job as the rollout sees it: waiting again with its remaining run plus its move
-    cost on every count, its wait so far, its remaining work."""
-    one = r.remaining_one_node
-    multi = r.remaining_multi_node
-    assert one is not None
-    return WaitingJob(job_id=r.job_id, submit_time=now - r.waited_s, work=r.work_left, run_one_node=one + cost,
-                      run_multi_node=(multi if multi is not None else np.full(len(one), np.inf)) + cost,
-                      requested_gpus=max(1, r.requested_gpus))
 
 
 def _arrival_rate(state: SlotState, window: float) -> float:

@@ -16,6 +16,10 @@ nothing scores 0; a job starts only with a positive score. The slot's choice is 
 multiple-choice knapsack over free GPUs per node: solved exactly by dynamic programming
 over the total free GPUs when that is cheap (and the optimum places), greedily by score per
 GPU otherwise.
+
+Options that were measured and not adopted (docs/model.md) live in lyasched/policy/variants/;
+they change the decision only through a few extension points here (`_restrict`, `_credit`,
+`_z_credit`, `_starts_first`, `_values`, `_wake_at`), which in this class are the shipped rule.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+
+Fut = tuple[np.ndarray, np.ndarray] | None  # a term added to the penalty: (one node, several nodes) per configuration
 
 
 class RowCache:
@@ -103,20 +109,8 @@ class LyapunovPolicy:
     V: float = 5.0  # chosen on the design workloads of benchmarks/robustness.py (with the fill step)
     externality: float = 1.0  # weight of the delay a start imposes on other waiting jobs
     q_weight: float = 1.0  # weight of the actual queue's drift term (1 = the textbook bound)
-    q_credit: str = "capped"  # a start's actual-queue credit: its work capped at the mean work ("work": uncapped)
     relative: bool = True  # externality relative to the job shortest-first would start instead
-    max_load: float = math.inf  # beyond the request only while recent offered load / relative efficiency <= this, or the run ends within the horizon below (inf = off: see docs/model.md)
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
-    spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
-    horizon_end: str = "latest"  # which of the running jobs' predicted ends bounds that exemption: "latest", "median" or "earliest"
-    arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
-    z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
-    rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
-    refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see _refill_short)
-    refill_rate: str = "recent"  # refill's arrival rates: over max(T(r), min_window) ("recent") or the whole history ("all")
-    order: str = "score"  # "score": the knapsack first, then the fill; "fill_first": the fill at the request first, the knapsack on what is left
-    lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt
-    min_window: float = 3600.0  # shortest window of the offered-load estimate (s)
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
@@ -140,65 +134,16 @@ class LyapunovPolicy:
         z = float(wait.sum())
         theta = q + z
         total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
-        # Stability: a configuration beyond the request burns GPU-seconds the arrivals will need;
-        # allowed only while the recent offered load divided by its efficiency relative to the
-        # request stays at most max_load (no arrival history on the state: never beyond the request).
-        # Masked configurations are out of the job's best too, so the allowed ones are not all
-        # charged against a configuration it may not take.
         gk = np.arange(1, one.shape[1] + 1)
         with np.errstate(invalid="ignore"):
             fm = np.fmin(one, multi)
-            if math.isfinite(self.max_load):
-                rho = self._offered_load(state, run_req, total_gpus)
-                over = (gk[None, :] > req[:, None]) & (rho[:, None] * gk[None, :] * fm > self.max_load * req[:, None] * run_req[:, None])
-                h = self.lock_free
-                if self.spread_horizon:  # exempt too: runs that end before the running jobs' last predicted end
-                    h = max(h, self._horizon(state))
-                over &= fm > h
-            else:
-                over = np.zeros(fm.shape, dtype=bool)
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
-            over |= (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
-        short_one = short_multi = None
-        refill_still = math.inf  # seconds during which the refill terms cannot change (wake_at is capped by it)
-        if self.refill != "off":
-            r1 = self._refill_short(state, one, req, run_req)
-            r2 = self._refill_short(state, multi, req, run_req)
-            if r1 is not None and r2 is not None:
-                (short_one, still_one), (short_multi, still_multi) = r1, r2
-                refill_still = min(still_one, still_multi)
-            if short_one is not None and short_multi is not None and self.refill == "mask":
-                # only spreads that leave no expected arrival short (short is 0 at or below the request)
-                one = np.where(short_one > 0, np.inf, one)
-                multi = np.where(short_multi > 0, np.inf, multi)
-                best = np.fmin(one, multi).min(axis=1)
-                short_one = short_multi = None
-        if over.any():
-            one = np.where(over, np.inf, one)
-            multi = np.where(over, np.inf, multi)
-            best = np.fmin(one, multi).min(axis=1)
-        fut_one = fut_multi = None
-        if short_one is not None and short_multi is not None:  # refill=price: the arrivals the spread leaves short
-            rr = (req * run_req)[:, None]
-            gg = gk[None, :].astype(float)
-            with np.errstate(invalid="ignore"):
-                fut_one = np.where(np.isfinite(one), self.externality * short_one * np.maximum(0.0, gg * one - rr) / total_gpus, 0.0)
-                fut_multi = np.where(np.isfinite(multi), self.externality * short_multi * np.maximum(0.0, gg * multi - rr) / total_gpus, 0.0)
-        if self.arrival_weight > 0:
-            fut = self._future_rate(state, run_req, total_gpus)
-            if fut is not None:  # the arrivals' share of the penalty, per configuration (see _future_rate)
-                rr = (req * run_req)[:, None]
-                gg = gk[None, :].astype(float)
-                with np.errstate(invalid="ignore"):
-                    a_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
-                    a_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
-                fut_one = a_one if fut_one is None else fut_one + a_one
-                fut_multi = a_multi if fut_multi is None else fut_multi + a_multi
+            over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
+        one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
-            if fut_one is not None:
-                assert fut_multi is not None  # set together with fut_one
-                fut_one, fut_multi = fut_one[:, :cols], fut_multi[:, :cols]
+            if fut is not None:
+                fut = (fut[0][:, :cols], fut[1][:, :cols])
         finite_best = np.where(np.isfinite(best), best, 0.0)
         credit = self._credit(work, q / n)
         gain = self.q_weight * q * credit + z * self._z_credit(wait, state.slot_len)  # drift reduction of starting the job now
@@ -234,131 +179,34 @@ class LyapunovPolicy:
             s = gain[:, None] - self.V * theta * pen
             return np.where(np.isfinite(run), s, -np.inf)
 
-        s_one, s_multi = score(one, fut_one), score(multi, fut_multi)
+        s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
-                 "refill_still": refill_still}
+                 **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
-    def _refill_short(self, state: SlotState, run: np.ndarray, req: np.ndarray, run_req: np.ndarray) -> tuple[np.ndarray, float] | None:
-        """Per job and GPU count g > request: the arrivals expected to find no GPU at the end of the
-        run because of it (0 at or below the request), and the seconds for which that stays so
-        with no event (a running job's predicted end entering a run's frame changes it; wake_at
-        is capped there so it stays exact); None without arrival history.
+    def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
+                  req: np.ndarray, run_req: np.ndarray, total_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Fut, dict]:
+        """Extension point (lyasched/policy/variants): the configurations a job may take this slot.
 
-        Fluid frame of one start (docs/model.md, "the refill of the free GPUs"): at the end of a run
-        of length T the GPUs wanted are the other waiting jobs' requests D - r, this job's g and the
-        arrivals still running, A(T) = min(lambda*T, rho*G) (rho*G: requested GPU-seconds per second);
-        the GPUs there are the F free now plus R(T), those the running jobs release by then (their
-        predicted ends). The arrivals left short are min(A(T), max(0, wanted - there)). At the
-        request the same shortfall would happen without the spread, so only g > r counts. lambda and
-        rho come off the arrival history over max(T(r), min_window) seconds ending at the newest
-        arrival (or over the whole history: ``refill_rate``), so they do not move between arrivals.
-        """
-        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
-        if t is None or cum is None or len(t) == 0:
-            return None
-        last = float(t[-1])
-        if self.refill_rate == "all":  # the long-run rates over the whole history (bursts included)
-            span = max(last - float(t[0]), self.min_window)
-            lam = np.full(len(req), len(t) / span)
-            gpus_busy = np.full(len(req), float(cum[-1]) / span)
-        else:
-            win = np.maximum(np.where(np.isfinite(run_req), run_req, self.min_window), self.min_window)
-            lo = np.searchsorted(t, last - win, side="right")
-            before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
-            lam = (len(t) - lo) / win
-            gpus_busy = (float(cum[-1]) - before) / win  # rho * G
-        ends = sorted((r.predicted_end - state.now, r.gpus) for r in state.running if math.isfinite(r.predicted_end))
-        e = np.array([x for x, _ in ends], dtype=float)
-        rel = np.cumsum([0.0] + [float(gp) for _, gp in ends])
-        free = float(sum(state.free))
-        demand = float(req.sum())
-        k = run.shape[1]
-        g = np.arange(1, k + 1, dtype=float)[None, :]
-        with np.errstate(invalid="ignore"):
-            T = np.where(np.isfinite(run), run, 0.0)
-            arr = np.minimum(lam[:, None] * T, gpus_busy[:, None])
-            released = rel[np.searchsorted(e, T, side="right")] if e.size else np.zeros_like(T)
-            wanted = (demand - req[:, None]) + g + arr
-            short = np.minimum(arr, np.maximum(0.0, wanted - free - released))
-        use = (g > req[:, None]) & np.isfinite(run)
-        short = np.where(use, short, 0.0)
-        use &= short > 0  # a shortfall only shrinks as ends come nearer: only positive ones can change
-        still = math.inf
-        if e.size and use.any():  # the next predicted end after T enters the frame after e_next - T
-            nxt = np.searchsorted(e, T[use], side="right")
-            ok = nxt < e.size
-            if ok.any():
-                still = float((e[nxt[ok]] - T[use][ok]).min())
-        return short, still
-
-    def _horizon(self, state: SlotState) -> float:
-        """Seconds until the running jobs' latest (median, earliest) predicted end; 0 with none known."""
-        ends = sorted(r.predicted_end - state.now for r in state.running if math.isfinite(r.predicted_end))
-        if not ends:
-            return 0.0
-        if self.horizon_end == "earliest":
-            return ends[0]
-        if self.horizon_end == "median":
-            return ends[(len(ends) - 1) // 2]
-        return ends[-1]
-
-    def _z_credit(self, wait: np.ndarray, slot: float) -> np.ndarray:
-        """A start's credit in the virtual-queue term. "wait": the textbook one-slot drift, the job's
-        whole wait (sunk) plus the slot; "slot": only the slot's growth it stops (every job alike)."""
-        if self.z_credit == "slot":
-            return np.full(wait.shape, slot)
-        return wait + slot
+        Returns the run-time rows with the ``over`` configurations out (inf; out of the job's best
+        too, so the allowed ones are not charged against one it may not take), the best runs, a
+        term added to the penalty per configuration (one node, several; None: none) and notes
+        for `_wake_at`. Shipped: ``over`` is the no-sliver rule alone, no added term."""
+        if over.any():
+            one = np.where(over, np.inf, one)
+            multi = np.where(over, np.inf, multi)
+            best = np.fmin(one, multi).min(axis=1)
+        return one, multi, best, None, {}
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
-        """A start's credit in the actual-queue term (at most its work, so the drift bound holds)."""
-        if self.q_credit == "work":
-            return work
-        if self.q_credit == "mean":
-            return np.full(work.shape, mean)
-        if self.q_credit == "peaked":  # above the mean, the longer the less: shortest-first among long jobs
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(work <= mean, work, mean * mean / np.maximum(work, 1e-300))
+        """A start's credit in the actual-queue term: its work capped at the mean work (at most
+        its work, so the drift bound holds; an extension point, ``q_credit`` in variants)."""
         return np.minimum(work, mean)
 
-    def _future_rate(self, state: SlotState, run_req: np.ndarray, total_gpus: int) -> np.ndarray | None:
-        """Per job, the weight of the arrivals' share of a configuration's penalty (1/s).
-
-        A start is not preemptible: the GPU-seconds a configuration burns beyond the request's,
-        X = max(0, g*T(g) - r*T(r)), are taken from the cluster for the whole run T(g), and the
-        jobs that arrive meanwhile meet a cluster that much smaller. Expected arrivals during
-        the run: lambda*T(g), each delayed by about X/G when it has to wait, which it does with
-        probability about rho (capped at 1). The share is arrival_weight * lambda * rho / G
-        times T(g) * X. lambda (jobs/s) and rho (requested GPU-seconds per second over the
-        GPUs) are read off the arrival history over the window of max(T(r), min_window)
-        seconds ending at the newest arrival: between two arrivals the estimate does not move,
-        so skipping idle slots (wake_at) stays exact. None without arrival history.
-        """
-        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
-        if t is None or cum is None or len(t) == 0:
-            return None
-        last = float(t[-1])
-        win = np.maximum(np.where(np.isfinite(run_req), run_req, self.min_window), self.min_window)
-        lo = np.searchsorted(t, last - win, side="right")
-        count = len(t) - lo
-        before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
-        lam = count / win
-        rho = np.minimum(1.0, (float(cum[-1]) - before) / win / max(1, total_gpus))
-        return self.arrival_weight * lam * rho / max(1, total_gpus)
-
-    def _offered_load(self, state: SlotState, horizon: np.ndarray, total_gpus: int) -> np.ndarray:
-        """Recent offered load per job: requested GPU-seconds submitted in the last
-        max(its run at the request, min_window) seconds, over that window, over the GPUs.
-        inf when the state carries no arrival history."""
-        t, cum = state.arrivals_t, state.arrivals_cum_gpu_s
-        n = len(horizon)
-        if t is None or cum is None or len(t) == 0:
-            return np.full(n, np.inf)
-        win = np.maximum(np.where(np.isfinite(horizon), horizon, self.min_window), self.min_window)
-        span = np.maximum(np.minimum(win, state.now - float(t[0])), state.slot_len)
-        lo = np.searchsorted(t, state.now - span, side="left")
-        before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
-        return (float(cum[-1]) - before) / span / max(1, total_gpus)
+    def _z_credit(self, wait: np.ndarray, slot: float) -> np.ndarray:
+        """A start's credit in the virtual-queue term: the textbook one-slot drift, the job's whole
+        wait (sunk) plus the slot (an extension point, ``z_credit`` in variants)."""
+        return wait + slot
 
     def decide(self, state: SlotState) -> SlotResult:
         if not state.waiting:
@@ -370,20 +218,14 @@ class LyapunovPolicy:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
         s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
         self._best, self._started = arr["best"], []
-        pre: list[Decision] = []
-        if self.order == "fill_first":  # shortest-first at the request first; the scores get what is left
-            pre = self._fill(state, arr, free)
-            if self._started:
-                s_one[self._started] = -np.inf
-                s_multi[self._started] = -np.inf
+        pre = self._starts_first(state, arr, free, s_one, s_multi)
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
         s_one = np.where(gcol[None, :] <= free.max_on_one_node(), s_one, -np.inf)
         s_multi = np.where(free.spread_mask(k)[None, :], s_multi, -np.inf)  # equal GPUs per node (placement.py)
         raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
-        if self.rate != "none":
-            s_one, s_multi = self._per_gpu_second(s_one, s_multi, arr)
+        s_one, s_multi = self._values(s_one, s_multi, arr)
         best = np.maximum(s_one, s_multi)
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
@@ -427,31 +269,18 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
-            info["wake_at"] = min(self._wake_at(state, raw_one, raw_multi, arr, q, z), state.now + max(arr["refill_still"], 0.0))
+            info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 
-    def _per_gpu_second(self, s_one: np.ndarray, s_multi: np.ndarray, arr: dict) -> tuple[np.ndarray, np.ndarray]:
-        """The scores as drift-plus-penalty per GPU-second held (Smith's rule; docs/model.md, ``rate``).
+    def _starts_first(self, state: SlotState, arr: dict, free: FreeGpus, s_one: np.ndarray, s_multi: np.ndarray) -> list[Decision]:
+        """Extension point (lyasched/policy/variants): starts made before the scores choose, on
+        ``free`` (taken from it; their jobs' scores set to -inf). Shipped: none."""
+        return []
 
-        A start is not preemptible: it holds g GPUs for T(c), GPU-time no other job gets. Over a
-        frame in which the free GPUs are the constraint, the drift reduction bought per GPU-second
-        is what decides which starts pay. Dividing by a positive number keeps every sign (so
-        "start only with a positive score", the fill step and wake_at are unchanged):
-        ``size`` divides by the job's least GPU-time (one constant per job: its configurations
-        keep the score's order, only which jobs start changes); ``held`` by g*T(c) of the
-        configuration itself.
-        """
-        k = s_one.shape[1]
-        if self.rate == "size":
-            d = np.maximum(arr["gpu_time"], 1e-9)[:, None]
-            d_one = d_multi = np.broadcast_to(d, s_one.shape)
-        else:
-            g = np.arange(1, k + 1, dtype=float)[None, :]
-            d_one, d_multi = g * arr["one"][:, :k], g * arr["multi"][:, :k]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            one = np.where(np.isfinite(s_one) & np.isfinite(d_one), s_one / np.maximum(d_one, 1e-9), -np.inf)
-            multi = np.where(np.isfinite(s_multi) & np.isfinite(d_multi), s_multi / np.maximum(d_multi, 1e-9), -np.inf)
-        return one, multi
+    def _values(self, s_one: np.ndarray, s_multi: np.ndarray, arr: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Extension point (lyasched/policy/variants): the value of each configuration in the slot's
+        knapsack, a positive multiple of its score (signs kept). Shipped: the score itself."""
+        return s_one, s_multi
 
     def _fill(self, state: SlotState, arr: dict, free: FreeGpus) -> list[Decision]:
         """Work conservation: GPUs the scores left free go to waiting jobs that fit at their request.
@@ -499,6 +328,7 @@ class LyapunovPolicy:
         w_j = w_j0 + d, so every score is the quadratic s(d) = s0 + d*(Z0 + n*(w_j0 + slot) - V*n*p)
         + n*d^2 (p, the penalty, is fixed). A caller may skip slots until then (the simulator does);
         deciding again earlier would give the same empty answer. inf when no configuration fits.
+        (An extension point: variants whose scores grow otherwise say so.)
         """
         n = len(state.waiting)
         vtheta = self.V * (q + z)
@@ -511,11 +341,6 @@ class LyapunovPolicy:
         gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
         s0 = np.where(ok, s, -1.0)
         pen = np.where(ok, (gain - s0) / vtheta, 0.0)
-        if self.z_credit == "slot":  # s(d) = s0 + d*n*(slot - V*p): linear in d
-            rate = n * (state.slot_len - self.V * pen)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                d = np.where(s0 > 0, 0.0, np.where(rate > 0, -s0 / rate, np.inf))
-            return state.now + float(np.where(ok, d, np.inf).min())
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
         disc = np.maximum(b * b - 4.0 * n * s0, 0.0)
         d = (-b + np.sqrt(disc)) / (2.0 * n)
