@@ -172,8 +172,11 @@ def test_unchanged_held_jobs_and_changed_ones_are_recorded_as_before(tmp_path):
     got = {r["slurm_id"]: r for r in records.list_jobs(svc.db)}
     assert got["100"]["name"] == "renamed" and got["100"]["state"] == "waiting"
     assert got["101"]["state"] == "running" and got["101"]["started"] == clock[0] - 5
-    assert all(r["last_seen"] == clock[0] for r in got.values())
+    listed = records.listed_at(svc.db)
+    assert all(records.last_seen(r, listed) == clock[0] for r in got.values())
     assert got["102"]["state"] == got["103"]["state"] == "waiting"
+    # only the changed records were written: the unchanged held one keeps its column, the sync's time stands for it
+    assert got["103"]["last_seen"] == clock[0] - 30 and got["100"]["last_seen"] == got["101"]["last_seen"] == clock[0]
 
 
 class FakeProbe:
@@ -381,3 +384,31 @@ def test_squeue_lines_parsed_once_give_what_parsing_anew_gives():
     changed = "\n".join(changed[1:]) + "\n"  # one line gone, one changed
     assert q.parse_squeue(changed, memo=memo) == q.parse_squeue(changed)
     assert set(memo) == {ln for ln in changed.splitlines() if ln.strip()}  # only the last listing's lines are kept
+
+
+def test_a_held_job_that_vanishes_keeps_the_last_slot_that_listed_it_even_after_a_crash_mid_sync(tmp_path):
+    """Unchanged held records are not written each slot (records.LISTED_AT stands for their
+    last_seen); a job Slurm stops listing is recorded as last seen at the last slot that listed it,
+    also when a slot died between the listed jobs' transaction and the vanished check."""
+    slurm = Typed([held(i) for i in range(3)])
+    clock = [1_001_000.0]
+    svc = Service(Config(slot_seconds=30), records.open_records(tmp_path / "a.db"), slurm=slurm, policy=Capture(),
+                  clock=lambda: clock[0])
+    svc.run_slot()
+    clock[0] += 30
+    svc.run_slot()  # the last slot that lists job 102
+    last_listed = clock[0]
+    assert records.get_job(svc.db, "cost-test-0002")["last_seen"] == clock[0] - 30  # not rewritten
+    clock[0] += 30
+    del slurm.jobs_[2]
+    real, svc.sync.vanished = svc.sync.vanished, lambda seen, ctx: (_ for _ in ()).throw(SystemExit("killed"))
+    with pytest.raises(SystemExit):  # the service killed after the listed jobs' commit
+        svc.run_slot()
+    svc.sync.vanished = real
+    clock[0] += 30
+    svc.run_slot()
+    row = records.get_job(svc.db, "cost-test-0002")
+    assert row["state"] == "vanished" and row["last_seen"] == last_listed
+    listed = records.listed_at(svc.db)
+    assert listed == clock[0]
+    assert all(records.last_seen(r, listed) == clock[0] for r in records.list_jobs(svc.db) if r["state"] == "waiting")

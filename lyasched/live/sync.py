@@ -61,7 +61,8 @@ class RecordSync:
         seen: Seen = {}
         steps: list[step.Step] = []
         # Held, waiting and unchanged (most of a long queue): only their brief rows are read, and
-        # their step is what step.step would give (nothing changes but last_seen).
+        # their step is what step.step would give (nothing changes; nothing is written: their
+        # last_seen is the sync's time, records.LISTED_AT, written by `vanished`).
         rows = records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
         quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
                  and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
@@ -105,8 +106,10 @@ class RecordSync:
     def vanished(self, seen: Seen, ctx: SlotContext) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
+        listed = records.listed_at(self.db)  # when every followed record was last listed (before this slot)
         gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
         if not gone_uids:
+            records.set_listed_at(self.db, ctx.now)  # every followed record is listed now
             return
         rows = records.get_jobs(self.db, gone_uids)
         gone = [rows[u] for u in gone_uids if u in rows]
@@ -119,8 +122,10 @@ class RecordSync:
             except (SlurmError, ParseError) as e:
                 log.warning("sacct failed: %s", e)
         why = "no accounting" if not self.accounting_enabled() else "not in sacct"
-        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why) for row in gone]
-        step.apply(self.db, steps, now)  # the record state machine (lyasched.live.step), one transaction
+        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why, listed) for row in gone]
+        # the record state machine (lyasched.live.step), one transaction; with it, every record
+        # still followed was listed now (records.LISTED_AT)
+        step.apply(self.db, steps, now, listed_at=now)
         for st in steps:
             for w in st.warnings:
                 log.warning("%s", w)

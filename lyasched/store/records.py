@@ -242,17 +242,47 @@ def upsert_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
 
 
 def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> None:
-    """Set last_seen of many jobs in one statement (every slot sees every job)."""
+    """Set last_seen of many jobs in one statement."""
     if uids:
         with transaction(db):
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", [(now, u) for u in uids])
 
 
+ACTIVE_STATES = ("waiting", "released", "running")  # the records the service still follows
+
+# meta key: the slot time of the last slot whose records sync completed (listed and vanished jobs).
+# Every record in an ACTIVE_STATES state was listed by Slurm then (one not listed was marked
+# vanished in that slot's transaction), so its last_seen column is only written when the row
+# changes, not for each of a long queue's unchanged jobs every slot: see `last_seen`.
+LISTED_AT = "listed_at"
+
+
 def active_uids(db: sqlite_utils.Database) -> list[str]:
     """The uids of the jobs the service still follows (not finished, vanished or invalid), in table order (a slot checks them all against Slurm's list; it
     needs the rows of the few that vanished only)."""
-    sql = "select uid from jobs where state in ('waiting', 'released', 'running') order by rowid"
+    sql = f"select uid from jobs where state in ({', '.join(repr(s) for s in ACTIVE_STATES)}) order by rowid"
     return [r[0] for r in db.conn.execute(sql)]
+
+
+def listed_at(db: sqlite_utils.Database) -> float | None:
+    """The `LISTED_AT` time (None before the first completed sync, or in records of an older service)."""
+    v = get_meta(db, LISTED_AT)
+    return float(v) if v else None
+
+
+def set_listed_at(db: sqlite_utils.Database, now: float) -> None:
+    """Record `LISTED_AT` (plain SQL: once per slot, inside the sync's transaction when it has one)."""
+    db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+               [LISTED_AT, repr(float(now))])
+
+
+def last_seen(row: dict, listed: float | None) -> float | None:
+    """When Slurm last listed this record's job: its ``last_seen`` column, or for a record still
+    followed (state in ACTIVE_STATES) the later `LISTED_AT` time ``listed`` (`listed_at`)."""
+    seen = row.get("last_seen")
+    if listed is not None and row.get("state") in ACTIVE_STATES and (seen is None or listed > seen):
+        return listed
+    return seen
 
 
 def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | None = None) -> list[dict]:
