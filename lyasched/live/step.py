@@ -202,14 +202,18 @@ def _done(out: Step, row: dict, upd: dict[str, Any]) -> Step:
     return out
 
 
-def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float, listed_at: float | None = None) -> None:
+def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float,
+          listed_at: float | None = None) -> tuple[int | None, int | None]:
     """Write a slot's record changes, all or none: changed and new records (last_seen ``now`` if
     listed), last_seen of unchanged listed records no longer followed, and ``listed_at`` (the
     meta `records.LISTED_AT`: the sync is complete, every followed record was listed then) if
     given. An unchanged listed record still followed is not written: its last_seen is that meta
-    time (`records.last_seen`), so a slot over a long held queue writes only what changed."""
+    time (`records.last_seen`), so a slot over a long held queue writes only what changed, and
+    its row (``Step.row``) stays as read. Returns `records.jobs_rev` before and after these
+    writes, both read inside the transaction (whether anybody else wrote since the rows were read)."""
     touch = []
     with records.transaction(db):
+        before = records.jobs_rev(db)
         for s in steps:
             if s.replaced:
                 db.execute("DELETE FROM jobs WHERE uid = ?", [s.uid])
@@ -224,6 +228,8 @@ def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float, listed_a
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", touch)
         if listed_at is not None:
             records.set_listed_at(db, listed_at)
+        after = records.jobs_rev(db)
     for s in steps:
-        if s.seen:
-            s.row["last_seen"] = now
+        if s.seen and (s.new or s.replaced or s.update or s.row.get("state") not in records.ACTIVE_STATES):
+            s.row["last_seen"] = now  # as written
+    return before, after

@@ -40,6 +40,10 @@ class RecordSync:
         self.users = users
         self._accounting: bool | None = None  # detected once (scontrol show config), recorded in meta
         self._warned: set[str] = set()  # Slurm ids already warned about as repeating a uid
+        # uid -> the brief row of a quiet record (None: no record) as the last slot left it, valid
+        # while records.jobs_rev stays at _memo_rev: a long held queue's rows are not read again
+        self._memo: dict[str, dict | None] = {}
+        self._memo_rev: int | None = None
 
     @property
     def db(self) -> Any:
@@ -63,7 +67,8 @@ class RecordSync:
         # Held, waiting and unchanged (most of a long queue): only their brief rows are read, and
         # their step is what step.step would give (nothing changes; nothing is written: their
         # last_seen is the sync's time, records.LISTED_AT, written by `vanished`).
-        rows = records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        rev = records.jobs_rev(self.db)
+        rows = self._rows(by_uid, rev)
         quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
                  and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
                  and r["slurm_state"] == job.state and r["name"] == job.name}
@@ -92,7 +97,14 @@ class RecordSync:
             st.new, st.replaced = new, replaced
             steps.append(st)
             seen[uid] = (job, st.row)
-        step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        before, after = step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        # The memo for the next slot: quiet rows (not written) and uids with no record, if nobody
+        # else wrote a job row between this slot's read and its write (else the next slot reads all).
+        if rev is not None and before == rev and after is not None:
+            self._memo = {u: rows.get(u) for u in by_uid if u in quiet or u not in rows and u not in seen}
+            self._memo_rev = after
+        else:
+            self._memo, self._memo_rev = {}, None
         for st in steps:
             for w in st.warnings:
                 log.warning("%s", w)
@@ -102,6 +114,22 @@ class RecordSync:
                 if st.learn is not None:
                     self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
         return seen
+
+    def _rows(self, by_uid: dict, rev: int | None) -> dict[str, dict]:
+        """The brief rows (records.BRIEF_COLUMNS) of these uids' records: from the memo where no job
+        row changed since it was taken (records.jobs_rev), the rest read."""
+        if rev is None or rev != self._memo_rev:
+            self._memo, self._memo_rev = {}, None
+            return records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        memo, rows, missing = self._memo, {}, []
+        for u in by_uid:
+            if u in memo:
+                if (r := memo[u]) is not None:
+                    rows[u] = r
+            else:
+                missing.append(u)
+        rows.update(records.get_jobs(self.db, missing, columns=records.BRIEF_COLUMNS))
+        return rows
 
     def vanished(self, seen: Seen, ctx: SlotContext) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted

@@ -119,6 +119,34 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.table("jobs").create_index(["user"], if_not_exists=True)
     db.table("decisions").create_index(["uid"], if_not_exists=True)
     db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+    ensure_jobs_rev(db)
+
+
+# meta key: a count that every change a slot's record sync reads from a job row moves on (insert,
+# delete, an update of a BRIEF_COLUMNS column), kept by triggers whoever writes (any connection or
+# process, any version): while it stands still, rows read before are still the rows (the sync's
+# memo of a long held queue, lyasched.live.sync). Writes of other columns (predictions, reasons)
+# leave it: nothing the sync memoises reads them.
+JOBS_REV = "jobs_rev"
+_REV_TRIGGERS = ("jobs_rev_insert", "jobs_rev_delete", "jobs_rev_update_brief1")  # renamed if BRIEF_COLUMNS change
+
+
+def ensure_jobs_rev(db: sqlite_utils.Database) -> None:
+    """The `JOBS_REV` row and its triggers (idempotent)."""
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, '0')", [JOBS_REV])
+    bump = f"UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = '{JOBS_REV}';"
+    whens = ("AFTER INSERT ON jobs", "AFTER DELETE ON jobs", f"AFTER UPDATE OF {', '.join(BRIEF_COLUMNS)} ON jobs")
+    for name, when in zip(_REV_TRIGGERS, whens):
+        db.execute(f"CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN {bump} END")
+
+
+def jobs_rev(db: sqlite_utils.Database) -> int | None:
+    """The current `JOBS_REV` (None where the records have none)."""
+    try:
+        r = db.conn.execute("select value from meta where key = ?", [JOBS_REV]).fetchone()
+    except sqlite3.OperationalError:  # no meta table (records made without ensure_schema)
+        return None
+    return int(r[0]) if r is not None and r[0] is not None else None
 
 
 def open_records(path: str | os.PathLike) -> sqlite_utils.Database:
