@@ -452,7 +452,8 @@ def test_the_sync_memo_records_what_reading_every_row_records(tmp_path):
         for _ in range(rng.randrange(4)):
             k = rng.randrange(len(jobs))
             j = jobs[k]
-            what = rng.choice(["rename", "start", "end", "release", "hold", "cancel", "new", "record", "record-other"])
+            what = rng.choice(["rename", "start", "end", "release", "hold", "cancel", "new", "record", "record-other",
+                               "purge"])
             if what == "rename":
                 jobs[k] = replace(j, name=f"n{rng.randrange(3)}")
             elif what == "start" and j.pending:
@@ -465,6 +466,8 @@ def test_the_sync_memo_records_what_reading_every_row_records(tmp_path):
                 jobs[k] = replace(j, reason="JobHeldUser")
             elif what == "cancel" and not j.finished:
                 jobs[k] = replace(j, state="CANCELLED", reason="None", end_time=clock[0] - 1)
+            elif what == "purge" and len(jobs) > 5:  # MinJobAge passed, or the controller lost it: vanished
+                del jobs[k]
             elif what == "new":
                 jobs.append(held(nxt))
                 nxt += 1
@@ -488,6 +491,7 @@ def test_the_sync_memo_records_what_reading_every_row_records(tmp_path):
         assert rows(pols[0].states[-1]) == rows(pols[1].states[-1])
         clock[0] += 30
     assert hits > 10  # the memo was used
+    assert any(r["state"] == "vanished" for r in records.list_jobs(memo.db))
 
 
 def test_a_record_changed_between_the_sync_read_and_its_write_is_read_again(tmp_path, monkeypatch):

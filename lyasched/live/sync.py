@@ -75,9 +75,8 @@ class RecordSync:
         rows.update(records.get_jobs(self.db, [u for u in by_uid if u not in quiet and u in rows]))
         for uid, (job, s, err) in by_uid.items():
             row = rows.get(uid)
-            if uid in quiet:
+            if uid in quiet:  # its step would change nothing and write nothing (step.apply): none made
                 assert row is not None  # quiet: its brief row was read
-                steps.append(step.Step(uid, row, {}))
                 seen[uid] = (job, row)
                 continue
             replaced = row is not None and row["slurm_id"] != job.job_id  # a resubmission: a new record
@@ -135,6 +134,12 @@ class RecordSync:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
         listed = records.listed_at(self.db)  # when every followed record was last listed (before this slot)
+        if self._memo_rev is not None and records.active_count(self.db) == (
+                self._memo_rev, sum(1 for _, r in seen.values() if r is not None and r["state"] in records.ACTIVE_STATES)):
+            # no job row changed since the sync's own write (jobs_rev) and every followed record
+            # is one Slurm listed: nothing vanished (without reading every followed uid)
+            records.set_listed_at(self.db, ctx.now)
+            return
         gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
         if not gone_uids:
             records.set_listed_at(self.db, ctx.now)  # every followed record is listed now

@@ -117,6 +117,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     moves.ensure(db)
     db.table("jobs").create_index(["slurm_id"], if_not_exists=True)
     db.table("jobs").create_index(["user"], if_not_exists=True)
+    db.table("jobs").create_index(["state"], if_not_exists=True)  # the followed records (active_count)
     db.table("decisions").create_index(["uid"], if_not_exists=True)
     db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
     ensure_jobs_rev(db)
@@ -290,6 +291,14 @@ def active_uids(db: sqlite_utils.Database) -> list[str]:
     needs the rows of the few that vanished only)."""
     sql = f"select uid from jobs where state in ({', '.join(repr(s) for s in ACTIVE_STATES)}) order by rowid"
     return [r[0] for r in db.conn.execute(sql)]
+
+
+def active_count(db: sqlite_utils.Database) -> tuple[int | None, int]:
+    """(`jobs_rev`, how many records are followed) read together (one statement: one snapshot)."""
+    sql = (f"select (select value from meta where key = '{JOBS_REV}'), "
+           f"(select count(*) from jobs where state in ({', '.join(repr(s) for s in ACTIVE_STATES)}))")
+    rev, n = db.conn.execute(sql).fetchone()
+    return (int(rev) if rev is not None else None), n
 
 
 def listed_at(db: sqlite_utils.Database) -> float | None:
