@@ -43,7 +43,7 @@ def test_a_finished_job_is_learned_from_only_when_it_ran():
     assert cancelled.finished and cancelled.learn == ("CANCELLED", None) and "observed" not in cancelled.update
 
 
-def test_an_unchanged_held_job_changes_nothing_but_last_seen():
+def test_an_unchanged_held_job_changes_nothing():
     st = step.step(record("waiting", name="train"), job(), NOW)
     assert st.update == {}
 

@@ -29,13 +29,13 @@ class Step:
 
     uid: str
     row: dict  # the record after the update
-    update: dict[str, Any]  # the columns that change ({} = only last_seen)
+    update: dict[str, Any]  # the columns that change ({}: none; last_seen as `apply` says)
     new: bool = False  # the record did not exist before this slot
     replaced: bool = False  # a resubmission under a known uid: the old record is dropped first
     finished: bool = False
     learn: tuple[str, float | None] | None = None  # (Slurm state, observed run time) for the cost table
     warnings: list[str] = field(default_factory=list)
-    seen: bool = True  # listed by Slurm this slot (last_seen moves to now); False for a vanished job
+    seen: bool = True  # listed by Slurm this slot (last_seen is now: `apply`); False for a vanished job
 
 
 def names_uid(a: SlurmJob, b: SlurmJob) -> bool:

@@ -134,16 +134,17 @@ class RecordSync:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
         listed = records.listed_at(self.db)  # when every followed record was last listed (before this slot)
-        if self._memo_rev is not None and records.active_count(self.db) == (
-                self._memo_rev, sum(1 for _, r in seen.values() if r is not None and r["state"] in records.ACTIVE_STATES)):
-            # no job row changed since the sync's own write (jobs_rev) and every followed record
-            # is one Slurm listed: nothing vanished (without reading every followed uid)
-            records.set_listed_at(self.db, ctx.now)
-            return
-        gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
-        if not gone_uids:
-            records.set_listed_at(self.db, ctx.now)  # every followed record is listed now
-            return
+        with records.transaction(self.db):  # nobody makes a record followed between the check and listed_at
+            if self._memo_rev is not None and records.active_count(self.db) == (
+                    self._memo_rev, sum(1 for _, r in seen.values() if r is not None and r["state"] in records.ACTIVE_STATES)):
+                # no job row changed since the sync's own write (jobs_rev) and every followed record
+                # is one Slurm listed: nothing vanished (without reading every followed uid)
+                records.set_listed_at(self.db, ctx.now)
+                return
+            gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
+            if not gone_uids:
+                records.set_listed_at(self.db, ctx.now)  # every followed record is listed now
+                return
         rows = records.get_jobs(self.db, gone_uids)
         gone = [rows[u] for u in gone_uids if u in rows]
         now, report = ctx.now, ctx.report
