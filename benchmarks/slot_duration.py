@@ -17,7 +17,11 @@ the backends, twice:
 Each row has the median slot time and the median of the Slurm reads alone (``jobs()`` +
 ``nodes()``). ``--json``: one object, ``ratio_at_10000`` = pyslurm / cli median slot time (changed
 queue), with the load average before and after and the jobs the controller listed (finished ones
-stay listed for MinJobAge: the CLI parses their lines, the pyslurm worker skips them). Variants:
+stay listed for MinJobAge: the CLI parses their lines, the pyslurm worker skips them;
+``listed_own_finished``: how many of them are held jobs this benchmark cancelled in an earlier run
+within MinJobAge, 10,000 or so per run: a run right after another times "10,000 held jobs" over a
+controller answer of 20,000+ jobs; the held set itself grows from one size to the next, it is
+not resubmitted). Variants:
 ``cli-nomemo`` (every squeue line parsed anew, as before the CLI memoised them),
 ``pyslurm-full`` (no update-time probe), ``pyslurm-wrapped`` (the job list through PySlurm's
 ``Jobs.load``, as before the direct read). Progress on stderr. All the jobs are cancelled at
@@ -122,11 +126,24 @@ def _load() -> str:
 
 def _listed() -> dict[str, int]:
     """Jobs the controller lists, by state (finished ones stay listed for MinJobAge)."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T"], capture_output=True, text=True, timeout=300).stdout
+    return _listed_with_own()[0]
+
+
+def _listed_with_own() -> tuple[dict[str, int], int]:
+    """Jobs the controller lists by state, and how many of the finished ones carry the held jobs'
+    name (left by earlier runs of this benchmark or of the load test within MinJobAge: they make
+    the controller's answer longer without being part of "N held jobs")."""
+    from reliability.load import HELD_NAME
+
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T|%j"], capture_output=True, text=True,
+                         timeout=300).stdout
     by: dict[str, int] = {}
-    for st in out.split():
+    own = 0
+    for line in out.splitlines():
+        st, _, name = line.partition("|")
         by[st] = by.get(st, 0) + 1
-    return by
+        own += st not in ("PENDING", "RUNNING") and name == HELD_NAME
+    return by, own
 
 
 def _max_job_count() -> int:
@@ -196,10 +213,11 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         if slurm.name != VARIANTS[b][0]:
             raise SystemExit(f"slot_duration: error: backend {b} not usable here: {why}")
     work = workdir("lyasched-slotbench-")
+    listed0, own0 = _listed_with_own()
     out: dict = {"backends": {b: {} for b in backends}, "sizes": sizes, "slots": slots,
-                 "load_before": _load(), "listed_before": _listed()}
+                 "load_before": _load(), "listed_before": listed0, "listed_before_own_finished": own0}
     say(f"load average {out['load_before']}; the controller lists {sum(out['listed_before'].values())} jobs "
-        f"{out['listed_before']}")
+        f"{out['listed_before']}, {own0} of them finished held jobs of earlier runs (kept for MinJobAge)")
     room = _max_job_count() - sum(out["listed_before"].values()) - max(sizes) - 4 * slots * len(backends) - 100
     if room < 0:  # sbatch would wait (and make everybody's wait) until MinJobAge purges finished jobs
         for slurm, _ in made.values():
@@ -217,9 +235,9 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
         for n in sorted(sizes):
             sub = submit_held(n - held, procs, TEST_USER, work) if n > held else {"submitted": 0, "submit_s": 0.0}
             held += sub["submitted"]
-            listed = _listed()
+            listed, own = _listed_with_own()
             say(f"{held} held jobs ({sub['submitted']} submitted in {sub['submit_s']:.0f} s), {sum(listed.values())} "
-                f"listed; timing slots")
+                f"listed ({own} finished held jobs of earlier runs); timing slots")
             svcs = {b: Service(Config(slot_seconds=30, users=(TEST_USER,)), open_records(work / f"{b}-{n}.db"),
                                slurm=made[b][0]) for b in backends}
             first = {b: svcs[b].run_slot() for b in backends}
@@ -255,6 +273,7 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
                 out["backends"][b][str(n)] = {
                     "held_jobs": held, "listed_jobs": sum(listed.values()),
                     "listed_finished": sum(v for k, v in listed.items() if k not in ("PENDING", "RUNNING")),
+                    "listed_own_finished": own,
                     "waiting_seen": first[b].waiting, "first_slot_s": first[b].duration,
                     "median_slot_s": ch["median_slot_s"], "slot_s": ch["slot_s"], "median_read_s": ch["median_read_s"],
                     "unchanged": un, "error": errors.get(b, ""),

@@ -172,8 +172,11 @@ def test_unchanged_held_jobs_and_changed_ones_are_recorded_as_before(tmp_path):
     got = {r["slurm_id"]: r for r in records.list_jobs(svc.db)}
     assert got["100"]["name"] == "renamed" and got["100"]["state"] == "waiting"
     assert got["101"]["state"] == "running" and got["101"]["started"] == clock[0] - 5
-    assert all(r["last_seen"] == clock[0] for r in got.values())
+    listed = records.listed_at(svc.db)
+    assert all(records.last_seen(r, listed) == clock[0] for r in got.values())
     assert got["102"]["state"] == got["103"]["state"] == "waiting"
+    # only the changed records were written: the unchanged held one keeps its column, the sync's time stands for it
+    assert got["103"]["last_seen"] == clock[0] - 30 and got["100"]["last_seen"] == got["101"]["last_seen"] == clock[0]
 
 
 class FakeProbe:
@@ -381,3 +384,136 @@ def test_squeue_lines_parsed_once_give_what_parsing_anew_gives():
     changed = "\n".join(changed[1:]) + "\n"  # one line gone, one changed
     assert q.parse_squeue(changed, memo=memo) == q.parse_squeue(changed)
     assert set(memo) == {ln for ln in changed.splitlines() if ln.strip()}  # only the last listing's lines are kept
+
+
+def test_a_held_job_that_vanishes_keeps_the_last_slot_that_listed_it_even_after_a_crash_mid_sync(tmp_path):
+    """Unchanged held records are not written each slot (records.LISTED_AT stands for their
+    last_seen); a job Slurm stops listing is recorded as last seen at the last slot that listed it,
+    also when a slot died between the listed jobs' transaction and the vanished check."""
+    slurm = Typed([held(i) for i in range(3)])
+    clock = [1_001_000.0]
+    svc = Service(Config(slot_seconds=30), records.open_records(tmp_path / "a.db"), slurm=slurm, policy=Capture(),
+                  clock=lambda: clock[0])
+    svc.run_slot()
+    clock[0] += 30
+    svc.run_slot()  # the last slot that lists job 102
+    last_listed = clock[0]
+    assert records.get_job(svc.db, "cost-test-0002")["last_seen"] == clock[0] - 30  # not rewritten
+    clock[0] += 30
+    del slurm.jobs_[2]
+    real, svc.sync.vanished = svc.sync.vanished, lambda seen, ctx: (_ for _ in ()).throw(SystemExit("killed"))
+    with pytest.raises(SystemExit):  # the service killed after the listed jobs' commit
+        svc.run_slot()
+    svc.sync.vanished = real
+    clock[0] += 30
+    svc.run_slot()
+    row = records.get_job(svc.db, "cost-test-0002")
+    assert row["state"] == "vanished" and row["last_seen"] == last_listed
+    listed = records.listed_at(svc.db)
+    assert listed == clock[0]
+    assert all(records.last_seen(r, listed) == clock[0] for r in records.list_jobs(svc.db) if r["state"] == "waiting")
+
+
+def test_jobs_rev_moves_on_every_change_the_sync_reads_and_only_those(tmp_path):
+    db = records.open_records(tmp_path / "r.db")
+    rev = records.jobs_rev(db)
+    assert rev is not None
+    records.upsert_job(db, "u1", slurm_id="1", state="waiting")  # insert
+    assert records.jobs_rev(db) == rev + 1
+    records.upsert_job(db, "u1", reason="waiting: no room", pred_one="[1.0]", work=3.0)  # not read by the sync
+    assert records.jobs_rev(db) == rev + 1
+    records.upsert_job(db, "u1", state="released", released_at=5.0)  # from another connection alike
+    other = records.open_records(tmp_path / "r.db")
+    records.upsert_job(other, "u1", name="renamed")
+    assert records.jobs_rev(db) == rev + 3
+    db.execute("DELETE FROM jobs WHERE uid = 'u1'")
+    assert records.jobs_rev(db) == rev + 4
+
+
+def test_the_sync_memo_records_what_reading_every_row_records(tmp_path):
+    """Random changes to Slurm's jobs and to the records (by another connection, as the starter, an
+    older service or an operator's tool would) over many slots: a service keeping its memo of quiet
+    rows and one reading every row each slot leave equal records and give the policy equal input."""
+    import random
+
+    rng = random.Random(7)
+    jobs = [held(i) for i in range(40)]
+    clock = [1_001_000.0]
+    svcs, pols = [], []
+    for name in ("memo", "fresh"):
+        pol = Capture()
+        svcs.append(Service(Config(slot_seconds=30, release_grace=1e9), records.open_records(tmp_path / f"{name}.db"),
+                            slurm=Typed(jobs), policy=pol, clock=lambda: clock[0]))
+        pols.append(pol)
+    memo, fresh = svcs
+    hits = 0
+    nxt = 40
+    for _ in range(60):
+        for _ in range(rng.randrange(4)):
+            k = rng.randrange(len(jobs))
+            j = jobs[k]
+            what = rng.choice(["rename", "start", "end", "release", "hold", "cancel", "new", "record", "record-other",
+                               "purge"])
+            if what == "rename":
+                jobs[k] = replace(j, name=f"n{rng.randrange(3)}")
+            elif what == "start" and j.pending:
+                jobs[k] = replace(j, state="RUNNING", reason="None", start_time=clock[0] - 1, nodes=("n0",))
+            elif what == "end" and j.running:
+                jobs[k] = replace(j, state="COMPLETED", reason="None", end_time=clock[0] - 1)
+            elif what == "release" and j.pending:
+                jobs[k] = replace(j, reason="Resources")
+            elif what == "hold" and j.pending:
+                jobs[k] = replace(j, reason="JobHeldUser")
+            elif what == "cancel" and not j.finished:
+                jobs[k] = replace(j, state="CANCELLED", reason="None", end_time=clock[0] - 1)
+            elif what == "purge" and len(jobs) > 5:  # MinJobAge passed, or the controller lost it: vanished
+                del jobs[k]
+            elif what == "new":
+                jobs.append(held(nxt))
+                nxt += 1
+            elif what.startswith("record"):  # a record changed outside the sync
+                uid = f"cost-test-{int(j.job_id) - 100:04d}"
+                field = rng.choice([{"state": "released", "released_at": clock[0]}, {"name": "outside"},
+                                    {"reason": "waiting: outside"}, {"slurm_state": "RUNNING"}])
+                for s in svcs:
+                    db = s.db if what == "record" else records.open_records(s.db.conn.execute(
+                        "PRAGMA database_list").fetchone()[2])
+                    if records.get_job(db, uid) is not None:
+                        records.upsert_job(db, uid, **field)
+        for s in svcs:
+            s.slurm.jobs_ = list(jobs)  # type: ignore[attr-defined]
+        fresh.sync._memo_rev = None  # reads every row
+        hits += memo.sync._memo_rev is not None and memo.sync._memo_rev == records.jobs_rev(memo.db)
+        ra, rb = memo.run_slot(), fresh.run_slot()
+        assert not ra.error and not rb.error, (ra.error, rb.error)
+        assert records.list_jobs(memo.db) == records.list_jobs(fresh.db)
+        assert records.listed_at(memo.db) == records.listed_at(fresh.db)
+        assert rows(pols[0].states[-1]) == rows(pols[1].states[-1])
+        clock[0] += 30
+    assert hits > 10  # the memo was used
+    assert any(r["state"] == "vanished" for r in records.list_jobs(memo.db))
+
+
+def test_a_record_changed_between_the_sync_read_and_its_write_is_read_again(tmp_path, monkeypatch):
+    from lyasched.live import step as step_mod
+
+    slurm = Typed([held(i) for i in range(3)])
+    clock = [1_001_000.0]
+    path = tmp_path / "a.db"
+    svc = Service(Config(slot_seconds=30, release_grace=1e9), records.open_records(path), slurm=slurm,
+                  policy=Capture(), clock=lambda: clock[0])
+    svc.run_slot()
+    real = step_mod.apply
+
+    def racing(db, steps, now, listed_at=None):  # another process writes after the rows were read
+        records.upsert_job(records.open_records(path), "cost-test-0001", state="released", released_at=clock[0])
+        return real(db, steps, now, listed_at)
+
+    monkeypatch.setattr(step_mod, "apply", racing)
+    clock[0] += 30
+    svc.run_slot()
+    monkeypatch.setattr(step_mod, "apply", real)
+    clock[0] += 30
+    svc.run_slot()  # Slurm still lists it held: the record follows (held by an operator), not the memo
+    row = records.get_job(svc.db, "cost-test-0001")
+    assert row["state"] == "waiting" and row["reason"] == "held (by an operator)"

@@ -3,6 +3,8 @@ and `apply`, which writes a batch of them in one transaction."""
 
 from __future__ import annotations
 
+import time
+
 import sqlite_utils
 
 from lyasched.live import step
@@ -41,7 +43,7 @@ def test_a_finished_job_is_learned_from_only_when_it_ran():
     assert cancelled.finished and cancelled.learn == ("CANCELLED", None) and "observed" not in cancelled.update
 
 
-def test_an_unchanged_held_job_changes_nothing_but_last_seen():
+def test_an_unchanged_held_job_changes_nothing():
     st = step.step(record("waiting", name="train"), job(), NOW)
     assert st.update == {}
 
@@ -72,6 +74,38 @@ def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished
     step.apply(db, [gone], NOW + 60)
     row = records.get_job(db, "uid-00000042")
     assert row["state"] == "vanished" and row["last_seen"] == NOW  # last seen when Slurm last listed it
+
+
+def test_apply_writes_no_unchanged_followed_record_and_listed_at_stands_for_its_last_seen(tmp_path):
+    db = sqlite_utils.Database(tmp_path / "r.db")
+    records.ensure_schema(db)
+    new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
+    new.new = True
+    step.apply(db, [new], NOW, listed_at=NOW)
+    quiet = step.step(records.get_job(db, "uid-00000042"), job(), NOW + 30)
+    assert quiet.update == {}
+    step.apply(db, [quiet], NOW + 30, listed_at=NOW + 30)
+    row = records.get_job(db, "uid-00000042")
+    assert row["last_seen"] == NOW  # not written ...
+    assert records.listed_at(db) == NOW + 30 and records.last_seen(row, NOW + 30) == NOW + 30  # ... but known
+    # a record no longer followed keeps its own column
+    assert records.last_seen({**row, "state": "finished"}, NOW + 30) == NOW
+
+
+def test_a_vanished_record_keeps_when_it_was_last_listed_from_listed_at(tmp_path):
+    db = sqlite_utils.Database(tmp_path / "r.db")
+    records.ensure_schema(db)
+    new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
+    new.new = True
+    step.apply(db, [new], NOW, listed_at=NOW)
+    step.apply(db, [step.step(records.get_job(db, "uid-00000042"), job(), NOW + 30)], NOW + 30, listed_at=NOW + 30)
+    gone = step.vanished(records.get_job(db, "uid-00000042"), None, NOW + 60, "no accounting", records.listed_at(db))
+    assert gone.update["last_seen"] == NOW + 30
+    assert time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(NOW + 30)) in gone.update["reason"]
+    step.apply(db, [gone], NOW + 60, listed_at=NOW + 60)
+    row = records.get_job(db, "uid-00000042")
+    assert row["state"] == "vanished" and row["last_seen"] == NOW + 30
+    assert records.last_seen(row, records.listed_at(db)) == NOW + 30  # not followed: the column, exact
 
 
 def test_by_uid_keeps_the_job_a_uid_names_and_reports_the_others():

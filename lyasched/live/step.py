@@ -29,13 +29,13 @@ class Step:
 
     uid: str
     row: dict  # the record after the update
-    update: dict[str, Any]  # the columns that change ({} = only last_seen)
+    update: dict[str, Any]  # the columns that change ({}: none; last_seen as `apply` says)
     new: bool = False  # the record did not exist before this slot
     replaced: bool = False  # a resubmission under a known uid: the old record is dropped first
     finished: bool = False
     learn: tuple[str, float | None] | None = None  # (Slurm state, observed run time) for the cost table
     warnings: list[str] = field(default_factory=list)
-    seen: bool = True  # listed by Slurm this slot (last_seen moves to now); False for a vanished job
+    seen: bool = True  # listed by Slurm this slot (last_seen is now: `apply`); False for a vanished job
 
 
 def names_uid(a: SlurmJob, b: SlurmJob) -> bool:
@@ -164,11 +164,14 @@ def released_after_move(move: Mapping[str, Any], nodes_json: str, released_at: f
                 reason=f"released after a {move['kind']}: {move['reason'] or 'by the policy'}", refined=1)
 
 
-def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str) -> Step:
+def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str, listed_at: float | None = None) -> Step:
     """A job the service followed that Slurm no longer lists (MinJobAge passed, or slurmctld
     restarted with lost state): finished as accounting recorded it (``acct``, when it has both
-    times), else ``vanished`` with what was last seen (``why``: why accounting could not say). Pure."""
+    times), else ``vanished`` with what was last seen (``why``: why accounting could not say).
+    ``listed_at``: the last completed sync (`records.LISTED_AT`), when Slurm last listed it if
+    later than its last_seen column; the record keeps that time (no longer followed). Pure."""
     out = Step(uid=row["uid"], row=row, update={}, finished=True, seen=False)
+    seen = records.last_seen(row, listed_at)
     if acct is not None and acct.start_time and acct.end_time:
         observed = acct.elapsed if acct.elapsed is not None else acct.end_time - acct.start_time
         upd: dict[str, Any] = dict(state="finished", slurm_state=acct.state, started=acct.start_time,
@@ -178,12 +181,14 @@ def vanished(row: dict, acct: AccountingRecord | None, now: float, why: str) -> 
         # Best effort without accounting: the job ended (or was cancelled) at some time between
         # when it was last seen and now; which way is unknown. Record exactly that.
         last = row["slurm_state"] or "?"
-        seen_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["last_seen"] or now))
+        seen_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seen or now))
         upd = dict(state="vanished", slurm_state="UNKNOWN_COMPLETED", reason=(
             f"final state unknown: purged by Slurm (MinJobAge) while not watched; last seen {last} "
             f"at {seen_at}, gone by {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))} ({why})"))
         out.warnings.append(f"job {row['slurm_id']}: no longer known to Slurm (last seen {last}): "
                             "recorded UNKNOWN_COMPLETED")
+    if seen != row.get("last_seen"):
+        upd["last_seen"] = seen  # exact in the column once the record is no longer followed
     out.update = upd
     out.row = {**row, **upd}
     return out
@@ -197,10 +202,18 @@ def _done(out: Step, row: dict, upd: dict[str, Any]) -> Step:
     return out
 
 
-def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float) -> None:
-    """Write a slot's record changes, all or none: changed and new records, and last_seen of the rest."""
+def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float,
+          listed_at: float | None = None) -> tuple[int | None, int | None]:
+    """Write a slot's record changes, all or none: changed and new records (last_seen ``now`` if
+    listed), last_seen of unchanged listed records no longer followed, and ``listed_at`` (the
+    meta `records.LISTED_AT`: the sync is complete, every followed record was listed then) if
+    given. An unchanged listed record still followed is not written: its last_seen is that meta
+    time (`records.last_seen`), so a slot over a long held queue writes only what changed, and
+    its row (``Step.row``) stays as read. Returns `records.jobs_rev` before and after these
+    writes, both read inside the transaction (whether anybody else wrote since the rows were read)."""
     touch = []
     with records.transaction(db):
+        before = records.jobs_rev(db)
         for s in steps:
             if s.replaced:
                 db.execute("DELETE FROM jobs WHERE uid = ?", [s.uid])
@@ -209,10 +222,14 @@ def apply(db: sqlite_utils.Database, steps: Sequence[Step], now: float) -> None:
                 records.upsert_job(db, s.uid, **{**fields, "last_seen": now})
             elif s.update:
                 records.upsert_job(db, s.uid, **({"last_seen": now} if s.seen else {}), **s.update)
-            elif s.seen:
-                touch.append((now, s.uid))
+            elif s.seen and s.row.get("state") not in records.ACTIVE_STATES:
+                touch.append((now, s.uid))  # e.g. a finished job Slurm still lists (MinJobAge)
         if touch:
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", touch)
+        if listed_at is not None:
+            records.set_listed_at(db, listed_at)
+        after = records.jobs_rev(db)
     for s in steps:
-        if s.seen:
-            s.row["last_seen"] = now
+        if s.seen and (s.new or s.replaced or s.update or s.row.get("state") not in records.ACTIVE_STATES):
+            s.row["last_seen"] = now  # as written
+    return before, after

@@ -40,6 +40,10 @@ class RecordSync:
         self.users = users
         self._accounting: bool | None = None  # detected once (scontrol show config), recorded in meta
         self._warned: set[str] = set()  # Slurm ids already warned about as repeating a uid
+        # uid -> the brief row of a quiet record (None: no record) as the last slot left it, valid
+        # while records.jobs_rev stays at _memo_rev: a long held queue's rows are not read again
+        self._memo: dict[str, dict | None] = {}
+        self._memo_rev: int | None = None
 
     @property
     def db(self) -> Any:
@@ -61,17 +65,18 @@ class RecordSync:
         seen: Seen = {}
         steps: list[step.Step] = []
         # Held, waiting and unchanged (most of a long queue): only their brief rows are read, and
-        # their step is what step.step would give (nothing changes but last_seen).
-        rows = records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        # their step is what step.step would give (nothing changes; nothing is written: their
+        # last_seen is the sync's time, records.LISTED_AT, written by `vanished`).
+        rev = records.jobs_rev(self.db)
+        rows = self._rows(by_uid, rev)
         quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
                  and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
                  and r["slurm_state"] == job.state and r["name"] == job.name}
         rows.update(records.get_jobs(self.db, [u for u in by_uid if u not in quiet and u in rows]))
         for uid, (job, s, err) in by_uid.items():
             row = rows.get(uid)
-            if uid in quiet:
+            if uid in quiet:  # its step would change nothing and write nothing (step.apply): none made
                 assert row is not None  # quiet: its brief row was read
-                steps.append(step.Step(uid, row, {}))
                 seen[uid] = (job, row)
                 continue
             replaced = row is not None and row["slurm_id"] != job.job_id  # a resubmission: a new record
@@ -91,7 +96,14 @@ class RecordSync:
             st.new, st.replaced = new, replaced
             steps.append(st)
             seen[uid] = (job, st.row)
-        step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        before, after = step.apply(self.db, steps, now)  # the one place a record changes state: one transaction per slot
+        # The memo for the next slot: quiet rows (not written) and uids with no record, if nobody
+        # else wrote a job row between this slot's read and its write (else the next slot reads all).
+        if rev is not None and before == rev and after is not None:
+            self._memo = {u: rows.get(u) for u in by_uid if u in quiet or u not in rows and u not in seen}
+            self._memo_rev = after
+        else:
+            self._memo, self._memo_rev = {}, None
         for st in steps:
             for w in st.warnings:
                 log.warning("%s", w)
@@ -102,12 +114,37 @@ class RecordSync:
                     self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
         return seen
 
+    def _rows(self, by_uid: dict, rev: int | None) -> dict[str, dict]:
+        """The brief rows (records.BRIEF_COLUMNS) of these uids' records: from the memo where no job
+        row changed since it was taken (records.jobs_rev), the rest read."""
+        if rev is None or rev != self._memo_rev:
+            self._memo, self._memo_rev = {}, None
+            return records.get_jobs(self.db, list(by_uid), columns=records.BRIEF_COLUMNS)
+        memo, rows, missing = self._memo, {}, []
+        for u in by_uid:
+            if u in memo:
+                if (r := memo[u]) is not None:
+                    rows[u] = r
+            else:
+                missing.append(u)
+        rows.update(records.get_jobs(self.db, missing, columns=records.BRIEF_COLUMNS))
+        return rows
+
     def vanished(self, seen: Seen, ctx: SlotContext) -> None:
         """Jobs we followed that Slurm no longer lists (MinJobAge passed, or slurmctld restarted
         with lost state): ask accounting if there is any, else record what we last saw."""
-        gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
-        if not gone_uids:
-            return
+        listed = records.listed_at(self.db)  # when every followed record was last listed (before this slot)
+        with records.transaction(self.db):  # nobody makes a record followed between the check and listed_at
+            if self._memo_rev is not None and records.active_count(self.db) == (
+                    self._memo_rev, sum(1 for _, r in seen.values() if r is not None and r["state"] in records.ACTIVE_STATES)):
+                # no job row changed since the sync's own write (jobs_rev) and every followed record
+                # is one Slurm listed: nothing vanished (without reading every followed uid)
+                records.set_listed_at(self.db, ctx.now)
+                return
+            gone_uids = [u for u in records.active_uids(self.db) if u not in seen]
+            if not gone_uids:
+                records.set_listed_at(self.db, ctx.now)  # every followed record is listed now
+                return
         rows = records.get_jobs(self.db, gone_uids)
         gone = [rows[u] for u in gone_uids if u in rows]
         now, report = ctx.now, ctx.report
@@ -119,8 +156,10 @@ class RecordSync:
             except (SlurmError, ParseError) as e:
                 log.warning("sacct failed: %s", e)
         why = "no accounting" if not self.accounting_enabled() else "not in sacct"
-        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why) for row in gone]
-        step.apply(self.db, steps, now)  # the record state machine (lyasched.live.step), one transaction
+        steps = [step.vanished(row, acct.get(row["slurm_id"]), now, why, listed) for row in gone]
+        # the record state machine (lyasched.live.step), one transaction; with it, every record
+        # still followed was listed now (records.LISTED_AT)
+        step.apply(self.db, steps, now, listed_at=now)
         for st in steps:
             for w in st.warnings:
                 log.warning("%s", w)

@@ -117,8 +117,37 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     moves.ensure(db)
     db.table("jobs").create_index(["slurm_id"], if_not_exists=True)
     db.table("jobs").create_index(["user"], if_not_exists=True)
+    db.table("jobs").create_index(["state"], if_not_exists=True)  # the followed records (active_count)
     db.table("decisions").create_index(["uid"], if_not_exists=True)
     db.table("meta").upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+    ensure_jobs_rev(db)
+
+
+# meta key: a count that every change a slot's record sync reads from a job row moves on (insert,
+# delete, an update of a BRIEF_COLUMNS column), kept by triggers whoever writes (any connection or
+# process, any version): while it stands still, rows read before are still the rows (the sync's
+# memo of a long held queue, lyasched.live.sync). Writes of other columns (predictions, reasons)
+# leave it: nothing the sync memoises reads them.
+JOBS_REV = "jobs_rev"
+_REV_TRIGGERS = ("jobs_rev_insert", "jobs_rev_delete", "jobs_rev_update_brief1")  # renamed if BRIEF_COLUMNS change
+
+
+def ensure_jobs_rev(db: sqlite_utils.Database) -> None:
+    """The `JOBS_REV` row and its triggers (idempotent)."""
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, '0')", [JOBS_REV])
+    bump = f"UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = '{JOBS_REV}';"
+    whens = ("AFTER INSERT ON jobs", "AFTER DELETE ON jobs", f"AFTER UPDATE OF {', '.join(BRIEF_COLUMNS)} ON jobs")
+    for name, when in zip(_REV_TRIGGERS, whens):
+        db.execute(f"CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN {bump} END")
+
+
+def jobs_rev(db: sqlite_utils.Database) -> int | None:
+    """The current `JOBS_REV` (None where the records have none)."""
+    try:
+        r = db.conn.execute("select value from meta where key = ?", [JOBS_REV]).fetchone()
+    except sqlite3.OperationalError:  # no meta table (records made without ensure_schema)
+        return None
+    return int(r[0]) if r is not None and r[0] is not None else None
 
 
 def open_records(path: str | os.PathLike) -> sqlite_utils.Database:
@@ -242,17 +271,55 @@ def upsert_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
 
 
 def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> None:
-    """Set last_seen of many jobs in one statement (every slot sees every job)."""
+    """Set last_seen of many jobs in one statement."""
     if uids:
         with transaction(db):
             db.conn.executemany("UPDATE jobs SET last_seen = ? WHERE uid = ?", [(now, u) for u in uids])
 
 
+ACTIVE_STATES = ("waiting", "released", "running")  # the records the service still follows
+
+# meta key: the slot time of the last slot whose records sync completed (listed and vanished jobs).
+# Every record in an ACTIVE_STATES state was listed by Slurm then (one not listed was marked
+# vanished in that slot's transaction), so its last_seen column is only written when the row
+# changes, not for each of a long queue's unchanged jobs every slot: see `last_seen`.
+LISTED_AT = "listed_at"
+
+
 def active_uids(db: sqlite_utils.Database) -> list[str]:
     """The uids of the jobs the service still follows (not finished, vanished or invalid), in table order (a slot checks them all against Slurm's list; it
     needs the rows of the few that vanished only)."""
-    sql = "select uid from jobs where state in ('waiting', 'released', 'running') order by rowid"
+    sql = f"select uid from jobs where state in ({', '.join(repr(s) for s in ACTIVE_STATES)}) order by rowid"
     return [r[0] for r in db.conn.execute(sql)]
+
+
+def active_count(db: sqlite_utils.Database) -> tuple[int | None, int]:
+    """(`jobs_rev`, how many records are followed) read together (one statement: one snapshot)."""
+    sql = (f"select (select value from meta where key = '{JOBS_REV}'), "
+           f"(select count(*) from jobs where state in ({', '.join(repr(s) for s in ACTIVE_STATES)}))")
+    rev, n = db.conn.execute(sql).fetchone()
+    return (int(rev) if rev is not None else None), n
+
+
+def listed_at(db: sqlite_utils.Database) -> float | None:
+    """The `LISTED_AT` time (None before the first completed sync, or in records of an older service)."""
+    v = get_meta(db, LISTED_AT)
+    return float(v) if v else None
+
+
+def set_listed_at(db: sqlite_utils.Database, now: float) -> None:
+    """Record `LISTED_AT` (plain SQL: once per slot, inside the sync's transaction when it has one)."""
+    db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+               [LISTED_AT, repr(float(now))])
+
+
+def last_seen(row: dict, listed: float | None) -> float | None:
+    """When Slurm last listed this record's job: its ``last_seen`` column, or for a record still
+    followed (state in ACTIVE_STATES) the later `LISTED_AT` time ``listed`` (`listed_at`)."""
+    seen = row.get("last_seen")
+    if listed is not None and row.get("state") in ACTIVE_STATES and (seen is None or listed > seen):
+        return listed
+    return seen
 
 
 def list_jobs(db: sqlite_utils.Database, user: str | None = None, limit: int | None = None) -> list[dict]:
