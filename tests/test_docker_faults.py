@@ -105,6 +105,12 @@ def test_controller_stopped_two_minutes_and_restarted(serve, work, job_dir, test
     before = sleeper_job(as_user, test_user, job_dir, "before", 45)
     slurm_jobs.append(before)
     wait_all([before], states={"RUNNING"}, timeout=90, log=work / "serve.log")
+    # RUNNING is the batch script; its srun step is created a moment later and needs the controller.
+    # Stop the controller once rank 0 runs (its start logged), as the test means: a job already training.
+    deadline = time.monotonic() + 90
+    while not starts(job_dir, before):
+        assert time.monotonic() < deadline, f"job {before} RUNNING but its rank 0 never started"
+        time.sleep(1)
     docker("stop", "lyasched-ctl")
     t_stop = time.monotonic()
     time.sleep(120)  # the job finishes meanwhile; the service's slots fail to reach slurmctld
