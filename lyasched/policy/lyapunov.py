@@ -321,6 +321,22 @@ class LyapunovPolicy:
                 break
         return out
 
+    def _wake_terms(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float,
+                    z: float) -> float | tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """What every wake-up rule starts from: (n waiting, which configurations fit, their scores
+        now s0, their fixed penalties p), or the answer itself (inf: nothing fits; now: V*(Q+Z) <= 0)."""
+        n = len(state.waiting)
+        vtheta = self.V * (q + z)
+        s = np.concatenate([s_one, s_multi], axis=1)
+        ok = np.isfinite(s)
+        if not ok.any():
+            return math.inf
+        if vtheta <= 0:
+            return float(state.now)
+        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
+        s0 = np.where(ok, s, -1.0)
+        return n, ok, s0, np.where(ok, (gain - s0) / vtheta, 0.0)
+
     def _wake_at(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float, z: float) -> float:
         """Earliest time a configuration that fits now gets a positive score, if nothing else changes.
 
@@ -330,17 +346,10 @@ class LyapunovPolicy:
         deciding again earlier would give the same empty answer. inf when no configuration fits.
         (An extension point: variants whose scores grow otherwise say so.)
         """
-        n = len(state.waiting)
-        vtheta = self.V * (q + z)
-        s = np.concatenate([s_one, s_multi], axis=1)
-        ok = np.isfinite(s)
-        if not ok.any():
-            return math.inf
-        if vtheta <= 0:
-            return state.now
-        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
-        s0 = np.where(ok, s, -1.0)
-        pen = np.where(ok, (gain - s0) / vtheta, 0.0)
+        terms = self._wake_terms(state, s_one, s_multi, arr, q, z)
+        if isinstance(terms, float):
+            return terms
+        n, ok, s0, pen = terms
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
         disc = np.maximum(b * b - 4.0 * n * s0, 0.0)
         d = (-b + np.sqrt(disc)) / (2.0 * n)

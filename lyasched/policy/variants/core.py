@@ -71,17 +71,10 @@ class LyapunovVariant(LyapunovPolicy):
 
     def _wake_at_slot(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float, z: float) -> float:
         """With the slot as the Z credit the scores grow as s(d) = s0 + d*n*(slot - V*p): linear in d."""
-        n = len(state.waiting)
-        vtheta = self.V * (q + z)
-        s = np.concatenate([s_one, s_multi], axis=1)
-        ok = np.isfinite(s)
-        if not ok.any():
-            return math.inf
-        if vtheta <= 0:
-            return state.now
-        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
-        s0 = np.where(ok, s, -1.0)
-        pen = np.where(ok, (gain - s0) / vtheta, 0.0)
+        terms = self._wake_terms(state, s_one, s_multi, arr, q, z)
+        if isinstance(terms, float):
+            return terms
+        n, ok, s0, pen = terms
         rate = n * (state.slot_len - self.V * pen)
         with np.errstate(divide="ignore", invalid="ignore"):
             d = np.where(s0 > 0, 0.0, np.where(rate > 0, -s0 / rate, np.inf))
