@@ -63,12 +63,18 @@ def test_a_vanished_job_without_accounting_is_recorded_unknown_with_one_warning(
     assert st.learn is None and len(st.warnings) == 1 and "UNKNOWN_COMPLETED" in st.warnings[0]
 
 
-def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished_jobs(tmp_path):
+def records_with_one_job(tmp_path, listed_at: float | None = NOW) -> sqlite_utils.Database:
+    """Records holding uid-00000042, new at NOW, written by step.apply (listed_at as given)."""
     db = sqlite_utils.Database(tmp_path / "r.db")
     records.ensure_schema(db)
     new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
     new.new = True
-    step.apply(db, [new], NOW)
+    step.apply(db, [new], NOW, listed_at=listed_at)
+    return db
+
+
+def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished_jobs(tmp_path):
+    db = records_with_one_job(tmp_path, listed_at=None)
     assert records.get_job(db, "uid-00000042")["last_seen"] == NOW
     gone = step.vanished(records.get_job(db, "uid-00000042"), None, NOW + 60, "no accounting")
     step.apply(db, [gone], NOW + 60)
@@ -77,11 +83,7 @@ def test_apply_writes_a_batch_in_one_transaction_and_keeps_last_seen_of_vanished
 
 
 def test_apply_writes_no_unchanged_followed_record_and_listed_at_stands_for_its_last_seen(tmp_path):
-    db = sqlite_utils.Database(tmp_path / "r.db")
-    records.ensure_schema(db)
-    new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
-    new.new = True
-    step.apply(db, [new], NOW, listed_at=NOW)
+    db = records_with_one_job(tmp_path)
     quiet = step.step(records.get_job(db, "uid-00000042"), job(), NOW + 30)
     assert quiet.update == {}
     step.apply(db, [quiet], NOW + 30, listed_at=NOW + 30)
@@ -93,11 +95,7 @@ def test_apply_writes_no_unchanged_followed_record_and_listed_at_stands_for_its_
 
 
 def test_a_vanished_record_keeps_when_it_was_last_listed_from_listed_at(tmp_path):
-    db = sqlite_utils.Database(tmp_path / "r.db")
-    records.ensure_schema(db)
-    new = step.step(step.new_record("uid-00000042", job(), "cnn:x", "", NOW), job(), NOW)
-    new.new = True
-    step.apply(db, [new], NOW, listed_at=NOW)
+    db = records_with_one_job(tmp_path)
     step.apply(db, [step.step(records.get_job(db, "uid-00000042"), job(), NOW + 30)], NOW + 30, listed_at=NOW + 30)
     gone = step.vanished(records.get_job(db, "uid-00000042"), None, NOW + 60, "no accounting", records.listed_at(db))
     assert gone.update["last_seen"] == NOW + 30
