@@ -96,14 +96,20 @@ def fault_suites(sizes: dict[str, Any], details: dict[str, Any], backend: str = 
 
 
 def merge_faults(by_backend: dict[str, dict[str, dict | None]]) -> dict[str, dict | None]:
-    """One backend's suites as they are; several: each suite's counts added up (None if one is missing)."""
+    """One backend's suites as they are; several: each suite's counts added up over the backends that ran
+    it (None if it failed to run on one). A suite run for one backend only (moves: CLI) is taken as it is;
+    before, it counted as missing on the others, so `--backend cli,pyslurm` printed the moves figures as
+    null and left the moves' lost jobs and lost steps out of the totals and the exit status."""
     if len(by_backend) <= 1:
         return next(iter(by_backend.values()), {})
     out: dict[str, dict | None] = {}
-    for name in {k for fs in by_backend.values() for k in fs}:
-        parts = [fs.get(name) for fs in by_backend.values()]
+    for name in dict.fromkeys(k for fs in by_backend.values() for k in fs):  # first-seen order, not a set's
+        parts = [fs[name] for fs in by_backend.values() if name in fs]
         if any(p is None for p in parts):
             out[name] = None
+            continue
+        if len(parts) == 1:
+            out[name] = parts[0]
             continue
         keys = ("kills_tried", "kills_survived", "outages_survived", "jobs_lost", "jobs_duplicated")
         out[name] = {k: sum(p.get(k) or 0 for p in parts) for k in keys if any(k in p for p in parts)}
