@@ -71,6 +71,7 @@ class ElasticPolicy(LyapunovPolicy):
     grow: bool = True  # give idle GPUs to running jobs when nothing waits
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
+    group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -180,7 +181,11 @@ class ElasticPolicy(LyapunovPolicy):
                 cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
         check = self._swap_check(state, left, base_starts)
-        for _, _, pos, g, t_j, shape in heapq.nsmallest(self.max_candidates, cands):
+        order = heapq.nsmallest(self.max_candidates, cands)
+        taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
+        for k, (_, _, pos, g, t_j, shape) in enumerate(order):
+            if pos in taken:
+                continue
             w = left[pos]
             pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
@@ -196,23 +201,35 @@ class ElasticPolicy(LyapunovPolicy):
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
             plan = self._victims(shape, g, t_j, free, memo, used)
-            if plan is None:
-                continue
-            avail, pl, chosen = plan
-            cost = sum(c for _, _, c, _ in chosen)
-            susp = [r for r, new, _, _ in chosen if new is None]
-            run_j = w.run_time(g, len(pl) > 1)
-            pen_j = run_j - w.best_run
-            credit_j = self._swap_credit(w, mean_work)
-            gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
-            gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
-            # j gains the wait it skips, at most until the victims' GPUs would come back anyway
-            saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
-            score = gain - self.V * theta * (pen_j + cost - saved)
+            score = -math.inf
+            if plan is not None:
+                avail, pl, chosen = plan
+                cost = sum(c for _, _, c, _ in chosen)
+                susp = [r for r, new, _, _ in chosen if new is None]
+                run_j = w.run_time(g, len(pl) > 1)
+                pen_j = run_j - w.best_run
+                credit_j = self._swap_credit(w, mean_work)
+                gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
+                gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
+                # j gains the wait it skips, at most until the victims' GPUs would come back anyway
+                saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
+                score = gain - self.V * theta * (pen_j + cost - saved)
+                if score > 0 and check is not None and not check.accept(w, g, pl, run_j, pen_j, saved, cost, chosen, free, avail):
+                    continue
             if not score > 0:
+                if self.group and check is None:
+                    grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, memo, used, q, z, mean_work)
+                    if grp is not None:
+                        more, victim, dq, dz = grp
+                        starts += more
+                        preempt.append(victim)
+                        moved[victim] = f"suspend for {len(more)} jobs: " + ", ".join(d.job_id for d in more)
+                        used.add(victim)
+                        ahead -= g
+                        q += dq
+                        z += dz
                 continue
-            if check is not None and not check.accept(w, g, pl, run_j, pen_j, saved, cost, chosen, free, avail):
-                continue
+            assert plan is not None
             ahead -= g
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = avail
@@ -233,6 +250,75 @@ class ElasticPolicy(LyapunovPolicy):
             q -= credit_j
             z -= waits[pos]
         return starts, preempt, q, z, moved
+
+    def _group(
+        self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: list[tuple[float, int]],
+        left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], memo: _SlotMemo, used: set[str],
+        q: float, z: float, mean_work: float,
+    ) -> tuple[list[Decision], str, float, float] | None:
+        """A group swap: one movable job larger than candidate ``order[k]`` suspended, its GPUs
+        taken by that job and the shorter-first waiting candidates after it that fit, all of its
+        GPUs used (the exchange argument: the victim waits about the batch's longest run plus its
+        move cost). Scored as a swap, summed over the batch; the first victim (longest remaining
+        first) with a positive score is taken, the free vector updated. Returns (the batch's
+        starts, the victim's id, the change of Q, the change of Z), or None."""
+        now, slot = state.now, state.slot_len
+        theta = q + z
+        g_j = order[k][3]
+        for v in memo.usable:
+            r = v.job
+            if r.job_id in used or r.gpus <= g_j:
+                continue
+            trial = list(free)
+            for node, n in r.placement:
+                trial[node] += n
+            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
+            saved = pen = credit = wsum = 0.0
+            longest = 0.0
+            behind = ahead
+            for i in range(k, len(order)):
+                _, _, pos, g, t_i, shape = order[i]
+                if pos in taken:
+                    continue
+                wait_i = wait_j if i == k else _forecast_wait(ends, sum(free), behind + g, now)
+                behind += g
+                if not wait_i > t_i:
+                    if i == k:
+                        break
+                    continue
+                pl = memo.fit(shape, trial)
+                if pl is None:
+                    if i == k:
+                        break
+                    continue
+                w = left[pos]
+                run_i = w.run_time(g, len(pl) > 1)
+                self._take(trial, pl)
+                batch.append((pos, g, pl, run_i))
+                saved += min(wait_i, v.r_now)
+                pen += run_i - w.best_run
+                credit += self._swap_credit(w, mean_work)
+                wsum += waits[pos] + slot
+                longest = max(longest, run_i)
+                if sum(trial) <= sum(free):
+                    break
+            if not batch or sum(trial) > sum(free):
+                continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
+            gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
+            score = gain - self.V * theta * (pen + longest + v.cost - saved)
+            if not score > 0:
+                continue
+            free[:] = trial
+            starts = []
+            for pos, g, pl, run_i in batch:
+                taken.add(pos)
+                starts.append(Decision(left[pos].job_id, g, pl, float(score),
+                                       f"elastic group swap: {r.job_id} ({r.gpus} GPUs) suspended for {len(batch)} jobs, "
+                                       f"score {score:.3g}, saves {saved:.0f}s wait for {longest + v.cost:.0f}s"))
+            dq = min(r.work_left, mean_work) - credit
+            dz = r.waited_s - sum(waits[pos] for pos, _, _, _ in batch)
+            return starts, r.job_id, dq, dz
+        return None
 
     def _victims(
         self, shape: Shape, g: int, t_j: float, free: list[int], memo: _SlotMemo, used: set[str]
