@@ -306,7 +306,7 @@ class ElasticPolicy(LyapunovPolicy):
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
-            if not score > 0:
+            if not (score > 0 and saved > pen + longest + v.cost):
                 continue
             free[:] = trial
             starts = []
