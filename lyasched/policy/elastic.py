@@ -175,6 +175,7 @@ class ElasticPolicy(LyapunovPolicy):
         preempt: list[str] = []
         moved: dict[str, str] = {}
         memo = SlotMemo(self, victims)
+        gpus_of = {r.job_id: r.gpus for r in victims}
         cands = []
         self._cands.prune(state.waiting)
         for pos, w in enumerate(left):
@@ -225,7 +226,9 @@ class ElasticPolicy(LyapunovPolicy):
                         more, victim, dq, dz = grp
                         starts += more
                         preempt.append(victim)
-                        moved[victim] = f"suspend for {len(more)} jobs: " + ", ".join(d.job_id for d in more)
+                        ids = [d.job_id for d in more]
+                        moved[victim] = (f"suspend ({gpus_of[victim]} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
+                                         + (", ..." if len(ids) > 5 else ""))
                         used.add(victim)
                         ahead -= g
                         q += dq
