@@ -4,7 +4,7 @@ the held-out rounds).
 
     python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
 
-SET: design, heldout .. heldout6 (robustness.py's rounds) or elastic-heldout (this file's own
+SET: design, heldout .. heldout7 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
 while designing elastic; run only with ``--only elastic-heldout``, not by default).
 
@@ -42,7 +42,7 @@ from lyasched.sim.workloads import SEED_GROUPS, seed_workload  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
-SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "elastic-heldout")
+SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "elastic-heldout")
 
 # Elastic's own held-out round (set "elastic-heldout"), fixed before the first structural change to the
 # move rule was tried: seed groups on seeds no other set uses, synthetic workloads on new seeds and knob

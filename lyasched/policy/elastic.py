@@ -17,7 +17,11 @@ Each slot:
    where W_j is how long j would otherwise wait (the earliest predicted release that lets it
    fit), cost_r the victim's added completion time (its move cost plus, suspended, j's run;
    shrunk, its longer remaining run) and p_j j's own penalty in the core's sense. The swap is
-   made only with a positive score;
+   made only with a positive score. A job that no single swap admits may instead be part of a
+   **group swap**: one movable job larger than it suspended for a batch of waiting jobs (it and
+   the shorter ones after it) that takes all of the victim's GPUs, scored the same way summed
+   over the batch, the victim's cost being the batch's longest run plus its move cost, and made
+   only when it also lowers the forecast total completion time (docs/model.md, section 3);
 3. **grow**: when no job is left waiting, free GPUs go to movable jobs whose remaining run
    shrinks by more than twice their move cost (the grow and the shrink back it may need) plus
    the expected wait of arrivals that need those GPUs before the job may move again.
@@ -39,12 +43,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
-import numpy as np
-
-from lyasched.policy.common import PerJob, Shape, fit_shape, nearest_allowed, shape_of
+from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.placement import equal_placement, one_node_placement
+from lyasched.policy.moveplan import SlotMemo, arrival_rate, candidate, forecast_wait
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
@@ -71,6 +73,7 @@ class ElasticPolicy(LyapunovPolicy):
     grow: bool = True  # give idle GPUs to running jobs when nothing waits
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
+    group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -79,7 +82,7 @@ class ElasticPolicy(LyapunovPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._cands = PerJob(_candidate)
+        self._cands = PerJob(candidate)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
         """Extension point (lyasched/policy/variants/swaps.py): a check of this slot's swaps beyond
@@ -171,7 +174,8 @@ class ElasticPolicy(LyapunovPolicy):
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
-        memo = _SlotMemo(self, victims)
+        memo = SlotMemo(self, victims)
+        gpus_of = {r.job_id: r.gpus for r in victims}
         cands = []
         self._cands.prune(state.waiting)
         for pos, w in enumerate(left):
@@ -180,7 +184,11 @@ class ElasticPolicy(LyapunovPolicy):
                 cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
         check = self._swap_check(state, left, base_starts)
-        for _, _, pos, g, t_j, shape in heapq.nsmallest(self.max_candidates, cands):
+        order = heapq.nsmallest(self.max_candidates, cands)
+        taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
+        for k, (_, _, pos, g, t_j, shape) in enumerate(order):
+            if pos in taken:
+                continue
             w = left[pos]
             pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
@@ -191,32 +199,46 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = _forecast_wait(ends, sum(free), ahead + g, now)
+            wait_j = forecast_wait(ends, sum(free), ahead + g, now)
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
             plan = self._victims(shape, g, t_j, free, memo, used)
-            if plan is None:
-                continue
-            avail, pl, chosen = plan
-            cost = sum(c for _, _, c, _ in chosen)
-            susp = [r for r, new, _, _ in chosen if new is None]
-            run_j = w.run_time(g, len(pl) > 1)
-            pen_j = run_j - w.best_run
-            credit_j = self._swap_credit(w, mean_work)
-            gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
-            gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
-            # j gains the wait it skips, at most until the victims' GPUs would come back anyway
-            saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
-            score = gain - self.V * theta * (pen_j + cost - saved)
+            score = -math.inf
+            if plan is not None:
+                avail, place, chosen = plan
+                cost = sum(c for _, _, c, _ in chosen)
+                susp = [r for r, new, _, _ in chosen if new is None]
+                run_j = w.run_time(g, len(place) > 1)
+                pen_j = run_j - w.best_run
+                credit_j = self._swap_credit(w, mean_work)
+                gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
+                gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
+                # j gains the wait it skips, at most until the victims' GPUs would come back anyway
+                saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
+                score = gain - self.V * theta * (pen_j + cost - saved)
+                if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost, chosen, free, avail):
+                    continue
             if not score > 0:
+                if self.group and check is None:
+                    grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, memo, used, q, z, mean_work)
+                    if grp is not None:
+                        more, victim, dq, dz = grp
+                        starts += more
+                        preempt.append(victim)
+                        ids = [d.job_id for d in more]
+                        moved[victim] = (f"suspend ({gpus_of[victim]} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
+                                         + (", ..." if len(ids) > 5 else ""))
+                        used.add(victim)
+                        ahead -= g
+                        q += dq
+                        z += dz
                 continue
-            if check is not None and not check.accept(w, g, pl, run_j, pen_j, saved, cost, chosen, free, avail):
-                continue
+            assert plan is not None
             ahead -= g
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = avail
-            self._take(free, pl)
+            self._take(free, place)
             for r, new, c, why in chosen:
                 used.add(r.job_id)
                 preempt.append(r.job_id)
@@ -228,14 +250,83 @@ class ElasticPolicy(LyapunovPolicy):
                     moved[r.job_id] = f"suspend ({r.gpus} GPUs) for {w.job_id}: {why}"
                     q += min(r.work_left, mean_work)
                     z += r.waited_s
-            starts.append(Decision(w.job_id, g, pl, float(score),
+            starts.append(Decision(w.job_id, g, place, float(score),
                                    f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
         return starts, preempt, q, z, moved
 
+    def _group(
+        self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: list[tuple[float, int]],
+        left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], memo: SlotMemo, used: set[str],
+        q: float, z: float, mean_work: float,
+    ) -> tuple[list[Decision], str, float, float] | None:
+        """A group swap: one movable job larger than candidate ``order[k]`` suspended, its GPUs
+        taken by that job and the shorter-first waiting candidates after it that fit, all of its
+        GPUs used (the exchange argument: the victim waits about the batch's longest run plus its
+        move cost). Scored as a swap, summed over the batch; the first victim (longest remaining
+        first) with a positive score is taken, the free vector updated. Returns (the batch's
+        starts, the victim's id, the change of Q, the change of Z), or None."""
+        now, slot = state.now, state.slot_len
+        theta = q + z
+        g_j = order[k][3]
+        for v in memo.usable:
+            r = v.job
+            if r.job_id in used or r.gpus <= g_j:
+                continue
+            trial = list(free)
+            for node, n in r.placement:
+                trial[node] += n
+            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
+            saved = pen = credit = wsum = 0.0
+            longest = 0.0
+            behind = ahead
+            for i in range(k, len(order)):
+                _, _, pos, g, t_i, shape = order[i]
+                if pos in taken:
+                    continue
+                wait_i = wait_j if i == k else forecast_wait(ends, sum(free), behind + g, now)
+                behind += g
+                if not wait_i > t_i:
+                    if i == k:
+                        break
+                    continue
+                pl = memo.fit(shape, trial)
+                if pl is None:
+                    if i == k:
+                        break
+                    continue
+                w = left[pos]
+                run_i = w.run_time(g, len(pl) > 1)
+                self._take(trial, pl)
+                batch.append((pos, g, pl, run_i))
+                saved += min(wait_i, v.r_now)
+                pen += run_i - w.best_run
+                credit += self._swap_credit(w, mean_work)
+                wsum += waits[pos] + slot
+                longest = max(longest, run_i)
+                if sum(trial) <= sum(free):
+                    break
+            if not batch or sum(trial) > sum(free):
+                continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
+            gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
+            score = gain - self.V * theta * (pen + longest + v.cost - saved)
+            if not (score > 0 and saved > pen + longest + v.cost):
+                continue
+            free[:] = trial
+            starts = []
+            for pos, g, pl, run_i in batch:
+                taken.add(pos)
+                starts.append(Decision(left[pos].job_id, g, pl, float(score),
+                                       f"elastic group swap: {r.job_id} ({r.gpus} GPUs) suspended for {len(batch)} jobs, "
+                                       f"score {score:.3g}, saves {saved:.0f}s wait for {longest + v.cost:.0f}s"))
+            dq = min(r.work_left, mean_work) - credit
+            dz = r.waited_s - sum(waits[pos] for pos, _, _, _ in batch)
+            return starts, r.job_id, dq, dz
+        return None
+
     def _victims(
-        self, shape: Shape, g: int, t_j: float, free: list[int], memo: _SlotMemo, used: set[str]
+        self, shape: Shape, g: int, t_j: float, free: list[int], memo: SlotMemo, used: set[str]
     ) -> tuple[list[int], Placement, Chosen] | None:
         """Victims (shrunk or suspended) whose GPUs let a job of ``shape`` fit: [(job, (g, placement) | None,
         cost, why)], the free GPUs after the moves and the job's placement; None if no set of movable jobs does."""
@@ -283,7 +374,7 @@ class ElasticPolicy(LyapunovPolicy):
         # them wait up to that long. Expected cost per GPU taken from the F free ones:
         # rate * I * I/2 / F (rate: recent arrivals per second off the state; 0 without history).
         interval = self.min_move_interval
-        risk_per_gpu = _arrival_rate(state, self.min_window) * interval * interval / 2 / max(1, sum(free))
+        risk_per_gpu = arrival_rate(state, self.min_window) * interval * interval / 2 / max(1, sum(free))
         for r in sorted(movable, key=lambda r: (-r.best_remaining(r.gpus)[0], r.job_id)):
             if sum(free) == 0:
                 break
@@ -314,119 +405,3 @@ class ElasticPolicy(LyapunovPolicy):
             starts.append(Decision(r.job_id, g2, pl, 0.0, f"elastic grow {r.gpus}->{g2}: run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move"))
             moved[r.job_id] = f"grow {r.gpus}->{g2}"
         return starts, preempt, moved
-
-
-@dataclass
-class _Victim:
-    """A movable job as the make-room step reads it, computed once per slot."""
-
-    job: MovableJob
-    r_now: float  # remaining run on its current GPUs
-    cost: float  # its move cost
-    usable: bool  # it has GPUs and a finite, positive remaining run
-
-
-class _SlotMemo:
-    """What one slot's make-room step computes again and again, memoised by its inputs: victims'
-    remaining runs and move costs, placements of a shape on a free vector, and each victim's
-    shrink option for a shape on a free vector. Lives for one `decide` call (no state between
-    slots), so decisions are those of computing everything afresh."""
-
-    def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
-        self.pol = pol
-        self.victims = []
-        for r in victims:
-            r_now = r.best_remaining(r.gpus)[0] if r.gpus > 0 else math.inf
-            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
-            self.victims.append(_Victim(r, r_now, pol._cost(r), usable))
-        self.usable = [v for v in self.victims if v.usable]  # the others are never moved to make room
-        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.usable]
-        self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
-        self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
-
-    def gpus_left(self, used: set[str]) -> int:
-        """GPUs held by victims not yet moved this slot."""
-        return sum(k for jid, k in self._gpus if jid not in used)
-
-    def fit(self, shape: Shape, free: Sequence[int]) -> Placement | None:
-        """`fit_shape`, memoised; fewer free GPUs than the shape needs never fit."""
-        key = (shape, tuple(free))
-        if key in self._fits:
-            return self._fits[key]
-        self._fits[key] = pl = fit_shape(shape, free) if sum(free) >= shape[0] else None
-        return pl
-
-    def shrink(self, v: _Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
-        """``avail`` with the victim's GPUs released (``trial``), and the victim's shrink that lets
-        ``shape`` fit there: (new (g, placement), added completion time, free after, why), or None.
-        The largest allowed count below its current one that lets the job fit, within max_stretch
-        of its run at the request (the core's no-sliver rule)."""
-        r = v.job
-        key = (r.job_id, shape, avail)
-        hit = self._shrinks.get(key)
-        if hit is not None:
-            return hit
-        trial_l = list(avail)
-        for node, k in r.placement:
-            trial_l[node] += k
-        trial = tuple(trial_l)
-        option = None
-        r_now, c = v.r_now, v.cost
-        req = max(1, r.requested_gpus)
-        assert r.remaining_one_node is not None  # a movable view always carries its rows
-        r_req, _ = r.best_remaining(min(req, len(r.remaining_one_node)))
-        stretch = self.pol.max_stretch
-        for g2 in range(r.gpus - 1, 0, -1):
-            r2, spans = r.best_remaining(g2)
-            if not math.isfinite(r2) or (g2 < req and r2 > stretch * r_req):
-                continue
-            pl2 = _subset(r.placement, g2, spans)
-            if pl2 is None:
-                continue
-            t2 = list(trial)
-            for node, k in pl2:
-                t2[node] -= k
-            if self.fit(shape, t2) is not None:
-                option = ((g2, pl2), r2 + c - r_now, tuple(t2), f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
-                break
-        self._shrinks[key] = hit = (trial, option)
-        return hit
-
-
-def _candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:
-    """A waiting job as a swap candidate: (GPU-time at its request, GPUs, run, shape); None when no
-    count is allowed. Depends on the job only (memoised per job across slots)."""
-    g = nearest_allowed(w, w.requested_gpus)
-    if g is None:
-        return None
-    t = min(w.run_time(g, False), w.run_time(g, True))
-    return g * t, g, t, shape_of(w, g)
-
-
-def _arrival_rate(state: SlotState, window: float) -> float:
-    """Jobs submitted per second over the last ``window`` seconds (0 when the state has no history)."""
-    t = state.arrivals_t
-    if t is None or len(t) == 0:
-        return 0.0
-    span = max(min(window, state.now - float(t[0])), state.slot_len)
-    lo = int(np.searchsorted(t, state.now - span, side="left"))
-    return (len(t) - lo) / span
-
-
-def _forecast_wait(ends: list[tuple[float, int]], free_now: int, g: int, now: float) -> float:
-    """Seconds until the running jobs' predicted releases give ``g`` GPUs (counts only, no shape)."""
-    have = free_now
-    for end, k in ends:
-        have += k
-        if have >= g:
-            return max(0.0, end - now)
-    return math.inf
-
-
-def _subset(placement: Placement, g: int, spans: bool) -> Placement | None:
-    """``g`` of a job's GPUs kept on its own nodes, by the placement rule (one node, or k nodes x
-    g/k GPUs); None when its nodes cannot hold such a layout."""
-    own = [0] * (max(node for node, _ in placement) + 1)
-    for node, k in placement:
-        own[node] = k
-    return equal_placement(own, g) if spans else one_node_placement(own, g)

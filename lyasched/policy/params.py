@@ -82,6 +82,7 @@ PARAMS["elastic"] = {
     "min_move_interval": Param("float", lo=0.0, hi=1e9, help="a job runs at least this long (s) after a start or a move before it is moved again"),
     "move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none"),
     "grow": Param("bool", help="give idle GPUs to running checkpointable jobs when nothing waits"),
+    "group": Param("bool", help="suspend a running job larger than a waiting one for a batch of waiting jobs that takes all its GPUs"),
     "max_candidates": Param("int", lo=0, hi=1e6, help="waiting jobs considered for a swap per slot"),
     "margin": Param("float", lo=0.0, hi=100.0, help="a swap's forecast net gain must clear this many standard errors of the estimates' error (0: off; measured, not adopted: docs/model.md section 3)"),
     "rollout": Param("int", lo=0, hi=1e6, help="a swap must also win a rollout of the core over at most this many decisions (0: off; slow; measured, not adopted)"),

@@ -1,0 +1,137 @@
+"""What elastic's make-room step computes within one slot (lyasched/policy/elastic.py): the
+movable jobs as victims, memoised placements and shrink options, a waiting job as a swap
+candidate, the counts-only forecast of a wait, the recent arrival rate. No state between slots:
+a `SlotMemo` lives for one `decide` call, so decisions are those of computing everything afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from lyasched.policy.common import Shape, fit_shape, nearest_allowed, shape_of
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.placement import equal_placement, one_node_placement
+from lyasched.policy.state import Placement, SlotState, WaitingJob
+
+if TYPE_CHECKING:
+    from lyasched.policy.elastic import ElasticPolicy
+
+
+@dataclass
+class Victim:
+    """A movable job as the make-room step reads it, computed once per slot."""
+
+    job: MovableJob
+    r_now: float  # remaining run on its current GPUs
+    cost: float  # its move cost
+    usable: bool  # it has GPUs and a finite, positive remaining run
+
+
+class SlotMemo:
+    """What one slot's make-room step computes again and again, memoised by its inputs: victims'
+    remaining runs and move costs, placements of a shape on a free vector, and each victim's
+    shrink option for a shape on a free vector. Lives for one `decide` call (no state between
+    slots), so decisions are those of computing everything afresh."""
+
+    def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
+        self.pol = pol
+        self.victims = []
+        for r in victims:
+            r_now = r.best_remaining(r.gpus)[0] if r.gpus > 0 else math.inf
+            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
+            self.victims.append(Victim(r, r_now, pol._cost(r), usable))
+        self.usable = [v for v in self.victims if v.usable]  # the others are never moved to make room
+        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.usable]
+        self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
+        self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
+
+    def gpus_left(self, used: set[str]) -> int:
+        """GPUs held by victims not yet moved this slot."""
+        return sum(k for jid, k in self._gpus if jid not in used)
+
+    def fit(self, shape: Shape, free: Sequence[int]) -> Placement | None:
+        """`fit_shape`, memoised; fewer free GPUs than the shape needs never fit."""
+        key = (shape, tuple(free))
+        if key in self._fits:
+            return self._fits[key]
+        self._fits[key] = pl = fit_shape(shape, free) if sum(free) >= shape[0] else None
+        return pl
+
+    def shrink(self, v: Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
+        """``avail`` with the victim's GPUs released (``trial``), and the victim's shrink that lets
+        ``shape`` fit there: (new (g, placement), added completion time, free after, why), or None.
+        The largest allowed count below its current one that lets the job fit, within max_stretch
+        of its run at the request (the core's no-sliver rule)."""
+        r = v.job
+        key = (r.job_id, shape, avail)
+        hit = self._shrinks.get(key)
+        if hit is not None:
+            return hit
+        trial_l = list(avail)
+        for node, k in r.placement:
+            trial_l[node] += k
+        trial = tuple(trial_l)
+        option = None
+        r_now, c = v.r_now, v.cost
+        req = max(1, r.requested_gpus)
+        assert r.remaining_one_node is not None  # a movable view always carries its rows
+        r_req, _ = r.best_remaining(min(req, len(r.remaining_one_node)))
+        stretch = self.pol.max_stretch
+        for g2 in range(r.gpus - 1, 0, -1):
+            r2, spans = r.best_remaining(g2)
+            if not math.isfinite(r2) or (g2 < req and r2 > stretch * r_req):
+                continue
+            pl2 = subset_placement(r.placement, g2, spans)
+            if pl2 is None:
+                continue
+            t2 = list(trial)
+            for node, k in pl2:
+                t2[node] -= k
+            if self.fit(shape, t2) is not None:
+                option = ((g2, pl2), r2 + c - r_now, tuple(t2), f"run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move")
+                break
+        self._shrinks[key] = hit = (trial, option)
+        return hit
+
+
+def candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:
+    """A waiting job as a swap candidate: (GPU-time at its request, GPUs, run, shape); None when no
+    count is allowed. Depends on the job only (memoised per job across slots)."""
+    g = nearest_allowed(w, w.requested_gpus)
+    if g is None:
+        return None
+    t = min(w.run_time(g, False), w.run_time(g, True))
+    return g * t, g, t, shape_of(w, g)
+
+
+def arrival_rate(state: SlotState, window: float) -> float:
+    """Jobs submitted per second over the last ``window`` seconds (0 when the state has no history)."""
+    t = state.arrivals_t
+    if t is None or len(t) == 0:
+        return 0.0
+    span = max(min(window, state.now - float(t[0])), state.slot_len)
+    lo = int(np.searchsorted(t, state.now - span, side="left"))
+    return (len(t) - lo) / span
+
+
+def forecast_wait(ends: list[tuple[float, int]], free_now: int, g: int, now: float) -> float:
+    """Seconds until the running jobs' predicted releases give ``g`` GPUs (counts only, no shape)."""
+    have = free_now
+    for end, k in ends:
+        have += k
+        if have >= g:
+            return max(0.0, end - now)
+    return math.inf
+
+
+def subset_placement(placement: Placement, g: int, spans: bool) -> Placement | None:
+    """``g`` of a job's GPUs kept on its own nodes, by the placement rule (one node, or k nodes x
+    g/k GPUs); None when its nodes cannot hold such a layout."""
+    own = [0] * (max(node for node, _ in placement) + 1)
+    for node, k in placement:
+        own[node] = k
+    return equal_placement(own, g) if spans else one_node_placement(own, g)
