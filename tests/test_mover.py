@@ -387,3 +387,36 @@ def test_a_signal_lost_while_the_job_starts_is_sent_again_until_the_checkpoint_s
     assert len(signals()) == 3  # the checkpoint is there: requeued, not signalled
     (m,) = moves.for_job(db, "uid-00000001")
     assert (m["state"], m["ckpt_step"]) == ("done", 7)
+
+
+def test_an_elastic_group_swap_suspends_a_node_wide_job_and_its_gpus_go_to_the_short_jobs(db, tmp_path):
+    """The real elastic policy through the service: a checkpointable job that runs on 4 GPUs only holds
+    the one node, four 1-GPU jobs of minutes wait. The slot suspends it for the four (a group swap:
+    docs/model.md section 3); their starts find no free GPU in that slot and stay held; once it is
+    requeued and Slurm shows the node free, the four are started and it waits."""
+    from lyasched.policy import make_policy
+
+    def summary(uid: str, it: int, gpus: int, ck: bool) -> str:
+        return CostSummary(uid=uid, sig=f"cnn:{uid}", global_batch=64, iterations=it, min_gpus=gpus, max_gpus=gpus,
+                           alpha=0.01, beta=0.002, params=1_000_000, checkpointable=ck).encode()
+
+    big = FakeJob("101", summary("uid-00000001", 400_000, 4, True), state="RUNNING", reason="None", start=T0 - 1000,
+                  nodes=("node1",), gpn=4, limit="2-00:00:00")
+    short = [FakeJob(str(201 + k), summary(f"uid-0000010{k}", 2_000, 1, False), submit=T0 - 600) for k in range(4)]
+    slurm = MovingSlurm(jobs=[big, *short])
+    slurm.nodes[:] = [("node1", 4, 4, "ALLOCATED")]
+    svc = make(db, slurm, make_policy("elastic", min_move_interval=60), tmp_path)
+    svc.run_slot()
+    (m,) = moves.for_job(db, "uid-00000001")
+    assert m["kind"] == "suspend" and "for 4 jobs" in m["reason"]
+    assert slurm.actions("release") == []  # no GPU free yet: the four stay held
+
+    save_marker(tmp_path, step=10)
+    svc.clock_state["t"] += 2
+    svc.run_slot()  # the checkpoint is complete: requeued held
+    assert records.get_job(db, "uid-00000001")["state"] == "waiting"
+    slurm.nodes[:] = [("node1", 4, 0, "IDLE")]  # Slurm frees the node
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert sorted(a[2] for a in slurm.actions("release")) == ["201", "202", "203", "204"]
+    assert records.get_job(db, "uid-00000001")["state"] == "waiting"
