@@ -270,6 +270,10 @@ class ElasticPolicy(LyapunovPolicy):
         now, slot = state.now, state.slot_len
         theta = q + z
         g_j = order[k][3]
+        free_total = sum(free)
+        # each candidate's forecast wait depends on the GPUs asked ahead of it, not on the victim:
+        # computed once per call, on first use
+        wait_of: dict[int, float] = {k: wait_j}
         for v in memo.usable:
             r = v.job
             if r.job_id in used or r.gpus <= g_j:
@@ -277,6 +281,7 @@ class ElasticPolicy(LyapunovPolicy):
             trial = list(free)
             for node, n in r.placement:
                 trial[node] += n
+            trial_total = free_total + sum(n for _, n in r.placement)
             batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
             saved = pen = credit = wsum = 0.0
             longest = 0.0
@@ -285,7 +290,9 @@ class ElasticPolicy(LyapunovPolicy):
                 _, _, pos, g, t_i, shape = order[i]
                 if pos in taken:
                     continue
-                wait_i = wait_j if i == k else forecast_wait(ends, sum(free), behind + g, now)
+                wait_i = wait_of.get(i)
+                if wait_i is None:
+                    wait_i = wait_of[i] = forecast_wait(ends, free_total, behind + g, now)
                 behind += g
                 if not wait_i > t_i:
                     if i == k:
@@ -299,15 +306,16 @@ class ElasticPolicy(LyapunovPolicy):
                 w = left[pos]
                 run_i = w.run_time(g, len(pl) > 1)
                 self._take(trial, pl)
+                trial_total -= sum(n for _, n in pl)
                 batch.append((pos, g, pl, run_i))
                 saved += min(wait_i, v.r_now)
                 pen += run_i - w.best_run
                 credit += self._swap_credit(w, mean_work)
                 wsum += waits[pos] + slot
                 longest = max(longest, run_i)
-                if sum(trial) <= sum(free):
+                if trial_total <= free_total:
                     break
-            if not batch or sum(trial) > sum(free):
+            if not batch or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
