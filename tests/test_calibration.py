@@ -394,3 +394,14 @@ def test_fit_shape_recovers_the_link_latency_and_predicts_a_model_with_extra_syn
 
     assert worst(fitted) < 0.01
     assert worst(replace(fitted, lat_s=0.0)) > 0.05
+
+
+def test_config_shape_takes_the_link_latency():
+    """[cluster] shape accepts lat_s (what cost_accuracy.py --json prints as apps.*.fit.shape.lat_s)."""
+    from lyasched.commshape import CommShape
+    from lyasched.config import ConfigError, from_mapping
+
+    conf = from_mapping({"cluster": {"shape": {"d_intra": 1.0, "lat_bytes": 4e6, "lat_s": 4e-3, "parallel": 2}}})
+    assert conf.shape == CommShape(d_intra=1.0, lat_bytes=4e6, lat_s=4e-3, parallel=2.0)
+    with pytest.raises(ConfigError, match="cluster.shape.lat_s must be >= 0"):
+        from_mapping({"cluster": {"shape": {"lat_s": -1e-3}}})
