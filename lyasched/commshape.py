@@ -24,7 +24,12 @@ parameters is latency-bound), the bandwidth part far less (an embedding-heavy mo
 bandwidth-bound). ``f`` is the bandwidth share of v, known from the model's gradient bytes V
 and the cluster's ``lat_bytes`` (latency x bandwidth, fitted from the other applications'
 v = latency + V/bandwidth). Unknown V (or a cluster with fewer than two applications of known
-V) gives f = 0: one growth rate, ``d_intra``, as before.
+V) gives f = 0: one growth rate, ``d_intra``, as before. With the link's latency fitted too
+(``lat_s``), the latency part is that latency, the same for every model, not v's (1 - f) share:
+a model's v may hold per-step synchronisation work beyond the ring (buffer broadcasts, bucket
+copies), and that work does not multiply with the hops (`CommShape.comm_time`):
+
+    comm = (v - lat_s)*o + lat_s*(1 + d_intra*(g - 2)) + (V/bw)*o*d_intra_bw*(g - 2)   one node
 
 ``parallel`` (o) is declared, not fitted: the replicas one node runs at full speed side by side.
 GPUs: unlimited, o = 1, and the formulas above are unchanged. A CPU node: its cores over the
@@ -82,6 +87,10 @@ class CommShape:
     # splits v into its latency and bandwidth parts; lat_bytes = 0: no split (d_intra only)
     d_intra_bw: float = 0.0
     lat_bytes: float = 0.0
+    # The link's latency (s): the latency part of a 2-GPU one-node all-reduce, fitted with lat_bytes
+    # (bandwidth = lat_bytes / lat_s). > 0: on one node that latency is the link's, the same for
+    # every model, and the rest of a model's v is work (`comm_time`); 0: v splits by `bw_share`.
+    lat_s: float = 0.0
     # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
     # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
     # slowing compute and the all-reduce's bandwidth part by k/parallel (`oversubscription`).
@@ -90,6 +99,25 @@ class CommShape:
     def bw_share(self, grad_bytes: float | None) -> float:
         """Share of the 2-GPU all-reduce time that is bytes over bandwidth (0 when unknown)."""
         return bw_share(grad_bytes, self.lat_bytes)
+
+    def comm_time(self, v: float, g: int, nodes: int, grad_bytes: float | None = None,
+                  per_node_max: int = 0) -> float:
+        """All-reduce time (s) of a g-GPU, ``nodes``-node placement of a model whose 2-GPU one-node
+        all-reduce takes v. One node, link latency and gradient bytes known (``lat_s``,
+        ``lat_bytes``, ``grad_bytes``): the latency part is the link's lat_s, growing with the
+        ring's hops; the rest of v (bytes over bandwidth, and whatever per-step synchronisation work
+        the model adds beyond the ring) is work that time-shares the node's cores (o):
+
+            (v - lat_s)*o + lat_s*(1 + d_intra*(g-2)) + (V/bw)*o*d_intra_bw*(g-2)
+
+        Otherwise v * `comm_factor` (the latency part taken as v's (1 - f) share)."""
+        if g <= 1:
+            return 0.0
+        if nodes > 1 or self.lat_s <= 0 or self.lat_bytes <= 0 or not grad_bytes or grad_bytes <= 0:
+            return v * self.comm_factor(g, nodes, grad_bytes, per_node_max)
+        over = self.oversubscription(per_node_max or g)
+        return max(0.0, _link_comm(v, g, over, self.lat_s, self.lat_s * grad_bytes / self.lat_bytes,
+                                   self.d_intra, self.d_intra_bw))
 
     @property
     def shared_cores(self) -> bool:
@@ -127,7 +155,7 @@ class CommShape:
         if g <= 1:
             return compute
         c = compute * self.contention(max(placement))
-        comm = v * self.comm_factor(g, n, grad_bytes, max(placement))
+        comm = self.comm_time(v, g, n, grad_bytes, max(placement))
         if comm <= 0.0:
             return c
         return (c**self.gamma + comm**self.gamma) ** (1.0 / self.gamma)
@@ -143,13 +171,23 @@ def bw_share(grad_bytes: float | None, lat_bytes: float) -> float:
     return float(grad_bytes / (grad_bytes + lat_bytes))
 
 
+def _link_comm(v: Any, g: Any, over: Any, lat: float, bytes_s: float, d_lat: float, d_bw: float) -> Any:
+    """One-node all-reduce time when the link is known (`CommShape.comm_time`): the link latency
+    ``lat`` grows with the hops, the rest of v time-shares the cores (``over``); ``bytes_s`` is
+    the model's bytes over the link's bandwidth."""
+    return (v - lat) * over + lat * (1.0 + d_lat * (g - 2.0)) + bytes_s * over * d_bw * (g - 2.0)
+
+
 def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
-              k: np.ndarray, parallel: float = math.inf, f: float = 0.0) -> np.ndarray:
+              k: np.ndarray, parallel: float = math.inf, f: float = 0.0, lat: float = 0.0,
+              bytes_s: float = 0.0) -> np.ndarray:
     gamma, s_multi, sigma, ratio, di, dg, dn, dbw = shape_x
     over = np.maximum(1.0, k / parallel)
     c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * over
     intra = (1.0 - f) * (1.0 + di * (g - 2.0)) + f * (1.0 + dbw * (g - 2.0)) * over
     inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
+    if lat > 0:  # link latency known: `CommShape.comm_time`
+        intra = _link_comm(v, g, over, lat, bytes_s, di, dbw) / v
     comm = v * np.where(n > 1, inter, intra)
     out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
     return np.where(g > 1, out, compute)
@@ -193,8 +231,10 @@ def fit_v(shape: CommShape, data: Rows) -> float:
     x = np.array([getattr(shape, f) for f in _BOUNDS])
     f = shape.bw_share(data.grad_bytes)
     v_of = lambda lv: np.full_like(data.t, np.exp(lv[0]))  # noqa: E731
+    lat = shape.lat_s if f > 0 else 0.0
+    bytes_s = lat * (data.grad_bytes or 0.0) / shape.lat_bytes if lat > 0 else 0.0
     resid = lambda lv: _vec_step(x, data.compute, v_of(lv), data.g, data.n, data.k,  # noqa: E731
-                                 shape.parallel, f) / data.t - 1.0
+                                 shape.parallel, f, lat, bytes_s) / data.t - 1.0
     best: Any = None
     for v0 in (1e-4, 1e-2, 1.0):
         scale = v0 * float(np.median(data.t))
@@ -243,8 +283,10 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
         sx, vs, lat, bw = unpack(x)
         lat_bytes = lat * bw
         # every application weighs the same, whatever its row count
+        # with the split, an application of known bytes: the link's latency and its bytes over bandwidth
         out = [(_vec_step(sx, a.compute, np.full_like(a.t, v), a.g, a.n, a.k, base.parallel,
-                          bw_share(a.grad_bytes, lat_bytes)) / a.t - 1.0) / np.sqrt(a.t.size)
+                          bw_share(a.grad_bytes, lat_bytes), *((lat, a.grad_bytes / bw) if split and a.grad_bytes
+                                                               else (0.0, 0.0))) / a.t - 1.0) / np.sqrt(a.t.size)
                for a, v in zip(apps, vs)]
         if split:
             out.append(np.array([(lat + a.grad_bytes / bw) / v - 1.0 for a, v in zip(apps, vs) if a.grad_bytes]))
@@ -269,7 +311,7 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
     sx, _, lat, bw = unpack(best.x)
     vals = {f: float(val) for f, val in zip(names, sx)}
     if split:
-        vals["lat_bytes"] = lat * bw
+        vals["lat_bytes"], vals["lat_s"] = lat * bw, lat
     else:
-        vals["d_intra_bw"], vals["lat_bytes"] = base.d_intra_bw, base.lat_bytes
+        vals["d_intra_bw"], vals["lat_bytes"], vals["lat_s"] = base.d_intra_bw, base.lat_bytes, base.lat_s
     return CommShape(**vals, parallel=base.parallel)

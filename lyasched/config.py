@@ -132,7 +132,7 @@ def _shape(where: str, value: Any) -> Any:
     from lyasched.commshape import _BOUNDS, CommShape
 
     t = _table(where, "cluster.shape", value)
-    known = list(_BOUNDS) + ["lat_bytes", "parallel"]
+    known = list(_BOUNDS) + ["lat_bytes", "lat_s", "parallel"]
     unknown = set(t) - set(known)
     if unknown:
         raise ConfigError(f"{where}: unknown key cluster.shape.{sorted(unknown)[0]} (known: {', '.join(known)})")
