@@ -15,7 +15,9 @@ the backends, twice:
   pyslurm worker's update-time probe then skips the read).
 
 Each row has the median slot time and the median of the Slurm reads alone (``jobs()`` +
-``nodes()``). ``--json``: one object, ``ratio_at_10000`` = pyslurm / cli median slot time (changed
+``nodes()``); beside them the bare ``slurm_load_jobs`` RPC (libslurm through ctypes, timed between
+the changed-queue reads: ``rpc_s_at_N``), which both backends make and no backend's slot can beat
+on this Slurm (22.05 has no lighter job-state RPC): ``rpc_floor_at_N`` = it / the CLI's median slot. ``--json``: one object, ``ratio_at_10000`` = pyslurm / cli median slot time (changed
 queue), with the load average before and after and the jobs the controller listed (finished ones
 stay listed for MinJobAge: the CLI parses their lines, the pyslurm worker skips them;
 ``listed_own_finished``: how many of them are held jobs this benchmark cancelled in an earlier run
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import math
 import statistics
 import subprocess
 import sys
@@ -185,6 +188,31 @@ class Churn:
         self.n += 1
 
 
+def _rpc_timer():
+    """A function timing one bare ``slurm_load_jobs`` (libslurm through ctypes: the RPC both backends
+    make, with no conversion to Python and no text), or None where libslurm does not load. It is the
+    floor of any backend's job read on this Slurm: ``rpc_floor_at_N`` = its median / the CLI's slot."""
+    import ctypes
+    import ctypes.util
+
+    try:  # RTLD_GLOBAL: libslurm's plugins (auth_munge, ...) resolve their symbols in it
+        lib = ctypes.CDLL(ctypes.util.find_library("slurm") or "libslurm.so", mode=ctypes.RTLD_GLOBAL)
+        lib.slurm_init(None)
+    except (OSError, AttributeError):
+        return None
+    ptr = ctypes.c_void_p()
+
+    def once() -> float:
+        t = time.perf_counter()
+        rc = lib.slurm_load_jobs(ctypes.c_long(0), ctypes.byref(ptr), ctypes.c_uint16(0))
+        dt = time.perf_counter() - t
+        if rc == 0:
+            lib.slurm_free_job_info_msg(ptr)
+        return dt if rc == 0 else math.nan
+
+    return once
+
+
 def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: int = 8) -> dict:
     """Slot times of each backend at each number of held jobs, side by side (see the module doc)."""
     import os
@@ -228,6 +256,7 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
                          f"purge finished ones")
     blocker = None
     churn = Churn(TEST_USER, work)
+    rpc = _rpc_timer()
     try:
         cancel_named(TEST_USER, HELD_NAME)
         blocker = block_gpus(TEST_USER, work)
@@ -245,6 +274,7 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
             res: dict[str, dict] = {b: {} for b in backends}
             # changed: the queue changes before every timed slot and read (the default figures);
             # unchanged: nothing changes between slots (a pyslurm worker may then skip the read)
+            rpcs: list[float] = []
             for phase in ("changed", "unchanged"):
                 times: dict[str, list[float]] = {b: [] for b in backends}
                 reads: dict[str, list[float]] = {b: [] for b in backends}
@@ -264,10 +294,17 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
                             churn()
                         slurm = made[b][0]
                         reads[b].append(_timed(lambda: (slurm.jobs(), slurm.nodes())))
+                    if phase == "changed" and rpc is not None:
+                        churn()
+                        rpcs.append(rpc())
                 for b in backends:
                     res[b][phase] = {"median_slot_s": statistics.median(times[b]) if times[b] else None,
                                      "slot_s": times[b],
                                      "median_read_s": statistics.median(reads[b]) if reads[b] else None}
+            ok_rpc = [x for x in rpcs if not math.isnan(x)]
+            out[f"rpc_s_at_{n}"] = statistics.median(ok_rpc) if ok_rpc else None
+            if ok_rpc:
+                say(f"  bare slurm_load_jobs {n:6d} held: median {out[f'rpc_s_at_{n}'] * 1000:.0f} ms")
             for b in backends:
                 ch, un = res[b]["changed"], res[b]["unchanged"]
                 out["backends"][b][str(n)] = {
@@ -309,6 +346,10 @@ def compare_backends(backends: list[str], sizes: list[int], slots: int, procs: i
                 okr = cr["median_read_s"] and pr["median_read_s"] is not None
                 out[f"{tag}{key.replace('ratio', 'read_ratio')}{suffix}_at_{n}"] = (
                     pr["median_read_s"] / cr["median_read_s"] if okr else None)
+    for n in sizes:  # no backend's slot can be shorter than the bare RPC: the ratio's floor
+        c = out["backends"].get("cli", {}).get(str(n), {})
+        rpc_s = out.get(f"rpc_s_at_{n}")
+        out[f"rpc_floor_at_{n}"] = rpc_s / c["median_slot_s"] if rpc_s is not None and c.get("median_slot_s") else None
     return out
 
 
@@ -329,7 +370,7 @@ def print_comparison(res: dict) -> None:
                 cells.append(f"{r['median_slot_s'] * 1000:>19.0f} ms {r['median_read_s'] * 1000:>19.0f} ms")
             print(f"{n:>10} {listed:>7} " + " ".join(cells))
     for k, v in res.items():
-        if "ratio_at_" in k and v is not None:
+        if ("ratio_at_" in k or "rpc_floor_at_" in k) and v is not None:
             print(f"{k}: {v:.2f}")
 
 
