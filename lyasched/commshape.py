@@ -184,11 +184,12 @@ def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.nda
     gamma, s_multi, sigma, ratio, di, dg, dn, dbw = shape_x
     over = np.maximum(1.0, k / parallel)
     c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * over
-    intra = (1.0 - f) * (1.0 + di * (g - 2.0)) + f * (1.0 + dbw * (g - 2.0)) * over
-    inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
     if lat > 0:  # link latency known: `CommShape.comm_time`
-        intra = _link_comm(v, g, over, lat, bytes_s, di, dbw) / v
-    comm = v * np.where(n > 1, inter, intra)
+        intra = _link_comm(v, g, over, lat, bytes_s, di, dbw)
+    else:
+        intra = v * ((1.0 - f) * (1.0 + di * (g - 2.0)) + f * (1.0 + dbw * (g - 2.0)) * over)
+    inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0))
+    comm = np.where(n > 1, v * inter, intra)
     out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
     return np.where(g > 1, out, compute)
 
