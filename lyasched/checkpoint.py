@@ -94,10 +94,11 @@ class Checkpointer:
         if optimizer is not None and state.get("optimizer") is not None:
             optimizer.load_state_dict(state["optimizer"])
         rng = state.get("rng") or {}
+        # RNG states must be CPU byte tensors; a map_location onto a GPU moves them there too
         if "torch" in rng:
-            torch.set_rng_state(rng["torch"])
+            torch.set_rng_state(rng["torch"].cpu())
         if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
         return int(state["step"]) + 1
 
     # ------------------------------------------------------------------ save

@@ -112,27 +112,54 @@ def test_a_broken_latest_pointer_is_an_error_not_a_silent_restart(tmp_path):
         Checkpointer(tmp_path, install=False).latest()
 
 
-def _example(args, env_extra=None):
+def _example(args, env_extra=None, model="mlp"):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("LYASCHED_CHECKPOINT_DIR", None)
     env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, str(REPO / "jobscripts" / "train_example.py"), "--model", "mlp",
+    proc = subprocess.run([sys.executable, str(REPO / "jobscripts" / "train_example.py"), "--model", model,
                            "--batch-per-gpu", "8", "--threads", "1", "--warmup", "0", "--json", *args],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_train_example_resumes_to_the_same_final_loss(tmp_path):
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_train_example_resumes_to_the_same_final_loss(tmp_path, model):
     """A run stopped after 6 iterations (its checkpoint saved) and resumed to 12 ends with the
-    loss of an uninterrupted 12-iteration run."""
-    _, whole = _example(["--iterations", "12"])
+    loss of an uninterrupted 12-iteration run (transformer: targets per token, split by sample)."""
+    _, whole = _example(["--iterations", "12"], model=model)
     d = tmp_path / "ck"
-    _example(["--iterations", "6", "--checkpoint-every", "6"], {"LYASCHED_CHECKPOINT_DIR": str(d)})
+    _example(["--iterations", "6", "--checkpoint-every", "6"], {"LYASCHED_CHECKPOINT_DIR": str(d)}, model=model)
     assert (d / "latest").read_text().strip() == "step-5.pt"
-    out, resumed = _example(["--iterations", "12"], {"LYASCHED_CHECKPOINT_DIR": str(d)})
+    out, resumed = _example(["--iterations", "12"], {"LYASCHED_CHECKPOINT_DIR": str(d)}, model=model)
     assert "resumed from checkpoint at iteration 6 of 12" in out
     assert resumed["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-6)
+
+
+def test_resume_hands_the_rng_states_to_torch_on_the_cpu(tmp_path, monkeypatch):
+    """torch.set_rng_state takes a CPU byte tensor; a checkpoint loaded with map_location onto a GPU
+    has its RNG states there too (seen on an H200: 'RNG state must be a torch.ByteTensor')."""
+    torch, model, opt = _tiny()
+    Checkpointer(tmp_path, install=False).save(0, model, opt)
+    real_load = torch.load
+    moved = []
+
+    class OnDevice:  # stands for a tensor on a GPU: only .cpu() gives the state back
+        def __init__(self, t):
+            self.t = t
+
+        def cpu(self):
+            moved.append(True)
+            return self.t
+
+    def load(*a, **k):
+        state = real_load(*a, **k)
+        state["rng"]["torch"] = OnDevice(state["rng"]["torch"])
+        return state
+
+    monkeypatch.setattr(torch, "load", load)
+    assert Checkpointer(tmp_path, install=False).resume(model, opt) == 1
+    assert moved
 
 
 FAKE_SCONTROL = """#!/bin/bash

@@ -125,10 +125,30 @@ def test_every_example_trains_one_step(name):
     x, y = spec.make_batch(2, "cpu")
     out = spec.model(x)
     classes = {"recsys": 2, "transformer": 50}.get(name, 10)
-    rows = 2 * 8 if name == "transformer" else 2  # a language model predicts every token
-    assert out.shape == (rows, classes) and y.shape == (rows,)
+    # a language model predicts every token; both stay sample-major (dimension 0 = the sample)
+    if name == "transformer":
+        assert out.shape == (2, 8, classes) and y.shape == (2, 8)
+    else:
+        assert out.shape == (2, classes) and y.shape == (2,)
     spec.loss(out, y).backward()
     assert all(p.grad is not None for p in spec.model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_every_example_batch_splits_by_sample(name):
+    """train_example.py gives rank r samples [r*b, (r+1)*b) of the global batch by slicing
+    dimension 0 of inputs and targets: the loss over the halves must average to the whole's."""
+    small = {"mlp": {"width": 8}, "mlp-large": {"width": 8}, "recsys": {"rows": 100, "width": 8},
+             "transformer": {"vocab": 50, "dim": 16, "seq": 8}}
+    spec = example(name, **small.get(name, {"width": 4}))
+    spec.model.eval()  # batch norm: per-batch statistics in training mode
+    torch.manual_seed(0)
+    x, y = spec.make_batch(4, "cpu")
+    assert x.shape[0] == 4 and y.shape[0] == 4
+    with torch.no_grad():
+        whole = spec.loss(spec.model(x), y)
+        halves = [spec.loss(spec.model(x[i:i + 2]), y[i:i + 2]) for i in (0, 2)]
+    assert torch.allclose(whole, sum(halves) / 2, rtol=1e-5, atol=1e-6)
 
 
 def test_example_size_knobs_change_parameter_count():

@@ -234,15 +234,22 @@ class TinyLM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.tok(x) + self.pos[: x.shape[1]]
         h = self.norm(self.blocks(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True))
-        return (h @ self.tok.weight.t()).flatten(0, 1)  # (b*seq, vocab)
+        return h @ self.tok.weight.t()  # (b, seq, vocab): sample-major, so a batch splits by sample
 
 
 def token_batches(vocab: int, seq: int) -> Callable[[int, Any], Batch]:
     def make_batch(b: int, device: Any = "cpu") -> Batch:
         x = torch.randint(0, vocab, (b, seq), device=device)
-        return x, torch.randint(0, vocab, (b * seq,), device=device)
+        return x, torch.randint(0, vocab, (b, seq), device=device)  # one target row per sample
 
     return make_batch
+
+
+def token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy over every position: (b, seq, vocab) logits, (b, seq) targets.
+    Inputs and targets both keep the sample as their first dimension, so `train_example.py` can
+    give each rank its share of a global batch by slicing dimension 0."""
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 
 # ---------------------------------------------------------------- factories (the library)
@@ -284,7 +291,7 @@ def transformer(vocab: int = 8000, dim: int = 128, layers: int = 2, heads: int =
                 name: str = "transformer") -> ModelSpec:
     """Small causal transformer language model over random tokens."""
     return ModelSpec(name, TinyLM(vocab, dim, layers, heads, seq), token_batches(vocab, seq),
-                     optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3),
+                     loss=token_loss, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3),
                      args=dict(vocab=vocab, dim=dim, layers=layers, heads=heads, seq=seq))
 
 
