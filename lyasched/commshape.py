@@ -35,8 +35,9 @@ copies), and that work does not multiply with the hops (`CommShape.comm_time`):
 GPUs: unlimited, o = 1, and the formulas above are unchanged. A CPU node: its cores over the
 threads per replica; k > parallel replicas time-share the cores, so their CPU work, compute and
 the all-reduce's copying and reducing of gradients (its bandwidth part), runs k/parallel times
-slower, while its latency part (waiting for messages) does not. On such a cluster the overlap,
-slowdown and bandwidth-growth parameters are not fitted (`SHARED_CORES_FIXED`).
+slower, while its latency part (waiting for messages) does not. On such a cluster the overlap
+and bandwidth-growth parameters are not fitted (`SHARED_CORES_FIXED`); the slowdown beyond the
+sharing (s_multi, sigma) is.
 docs/model.md (cost model) and docs/calibration.md describe the evaluation.
 """
 
@@ -63,13 +64,15 @@ _BOUNDS = {
 
 
 # Parameters a cluster of shared-core (CPU) nodes does not fit: they keep `fit_shape`'s ``fixed``
-# values (CommShape() defaults: no overlap, no extra slowdown, no growth of the bandwidth part).
-# Once the node's compute units are known, k replicas on it run their CPU work k/parallel times
-# slower (compute and the copying/reducing of gradients alike), and that is the co-location term;
-# overlap needs a free core for the all-reduce thread, which ranks that fill the cores do not
-# leave; the bandwidth part's growth with g is the sharing (each rank's copy work is ~V whatever g).
+# values (CommShape() defaults: no overlap, no growth of the bandwidth part). Once the node's
+# compute units are known, k replicas on it run their CPU work k/parallel times slower (compute
+# and the copying/reducing of gradients alike); overlap needs a free core for the all-reduce
+# thread, which ranks that fill the cores do not leave; the bandwidth part's growth with g is the
+# sharing (each rank's copy work is ~V whatever g). The co-location slowdown beyond that sharing
+# (s_multi, sigma: memory bandwidth and caches, SMT siblings behind "cores") is fitted: on a
+# 16-vCPU host, 2-8 ranks on 12 declared cores computed 1.3-2.0x slower than one.
 # docs/model.md, "Nodes of shared cores".
-SHARED_CORES_FIXED = ("gamma", "s_multi", "sigma", "d_intra_bw")
+SHARED_CORES_FIXED = ("gamma", "d_intra_bw")
 
 
 @dataclass(frozen=True)

@@ -288,12 +288,13 @@ def test_shared_cores_time_share_compute_and_the_bandwidth_part_only():
 
 
 def test_fit_shape_on_shared_cores_fits_only_the_split_and_recovers_it():
-    """Rows made by the shared-cores model: fit_shape leaves overlap, slowdown, co-location and
-    the bandwidth growth at their declared values and recovers latency x bandwidth."""
+    """Rows made by the shared-cores model: fit_shape leaves overlap and the bandwidth growth at
+    their declared values and recovers latency x bandwidth and the co-location slowdown beyond
+    the sharing (s_multi, sigma)."""
     from lyasched.commshape import SHARED_CORES_FIXED, CommShape, Rows, fit_shape
 
     lat, bw = 4e-3, 1e9
-    truth = CommShape(d_intra=1.0, lat_bytes=lat * bw, parallel=2.0)
+    truth = CommShape(d_intra=1.0, s_multi=0.2, sigma=0.1, lat_bytes=lat * bw, parallel=2.0)
 
     def rows(name: str, gb: float) -> Rows:
         recs = [PlacementRow((g,), b, truth.step_time(0.002 + 1e-4 * b, lat + gb / bw, (g,), gb))
@@ -303,6 +304,8 @@ def test_fit_shape_on_shared_cores_fits_only_the_split_and_recovers_it():
     fitted = fit_shape([rows("small", 3e5), rows("mid", 3e6), rows("large", 5e7)], CommShape(parallel=2.0))
     assert all(getattr(fitted, p) == getattr(CommShape(), p) for p in SHARED_CORES_FIXED)
     assert fitted.parallel == 2.0 and fitted.lat_bytes == pytest.approx(lat * bw, rel=0.05)
+    assert set(SHARED_CORES_FIXED) == {"gamma", "d_intra_bw"}
+    assert fitted.s_multi == pytest.approx(0.2, abs=0.02) and fitted.sigma == pytest.approx(0.1, abs=0.02)
 
 
 def test_benchmark_reads_cores_and_keeps_held_out_apps_out_of_every_fit(tmp_path):
