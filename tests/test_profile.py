@@ -296,3 +296,27 @@ def test_profile_threads_default_to_the_slurm_allocation_inside_a_job():
     assert env_threads({**job}) is None
     with pytest.raises(ProfileError, match="LYASCHED_PROFILE_THREADS"):
         env_threads({"LYASCHED_PROFILE_THREADS": "two"})
+
+
+def test_gpu_profiles_analysis_of_the_recorded_h200_run(tmp_path):
+    """benchmarks/gpu_profiles.py --from re-makes the GPU table without a GPU: every example model
+    of the recorded run, its fitted line checked against its own points, and a bad file refused."""
+    repo = Path(__file__).resolve().parent.parent
+    src = repo / "benchmarks" / "data" / "gpu" / "h200.json"
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_profiles.py"), "--from", str(src), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["model"]: r for r in json.loads(proc.stdout)["models"]}
+    raw = {r["model"]: r for r in json.loads(src.read_text())}
+    assert set(rows) == set(EXAMPLES) and all(r["device"] == "NVIDIA H200" for r in rows.values())
+    for name, r in rows.items():
+        a, b = raw[name]["alpha"], raw[name]["beta"]
+        want = [(a + b * x) / y - 1 for x, y in zip(raw[name]["batches"], raw[name]["step_times"])]
+        assert r["fit_err"] == pytest.approx(want, abs=1e-4)
+        assert r["fit_abs_err_max"] == pytest.approx(max(abs(e) for e in want), abs=1e-4)
+        assert r["loo_abs_err_max"] >= r["fit_abs_err_max"] - 1e-9  # held-out points fit no better
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_profiles.py"), "--from", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
