@@ -59,14 +59,14 @@ class _SimScript:
         return SlotResult(starts=())
 
 
-def _sim_wait() -> float:
+def _sim_view() -> MovableJob:
     w = seed_workload("seed-small-bursty", 0, n_jobs=1)
     job = Job("a", w.jobs[0].profile, 64, 10**8, requested_gpus=1, max_gpus=4, checkpointable=True)
     pol = _SimScript()
     with pytest.raises(_Seen):
         Simulation([job], w.cluster, seed=0, slot_len=60.0).run(pol)
     assert pol.seen is not None and pol.seen.start_time == RESTART
-    return pol.seen.waited_s
+    return pol.seen
 
 
 class _LiveScript:
@@ -93,7 +93,7 @@ class _LiveScript:
         return SlotResult(starts=tuple(starts), preempt=tuple(pre))
 
 
-def test_a_job_moved_twice_waits_in_the_service_as_in_the_simulator(db, tmp_path):
+def test_a_job_moved_twice_waits_and_counts_its_moves_in_the_service_as_in_the_simulator(db, tmp_path):
     base = 1_000_000.0
     job = FakeJob("101", ck_summary("uid-00000001", it=100_000), submit=base, state="RUNNING", reason="None",
                   start=base + START, nodes=("node1",), gpn=1)
@@ -115,6 +115,7 @@ def test_a_job_moved_twice_waits_in_the_service_as_in_the_simulator(db, tmp_path
     job.state, job.reason, job.start, job.nodes = "RUNNING", "None", base + RESIZE, ("node1",)
     slot_at(SUSPEND - 2)  # running again on its new GPUs; signalled for the suspension
     assert pol.seen[base + SUSPEND - 2].waited_s == pytest.approx(START)
+    assert pol.seen[base + SUSPEND - 2].moves == 1  # the resize
     save_marker(tmp_path, step=20)
     slot_at(SUSPEND)  # requeued and held: waits for the policy
     assert records.get_job(db, "uid-00000001")["state"] == "waiting"
@@ -123,7 +124,9 @@ def test_a_job_moved_twice_waits_in_the_service_as_in_the_simulator(db, tmp_path
     live = pol.seen[base + VIEW].waited_s
     assert moves.held_before(db) == {"uid-00000001": pytest.approx(SUSPEND - START)}
     assert live == pytest.approx(WAITED)  # before: its current start minus its submission, 900 s
-    assert live == pytest.approx(_sim_wait())
+    sim = _sim_view()
+    assert live == pytest.approx(sim.waited_s)
+    assert pol.seen[base + VIEW].moves == sim.moves == 2  # the resize and the suspension (ElasticPolicy.move_backoff)
 
 
 OLD_MOVES = """CREATE TABLE moves (id INTEGER PRIMARY KEY, uid TEXT, slurm_id TEXT, kind TEXT, reason TEXT,
@@ -157,6 +160,8 @@ def test_a_database_from_before_run_started_gets_the_column_filled_where_the_his
     mid = moves.open_move(db, uid="u2", slurm_id="7", kind="suspend", run_started=2500.0)
     moves.mark(db, mid, state="done", requeued_at=2600.0)
     assert moves.held_before(db)["u2"] == pytest.approx(100.0)
+    # completed moves per job, as the simulator counts checkpoints: failed moves ended no run
+    assert moves.done_counts(db) == {"u1": 2, "u2": 2}
 
 
 @pytest.fixture

@@ -93,6 +93,7 @@ class PolicyInputs:
         by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
         last = move_records.last_done(self.db)
         held = move_records.held_before(self.db)
+        counts = move_records.done_counts(self.db)
         out, n = [], 0
         for rj in state.running:
             job, row = by_id.get(rj.job_id, (None, None))
@@ -113,6 +114,7 @@ class PolicyInputs:
                 requested=s.min_gpus, move_cost=cost if cost is not None else math.nan, checkpointable=True,
                 waited=waited_so_far(ctx.now, row.get("submit_time") or wj.submit_time, held.get(row["uid"], 0.0),
                                      rj.start_time),
+                moves=counts.get(row["uid"], 0),
             ))
             n += 1
         return replace(state, running=tuple(out)), n

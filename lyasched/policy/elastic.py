@@ -28,7 +28,12 @@ Each slot:
 
 Suspended jobs are waiting jobs again: they count in Q (their remaining work) and Z (their
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
-guarantees progress between two moves: no job starves). Pure and deterministic: the only
+guarantees progress between two moves: no job starves). Each move is judged on its own slot, so
+a long job can be moved again and again, each time for a gain that the next move takes back:
+with ``move_backoff = "linear"`` a job moved m times runs (m + 1) intervals before it may move
+again, so over a run of T it moves at most about sqrt(2T / interval) times instead of
+T / interval (the count is the job's completed moves, read off the state: the simulator's
+checkpoints, the service's done moves). Pure and deterministic: the only
 state is the core's memo of rows.
 
 Two optional checks on a swap the score accepts, measured and not adopted (docs/model.md,
@@ -74,6 +79,8 @@ class ElasticPolicy(LyapunovPolicy):
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
+    # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move ("none": always the interval)
+    move_backoff: str = "linear"
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -106,7 +113,7 @@ class ElasticPolicy(LyapunovPolicy):
             c = self._cost(r)
             if c >= self.min_move_interval:  # it could lose more to moves than it runs between them
                 continue
-            ready = r.start_time + self.min_move_interval
+            ready = r.start_time + self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
             if state.now >= ready:
                 out.append(r)
             else:

@@ -35,6 +35,7 @@ class MovableJob(RunningJob):
     move_cost_s: float = math.nan  # checkpoint + relaunch (nan: the policy's default)
     waited_s: float = 0.0  # time spent waiting so far (submission to now, minus time holding GPUs)
     work_left: float = 0.0  # remaining compute time on one GPU at the full batch (its share of Q if suspended)
+    moves: int = 0  # moves of this job completed so far (checkpoints taken: suspensions and resizes)
     remaining_one_node: np.ndarray | None = None
     remaining_multi_node: np.ndarray | None = None
 
@@ -89,12 +90,14 @@ def movable_job(
     waited: float,
     checkpointable: bool,
     plain: bool = False,
+    moves: int = 0,
 ) -> MovableJob:
     """``base`` as a moving policy sees it: the job's rows ``one``/``multi`` and ``work`` (run
     times and one-GPU compute of the whole job, or per unit that ``scale`` counts) times ``scale``
     (the units still to do: `share_left` of the job, times iterations where the rows are per
     iteration), its request (clamped to the counts its rows have), its move cost (nan: the
-    policy's default) and its wait so far. ``plain``: the rows hold no nan or -inf (fast path)."""
+    policy's default), its wait so far and its completed moves. ``plain``: the rows hold no nan or
+    -inf (fast path)."""
     return MovableJob(
         job_id=base.job_id,
         gpus=base.gpus,
@@ -107,6 +110,7 @@ def movable_job(
         requested_gpus=max(1, min(requested, len(one))),
         move_cost_s=move_cost,
         waited_s=waited,
+        moves=moves,
         work_left=work * scale,
         remaining_one_node=scaled(one, scale, plain),
         remaining_multi_node=scaled(multi, scale, plain),

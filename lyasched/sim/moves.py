@@ -64,6 +64,7 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
                 rj, job=j, template=t, plain=plain_rows(t, sim._plain_rows), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
                 overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
                 checkpointable=bool(mask[r.idx]), move_cost=float(sim.move_costs[r.idx]),
+                moves=records[r.idx].preemptions,
             ))
         elif not mask[r.idx]:
             out.append(replace(rj, preemptible=False))
@@ -96,6 +97,7 @@ def movable_view(
     checkpointable: bool,
     move_cost: float,
     plain: bool = False,
+    moves: int = 0,
 ) -> MovableJob:
     """A running job as a moving policy sees it: ``base`` plus predicted remaining time on every count.
 
@@ -104,12 +106,12 @@ def movable_view(
     ``predicted_end - start - overhead`` covers ``frac_at_start`` of the job, and the share
     still to do is what of it lies after ``now``. ``scale`` is iterations (x the true factor for
     oracles); ``held_before`` the time the job held GPUs in earlier segments; ``plain``: the
-    template's rows hold no nan or -inf (`plain_rows`).
+    template's rows hold no nan or -inf (`plain_rows`); ``moves`` the checkpoints it has taken.
     """
     start, predicted_end = base.start_time, base.predicted_end
     rem = share_left(frac_at_start, predicted_end - now, predicted_end - start - overhead)
     return movable_job(
         base, one=template.run_one_node, multi=template.run_multi_node, work=template.work, scale=scale * rem,
         requested=job.requested_gpus, move_cost=move_cost, checkpointable=checkpointable, plain=plain,
-        waited=waited_so_far(now, job.submit_time, held_before, start),
+        waited=waited_so_far(now, job.submit_time, held_before, start), moves=moves,
     )

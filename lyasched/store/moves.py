@@ -122,6 +122,13 @@ def held_before(db: sqlite_utils.Database) -> dict[str, float]:
     return out
 
 
+def done_counts(db: sqlite_utils.Database) -> dict[str, int]:
+    """uid -> its completed moves (each ended a run with a checkpoint), as the simulator counts a
+    job's checkpoints: what spaces a job's next move further apart (`ElasticPolicy.move_backoff`)."""
+    return {uid: int(n) for uid, n in db.execute(
+        "select uid, count(*) from moves where state = 'done' group by uid").fetchall()}
+
+
 def measured_cost(db: sqlite_utils.Database, uid: str) -> float | None:
     """The job's own move cost: the mean measured signal-to-running-again time of its previous
     moves (None when it has none)."""
