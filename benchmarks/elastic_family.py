@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Elastic on a family of workloads, not one: `synth:mixed160` (issue 8's 160 mixed jobs on
+16 x 4 GPUs) over many seeds and loads, elastic against lyapunov and tiresias.
+
+Each workload is one `lyasched replay -w synth:mixed160,load=L --seed S --policies
+lyapunov,elastic,tiresias --json` (the command a user runs, estimates with their default error);
+per variant it prints elastic's worst and median ratio to lyapunov and to tiresias, how many
+workloads meet issue 13's targets (<= 1.00x lyapunov, <= 0.90x tiresias) and the worst four.
+A VARIANT is ``;``-separated ``elastic.KEY=VALUE`` items ("" = the defaults).
+
+    python benchmarks/elastic_family.py [--spec mixed160] [--first-seed 0] [--seeds 30] [--loads 0.8,1.0,1.2]
+        [--json] VARIANT [VARIANT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def replay(spec: str, load: float, seed: int, params: list[str]) -> dict:
+    cmd = [sys.executable, "-c", "from lyasched.cli import main; main()", "replay", "-w", f"synth:{spec},load={load}",
+           "--seed", str(seed), "--policies", "lyapunov,elastic,tiresias", "--json"]
+    for p in params:
+        cmd += ["--param", p]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise SystemExit(f"error: replay failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+    pol = json.loads(out.stdout)["policies"]
+    return {k: pol[k]["avg_jct_s"] for k in ("lyapunov", "elastic", "tiresias")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("variants", nargs="+", metavar="VARIANT")
+    ap.add_argument("--seeds", type=int, default=30, help="seeds FIRST..FIRST+N-1")
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--spec", default="mixed160", help="the family's synthetic spec without its load (docs/simulator.md)")
+    ap.add_argument("--loads", default="0.8,1.0,1.2")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        loads = [float(x) for x in args.loads.split(",") if x]
+    except ValueError:
+        print(f"error: --loads {args.loads!r}: expected comma-separated numbers", file=sys.stderr)
+        return 2
+    if args.seeds < 1 or not loads:
+        print("error: --seeds must be >= 1 and --loads non-empty", file=sys.stderr)
+        return 2
+    report = []
+    for v in args.variants:
+        params = [p for p in v.split(";") if p]
+        rows = []
+        for load in loads:
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                r = replay(args.spec, load, seed, params)
+                rows.append({"load": load, "seed": seed, **r, "vs_lyapunov": r["elastic"] / r["lyapunov"],
+                             "vs_tiresias": r["elastic"] / r["tiresias"]})
+                print(f"[{v or 'defaults'}] load {load} seed {seed}: {rows[-1]['vs_lyapunov']:.3f} / {rows[-1]['vs_tiresias']:.3f}",
+                      file=sys.stderr, flush=True)
+        vl = [r["vs_lyapunov"] for r in rows]
+        vt = [r["vs_tiresias"] for r in rows]
+        summary = {"variant": v, "workloads": len(rows),
+                   "vs_lyapunov": {"worst": max(vl), "median": statistics.median(vl), "met": sum(x <= 1.0 for x in vl)},
+                   "vs_tiresias": {"worst": max(vt), "median": statistics.median(vt), "met": sum(x <= 0.9 for x in vt)},
+                   "worst4": sorted(rows, key=lambda r: -r["vs_lyapunov"])[:4], "rows": rows}
+        report.append(summary)
+        if not args.json:
+            a, b = summary["vs_lyapunov"], summary["vs_tiresias"]
+            print(f"[{v or 'defaults'}] vs lyapunov: worst {a['worst']:.3f} median {a['median']:.3f} met {a['met']}/{len(rows)} | "
+                  f"vs tiresias: worst {b['worst']:.3f} median {b['median']:.3f} met(<=0.90) {b['met']}/{len(rows)} | worst: "
+                  + ", ".join(f"{r['load']}/s{r['seed']} {r['vs_lyapunov']:.3f}" for r in summary["worst4"]), flush=True)
+    if args.json:
+        print(json.dumps({"family": f"synth:{args.spec}", "loads": loads, "first_seed": args.first_seed, "seeds": args.seeds,
+                          "variants": report}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
