@@ -590,3 +590,22 @@ def test_random_states_make_group_swaps_feasibly_and_deterministically():
         assert res == ElasticPolicy().decide(st)
         made += any(" jobs: " in m for m in res.info.get("moves", {}).values())
     assert made > 0
+
+
+def test_elastic_family_benchmark_reports_the_ratios_of_its_replays():
+    """benchmarks/elastic_family.py: one seed at one load, its ratios the replays' own; bad loads refused."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "elastic_family.py"
+    out = subprocess.run([sys.executable, str(script), "--seeds", "1", "--loads", "0.8", "--json", ""],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    (v,) = json.loads(out.stdout)["variants"]
+    (row,) = v["rows"]
+    assert row["vs_lyapunov"] == pytest.approx(row["elastic"] / row["lyapunov"])
+    assert v["vs_tiresias"]["worst"] == pytest.approx(row["elastic"] / row["tiresias"])
+    bad = subprocess.run([sys.executable, str(script), "--loads", "x", ""], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
