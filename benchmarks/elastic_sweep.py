@@ -31,14 +31,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
-from robustness import _heldout  # noqa: E402
+from robustness import _heldout, seed_round  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
 from lyasched.sim.synth import SynthSpec, parse_spec, synth_workload  # noqa: E402
-from lyasched.sim.workloads import SEED_GROUPS, seed_workload  # noqa: E402
+from lyasched.sim.workloads import SEED_GROUPS  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
@@ -62,11 +62,7 @@ ELASTIC_WINDOWS = [10000, 38500]  # 1,000 jobs each, at loads 0.8 and 1.2
 
 def elastic_heldout(trace: str) -> list[dict]:
     """The "elastic-heldout" workloads (dicts as robustness.workloads)."""
-    out: list[dict] = []
-    for g in SEED_GROUPS:
-        for s in ELASTIC_SEEDS:
-            w = seed_workload(g, s)
-            out.append(dict(name=f"{g} seed {s}", set="elastic-heldout", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+    out = seed_round("elastic-heldout", ELASTIC_SEEDS)
     for spec, s in ELASTIC_SYNTH:
         sw = synth_workload(spec, s)
         out.append(dict(name=f"{sw.name} seed {s}", set="elastic-heldout", jobs=sw.jobs, cluster=sw.cluster,

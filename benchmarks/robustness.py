@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -163,10 +164,7 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     held7 = only in (None, "heldout7")
     held8 = only in (None, "heldout8")
     if design:
-        for g in SEED_GROUPS:
-            for s in range(1 if quick else 5):
-                w = seed_workload(g, s)
-                out.append(dict(name=f"{g} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
+        out += seed_round("design", range(1 if quick else 5))
         for spec, s in SYNTH_DESIGN[: 5 if quick else None]:
             if quick:
                 spec = spec.replace("jobs=1500", "jobs=400")
@@ -191,24 +189,22 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
                                      ("heldout5", held5, PHILLY_WINDOWS_5, SYNTH_HELDOUT_5)):
         if on:
             out += _heldout(name, windows, synth, quick, trace)
-    if held6:
-        for g in SEED_GROUPS:
-            for s in SEEDS_6[:1] if quick else SEEDS_6:
-                w = seed_workload(g, s)
-                out.append(dict(name=f"{g} seed {s}", set="heldout6", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
-        out += _heldout("heldout6", PHILLY_WINDOWS_6, SYNTH_HELDOUT_6, quick, trace)
-    if held7:
-        for g in SEED_GROUPS:
-            for s in SEEDS_7[:1] if quick else SEEDS_7:
-                w = seed_workload(g, s)
-                out.append(dict(name=f"{g} seed {s}", set="heldout7", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
-        out += _heldout("heldout7", PHILLY_WINDOWS_7, SYNTH_HELDOUT_7, quick, trace)
-    if held8:
-        for g in SEED_GROUPS:
-            for s in SEEDS_8[:1] if quick else SEEDS_8:
-                w = seed_workload(g, s)
-                out.append(dict(name=f"{g} seed {s}", set="heldout8", jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
-        out += _heldout("heldout8", PHILLY_WINDOWS_8, SYNTH_HELDOUT_8, quick, trace)
+    for name, on, seeds, windows, synth in (("heldout6", held6, SEEDS_6, PHILLY_WINDOWS_6, SYNTH_HELDOUT_6),
+                                            ("heldout7", held7, SEEDS_7, PHILLY_WINDOWS_7, SYNTH_HELDOUT_7),
+                                            ("heldout8", held8, SEEDS_8, PHILLY_WINDOWS_8, SYNTH_HELDOUT_8)):
+        if on:
+            out += seed_round(name, seeds[:1] if quick else seeds)
+            out += _heldout(name, windows, synth, quick, trace)
+    return out
+
+
+def seed_round(name: str, seeds: Sequence[int]) -> list[dict]:
+    """The four seed groups on ``seeds``, as workloads of the set ``name`` (group by group)."""
+    out: list[dict] = []
+    for g in SEED_GROUPS:
+        for s in seeds:
+            w = seed_workload(g, s)
+            out.append(dict(name=f"{g} seed {s}", set=name, jobs=w.jobs, cluster=w.cluster, end_fraction={}, seed=s))
     return out
 
 
