@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Elastic on a family of workloads, not one: `synth:mixed160` (issue 8's 160 mixed jobs on
-16 x 4 GPUs) over many seeds and loads, elastic against lyapunov and tiresias.
+"""Elastic on a family of workloads, not one: a synthetic spec (default `synth:mixed160`, issue
+8's 160 mixed jobs on 16 x 4 GPUs) over many seeds and loads, elastic against lyapunov and tiresias.
 
-Each workload is one `lyasched replay -w synth:mixed160,load=L --seed S --policies
-lyapunov,elastic,tiresias --json` (the command a user runs, estimates with their default error);
-per variant it prints elastic's worst and median ratio to lyapunov and to tiresias, how many
-workloads meet issue 13's targets (<= 1.00x lyapunov, <= 0.90x tiresias) and the worst four.
-A VARIANT is ``;``-separated ``elastic.KEY=VALUE`` items ("" = the defaults).
+Each workload is replayed as `lyasched replay -w synth:SPEC,load=L --seed S --policies
+lyapunov,elastic,tiresias` would (`elastic_sweep.run_one`: the same simulator defaults, estimates
+with their default error); per variant it prints elastic's worst and median ratio to lyapunov and
+to tiresias, how many workloads meet issue 13's targets (<= 1.00x lyapunov, <= 0.90x tiresias)
+and the worst four. A VARIANT is ``;``-separated ``elastic.KEY=VALUE`` items ("" = the defaults).
 
     python benchmarks/elastic_family.py [--spec mixed160] [--first-seed 0] [--seeds 30] [--loads 0.8,1.0,1.2]
         [--json] VARIANT [VARIANT ...]
@@ -18,24 +18,20 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from elastic_sweep import run_one  # noqa: E402
+
+from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from lyasched.sim.synth import synth_workload  # noqa: E402
 
 
-def replay(spec: str, load: float, seed: int, params: list[str]) -> dict:
-    cmd = [sys.executable, "-c", "from lyasched.cli import main; main()", "replay", "-w", f"synth:{spec},load={load}",
-           "--seed", str(seed), "--policies", "lyapunov,elastic,tiresias", "--json"]
-    for p in params:
-        cmd += ["--param", p]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise SystemExit(f"error: replay failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
-    pol = json.loads(out.stdout)["policies"]
-    return {k: pol[k]["avg_jct_s"] for k in ("lyapunov", "elastic", "tiresias")}
+def replay(spec: str, load: float, seed: int, params: dict[str, dict]) -> dict:
+    """Average JCT of lyapunov, elastic and tiresias on one member of the family."""
+    sw = synth_workload(f"synth:{spec},load={load}", seed)
+    w = dict(name=sw.name, set="family", jobs=sw.jobs, cluster=sw.cluster, end_fraction=sw.end_fraction, seed=seed)
+    return run_one(w, params)["avg_jct_s"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,9 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or not loads:
         print("error: --seeds must be >= 1 and --loads non-empty", file=sys.stderr)
         return 2
+    try:
+        parsed = [parse_params([p for p in v.split(";") if p], ["elastic"]) for v in args.variants]
+        synth_workload(f"synth:{args.spec},load={loads[0]}", args.first_seed)
+    except (ParamError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     report = []
-    for v in args.variants:
-        params = [p for p in v.split(";") if p]
+    for v, params in zip(args.variants, parsed):
         rows = []
         for load in loads:
             for seed in range(args.first_seed, args.first_seed + args.seeds):

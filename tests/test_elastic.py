@@ -108,7 +108,7 @@ def test_a_job_moved_m_times_waits_m_plus_one_intervals(moves, backoff, movable_
     move, so a long job is not moved again and again for gains the next move takes back."""
     long = dataclasses.replace(movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=1000.0, now=1000.0, req=8), moves=moves)
     short = waiting("short", 1200, 4, submit=900.0)
-    pol = ElasticPolicy(min_move_interval=600.0, move_backoff=backoff)
+    pol = make_policy("elastic", min_move_interval=600.0, move_backoff=backoff)  # a variant option
     before = state(1000.0 + movable_at - 30.0, [0, 0], [short], [long])
     at = state(1000.0 + movable_at, [0, 0], [short], [long])
     assert not pol.decide(before).preempt
@@ -421,8 +421,8 @@ def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, se
     import pathlib
 
     w = seed_workload(name, seed=seed, n_jobs=n)
-    # the reference predates group swaps and the move backoff
-    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False, move_backoff="none"), name="elastic")
+    # the reference predates group swaps
+    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False), name="elastic")
     ref = Simulation(w.jobs, w.cluster, seed=seed).run(ReferenceElasticPolicy(), name="elastic")
     assert _outcomes(fast) == _outcomes(ref)
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"

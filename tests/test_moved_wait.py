@@ -126,7 +126,7 @@ def test_a_job_moved_twice_waits_and_counts_its_moves_in_the_service_as_in_the_s
     assert live == pytest.approx(WAITED)  # before: its current start minus its submission, 900 s
     sim = _sim_view()
     assert live == pytest.approx(sim.waited_s)
-    assert pol.seen[base + VIEW].moves == sim.moves == 2  # the resize and the suspension (ElasticPolicy.move_backoff)
+    assert pol.seen[base + VIEW].moves == sim.moves == 2  # the resize and the suspension (ElasticVariant.move_backoff)
 
 
 OLD_MOVES = """CREATE TABLE moves (id INTEGER PRIMARY KEY, uid TEXT, slurm_id TEXT, kind TEXT, reason TEXT,

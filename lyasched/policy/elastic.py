@@ -30,8 +30,8 @@ Suspended jobs are waiting jobs again: they count in Q (their remaining work) an
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
 guarantees progress between two moves: no job starves). Each move is judged on its own slot, so
 a long job can be moved again and again, each time for a gain that the next move takes back:
-with ``move_backoff = "linear"`` (an option, off by default: measured, not adopted) a job moved m
-times runs (m + 1) intervals before it may move again, so over a run of T it moves at most about
+with ``move_backoff = "linear"`` (in lyasched/policy/variants/swaps.py: measured, not adopted) a
+job moved m times runs (m + 1) intervals before it may move again, so over a run of T it moves at most about
 sqrt(2T / interval) times instead of T / interval (the count is the job's completed moves, read
 off the state: the simulator's checkpoints, the service's done moves). Pure and deterministic: the only
 state is the core's memo of rows.
@@ -79,9 +79,6 @@ class ElasticPolicy(LyapunovPolicy):
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
-    # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move ("none": always the
-    # interval). Measured, not adopted: better on the family it was designed on, not on held-out ones (docs/model.md)
-    move_backoff: str = "none"
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -102,6 +99,11 @@ class ElasticPolicy(LyapunovPolicy):
         (an extension point, ``q_credit`` in variants)."""
         return min(w.work, mean_work)
 
+    def _move_interval(self, r: MovableJob) -> float:
+        """How long ``r`` runs after its last start or move before it may move (an extension point,
+        ``move_backoff`` in variants). Shipped: `min_move_interval`, whatever its moves so far."""
+        return self.min_move_interval
+
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
 
@@ -114,7 +116,7 @@ class ElasticPolicy(LyapunovPolicy):
             c = self._cost(r)
             if c >= self.min_move_interval:  # it could lose more to moves than it runs between them
                 continue
-            ready = r.start_time + self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
+            ready = r.start_time + self._move_interval(r)
             if state.now >= ready:
                 out.append(r)
             else:

@@ -124,7 +124,7 @@ def held_before(db: sqlite_utils.Database) -> dict[str, float]:
 
 def done_counts(db: sqlite_utils.Database) -> dict[str, int]:
     """uid -> its completed moves (each ended a run with a checkpoint), as the simulator counts a
-    job's checkpoints: what spaces a job's next move further apart (`ElasticPolicy.move_backoff`)."""
+    job's checkpoints: what spaces a job's next move further apart with `ElasticVariant.move_backoff`."""
     return {uid: int(n) for uid, n in db.execute(
         "select uid, count(*) from moves where state = 'done' group by uid").fetchall()}
 

@@ -7,7 +7,10 @@ and two checks on a swap the score accepts, measured and not adopted (docs/model
 * ``rollout`` n > 0: a rollout of the core (at most n decisions, no arrivals) with the swap must
   beat the one without it (by the margin).
 
-They act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
+A third option, ``move_backoff = "linear"`` (docs/model.md, section 3, "Move backoff"), spaces a
+job's moves by its completed ones, through `ElasticPolicy._move_interval`.
+
+The two checks act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
 the slot (jobs running after the core's starts and the swaps made so far, jobs waiting).
 """
 
@@ -32,6 +35,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
 
     margin: float = 0.0
     rollout: int = 0
+    # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move; "none": the interval
+    # alone (docs/model.md section 3, "Move backoff": better on the family it was designed on, not on held-out ones)
+    move_backoff: str = "none"
 
     SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
 
@@ -42,6 +48,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     def _swap_credit(self, w: WaitingJob, mean_work: float) -> float:
         """``q_credit``: work uncapped with "work", the mean work with "mean" or "peaked"."""
         return {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
+
+    def _move_interval(self, r: MovableJob) -> float:
+        return self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
         if self.margin > 0 or self.rollout > 0:
