@@ -19,6 +19,10 @@ cores are noisy: run it under ``nice``.
 
     nice python benchmarks/measure_ddp_profiles.py --out benchmarks/data/profiles \\
         --models mlp,resnet,recsys,transformer --max-procs 4 --repeats 3
+
+``--from-raw RAW --cores N`` measures nothing: it rebuilds ``<out>/<model>/placements.csv`` for
+every model of a ``--raw`` file (the same estimator and header, the other work's load from the
+file's ``other_load`` column), e.g. when a run was cut short and only its raw rows remain.
 """
 
 from __future__ import annotations
@@ -168,7 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                     "(model,repeat,placement,local_bsz,step_time,sync_time,other_load): the repeat-to-repeat "
                     "spread and the other work's load (busy CPUs) while that world size ran")
     ap.add_argument("--stat", choices=["min", "median"], default="min", help="estimator across repeats")
+    ap.add_argument("--from-raw", default=None, metavar="RAW",
+                    help="measure nothing: rebuild placements.csv from a --raw file's rows (needs --cores)")
+    ap.add_argument("--cores", type=int, default=None,
+                    help="with --from-raw: the measuring host's usable cores (its placements.csv header's cores=)")
     args = ap.parse_args(argv)
+    if args.from_raw:
+        return from_raw(args)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in DEFAULT_BATCHES]
     if unknown or args.max_procs < 2 or args.iters < 1 or args.repeats < 1 or args.threads < 1:
@@ -195,22 +205,78 @@ def main(argv: list[str] | None = None) -> int:
                         raw.flush()
                 print(f"{model}: repeat {rep + 1}/{args.repeats}, {g} process(es): {time.time() - t0:.1f} s, "
                       f"other work {other:.2f} CPUs busy", file=sys.stderr, flush=True)
-        d = Path(args.out) / model
-        d.mkdir(parents=True, exist_ok=True)
-        with (d / "placements.csv").open("w") as fh:
-            fh.write(f"# measured by benchmarks/measure_ddp_profiles.py on {platform.node() or 'host'} "
-                     f"({os.cpu_count()} CPUs, shared, nice): DDP gloo CPU, {args.threads} thread/rank, {args.stat} "
-                     f"over {args.repeats} repeat(s) of the median of {args.iters} iterations; "
-                     f"grad_bytes={grad_bytes(model)} (float32 parameters); cores={cores} "
-                     f"threads_per_rank={args.threads}; other work while measuring: "
-                     f"median {statistics.median(loads):.2f}, max {max(loads):.2f} CPUs busy "
-                     f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
-            fh.write("placement,local_bsz,step_time,sync_time\n")
-            for (g, b), vals in sorted(runs.items()):
-                best = est(v[0] for v in vals)
-                sync = statistics.median(v[1] for v in vals)
-                fh.write(f"{g},{b},{best:.6f},{min(sync, best):.6f}\n")
-        print(f"wrote {d / 'placements.csv'}", file=sys.stderr)
+        where = f"on {platform.node() or 'host'} ({os.cpu_count()} CPUs, shared, nice)"
+        write_placements(Path(args.out) / model, model, runs, loads, est, args.stat, args.repeats, args.iters,
+                         args.threads, cores, where)
+    return 0
+
+
+def write_placements(d: Path, model: str, runs: dict[tuple[int, int], list[tuple[float, float]]],
+                     loads: list[float], est, stat: str, repeats: int, iters: int, threads: int, cores: int,
+                     where: str) -> None:
+    """``d/placements.csv``: per (g, b) the estimator over the repeats' step times, the median sync time."""
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / "placements.csv").open("w") as fh:
+        fh.write(f"# measured by benchmarks/measure_ddp_profiles.py {where}: DDP gloo CPU, {threads} thread/rank, {stat} "
+                 f"over {repeats} repeat(s) of the median of {iters} iterations; "
+                 f"grad_bytes={grad_bytes(model)} (float32 parameters); cores={cores} "
+                 f"threads_per_rank={threads}; other work while measuring: "
+                 f"median {statistics.median(loads):.2f}, max {max(loads):.2f} CPUs busy "
+                 f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})\n")
+        fh.write("placement,local_bsz,step_time,sync_time\n")
+        for (g, b), vals in sorted(runs.items()):
+            best = est(v[0] for v in vals)
+            sync = statistics.median(v[1] for v in vals)
+            fh.write(f"{g},{b},{best:.6f},{min(sync, best):.6f}\n")
+    print(f"wrote {d / 'placements.csv'}", file=sys.stderr)
+
+
+RAW_COLUMNS = ["model", "repeat", "placement", "local_bsz", "step_time", "sync_time", "other_load"]
+
+
+def read_raw(path: str) -> dict[str, tuple[dict[tuple[int, int], list[tuple[float, float]]], list[float], int]]:
+    """A --raw file's rows per model: (runs per (g, b), other-load values, repeats seen).
+    Raises ValueError (one line) on a file that is not one."""
+    import csv
+
+    out: dict[str, tuple[dict, list[float], set[int]]] = {}
+    with open(path, newline="") as fh:
+        rd = csv.reader(fh)
+        head = next(rd, None)
+        if head != RAW_COLUMNS:
+            raise ValueError(f"{path}: not a --raw file (header must be {','.join(RAW_COLUMNS)})")
+        for n, row in enumerate(rd, start=2):
+            if not row:
+                continue
+            try:
+                model, rep, g, b, t, s, other = row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), float(row[5]), float(row[6])
+            except (ValueError, IndexError):
+                raise ValueError(f"{path}:{n}: bad row {','.join(row)!r}") from None
+            if model not in DEFAULT_BATCHES or g < 1 or b < 1 or not t > 0 or s < 0:
+                raise ValueError(f"{path}:{n}: bad row {','.join(row)!r}")
+            runs, loads, reps = out.setdefault(model, ({}, [], set()))
+            runs.setdefault((g, b), []).append((t, s))
+            loads.append(other)
+            reps.add(rep)
+    if not out:
+        raise ValueError(f"{path}: no rows")
+    return {m: (runs, loads, len(reps)) for m, (runs, loads, reps) in out.items()}
+
+
+def from_raw(args: argparse.Namespace) -> int:
+    """``--from-raw``: placements.csv per model of a raw file, measuring nothing."""
+    if args.cores is None or args.cores < 1:
+        print("error: --from-raw needs --cores N (the measuring host's usable cores)", file=sys.stderr)
+        return 2
+    try:
+        per_model = read_raw(args.from_raw)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    est = min if args.stat == "min" else statistics.median
+    for model, (runs, loads, reps) in sorted(per_model.items()):
+        write_placements(Path(args.out) / model, model, runs, loads, est, args.stat, reps, args.iters, args.threads,
+                         args.cores, f"(rebuilt from {Path(args.from_raw).name} by --from-raw)")
     return 0
 
 

@@ -13,6 +13,8 @@ from lyasched.calibration import (
     fit_compute,
     parse_placement,
     predict,
+    read_grad_bytes,
+    read_parallel,
     read_placements_csv,
     read_scalability_csv,
 )
@@ -408,3 +410,25 @@ def test_config_shape_takes_the_link_latency():
     assert conf.shape == CommShape(d_intra=1.0, lat_bytes=4e6, lat_s=4e-3, parallel=2.0)
     with pytest.raises(ConfigError, match="cluster.shape.lat_s must be >= 0"):
         from_mapping({"cluster": {"shape": {"lat_s": -1e-3}}})
+
+
+def test_measure_ddp_profiles_from_raw_rebuilds_the_recorded_h200_host_recsys_rows(tmp_path):
+    """The h200 host's recsys placements.csv is exactly what --from-raw makes of its repeats.csv
+    (its 8-process run was cut short); a file that is not a --raw file, or no --cores, is one line
+    and exit 2, and writes nothing."""
+    src = REPO / "benchmarks" / "data" / "profiles-h200host" / "recsys"
+    script = str(REPO / "benchmarks" / "measure_ddp_profiles.py")
+    proc = subprocess.run([sys.executable, script, "--from-raw", str(src / "repeats.csv"), "--cores", "12",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    made = tmp_path / "recsys" / "placements.csv"
+    assert read_placements_csv(made) == read_placements_csv(src / "placements.csv")
+    assert read_grad_bytes(made) == read_grad_bytes(src / "placements.csv") == 51270664
+    assert read_parallel(made) == 12
+    bad = tmp_path / "bad.csv"
+    bad.write_text("placement,local_bsz,step_time,sync_time\n1,16,0.03,0\n")
+    for extra in (["--from-raw", str(bad), "--cores", "12"], ["--from-raw", str(src / "repeats.csv")]):
+        out = tmp_path / "out2"
+        proc = subprocess.run([sys.executable, script, *extra, "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error:")
+        assert not out.exists()
