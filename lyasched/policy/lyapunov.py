@@ -363,22 +363,27 @@ class LyapunovPolicy:
         prio = dens.max(axis=1)
         order = cand[np.lexsort((cand, -prio))]
         out: list[Decision] = []
-        for j in order:
+        for lo in range(0, order.size, _GREEDY_BLOCK):  # rows sorted a block at a time: one numpy call, not one per job
             if free.total == 0:
                 break
-            row = np.concatenate([s_one[j], s_multi[j]])
-            for idx in np.argsort(-row, kind="stable"):
-                sc = row[idx]
-                if not sc > 0:
+            block = order[lo: lo + _GREEDY_BLOCK]
+            rows = np.concatenate([s_one[block], s_multi[block]], axis=1)
+            ranks = np.argsort(-rows, axis=1, kind="stable")
+            for j, row, rank in zip(block, rows, ranks):
+                if free.total == 0:
                     break
-                one_node = idx < k
-                gg = int(idx % k) + 1
-                if not free.fits(gg, one_node):
-                    continue
-                pl = free.take(gg, one_node)
-                if pl is not None:
-                    out.append(self._decision(state, int(j), gg, pl, float(sc), "greedy"))
-                    break
+                for idx in rank:
+                    sc = row[idx]
+                    if not sc > 0:
+                        break
+                    one_node = idx < k
+                    gg = int(idx % k) + 1
+                    if not free.fits(gg, one_node):
+                        continue
+                    pl = free.take(gg, one_node)
+                    if pl is not None:
+                        out.append(self._decision(state, int(j), gg, pl, float(sc), "greedy"))
+                        break
         return out
 
     def _decision(self, state: SlotState, j: int, g: int, pl: Placement, score: float, solver: str) -> Decision:
@@ -388,6 +393,9 @@ class LyapunovPolicy:
         best = float(self._best[j])
         why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{run - best:.0f}s over best {best:.0f}s)"
         return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
+
+
+_GREEDY_BLOCK = 256  # jobs whose score rows `_greedy` sorts in one call
 
 
 def _useful(best: np.ndarray, cand: np.ndarray, capacity: int) -> np.ndarray:
@@ -401,13 +409,13 @@ def _useful(best: np.ndarray, cand: np.ndarray, capacity: int) -> np.ndarray:
     if cand.size == 0:
         return cand
     sub = best[cand]
-    keep: set[int] = set()
+    keep = np.zeros(sub.shape[0], dtype=bool)
     for g in range(1, min(sub.shape[1], capacity) + 1):
         col = sub[:, g - 1]
         m = min(col.size, capacity - g + 1)
         top = np.argpartition(-col, m - 1)[:m] if m < col.size else np.arange(col.size)
-        keep.update(int(i) for i in top if col[i] > 0)
-    return cand[np.array(sorted(keep), dtype=int)]
+        keep[top[col[top] > 0]] = True
+    return cand[np.flatnonzero(keep)]
 
 
 def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None:
