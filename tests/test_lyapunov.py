@@ -536,3 +536,32 @@ def test_fill_first_keeps_the_invariants_and_starts_shortest_first(sv, force_gre
         assert lead  # something fitted at its request: the fill started first
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
     assert key(pol.decide(state)) == key(res) == key(LyapunovVariant(V=V, order="fill_first", exact_limit=pol.exact_limit).decide(state))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.booleans())
+def test_spread_leftover_grows_only_into_idle_gpus(sv, force_greedy):
+    """``spread="leftover"`` (off by default; measured, not adopted): the knapsack and the fill decide
+    at or below each request, then the slot's starts grow into the GPUs still free. Same jobs as
+    without the growth, none on fewer GPUs, more than asked only where it started at or below its
+    request, the usual invariants, and pure."""
+
+    class NoGrowth(LyapunovVariant):
+        def _grow(self, state, starts, s_one, s_multi):
+            return starts
+
+    state, V = sv
+    limit = 0 if force_greedy else 200_000
+    pol = LyapunovVariant(V=V, spread="leftover", exact_limit=limit)
+    res = pol.decide(state)
+    by_id = _check_starts(state, res)
+    base = {d.job_id: d for d in NoGrowth(V=V, spread="leftover", exact_limit=limit).decide(state).starts}
+    assert {d.job_id for d in res.starts} == set(base)
+    for d in res.starts:
+        b = base[d.job_id]
+        w = by_id[d.job_id]
+        assert d.gpus >= b.gpus and b.gpus <= (nearest_allowed(w, w.requested_gpus) or 1)
+        if d.gpus > b.gpus:
+            assert d.score > 0 and "grown" in d.reason
+    key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
+    assert key(pol.decide(state)) == key(res) == key(LyapunovVariant(V=V, spread="leftover", exact_limit=limit).decide(state))

@@ -59,6 +59,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "refill": Param("str", choices=("off", "mask", "price"), help="more GPUs than asked vs the expected refill of the free GPUs: off, mask (only spreads the arrivals are not expected to need) or price (charge the arrivals left short)"),
         "refill_rate": Param("str", choices=("recent", "all"), help="refill's arrival rates: over the last max(T(r), min_window) seconds, or the whole arrival history"),
         "order": Param("str", choices=("score", "fill_first"), help="score: the knapsack then the fill; fill_first: shortest-first at the request first, the knapsack on the GPUs left"),
+        "spread": Param("str", choices=("score", "leftover"), help="more GPUs than asked: competing in the knapsack (score), or only into GPUs left idle once every waiting job that fits started at its request (leftover)"),
         "lock_free": Param("float", lo=0.0, hi=1e9, help="configurations holding GPUs at most this long (s) skip the load check"),
         "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the offered-load estimate (s)"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
@@ -79,6 +80,8 @@ PARAMS: dict[str, dict[str, Param]] = {
 
 PARAMS["elastic"] = {
     **PARAMS["lyapunov"],
+    # only the shipped value: spread=leftover's growth step would hand out GPUs the moves plan with
+    "spread": Param("str", choices=("score",), help="only 'score' for elastic (spread=leftover is lyapunov's alone)"),
     "min_move_interval": Param("float", lo=0.0, hi=1e9, help="a job runs at least this long (s) after a start or a move before it is moved again"),
     "move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none"),
     "grow": Param("bool", help="give idle GPUs to running checkpointable jobs when nothing waits"),

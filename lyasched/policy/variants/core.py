@@ -7,18 +7,20 @@ Every option is off by default (the shipped decision); each changes one extensio
 * ``_credit``: ``q_credit`` work (uncapped), mean, or peaked (work up to the mean, mean^2/work above);
 * ``_z_credit`` and ``_wake_at``: ``z_credit=slot`` (a start credited only the slot's growth of Z);
 * ``_values``: ``rate`` size or held (the knapsack's values per GPU-second held, Smith's rule);
-* ``_starts_first``: ``order=fill_first`` (the fill at the request before the knapsack).
+* ``_starts_first``: ``order=fill_first`` (the fill at the request before the knapsack);
+* ``_values`` and ``decide``: ``spread=leftover`` (more GPUs than asked only from the GPUs left idle
+  once every waiting job that fits has started at its request: `_grow`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from lyasched.policy.lyapunov import Fut, LyapunovPolicy
-from lyasched.policy.state import Decision, FreeGpus, SlotState
+from lyasched.policy.state import Decision, FreeGpus, SlotResult, SlotState, apply
 from lyasched.policy.variants import arrivals
 
 
@@ -36,6 +38,7 @@ class LyapunovVariant(LyapunovPolicy):
     refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see arrivals.refill_short)
     refill_rate: str = "recent"  # refill's arrival rates: over max(T(r), min_window) ("recent") or the whole history ("all")
     order: str = "score"  # "score": the knapsack first, then the fill; "fill_first": the fill at the request first, the knapsack on what is left
+    spread: str = "score"  # "score": spreads compete in the knapsack; "leftover": only into GPUs no waiting job takes at its request (`_grow`)
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt from max_load
     min_window: float = 3600.0  # shortest window of the arrival-rate estimates (s)
 
@@ -101,6 +104,11 @@ class LyapunovVariant(LyapunovPolicy):
         keep the score's order, only which jobs start changes); ``held`` by g*T(c) of the
         configuration itself.
         """
+        if self.spread == "leftover":  # the knapsack at or below the request; _grow spreads afterwards
+            self._unmasked = (s_one, s_multi)
+            k = s_one.shape[1]
+            beyond = np.arange(1, k + 1)[None, :] > arr["req"][:, None]
+            s_one, s_multi = np.where(beyond, -np.inf, s_one), np.where(beyond, -np.inf, s_multi)
         if self.rate == "none":
             return s_one, s_multi
         k = s_one.shape[1]
@@ -114,3 +122,62 @@ class LyapunovVariant(LyapunovPolicy):
             one = np.where(np.isfinite(s_one) & np.isfinite(d_one), s_one / np.maximum(d_one, 1e-9), -np.inf)
             multi = np.where(np.isfinite(s_multi) & np.isfinite(d_multi), s_multi / np.maximum(d_multi, 1e-9), -np.inf)
         return one, multi
+
+    def decide(self, state: SlotState) -> SlotResult:
+        """The shipped decision; with ``spread=leftover`` its starts then grow into the GPUs it left idle."""
+        self._unmasked = None
+        res = super().decide(state)
+        if self.spread != "leftover" or not res.starts or self._unmasked is None:
+            return res
+        return replace(res, starts=self._grow(state, res.starts, *self._unmasked))
+
+    def _grow(self, state: SlotState, starts: tuple[Decision, ...], s_one: np.ndarray,
+              s_multi: np.ndarray) -> tuple[Decision, ...]:
+        """``spread=leftover``: GPUs still free after the slot's starts (the knapsack at or below each
+        request, then the fill: no waiting job that fits at its request is left) go to those starts,
+        one step at a time to the step that raises the drift-plus-penalty score most per extra GPU
+        (Optimus' growth, with the Lyapunov score as the value); a step must raise the score, and
+        above 0 (a fill start, at its request whatever its score, grows only to a positive one)."""
+        free_list = list(state.free)
+        for d in starts:
+            apply(free_list, d.placement)
+        if sum(free_list) == 0:
+            return starts
+        free = FreeGpus(tuple(free_list), state.gpus_per_node)
+        index = {w.job_id: i for i, w in enumerate(state.waiting)}
+        cur = list(starts)
+        k = s_one.shape[1]
+        gpn = state.gpus_per_node
+
+        def score(j: int, g: int, pl_one: bool) -> float:
+            v = s_one[j, g - 1] if pl_one else s_multi[j, g - 1]
+            return float(v) if np.isfinite(v) else -math.inf
+
+        while free.total > 0:
+            best = None  # (gain per GPU, position, g, one node)
+            for pos, d in enumerate(cur):
+                j = index[d.job_id]
+                now = max(score(j, d.gpus, len(d.placement) == 1), 0.0)  # a fill start (score <= 0) grows only to a positive score
+                trial = FreeGpus(tuple(free.free), gpn)
+                trial.give(d.placement)
+                for g in range(d.gpus + 1, min(k, d.gpus + free.total) + 1):
+                    for one in (True, False):
+                        if one and g > gpn:
+                            continue
+                        s = score(j, g, one)
+                        if not s > now or not trial.fits(g, one):
+                            continue
+                        gain = (s - now) / (g - d.gpus)
+                        if best is None or gain > best[0]:
+                            best = (gain, pos, g, one)
+            if best is None:
+                break
+            _, pos, g, one = best
+            d = cur[pos]
+            free.give(d.placement)
+            pl = free.take(g, one)
+            assert pl is not None
+            s = score(index[d.job_id], g, one)
+            cur[pos] = Decision(job_id=d.job_id, gpus=g, placement=pl, score=s,
+                                reason=f"{d.reason}; grown to {g} into idle GPUs (score {s:.3g})")
+        return tuple(cur)
