@@ -547,7 +547,7 @@ def test_spread_leftover_grows_only_into_idle_gpus(sv, force_greedy):
     request, the usual invariants, and pure."""
 
     class NoGrowth(LyapunovVariant):
-        def _grow(self, state, starts, s_one, s_multi):
+        def _grow_leftover(self, state, starts, s_one, s_multi):
             return starts
 
     state, V = sv

@@ -9,7 +9,7 @@ Every option is off by default (the shipped decision); each changes one extensio
 * ``_values``: ``rate`` size or held (the knapsack's values per GPU-second held, Smith's rule);
 * ``_starts_first``: ``order=fill_first`` (the fill at the request before the knapsack);
 * ``_values`` and ``decide``: ``spread=leftover`` (more GPUs than asked only from the GPUs left idle
-  once every waiting job that fits has started at its request: `_grow`).
+  once every waiting job that fits has started at its request: `_grow_leftover`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class LyapunovVariant(LyapunovPolicy):
     refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see arrivals.refill_short)
     refill_rate: str = "recent"  # refill's arrival rates: over max(T(r), min_window) ("recent") or the whole history ("all")
     order: str = "score"  # "score": the knapsack first, then the fill; "fill_first": the fill at the request first, the knapsack on what is left
-    spread: str = "score"  # "score": spreads compete in the knapsack; "leftover": only into GPUs no waiting job takes at its request (`_grow`)
+    spread: str = "score"  # "score": spreads compete in the knapsack; "leftover": only into GPUs no waiting job takes at its request (`_grow_leftover`)
     lock_free: float = 3600.0  # configurations that hold their GPUs at most this long (s) are exempt from max_load
     min_window: float = 3600.0  # shortest window of the arrival-rate estimates (s)
 
@@ -104,8 +104,8 @@ class LyapunovVariant(LyapunovPolicy):
         keep the score's order, only which jobs start changes); ``held`` by g*T(c) of the
         configuration itself.
         """
-        if self.spread == "leftover":  # the knapsack at or below the request; _grow spreads afterwards
-            self._unmasked = (s_one, s_multi)
+        if self.spread == "leftover":  # the knapsack at or below the request; _grow_leftover spreads afterwards
+            self._unmasked: tuple[np.ndarray, np.ndarray] | None = (s_one, s_multi)
             k = s_one.shape[1]
             beyond = np.arange(1, k + 1)[None, :] > arr["req"][:, None]
             s_one, s_multi = np.where(beyond, -np.inf, s_one), np.where(beyond, -np.inf, s_multi)
@@ -129,9 +129,9 @@ class LyapunovVariant(LyapunovPolicy):
         res = super().decide(state)
         if self.spread != "leftover" or not res.starts or self._unmasked is None:
             return res
-        return replace(res, starts=self._grow(state, res.starts, *self._unmasked))
+        return replace(res, starts=self._grow_leftover(state, res.starts, *self._unmasked))
 
-    def _grow(self, state: SlotState, starts: tuple[Decision, ...], s_one: np.ndarray,
+    def _grow_leftover(self, state: SlotState, starts: tuple[Decision, ...], s_one: np.ndarray,
               s_multi: np.ndarray) -> tuple[Decision, ...]:
         """``spread=leftover``: GPUs still free after the slot's starts (the knapsack at or below each
         request, then the fill: no waiting job that fits at its request is left) go to those starts,
