@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 DEFAULT_BATCHES = {"mlp": [8, 32, 64, 128], "mlp-large": [8, 16, 32, 64], "resnet": [4, 8, 16, 32], "recsys": [16, 64, 256, 1024],
-                   "transformer": [2, 4, 8, 16], "mobilenet": [2, 4, 8, 16], "vgg": [2, 4, 8, 16]}
+                   "transformer": [2, 4, 8, 16], "mobilenet": [2, 4, 8, 16], "vgg": [2, 4, 8, 16],
+                   "speech": [2, 4, 8, 16]}
 
 
 def _free_port() -> int:

@@ -252,6 +252,34 @@ def token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 
+# ---------------------------------------------------------------- recurrent speech model
+
+
+class SpeechRNN(nn.Module):
+    """DeepSpeech2-like acoustic model: a strided 1-D convolution over log-mel frames, a GRU
+    stack and a per-frame character classifier. Recurrent: its compute is a chain of small
+    sequential steps (one per frame), a family none of the other examples belongs to."""
+
+    def __init__(self, features: int = 80, width: int = 128, layers: int = 2, classes: int = 29) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv1d(features, width, 5, stride=2, padding=2), nn.ReLU())
+        self.rnn = nn.GRU(width, width, layers, batch_first=True)
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x.transpose(1, 2)).transpose(1, 2)  # (b, ceil(frames/2), width)
+        h, _ = self.rnn(h)
+        return self.out(h)  # (b, ceil(frames/2), classes): sample-major, so a batch splits by sample
+
+
+def speech_batches(features: int, frames: int, classes: int) -> Callable[[int, Any], Batch]:
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        x = torch.randn(b, frames, features, device=device)
+        return x, torch.randint(0, classes, (b, (frames + 1) // 2), device=device)  # a label per output frame
+
+    return make_batch
+
+
 # ---------------------------------------------------------------- factories (the library)
 
 
@@ -295,6 +323,14 @@ def transformer(vocab: int = 8000, dim: int = 128, layers: int = 2, heads: int =
                      args=dict(vocab=vocab, dim=dim, layers=layers, heads=heads, seq=seq))
 
 
+def speech(features: int = 80, frames: int = 100, width: int = 128, layers: int = 2, classes: int = 29,
+           name: str = "speech") -> ModelSpec:
+    """Recurrent speech model (conv + GRU) over random log-mel frames, per-frame labels."""
+    return ModelSpec(name, SpeechRNN(features, width, layers, classes), speech_batches(features, frames, classes),
+                     loss=token_loss, optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3),
+                     args=dict(features=features, frames=frames, width=width, layers=layers, classes=classes))
+
+
 # name -> (factory, default keyword arguments); `--arg k=v` overrides the defaults.
 EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "mlp": (mlp, {}),
@@ -306,6 +342,7 @@ EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "mobilenet": (mobilenet, {}),
     "recsys": (recsys, {}),
     "transformer": (transformer, {}),
+    "speech": (speech, {}),
 }
 
 
