@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 DEFAULT_BATCHES = {"mlp": [8, 32, 64, 128], "mlp-large": [8, 16, 32, 64], "resnet": [4, 8, 16, 32], "recsys": [16, 64, 256, 1024],
                    "transformer": [2, 4, 8, 16], "mobilenet": [2, 4, 8, 16], "vgg": [2, 4, 8, 16],
-                   "speech": [2, 4, 8, 16]}
+                   "speech": [2, 4, 8, 16], "detector": [2, 4, 8, 16]}
 
 
 def _free_port() -> int:

@@ -131,6 +131,8 @@ def test_every_example_trains_one_step(name):
         assert out.shape == (2, 8, classes) and y.shape == (2, 8)
     elif name == "speech":
         assert out.shape == (2, 8, classes) and y.shape == (2, 8)
+    elif name == "detector":  # per cell of an 8x8 grid: box (4), objectness, 20 class logits
+        assert out.shape == (2, 8, 8, 25) and y.shape == (2, 8, 8, 6)
     else:
         assert out.shape == (2, classes) and y.shape == (2,)
     spec.loss(out, y).backward()
@@ -311,8 +313,8 @@ def test_gpu_profiles_analysis_of_the_recorded_h200_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {r["model"]: r for r in json.loads(proc.stdout)["models"]}
     raw = {r["model"]: r for r in json.loads(src.read_text())}
-    # every example of the time: speech was added after the GPU session
-    assert set(rows) == set(EXAMPLES) - {"speech"} and all(r["device"] == "NVIDIA H200" for r in rows.values())
+    # every example of the time: speech and detector were added after the GPU session
+    assert set(rows) == set(EXAMPLES) - {"speech", "detector"} and all(r["device"] == "NVIDIA H200" for r in rows.values())
     for name, r in rows.items():
         a, b = raw[name]["alpha"], raw[name]["beta"]
         want = [(a + b * x) / y - 1 for x, y in zip(raw[name]["batches"], raw[name]["step_times"])]

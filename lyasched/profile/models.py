@@ -280,6 +280,50 @@ def speech_batches(features: int, frames: int, classes: int) -> Callable[[int, A
     return make_batch
 
 
+# ---------------------------------------------------------------- single-shot object detector
+
+
+class TinyDetector(nn.Module):
+    """YOLO-style single-shot detector: a strided conv-BN-ReLU backbone down to a grid of cells,
+    and a 1x1 head predicting per cell a box (4), an objectness logit and class logits."""
+
+    def __init__(self, width: int = 32, classes: int = 20) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+        w = width
+        self.backbone = nn.Sequential(block(3, w, 2), block(w, 2 * w, 2), block(2 * w, 4 * w, 2), block(4 * w, 4 * w, 1))
+        self.head = nn.Conv2d(4 * w, 5 + classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x)).permute(0, 2, 3, 1)  # (b, grid, grid, 5 + classes)
+
+
+def detection_batches(size: int, classes: int) -> Callable[[int, Any], Batch]:
+    grid = (size + 7) // 8  # three stride-2 convolutions
+
+    def make_batch(b: int, device: Any = "cpu") -> Batch:
+        x = torch.randn(b, 3, size, size, device=device)
+        box = torch.rand(b, grid, grid, 4, device=device)
+        obj = (torch.rand(b, grid, grid, 1, device=device) < 0.1).float()
+        cls = torch.randint(0, classes, (b, grid, grid, 1), device=device).float()
+        return x, torch.cat([box, obj, cls], dim=-1)  # per cell: box, object present, class id
+
+    return make_batch
+
+
+def detection_loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Box regression where an object is, objectness everywhere, classes where an object is; every
+    term a mean over all cells of the batch, so the loss of a batch is the mean of its halves'."""
+    obj = target[..., 4]
+    box = ((out[..., :4].sigmoid() - target[..., :4]) ** 2).sum(-1) * obj
+    objectness = F.binary_cross_entropy_with_logits(out[..., 4], obj, reduction="none")
+    cls = F.cross_entropy(out[..., 5:].flatten(0, 2), target[..., 5].long().flatten(), reduction="none").view_as(obj) * obj
+    return (5.0 * box + objectness + cls).mean()
+
+
 # ---------------------------------------------------------------- factories (the library)
 
 
@@ -331,6 +375,12 @@ def speech(features: int = 80, frames: int = 100, width: int = 128, layers: int 
                      args=dict(features=features, frames=frames, width=width, layers=layers, classes=classes))
 
 
+def detector(width: int = 32, image_size: int = 64, classes: int = 20, name: str = "detector") -> ModelSpec:
+    """Single-shot object detector over random 64x64 images and random boxes (8x8 grid)."""
+    return ModelSpec(name, TinyDetector(width, classes), detection_batches(image_size, classes), loss=detection_loss,
+                     args=dict(width=width, image_size=image_size, classes=classes))
+
+
 # name -> (factory, default keyword arguments); `--arg k=v` overrides the defaults.
 EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "mlp": (mlp, {}),
@@ -343,6 +393,7 @@ EXAMPLES: dict[str, tuple[Callable[..., ModelSpec], dict[str, Any]]] = {
     "recsys": (recsys, {}),
     "transformer": (transformer, {}),
     "speech": (speech, {}),
+    "detector": (detector, {}),
 }
 
 
