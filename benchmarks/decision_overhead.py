@@ -1,10 +1,10 @@
-"""Time one Lyapunov decision with 10,000 waiting jobs on 1,024 nodes x 4 GPUs (target: <= 50 ms median, one core).
+"""Time one Lyapunov decision with 10,000 waiting jobs on 1,024 nodes x 4 GPUs (target: <= 25 ms median, one core).
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
         [--policy lyapunov|elastic] [--running] [--full]
 
 Builds the WaitingJob rows once (the simulator and the service keep them per job), then
-times `LyapunovPolicy.decide` alone. The policy copies a job's rows into its matrices the
+times the policy's `decide` alone (`--policy`, default lyapunov). The policy copies a job's rows into its matrices the
 first time it sees the job (as in serve/replay, where the same jobs wait slot after slot):
 the first call is reported separately. About 30% of the GPUs are free, spread unevenly.
 
@@ -73,10 +73,9 @@ def build(n_jobs: int, nodes: int, gpn: int, max_gpus: int, seed: int, running: 
                 if not np.isfinite(w.run_one_node[g - 1]):  # a count this model may not run on: draw again
                     continue
                 busy -= g
-                left = float(rng.uniform(0.1, 0.9))
-                start = now - (1.0 - left) * float(w.run_one_node[g - 1])
-                base = RunningJob(w.job_id, g, ((node, g),), start, start + w.time_limit,
-                                  predicted_end=start + float(w.run_one_node[g - 1]))
+                left, run_s = float(rng.uniform(0.1, 0.9)), float(w.run_one_node[g - 1])
+                start = now - (1.0 - left) * run_s
+                base = RunningJob(w.job_id, g, ((node, g),), start, start + w.time_limit, predicted_end=start + run_s)
                 run.append(movable_job(base, one=w.run_one_node, multi=w.run_multi_node, work=w.work, scale=left,
                                        requested=g, move_cost=float("nan"), waited=float(rng.uniform(0, 3600)),
                                        checkpointable=True))

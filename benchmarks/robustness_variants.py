@@ -70,8 +70,8 @@ def main() -> None:
     ratios: list[list[tuple[float, ...]]] = [[] for _ in a.variants]
     rows = []
     for k, w in enumerate(ws):
-        sims = [(w["seed"] + 7919 * n, Simulation(w["jobs"], w["cluster"], seed=w["seed"] + 7919 * n,
-                                                   end_fraction=w["end_fraction"])) for n in noise]
+        seeds = [w["seed"] + 7919 * n for n in noise]
+        sims = [(s, Simulation(w["jobs"], w["cluster"], seed=s, end_fraction=w["end_fraction"])) for s in seeds]
         per_seed = []
         for n, (seed, sim) in zip(noise, sims):
             key = (w["name"], w["set"], a.quick) if n == 0 else (w["name"], w["set"], a.quick, n)

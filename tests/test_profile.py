@@ -117,11 +117,14 @@ def test_cuda_requested_without_gpu():
         profile_model("mlp", batches=[1], device="cuda")
 
 
+# every example at a size that trains in milliseconds (the rest: width=4)
+SMALL = {"mlp": {"width": 8}, "mlp-large": {"width": 8}, "recsys": {"rows": 100, "width": 8},
+         "transformer": {"vocab": 50, "dim": 16, "seq": 8}, "speech": {"width": 4, "frames": 15}}
+
+
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_every_example_trains_one_step(name):
-    small = {"mlp": {"width": 8}, "mlp-large": {"width": 8}, "recsys": {"rows": 100, "width": 8},
-             "transformer": {"vocab": 50, "dim": 16, "seq": 8}, "speech": {"width": 4, "frames": 15}}
-    spec = example(name, **small.get(name, {"width": 4}))
+    spec = example(name, **SMALL.get(name, {"width": 4}))
     x, y = spec.make_batch(2, "cpu")
     out = spec.model(x)
     classes = {"recsys": 2, "transformer": 50, "speech": 29}.get(name, 10)
@@ -143,9 +146,7 @@ def test_every_example_trains_one_step(name):
 def test_every_example_batch_splits_by_sample(name):
     """train_example.py gives rank r samples [r*b, (r+1)*b) of the global batch by slicing
     dimension 0 of inputs and targets: the loss over the halves must average to the whole's."""
-    small = {"mlp": {"width": 8}, "mlp-large": {"width": 8}, "recsys": {"rows": 100, "width": 8},
-             "transformer": {"vocab": 50, "dim": 16, "seq": 8}, "speech": {"width": 4, "frames": 15}}
-    spec = example(name, **small.get(name, {"width": 4}))
+    spec = example(name, **SMALL.get(name, {"width": 4}))
     spec.model.eval()  # batch norm: per-batch statistics in training mode
     torch.manual_seed(0)
     x, y = spec.make_batch(4, "cpu")

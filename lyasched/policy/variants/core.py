@@ -132,7 +132,7 @@ class LyapunovVariant(LyapunovPolicy):
         return replace(res, starts=self._grow_leftover(state, res.starts, *self._unmasked))
 
     def _grow_leftover(self, state: SlotState, starts: tuple[Decision, ...], s_one: np.ndarray,
-              s_multi: np.ndarray) -> tuple[Decision, ...]:
+                       s_multi: np.ndarray) -> tuple[Decision, ...]:
         """``spread=leftover``: GPUs still free after the slot's starts (the knapsack at or below each
         request, then the fill: no waiting job that fits at its request is left) go to those starts,
         one step at a time to the step that raises the drift-plus-penalty score most per extra GPU
