@@ -122,7 +122,7 @@ def test_a_job_moved_twice_waits_and_counts_its_moves_in_the_service_as_in_the_s
     job.state, job.reason, job.start, job.nodes = "RUNNING", "None", base + RESTART, ("node1",)
     slot_at(VIEW)
     live = pol.seen[base + VIEW].waited_s
-    assert moves.held_before(db) == {"uid-00000001": pytest.approx(SUSPEND - START)}
+    assert moves.history(db)["uid-00000001"].held_before == pytest.approx(SUSPEND - START)
     assert live == pytest.approx(WAITED)  # before: its current start minus its submission, 900 s
     sim = _sim_view()
     assert live == pytest.approx(sim.waited_s)
@@ -152,16 +152,28 @@ def test_a_database_from_before_run_started_gets_the_column_filled_where_the_his
     db = records.open_records(path)
     got = {r["id"]: r["run_started"] for r in db.query("select id, run_started from moves")}
     assert got == {1: None, 2: None, 3: 1110.0, 4: None}
-    assert moves.held_before(db) == {"u1": pytest.approx(390.0)}  # unknown starts count no time held
+    assert {u: h.held_before for u, h in moves.history(db).items()} == {"u1": pytest.approx(390.0), "u2": 0.0}  # unknown starts count no time held
     assert db.execute("select value from meta where key = 'schema_version'").fetchone()[0] == str(records.SCHEMA_VERSION)
     records.open_records(path)  # opened again: nothing changes
     assert {r["id"]: r["run_started"] for r in db.query("select id, run_started from moves")} == got
     # and the mover writes it from now on
     mid = moves.open_move(db, uid="u2", slurm_id="7", kind="suspend", run_started=2500.0)
     moves.mark(db, mid, state="done", requeued_at=2600.0)
-    assert moves.held_before(db)["u2"] == pytest.approx(100.0)
+    assert moves.history(db)["u2"].held_before == pytest.approx(100.0)
     # completed moves per job, as the simulator counts checkpoints: failed moves ended no run
-    assert moves.done_counts(db) == {"u1": 2, "u2": 2}
+    assert {u: h.done for u, h in moves.history(db).items()} == {"u1": 2, "u2": 2}
+
+
+def test_history_gives_each_job_its_own_mean_move_cost_and_none_without_a_measured_one():
+    db = records.open_records(":memory:")
+    for uid, state, cost in (("a", "done", 40.0), ("a", "failed", None), ("a", "done", 60.0), ("b", "done", None)):
+        mid = moves.open_move(db, uid=uid, slurm_id="1", kind="suspend", run_started=100.0)
+        moves.mark(db, mid, state=state, requeued_at=150.0 if state == "done" else None, cost_s=cost)
+    h = moves.history(db)
+    assert (h["a"].cost_s, h["a"].done, h["a"].held_before) == (pytest.approx(50.0), 2, pytest.approx(100.0))
+    assert (h["b"].cost_s, h["b"].done) == (None, 1)
+    assert h["a"].last_done is not None and h["a"].last_done["cost_s"] == 60.0
+    assert "c" not in h
 
 
 @pytest.fixture

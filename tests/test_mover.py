@@ -262,7 +262,7 @@ def test_a_service_killed_during_a_move_finishes_it_on_restart(db, tmp_path, poi
     assert (m["state"], m["step"]) == ("done", "released"), m
     # the run the move ended, as written with the move's first row (its wait leaves it out)
     assert m["run_started"] == T0 - 1000 and m["requeued_at"] is not None
-    assert moves.held_before(db) == {"uid-00000001": m["requeued_at"] - (T0 - 1000)}
+    assert moves.history(db)["uid-00000001"].held_before == m["requeued_at"] - (T0 - 1000)
     sent = slurm.sent()
     assert sum(c[1] == "requeuehold" for c in sent) == 1 and sum(c[1] == "release" for c in sent) == 1
     assert sent[-1] == ["scontrol", "release", "101"] or sent[-1][-1] == "Requeue=0"

@@ -91,9 +91,8 @@ class PolicyInputs:
         (the record's, as first seen, whatever a requeue does to Slurm's) less its runs, the earlier
         ones from the moves that ended them, as the simulator counts it (`waited_so_far`)."""
         by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
-        last = move_records.last_done(self.db)
-        held = move_records.held_before(self.db)
-        counts = move_records.done_counts(self.db)
+        past = move_records.history(self.db)
+        none = move_records.JobMoves()
         out, n = [], 0
         for rj in state.running:
             job, row = by_id.get(rj.job_id, (None, None))
@@ -103,18 +102,18 @@ class PolicyInputs:
                 out.append(replace(rj, preemptible=False))
                 continue
             wj = self.waiting(ctx, s, job)
-            done = last.get(row["uid"])
+            hist = past.get(row["uid"], none)
+            done = hist.last_done
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
             pred = row.get("predicted")
             seg = float(pred) if pred else math.nan
             run = max(0.0, ctx.now - rj.start_time)
-            cost = move_records.measured_cost(self.db, row["uid"])
             out.append(movable_job(
                 rj, one=wj.run_one_node, multi=wj.run_multi_node, work=wj.work, scale=share_left(1.0 - saved, seg - run, seg),
-                requested=s.min_gpus, move_cost=cost if cost is not None else math.nan, checkpointable=True,
-                waited=waited_so_far(ctx.now, row.get("submit_time") or wj.submit_time, held.get(row["uid"], 0.0),
+                requested=s.min_gpus, move_cost=hist.cost_s if hist.cost_s is not None else math.nan, checkpointable=True,
+                waited=waited_so_far(ctx.now, row.get("submit_time") or wj.submit_time, hist.held_before,
                                      rj.start_time),
-                moves=counts.get(row["uid"], 0),
+                moves=hist.done,
             ))
             n += 1
         return replace(state, running=tuple(out)), n

@@ -9,11 +9,12 @@ checkpoint signal sent), ``requeued`` (checkpoint complete, ``scontrol requeueho
 
 Every ``done`` move ended one run of its job (``scontrol requeuehold``): ``run_started`` (Slurm's
 StartTime of that run, written with the row) to ``requeued_at``. Their sum is the time the job
-held GPUs before its current run (`held_before`), what its wait leaves out as the simulator's does.
+held GPUs before its current run (`JobMoves.held_before`), what its wait leaves out as the simulator's does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sqlite_utils
@@ -102,35 +103,33 @@ def for_job(db: sqlite_utils.Database, uid: str) -> list[dict]:
     return list(db.query("select * from moves where uid = ? order by id", [uid]))
 
 
-def last_done(db: sqlite_utils.Database) -> dict[str, dict]:
-    """uid -> its last completed move (the progress saved, for a suspended job's remaining work)."""
-    out: dict[str, dict] = {}
+@dataclass(frozen=True)
+class JobMoves:
+    """What a job's moves so far tell the next slot (`history`): its last completed move (the
+    progress saved), the time its earlier runs held GPUs, its completed moves and its own move cost."""
+
+    last_done: dict | None = None  # the last completed move's row (the progress saved)
+    held_before: float = 0.0  # ``run_started`` to ``requeued_at`` of the runs its completed moves ended (unknown start: 0)
+    done: int = 0  # completed moves, as the simulator counts a job's checkpoints (`ElasticVariant.move_backoff`)
+    cost_s: float | None = None  # mean measured signal-to-running-again time of its moves (None when none)
+
+
+def history(db: sqlite_utils.Database) -> dict[str, JobMoves]:
+    """uid -> `JobMoves`, for every job with a move: two reads of the table per slot, whatever the
+    number of running jobs (the service builds each movable job's view from it)."""
+    if "moves" not in db.table_names():
+        return {}
+    last: dict[str, dict] = {}
     for r in db.query("select * from moves where state = 'done' order by id"):
-        out[r["uid"]] = r
-    return out
-
-
-def held_before(db: sqlite_utils.Database) -> dict[str, float]:
-    """uid -> the time the job held GPUs in the runs its completed moves ended (``run_started`` to
-    ``requeued_at``; a run whose start is unknown counts 0): its current run not included."""
-    out: dict[str, float] = {}
-    for uid, held in db.execute(
-        "select uid, sum(max(0, requeued_at - run_started)) from moves where state = 'done' "
-        "and run_started is not null and requeued_at is not null group by uid"
+        last[r["uid"]] = r
+    out: dict[str, JobMoves] = {}
+    for uid, held, done, cost in db.execute(
+        "select uid, sum(case when state = 'done' and run_started is not null and requeued_at is not null "
+        "then max(0, requeued_at - run_started) else 0 end), sum(state = 'done'), avg(cost_s) "
+        "from moves group by uid"
     ).fetchall():
-        out[uid] = float(held or 0.0)
+        out[uid] = JobMoves(last.get(uid), float(held or 0.0), int(done or 0),
+                            float(cost) if cost is not None else None)
     return out
 
 
-def done_counts(db: sqlite_utils.Database) -> dict[str, int]:
-    """uid -> its completed moves (each ended a run with a checkpoint), as the simulator counts a
-    job's checkpoints: what spaces a job's next move further apart with `ElasticVariant.move_backoff`."""
-    return {uid: int(n) for uid, n in db.execute(
-        "select uid, count(*) from moves where state = 'done' group by uid").fetchall()}
-
-
-def measured_cost(db: sqlite_utils.Database, uid: str) -> float | None:
-    """The job's own move cost: the mean measured signal-to-running-again time of its previous
-    moves (None when it has none)."""
-    row = db.execute("select avg(cost_s) from moves where uid = ? and cost_s is not null", [uid]).fetchone()
-    return float(row[0]) if row and row[0] is not None else None
