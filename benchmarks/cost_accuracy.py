@@ -11,7 +11,8 @@ apps of the held-out app's cluster; of the held-out app only its single-GPU rows
 multi-GPU placement are used; every other row of it, scalability.csv included, is predicted.
 Each --profiles directory is one cluster (default: the shared Pollux profiles, the profiles
 measured on this machine, benchmarks/data/profiles, and those measured on the CPU cores of the
-GPU machine lent on 2026-11-26, benchmarks/data/profiles-h200host). A CPU cluster's profiles record
+GPU machine lent on 2026-11-26, benchmarks/data/profiles-h200host, and this machine's profiles
+measured again a day later, benchmarks/data/profiles-rerun). A CPU cluster's profiles record
 the measuring host's ``cores=`` and ``threads_per_rank=`` (the replicas a node runs side by
 side: `CommShape.parallel`). Apps named by ``held_out=`` in a cluster's CLUSTER file (or
 ``--held-out``) are predicted the same way but are in no other app's training set, and are
@@ -50,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", choices=["leave-one-app-out", "per-app"], default="leave-one-app-out")
     ap.add_argument("--profiles", action="append", default=None,
                     help="directory with <app>/placements.csv, one per cluster, repeatable (default "
-                         "../shared/data/profiles from the repo, benchmarks/data/profiles and "
-                         "benchmarks/data/profiles-h200host)")
+                         "../shared/data/profiles from the repo, benchmarks/data/profiles, "
+                         "benchmarks/data/profiles-h200host and benchmarks/data/profiles-rerun)")
     ap.add_argument("--fit-placement", default=None,
                     help="the one multi-GPU placement to fit the communication model on (default: 2222 or the "
                          "widest 2-GPUs-per-node placement present)")
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles"),
-                             str(REPO / "benchmarks" / "data" / "profiles-h200host")]
+                             str(REPO / "benchmarks" / "data" / "profiles-h200host"),
+                             str(REPO / "benchmarks" / "data" / "profiles-rerun")]
     if args.protocol == "leave-one-app-out":
         return leave_one_out(dirs, args)
     if len(dirs) > 1 and args.profiles is None:
