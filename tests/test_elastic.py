@@ -394,8 +394,12 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     # the reference predates group swaps: the fast policy without them decides exactly as it
     fast = ElasticPolicy(group=False, **params).decide(st)
     ref = ReferenceElasticPolicy(**params).decide(st)
-    assert fast == ref
-    assert ElasticVariant(group=False, **params).decide(st) == ref  # the variants' class, every option off (policy/variants)
+    assert _sans_wake(fast) == _sans_wake(ref)
+    # the same wake_at where the reference gives one; beyond it, only inert slots add one
+    # (test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes)
+    assert "wake_at" not in ref.info or fast.info["wake_at"] == ref.info["wake_at"]
+    variant = ElasticVariant(group=False, **params).decide(st)  # the variants' class, every option off (policy/variants)
+    assert variant == fast
     check_result(st, fast)
     check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps: feasible too
 
@@ -407,6 +411,10 @@ def test_random_states_do_move_jobs():
         res = ReferenceElasticPolicy().decide(_random_state(np.random.default_rng(1000 + seed)))
         kinds |= {m.split()[0] for m in res.info.get("moves", {}).values()}
     assert {"shrink", "suspend", "grow"} <= kinds
+
+
+def _sans_wake(res: SlotResult) -> SlotResult:
+    return dataclasses.replace(res, info={k: v for k, v in res.info.items() if k != "wake_at"})
 
 
 def _outcomes(r) -> list[tuple]:
@@ -437,7 +445,7 @@ def test_a_policy_that_never_moves_replays_as_lyapunov():
 
     class Still(ElasticPolicy):
         def _make_room(self, state, left, movable, free, q, z, *rest):
-            return [], [], q, z, {}
+            return [], [], q, z, {}, False  # never inert: asked every slot
 
     w = seed_workload("seed-small-scattered", seed=1, n_jobs=120)
     sim = Simulation(w.jobs, w.cluster, seed=1)
@@ -445,6 +453,47 @@ def test_a_policy_that_never_moves_replays_as_lyapunov():
     el = sim.run(Still(grow=False), name="elastic")
     assert el.decide_calls > ly.decide_calls  # asked in slots lyapunov skips
     assert _outcomes(el) == _outcomes(ly)
+
+
+def test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes():
+    """A waiting job that runs longer than the wait the running jobs' releases give it: no swap can
+    help it, whatever the time. Elastic says so (wake_at) with a job waiting and a movable job
+    running; asked again later, before anything changes, it still moves nothing."""
+    long = movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=0.0, now=4000.0, req=8)
+    huge = waiting("huge", 4e6, 4, submit=3990.0)
+    pol = ElasticPolicy()
+    res = pol.decide(state(4000.0, [0, 0], [huge], [long]))
+    assert not res.starts and not res.preempt
+    assert "wake_at" in res.info
+    for t in (4030.0, 6000.0, 20000.0):
+        later = pol.decide(state(t, [0, 0], [huge], [long]))
+        assert not later.starts and not later.preempt and "wake_at" in later.info
+    # a shorter job (28,700 s on 4 GPUs, the long job's GPUs back in 53,185 s): its forecast wait
+    # exceeds its run, so a swap may come to pay as time passes: that slot is not inert
+    mid = waiting("mid", 100000, 4, submit=3990.0)
+    for w, inert in ((huge, True), (mid, False)):
+        st = state(4000.0, [0, 0], [w], [long])
+        assert pol._make_room(st, [w], [long], [0, 0], 1.0, 1.0)[5] is inert
+
+
+@pytest.mark.parametrize("spec", [("seed-small-scattered", 1, 120), ("seed-large-bursty", 0, 120)])
+def test_skipping_inert_slots_changes_no_decision(spec):
+    """With jobs waiting, elastic lets the simulator skip slots only while its make-room step is
+    inert (no candidate fits or has a forecast wait above its run: that forecast only falls until
+    the cluster changes). Asked every slot instead, it makes exactly the same starts and moves."""
+
+    class EverySlot(ElasticPolicy):
+        def _make_room(self, *args, **kw):
+            return (*super()._make_room(*args, **kw)[:5], False)
+
+    name, seed, n = spec
+    w = seed_workload(name, seed=seed, n_jobs=n)
+    sim = Simulation(w.jobs, w.cluster, seed=seed)
+    fast = sim.run(ElasticPolicy(), name="elastic")
+    slow = sim.run(EverySlot(), name="elastic")
+    assert fast.decide_calls < slow.decide_calls
+    assert sum(x.preemptions for x in fast.records) == sum(x.preemptions for x in slow.records) > 0  # it moved jobs
+    assert _outcomes(fast) == _outcomes(slow)
 
 
 # --------------------------------------------------------------------------- margin and rollout check

@@ -138,8 +138,9 @@ class ElasticPolicy(LyapunovPolicy):
         preempt: list[str] = []
         moved: dict[str, str] = {}
         q, z = base.q, base.z
+        inert = False
         if left:
-            more, pre, q, z, moved = self._make_room(state, left, movable, free, q, z, base.starts)
+            more, pre, q, z, moved, inert = self._make_room(state, left, movable, free, q, z, base.starts)
             starts += more
             preempt += pre
         elif self.grow and sum(free) > 0:
@@ -147,9 +148,18 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            # with movable jobs and jobs waiting, a swap's score changes with time: no skipping
-            if left:
+            if left and not inert:
+                # a swap's score changes with time: no skipping
                 return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
+            if left:
+                # inert (no waiting candidate's forecast wait exceeds its run, and none fits): that
+                # forecast only falls as time passes, so the make-room step stays a no-op until the
+                # cluster changes; the core's own wake_at says when it may act (with no GPU free
+                # it cannot start anything before a release)
+                wake = base.info.get("wake_at", math.inf if not any(state.free) else None)
+                if base.starts or wake is None:
+                    return base
+                return replace(base, info={**base.info, "wake_at": min(float(wake), soon)})
             return self._with_wake(base, soon, False)
         info = dict(base.info)
         info.pop("wake_at", None)
@@ -170,9 +180,11 @@ class ElasticPolicy(LyapunovPolicy):
     def _make_room(
         self, state: SlotState, left: list[WaitingJob], movable: list[MovableJob], free: list[int], q: float, z: float,
         base_starts: Sequence[Decision] = (),
-    ) -> tuple[list[Decision], list[str], float, float, dict[str, str]]:
+    ) -> tuple[list[Decision], list[str], float, float, dict[str, str], bool]:
         """Swaps: waiting jobs started on GPUs taken from movable jobs (shrunk or suspended) when
-        the swap's score is positive. Returns (starts, preempted ids, Q after, Z after, move notes)."""
+        the swap's score is positive. Returns (starts, preempted ids, Q after, Z after, move notes,
+        inert): inert when no candidate fitted and none had a forecast wait above its run, so that
+        nothing was tried that the passing of time alone could turn into a move (`decide`'s wake_at)."""
         now, slot = state.now, state.slot_len
         theta = q + z
         mean_work = (q / max(1, len(left))) if left else 0.0
@@ -196,12 +208,14 @@ class ElasticPolicy(LyapunovPolicy):
         check = self._swap_check(state, left, base_starts)
         order = heapq.nsmallest(self.max_candidates, cands)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
+        inert = True
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
             w = left[pos]
             pl = memo.fit(shape, free)
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
+                inert = False
                 self._take(free, pl)
                 if check is not None:
                     check.started(w, g, pl)
@@ -213,6 +227,7 @@ class ElasticPolicy(LyapunovPolicy):
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
+            inert = False
             plan = self._victims(shape, g, t_j, free, memo, used)
             score = -math.inf
             if plan is not None:
@@ -264,7 +279,7 @@ class ElasticPolicy(LyapunovPolicy):
                                    f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
-        return starts, preempt, q, z, moved
+        return starts, preempt, q, z, moved, inert
 
     def _group(
         self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: list[tuple[float, int]],
