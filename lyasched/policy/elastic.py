@@ -151,16 +151,10 @@ class ElasticPolicy(LyapunovPolicy):
             if left and not inert:
                 # a swap's score changes with time: no skipping
                 return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
-            if left:
-                # inert (no waiting candidate's forecast wait exceeds its run, and none fits): that
-                # forecast only falls as time passes, so the make-room step stays a no-op until the
-                # cluster changes; the core's own wake_at says when it may act (with no GPU free
-                # it cannot start anything before a release)
-                wake = base.info.get("wake_at", math.inf if not any(state.free) else None)
-                if base.starts or wake is None:
-                    return base
-                return replace(base, info={**base.info, "wake_at": min(float(wake), soon)})
-            return self._with_wake(base, soon, False)
+            # nothing waits, or the make-room step is inert (no waiting candidate fits or has a
+            # forecast wait above its run: that forecast only falls as time passes, so the step
+            # stays a no-op until the cluster changes): the core's wake_at says when to ask again
+            return self._with_wake(base, soon, bool(left))
         info = dict(base.info)
         info.pop("wake_at", None)
         info["moves"] = moved

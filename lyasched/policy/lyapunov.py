@@ -215,7 +215,8 @@ class LyapunovPolicy:
         if free.total == 0:
             q = sum(j.work for j in state.waiting)
             z = sum(max(0.0, state.now - j.submit_time) for j in state.waiting)
-            return SlotResult(starts=(), q=q, z=z, info={"solver": "none"})
+            # nothing can start before a GPU is released (an event for any caller that skips slots)
+            return SlotResult(starts=(), q=q, z=z, info={"solver": "none", "wake_at": math.inf})
         s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
         self._best, self._started = arr["best"], []
         pre = self._starts_first(state, arr, free, s_one, s_multi)
