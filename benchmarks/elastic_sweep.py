@@ -31,14 +31,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
-from robustness import _heldout, seed_round  # noqa: E402
+from robustness import philly_window, seed_round  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
 from lyasched.sim.synth import SynthSpec, parse_spec, synth_workload  # noqa: E402
-from lyasched.sim.workloads import SEED_GROUPS  # noqa: E402
+from lyasched.sim.workloads import SEED_GROUPS, read_trace, select_rows  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
@@ -67,9 +67,8 @@ def elastic_heldout(trace: str) -> list[dict]:
         sw = synth_workload(spec, s)
         out.append(dict(name=f"{sw.name} seed {s}", set="elastic-heldout", jobs=sw.jobs, cluster=sw.cluster,
                         end_fraction=sw.end_fraction, seed=s))
-    # robustness.py's later-round builder: quick = 1,000-job windows at loads 0.8 and 1.2
-    for off in ELASTIC_WINDOWS:
-        out += _heldout("elastic-heldout", [off], [], True, trace)
+    rows = select_rows(read_trace(trace))  # 1,000-job windows at loads 0.8 and 1.2, as --quick rounds
+    out += [philly_window(rows, off, 1000, load, "elastic-heldout") for off in ELASTIC_WINDOWS for load in (0.8, 1.2)]
     return out
 
 

@@ -35,7 +35,7 @@ from lyasched.policy.sjf_oracle import SjfOracle  # noqa: E402
 from lyasched.policy.state import SlotResult, SlotState, WaitingJob  # noqa: E402
 from lyasched.policy.variants.core import LyapunovVariant  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
-from lyasched.sim.workloads import read_trace, select_rows, size_cluster, trace_jobs  # noqa: E402
+from lyasched.sim.workloads import read_trace, select_rows  # noqa: E402
 
 
 class SjfEstimate(SjfOracle):
@@ -107,12 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = []
     for off, load in windows:
-        win = rows[off: off + a.jobs]
-        if not win:
+        if off >= len(rows):
             print(f"error: window {off}: the trace has {len(rows)} usable rows", file=sys.stderr)
             return 2
-        cl = size_cluster(win, load)
-        jobs = tuple(trace_jobs(win, cl))
+        w = R.philly_window(rows, off, a.jobs, load, "philly-order")
+        cl, jobs = w["cluster"], w["jobs"]
         per_seed = []
         for seed in range(a.seeds):
             sim = Simulation(jobs, cl, seed=seed, end_fraction={})
@@ -120,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             oracle, _ = _avg_jct(sim, make_policy("sjf-oracle", seed=seed))
             est, _ = _avg_jct(sim, SjfEstimate(seed))
             per_seed.append({"seed": seed, "lyapunov_vs_oracle": ly / oracle, "sjf_estimate_vs_oracle": est / oracle})
-        row: dict = {"window": f"philly[{off}:+{len(win)}] load {load}", "gpus": cl.total_gpus, "seeds": per_seed}
+        row: dict = {"window": w["name"], "gpus": cl.total_gpus, "seeds": per_seed}
         if a.diff:
             sim = Simulation(jobs, cl, seed=0, end_fraction={})
             pol = _Compared(**prm)

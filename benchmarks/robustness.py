@@ -170,31 +170,23 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
                 spec = spec.replace("jobs=1500", "jobs=400")
             w = synth_workload(spec, s)
             out.append(dict(name=f"{w.name} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
-    if held:
+    rows: list = []  # the trace's usable rows, read once for every held-out round
+    if any((held, held2, held3, held4, held5, held6, held7, held8)):
         rows = select_rows(read_trace(trace))
-        for off in PHILLY_WINDOWS[:1] if quick else PHILLY_WINDOWS:
-            win = rows[off: off + (1000 if quick else 3000)]
-            for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
-                cl = size_cluster(win, load)
-                out.append(dict(name=f"philly[{off}:+{len(win)}] load {load}", set="heldout", jobs=tuple(trace_jobs(win, cl)),
-                                cluster=cl, end_fraction={}, seed=0))
-        for spec, s in SYNTH_HELDOUT[: 4 if quick else None]:
-            if quick:
-                spec = spec.replace("jobs=1500", "jobs=400")
-            w = synth_workload(spec, s)
-            out.append(dict(name=f"{w.name} seed {s}", set="heldout", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+    if held:
+        out += _heldout("heldout", PHILLY_WINDOWS, SYNTH_HELDOUT, quick, rows, quick_synth=4)
     for name, on, windows, synth in (("heldout2", held2, PHILLY_WINDOWS_2, SYNTH_HELDOUT_2),
                                      ("heldout3", held3, PHILLY_WINDOWS_3, SYNTH_HELDOUT_3),
                                      ("heldout4", held4, PHILLY_WINDOWS_4, SYNTH_HELDOUT_4),
                                      ("heldout5", held5, PHILLY_WINDOWS_5, SYNTH_HELDOUT_5)):
         if on:
-            out += _heldout(name, windows, synth, quick, trace)
+            out += _heldout(name, windows, synth, quick, rows)
     for name, on, seeds, windows, synth in (("heldout6", held6, SEEDS_6, PHILLY_WINDOWS_6, SYNTH_HELDOUT_6),
                                             ("heldout7", held7, SEEDS_7, PHILLY_WINDOWS_7, SYNTH_HELDOUT_7),
                                             ("heldout8", held8, SEEDS_8, PHILLY_WINDOWS_8, SYNTH_HELDOUT_8)):
         if on:
             out += seed_round(name, seeds[:1] if quick else seeds)
-            out += _heldout(name, windows, synth, quick, trace)
+            out += _heldout(name, windows, synth, quick, rows)
     return out
 
 
@@ -208,17 +200,22 @@ def seed_round(name: str, seeds: Sequence[int]) -> list[dict]:
     return out
 
 
-def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick: bool, trace: str) -> list[dict]:
-    """One later held-out round: Philly windows at four loads and synthetic workloads."""
+def philly_window(rows: Sequence, off: int, n: int, load: float, set_name: str) -> dict:
+    """The ``n`` trace rows from ``off`` on a cluster sized for offered ``load``, as a workload."""
+    win = rows[off: off + n]
+    cl = size_cluster(win, load)
+    return dict(name=f"philly[{off}:+{len(win)}] load {load}", set=set_name, jobs=tuple(trace_jobs(win, cl)),
+                cluster=cl, end_fraction={}, seed=0)
+
+
+def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick: bool, rows: Sequence,
+             quick_synth: int = 2) -> list[dict]:
+    """One held-out round: Philly windows at four loads and synthetic workloads."""
     out: list[dict] = []
-    rows = select_rows(read_trace(trace))
     for off in windows[:1] if quick else windows:
-        win = rows[off: off + (1000 if quick else 3000)]
         for load in (0.8, 1.2) if quick else (0.6, 0.8, 1.0, 1.2):
-            cl = size_cluster(win, load)
-            out.append(dict(name=f"philly[{off}:+{len(win)}] load {load}", set=name, jobs=tuple(trace_jobs(win, cl)),
-                            cluster=cl, end_fraction={}, seed=0))
-    for spec, s in synth[: 2 if quick else None]:
+            out.append(philly_window(rows, off, 1000 if quick else 3000, load, name))
+    for spec, s in synth[: quick_synth if quick else None]:
         if quick:
             spec = spec.replace("jobs=1500", "jobs=400")
         w = synth_workload(spec, s)
