@@ -13,7 +13,7 @@ from lyasched.cli import main
 from lyasched.policy import POLICIES
 
 TRACE = "submit_time,duration,num_gpus\n" + "".join(f"{i * 120},{600 + 300 * (i % 7)},{[1, 1, 2, 4][i % 4]}\n" for i in range(40))
-KEYS = {"avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "max_wait_s", "makespan_s", "avg_slowdown", "gpu_util", "jobs"}
+KEYS = {"avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "max_wait_s", "makespan_s", "avg_slowdown", "p99_slowdown", "gpu_util", "jobs"}
 
 
 def run(*args):
@@ -38,6 +38,7 @@ def test_json_shape(trace):
         assert s["avg_jct_s"] >= out["lower_bound"]["avg_jct_s"]
         assert 0 < s["gpu_util"] <= 1
         assert s["avg_slowdown"] >= 1
+        assert s["p99_slowdown"] >= 1
     assert out["cluster"]["total_gpus"] == 4
 
 

@@ -26,6 +26,7 @@ def summarize(res: SimResult) -> dict:
         "max_wait_s": float(wait.max()),
         "makespan_s": float(makespan),
         "avg_slowdown": float(np.mean(jct / np.maximum(run, 1e-9))),
+        "p99_slowdown": float(np.percentile(jct / np.maximum(run, 1e-9), 99)),
         "gpu_util": float(res.busy_gpu_s / cap) if cap > 0 else 0.0,
         "jobs": len(recs),
         "preemptions": int(sum(r.preemptions for r in recs)),  # checkpoints: suspensions and resizes
