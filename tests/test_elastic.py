@@ -658,3 +658,25 @@ def test_elastic_family_benchmark_reports_the_ratios_of_its_replays():
     assert v["vs_tiresias"]["worst"] == pytest.approx(row["elastic"] / row["tiresias"])
     bad = subprocess.run([sys.executable, str(script), "--loads", "x", ""], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_release_forecast_is_the_first_release_that_suffices():
+    """`Releases.wait` (binary search) against walking the sorted releases one by one."""
+    from types import SimpleNamespace
+
+    from lyasched.policy.moveplan import Releases
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 12))
+        running = [SimpleNamespace(predicted_end=float(rng.choice([rng.uniform(0, 5000), math.inf])), gpus=int(rng.integers(1, 9)))
+                   for _ in range(n)]
+        rel = Releases(running)
+        free_now, g, now = int(rng.integers(0, 6)), int(rng.integers(1, 40)), float(rng.uniform(0, 3000))
+        walk, have = math.inf, free_now
+        for end, k in sorted((r.predicted_end, r.gpus) for r in running):
+            have += k
+            if have >= g:
+                walk = max(0.0, end - now)
+                break
+        assert rel.wait(free_now, g, now) == walk

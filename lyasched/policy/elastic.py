@@ -51,7 +51,7 @@ from typing import ClassVar, Protocol, Sequence
 from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import SlotMemo, arrival_rate, candidate, forecast_wait
+from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
@@ -183,8 +183,7 @@ class ElasticPolicy(LyapunovPolicy):
         theta = q + z
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
-        # release forecast: (predicted end, GPUs) of every running job
-        ends = sorted((r.predicted_end if math.isfinite(r.predicted_end) else math.inf, r.gpus) for r in state.running)
+        ends = Releases(state.running)  # the release forecast
         victims = sorted(movable, key=lambda r: (-(r.gpus > r.requested_gpus), -r.best_remaining(r.gpus)[0], r.job_id))
         used: set[str] = set()
         starts: list[Decision] = []
@@ -217,7 +216,7 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = forecast_wait(ends, sum(free), ahead + g, now)
+            wait_j = ends.wait(sum(free), ahead + g, now)
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
@@ -276,7 +275,7 @@ class ElasticPolicy(LyapunovPolicy):
         return starts, preempt, q, z, moved, inert
 
     def _group(
-        self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: list[tuple[float, int]],
+        self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: Releases,
         left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], memo: SlotMemo, used: set[str],
         q: float, z: float, mean_work: float,
     ) -> tuple[list[Decision], str, float, float] | None:
@@ -311,7 +310,7 @@ class ElasticPolicy(LyapunovPolicy):
                     continue
                 wait_i = wait_of.get(i)
                 if wait_i is None:
-                    wait_i = wait_of[i] = forecast_wait(ends, free_total, behind + g, now)
+                    wait_i = wait_of[i] = ends.wait(free_total, behind + g, now)
                 behind += g
                 if not wait_i > t_i:
                     if i == k:

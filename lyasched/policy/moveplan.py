@@ -1,12 +1,14 @@
 """What elastic's make-room step computes within one slot (lyasched/policy/elastic.py): the
 movable jobs as victims, memoised placements and shrink options, a waiting job as a swap
-candidate, the counts-only forecast of a wait, the recent arrival rate. No state between slots:
+candidate, the counts-only forecast of a wait (`Releases`), the recent arrival rate. No state between slots:
 a `SlotMemo` lives for one `decide` call, so decisions are those of computing everything afresh.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -118,14 +120,21 @@ def arrival_rate(state: SlotState, window: float) -> float:
     return (len(t) - lo) / span
 
 
-def forecast_wait(ends: list[tuple[float, int]], free_now: int, g: int, now: float) -> float:
-    """Seconds until the running jobs' predicted releases give ``g`` GPUs (counts only, no shape)."""
-    have = free_now
-    for end, k in ends:
-        have += k
-        if have >= g:
-            return max(0.0, end - now)
-    return math.inf
+class Releases:
+    """The running jobs' predicted releases in time order, with their running GPU total, so that
+    a wait forecast is a binary search: the make-room step asks it once per waiting candidate,
+    and in a burst that is hundreds of candidates per slot."""
+
+    def __init__(self, running: Sequence) -> None:
+        ends = sorted((r.predicted_end if math.isfinite(r.predicted_end) else math.inf, r.gpus) for r in running)
+        self.t = [e for e, _ in ends]
+        self.cum = list(accumulate(k for _, k in ends))
+
+    def wait(self, free_now: int, g: int, now: float) -> float:
+        """Seconds until the releases give ``g`` GPUs on top of ``free_now`` (counts only, no shape):
+        the first release after which they suffice (inf: none does)."""
+        i = bisect_left(self.cum, g - free_now)
+        return max(0.0, self.t[i] - now) if i < len(self.t) else math.inf
 
 
 def subset_placement(placement: Placement, g: int, spans: bool) -> Placement | None:
