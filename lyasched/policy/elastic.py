@@ -76,7 +76,8 @@ class ElasticPolicy(LyapunovPolicy):
     min_move_interval: float = 600.0  # a job runs at least this long after a start or a move before it is moved
     move_cost: float = 30.0  # checkpoint + relaunch (s) of a job that carries none
     grow: bool = True  # give idle GPUs to running jobs when nothing waits
-    max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
+    max_candidates: int = 1024  # waiting jobs considered for a swap per slot (shortest GPU-time first)
+    max_searches: int = 64  # of those, how many may search for victims per slot (a forecast wait above the run)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
     name: str = "elastic"
@@ -202,6 +203,7 @@ class ElasticPolicy(LyapunovPolicy):
         order = heapq.nsmallest(self.max_candidates, cands)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
+        searches = 0
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
@@ -221,6 +223,9 @@ class ElasticPolicy(LyapunovPolicy):
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
             inert = False
+            if searches >= self.max_searches:
+                continue
+            searches += 1
             plan = self._victims(shape, g, t_j, free, memo, used)
             score = -math.inf
             if plan is not None:
