@@ -204,21 +204,23 @@ class ElasticPolicy(LyapunovPolicy):
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
         searches = 0
+        nfree = sum(free)  # kept with `free`: most candidates are turned away on the count alone
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
             w = left[pos]
-            pl = memo.fit(shape, free)
+            pl = memo.fit(shape, free) if nfree >= g else None
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 inert = False
                 self._take(free, pl)
+                nfree = sum(free)
                 if check is not None:
                     check.started(w, g, pl)
                 starts.append(Decision(w.job_id, g, pl, 0.0, f"elastic: fits on GPUs freed this slot, {g} GPUs"))
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = ends.wait(sum(free), ahead + g, now)
+            wait_j = ends.wait(nfree, ahead + g, now)
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue
@@ -253,6 +255,7 @@ class ElasticPolicy(LyapunovPolicy):
                         moved[victim] = (f"suspend ({gpus_of[victim]} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
                                          + (", ..." if len(ids) > 5 else ""))
                         used.add(victim)
+                        nfree = sum(free)
                         ahead -= g
                         q += dq
                         z += dz
@@ -262,6 +265,7 @@ class ElasticPolicy(LyapunovPolicy):
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = avail
             self._take(free, place)
+            nfree = sum(free)
             for r, new, c, why in chosen:
                 used.add(r.job_id)
                 preempt.append(r.job_id)
