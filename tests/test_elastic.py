@@ -680,3 +680,23 @@ def test_release_forecast_is_the_first_release_that_suffices():
                 walk = max(0.0, end - now)
                 break
         assert rel.wait(free_now, g, now) == walk
+
+
+def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps():
+    """Issue 13, sixth pass: 70 short 1-GPU jobs wait, each forecast to get a GPU within seconds
+    (72 plain 1-GPU jobs end soon), so no swap helps them; behind them (longer GPU-time) a 4-GPU
+    job that no release serves before the long job ends. The scan must reach it: with the old
+    64-candidate scan it never did; with no victim search allowed it still does not move."""
+    now = 10000.0
+    nodes = 19
+    plain = [movable(f"p{i}", 20.0 + i, 1, [(i // 4, 1)], start=0.0, now=now, checkpointable=False) for i in range(72)]
+    long = movable("long", 4 * 360000.0, 4, [(18, 4)], start=0.0, now=now, req=4)
+    shorts = [waiting(f"s{i:02d}", 600.0, 1, submit=now - 100.0) for i in range(70)]
+    medium = waiting("medium", 12000.0, 4, submit=now - 3000.0)
+    st = state(now, [0] * nodes, [*shorts, medium], [*plain, long])
+    res = make_policy("elastic").decide(st)
+    held = check_result(st, res)
+    assert res.preempt == ("long",) and held.get("medium") == 4
+    assert not ElasticPolicy(max_candidates=64).decide(st).preempt
+    assert not ElasticPolicy(max_searches=0).decide(st).preempt
+    assert ElasticPolicy(max_candidates=71).decide(st).preempt == ("long",)
