@@ -223,6 +223,10 @@ def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick:
     return out
 
 
+# the figures of each policy a workload's row carries besides its average JCT
+PER_POLICY = ("gpu_s_per_job", "gpu_s_vs_best", "idle_fit_frac", "fewer_gpus", "more_gpus", "max_wait_s", "p99_slowdown")
+
+
 def run_one(w: dict, policies: list[str], params: dict[str, dict] | None = None) -> dict:
     sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     per = {}
@@ -235,13 +239,7 @@ def run_one(w: dict, policies: list[str], params: dict[str, dict] | None = None)
     return {
         "name": w["name"], "set": w["set"], "jobs": len(w["jobs"]), "cluster": f"{c.nodes}x{c.gpus_per_node}",
         "avg_jct_s": jct,
-        "gpu_s_per_job": {p: per[p]["gpu_s_per_job"] for p in policies},
-        "gpu_s_vs_best": {p: per[p]["gpu_s_vs_best"] for p in policies},
-        "idle_fit_frac": {p: per[p]["idle_fit_frac"] for p in policies},
-        "fewer_gpus": {p: per[p]["fewer_gpus"] for p in policies},
-        "more_gpus": {p: per[p]["more_gpus"] for p in policies},
-        "max_wait_s": {p: per[p]["max_wait_s"] for p in policies},
-        "p99_slowdown": {p: per[p]["p99_slowdown"] for p in policies},
+        **{k: {p: per[p][k] for p in policies} for k in PER_POLICY},
         "best_estimating": best_est,
         "vs_backfill": ly / jct["backfill"],
         "vs_best_estimating": ly / jct[best_est],

@@ -16,6 +16,7 @@ def summarize(res: SimResult) -> dict:
     jct = np.array([r.jct for r in recs])
     wait = np.array([r.wait for r in recs])
     run = np.array([r.run_s for r in recs])
+    slowdown = jct / np.maximum(run, 1e-9)
     makespan = res.makespan
     cap = res.cluster.total_gpus * makespan
     return {
@@ -25,8 +26,8 @@ def summarize(res: SimResult) -> dict:
         "avg_wait_s": float(wait.mean()),
         "max_wait_s": float(wait.max()),
         "makespan_s": float(makespan),
-        "avg_slowdown": float(np.mean(jct / np.maximum(run, 1e-9))),
-        "p99_slowdown": float(np.percentile(jct / np.maximum(run, 1e-9), 99)),
+        "avg_slowdown": float(slowdown.mean()),
+        "p99_slowdown": float(np.percentile(slowdown, 99)),
         "gpu_util": float(res.busy_gpu_s / cap) if cap > 0 else 0.0,
         "jobs": len(recs),
         "preemptions": int(sum(r.preemptions for r in recs)),  # checkpoints: suspensions and resizes
