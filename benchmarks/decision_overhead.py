@@ -1,7 +1,7 @@
 """Time one Lyapunov decision with 10,000 waiting jobs on 1,024 nodes x 4 GPUs (target: <= 25 ms median, one core).
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
-        [--policy lyapunov|elastic] [--running] [--full]
+        [--policy lyapunov|elastic] [--running] [--full] [--param POLICY.KEY=VALUE ...]
 
 Builds the WaitingJob rows once (the simulator and the service keep them per job), then
 times the policy's `decide` alone (`--policy`, default lyapunov). The policy copies a job's rows into its matrices the
@@ -34,6 +34,7 @@ from lyasched.job import Job
 from lyasched.policy import make_policy
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import movable_job
+from lyasched.policy.params import ParamError, parse_params
 from lyasched.policy.state import RunningJob, SlotState, waiting_job
 
 MODELS = [
@@ -93,12 +94,18 @@ def main() -> None:
     ap.add_argument("--policy", choices=["lyapunov", "elastic"], default="lyapunov")
     ap.add_argument("--running", action="store_true", help="busy GPUs hold running (checkpointable) jobs")
     ap.add_argument("--full", action="store_true", help="no free GPU (with --running: all of them hold running jobs)")
+    ap.add_argument("--param", action="append", default=[], metavar="POLICY.KEY=VALUE",
+                    help="a parameter of the policy timed, as in replay (e.g. elastic.max_searches=64)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    try:
+        params = parse_params(a.param, [a.policy]).get(a.policy, {})
+    except ParamError as e:
+        ap.exit(2, f"decision_overhead.py: --param: {e}\n")
     t0 = time.perf_counter()
     state = build(a.jobs, a.nodes, a.gpus_per_node, a.max_gpus, 0, running=a.running, full=a.full)
     build_s = time.perf_counter() - t0
-    pol = make_policy(a.policy, V=a.V)
+    pol = make_policy(a.policy, **{"V": a.V, **params})
     t = time.perf_counter()
     pol.decide(state)  # cold: the policy copies every job's rows into its matrices once
     cold = time.perf_counter() - t
@@ -108,7 +115,7 @@ def main() -> None:
         res = pol.decide(state)
         times.append(time.perf_counter() - t)
     out = {
-        "policy": a.policy, "running": len(state.running), "jobs": a.jobs, "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "free_gpus": sum(state.free),
+        "policy": a.policy, "params": params, "running": len(state.running), "jobs": a.jobs, "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "free_gpus": sum(state.free),
         "median_ms": statistics.median(times) * 1e3, "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,
         "cold_first_ms": cold * 1e3,
         "started": len(res.starts), "solver": res.info.get("solver"), "rows_build_s": build_s, "target_ms": 25.0 if a.policy == "lyapunov" else None,

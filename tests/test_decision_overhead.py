@@ -43,3 +43,12 @@ def test_elastic_on_a_full_cluster_json():
     d = json.loads(out.stdout)
     assert d["policy"] == "elastic" and d["free_gpus"] == 0 and d["running"] > 0 and d["target_ms"] is None
     assert d["median_ms"] > 0
+
+
+def test_param_reaches_the_policy_and_a_bad_one_is_one_line():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--jobs", "200", "--nodes", "16", "--repeats", "2", "--policy", "elastic",
+                          "--running", "--param", "elastic.max_searches=0", "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["params"] == {"max_searches": 0}
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--policy", "elastic", "--param", "elastic.max_searches=x"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "max_searches" in bad.stderr
