@@ -49,6 +49,15 @@ def all_up(states: dict[str, str]) -> bool:
     return len(states) == 3 and all(s in {"idle", "mix", "alloc"} for s in states.values())
 
 
+def wait_started(job_dir: Path, job: str, timeout: float = 90) -> None:
+    """Slurm's RUNNING is the batch script; rank 0 logs its start a moment later (srun step, torchrun,
+    Python import). A fault meant to hit a job mid-training waits for that line."""
+    deadline = time.monotonic() + timeout
+    while not starts(job_dir, job):
+        assert time.monotonic() < deadline, f"job {job} RUNNING but its rank 0 never started"
+        time.sleep(1)
+
+
 def check_records(db_path: Path, job_dir: Path, ids: list[str], log: Path) -> None:
     """Nothing lost or started twice, and the service never crashed."""
     db = records.open_readonly(db_path)
@@ -82,6 +91,7 @@ def test_node_container_killed_mid_job(serve, work, job_dir, test_user, as_user,
     slurm_jobs.extend([victim, other])
     running = wait_all([victim], states={"RUNNING"}, timeout=90, log=work / "serve.log")
     node = running[victim].nodes[0]
+    wait_started(job_dir, victim)  # killed before rank 0 ran, it would leave no start line to check
     docker("kill", f"lyasched-{node}")
 
     # Slurm declares the node dead (SlurmdTimeout=30) and the job NODE_FAIL; lyasched jobs are not requeued.
@@ -105,12 +115,8 @@ def test_controller_stopped_two_minutes_and_restarted(serve, work, job_dir, test
     before = sleeper_job(as_user, test_user, job_dir, "before", 45)
     slurm_jobs.append(before)
     wait_all([before], states={"RUNNING"}, timeout=90, log=work / "serve.log")
-    # RUNNING is the batch script; its srun step is created a moment later and needs the controller.
-    # Stop the controller once rank 0 runs (its start logged), as the test means: a job already training.
-    deadline = time.monotonic() + 90
-    while not starts(job_dir, before):
-        assert time.monotonic() < deadline, f"job {before} RUNNING but its rank 0 never started"
-        time.sleep(1)
+    # Its srun step is created after RUNNING and needs the controller: stop it once rank 0 runs.
+    wait_started(job_dir, before)
     docker("stop", "lyasched-ctl")
     t_stop = time.monotonic()
     time.sleep(120)  # the job finishes meanwhile; the service's slots fail to reach slurmctld
