@@ -179,3 +179,19 @@ def test_history_gives_each_job_its_own_mean_move_cost_and_none_without_a_measur
 @pytest.fixture
 def db():
     return records.open_records(":memory:")
+
+
+def test_history_for_some_uids_reads_only_theirs_and_matches_the_whole_table():
+    """The service asks for its running jobs' histories only: the same figures as the whole read."""
+    db = records.open_records(":memory:")
+    for k in range(40):
+        uid = f"u{k % 7}"
+        mid = moves.open_move(db, uid=uid, slurm_id=str(k), kind="suspend", run_started=100.0 * k)
+        done = k % 3 != 0
+        moves.mark(db, mid, state="done" if done else "failed", requeued_at=100.0 * k + 30 + k if done else None,
+                   cost_s=float(k) if k % 2 else None)
+    whole = moves.history(db)
+    some = moves.history(db, ["u1", "u4", "nobody", "u1"])
+    assert set(whole) == {f"u{i}" for i in range(7)} and set(some) == {"u1", "u4"}
+    assert all(some[u] == whole[u] for u in some)
+    assert moves.history(db, []) == {}

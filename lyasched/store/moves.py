@@ -14,8 +14,9 @@ held GPUs before its current run (`JobMoves.held_before`), what its wait leaves 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import sqlite_utils
 
@@ -114,19 +115,23 @@ class JobMoves:
     cost_s: float | None = None  # mean measured signal-to-running-again time of its moves (None when none)
 
 
-def history(db: sqlite_utils.Database) -> dict[str, JobMoves]:
-    """uid -> `JobMoves`, for every job with a move: two reads of the table per slot, whatever the
-    number of running jobs (the service builds each movable job's view from it)."""
+def history(db: sqlite_utils.Database, uids: Iterable[str] | None = None) -> dict[str, JobMoves]:
+    """uid -> `JobMoves`, for every job with a move, or only for ``uids`` (the service asks for its
+    running checkpointable jobs: the table keeps every move ever made, and a long-lived service
+    would otherwise read all of it each slot). Two indexed reads, whatever the number of jobs."""
     if "moves" not in db.table_names():
         return {}
+    where, args = "", []
+    if uids is not None:  # one JSON parameter, whatever the count (no limit on bound variables)
+        where, args = "uid in (select value from json_each(?))", [json.dumps(sorted(set(uids)))]
     last: dict[str, dict] = {}
-    for r in db.query("select * from moves where state = 'done' order by id"):
+    for r in db.query(f"select * from moves where state = 'done' {'and ' + where if where else ''} order by id", args):
         last[r["uid"]] = r
     out: dict[str, JobMoves] = {}
     for uid, held, done, cost in db.execute(
         "select uid, sum(case when state = 'done' and run_started is not null and requeued_at is not null "
         "then max(0, requeued_at - run_started) else 0 end), sum(state = 'done'), avg(cost_s) "
-        "from moves group by uid"
+        f"from moves {'where ' + where if where else ''} group by uid", args
     ).fetchall():
         out[uid] = JobMoves(last.get(uid), float(held or 0.0), int(done or 0),
                             float(cost) if cost is not None else None)
