@@ -1,0 +1,57 @@
+"""benchmarks/elastic_bands.py: the per-band figures and the bound on removing short jobs' waits,
+fed records by hand, and the script end to end on a small seed group."""
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+
+import elastic_bands as B  # noqa: E402
+
+
+@dataclass
+class Rec:
+    best_true_run: float
+    wait: float
+    run_s: float
+
+    @property
+    def jct(self) -> float:
+        return self.wait + self.run_s
+
+
+RECS = [Rec(300, 100, 300), Rec(1200, 900, 1500), Rec(7200, 0, 8000), Rec(50000, 20000, 60000)]
+
+
+def test_bands_split_by_best_run_with_shares_of_the_total():
+    b = B.bands(RECS)
+    assert [v["jobs"] for v in b.values()] == [1, 1, 1, 1]
+    assert b["10-60m"] == {"jobs": 1, "wait_s": 900, "run_s": 1500, "jct_share": pytest.approx(2400 / 90800)}
+    assert sum(v["jct_share"] for v in b.values()) == pytest.approx(1.0)
+
+
+def test_the_bound_removes_only_the_waits_of_jobs_under_the_cut():
+    assert B.without_short_waits(RECS, 36000) == pytest.approx((300 + 1500 + 8000 + 80000) / 4)
+    assert B.without_short_waits(RECS, 600) == pytest.approx((300 + 2400 + 8000 + 80000) / 4)
+    assert B.without_short_waits(RECS, 1e9) == pytest.approx(sum(r.run_s for r in RECS) / 4)
+
+
+def test_script_on_a_seed_group_prints_json(capsys):
+    assert B.main(["--sets", "design", "--match", "seed-small-bursty seed 0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (w,) = out["workloads"]
+    assert set(w["policies"]) == {"tiresias", "elastic"} and 0 < w["bound"] <= w["ratio"]
+    assert sum(v["jobs"] for v in w["policies"]["elastic"]["bands"].values()) > 0
+
+
+def test_bad_arguments_exit_2():
+    with pytest.raises(SystemExit) as e:
+        B.main(["--policies", "elastic"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        B.main(["--sets", "design", "--match", "no such workload"])
+    assert e.value.code == 2
