@@ -700,3 +700,25 @@ def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps():
     assert not ElasticPolicy(max_candidates=64).decide(st).preempt
     assert not ElasticPolicy(max_searches=0).decide(st).preempt
     assert ElasticPolicy(max_candidates=71).decide(st).preempt == ("long",)
+
+
+def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
+    """Issue 13, seventh pass (measured, not adopted): a short job submitted after three longer
+    ones. Counted behind shorter jobs only (shipped), it is forecast the GPU a plain job releases
+    in 100 s, below its run: no swap. Counted behind the jobs submitted before it, it needs the
+    fourth release, days away: a long 1-GPU job is suspended for it."""
+    now = 10000.0
+    plain = movable("plain", 100.0, 1, [(0, 1)], start=0.0, now=now, checkpointable=False)
+    longs = [movable(f"long{i}", 100000.0, 1, [((i + 1) // 4, 1)], start=0.0, now=now) for i in range(7)]
+    old = [waiting(f"old{i}", 20000.0, 1, submit=now - 5000.0 + i) for i in range(3)]
+    late = waiting("late", 600.0, 1, submit=now - 10.0)
+    st = state(now, [0, 0], [*old, late], [plain, *longs])
+    shipped = make_policy("elastic").decide(st)
+    assert "late" not in {d.job_id for d in shipped.starts}
+    assert make_policy("elastic", wait_order="shortest").decide(st) == shipped
+    res = make_policy("elastic", wait_order="submitted").decide(st)
+    held = check_result(st, res)
+    assert held.get("late") == 1 and any(r.startswith("long") for r in res.preempt)
+    assert make_policy("elastic", wait_order="submitted").decide(st) == res  # deterministic
+    with pytest.raises(ParamError):
+        parse_params(["elastic.wait_order=fifo"], ["elastic"])

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import accumulate
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
@@ -99,6 +100,13 @@ class ElasticPolicy(LyapunovPolicy):
         """A swapped-in job's actual-queue credit, as the core's: its work capped at the mean work
         (an extension point, ``q_credit`` in variants)."""
         return min(w.work, mean_work)
+
+    def _wait_order(self) -> str:
+        """Which waiting jobs a candidate's wait forecast counts ahead of it (an extension point,
+        ``wait_order`` in variants): "shortest", those shorter in GPU-time (the scan's own order,
+        as a shortest-first start order would serve them: shipped), or "submitted", those submitted
+        before it (as an oldest-first one would)."""
+        return "shortest"
 
     def _move_interval(self, r: MovableJob) -> float:
         """How long ``r`` runs after its last start or move before it may move (an extension point,
@@ -199,6 +207,15 @@ class ElasticPolicy(LyapunovPolicy):
             if cand is not None:
                 cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
+        older: list[int] | None = None  # wait_order "submitted": per position, GPUs asked by jobs submitted before it
+        if self._wait_order() == "submitted":
+            asked = [0] * len(left)
+            for _, _, pos, g, _, _ in cands:
+                asked[pos] = g
+            by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
+            older = [0] * len(left)
+            for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
+                older[i] = before
         check = self._swap_check(state, left, base_starts)
         order = heapq.nsmallest(self.max_candidates, cands)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
@@ -220,7 +237,7 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = ends.wait(nfree, ahead + g, now)
+            wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
             ahead += g
             if not wait_j > t_j:  # not even a free swap would help it
                 continue

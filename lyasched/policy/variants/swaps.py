@@ -8,7 +8,10 @@ and two checks on a swap the score accepts, measured and not adopted (docs/model
   beat the one without it (by the margin).
 
 A third option, ``move_backoff = "linear"`` (docs/model.md, section 3, "Move backoff"), spaces a
-job's moves by its completed ones, through `ElasticPolicy._move_interval`.
+job's moves by its completed ones, through `ElasticPolicy._move_interval`. A fourth,
+``wait_order = "submitted"`` (docs/model.md, section 3, "The wait forecast's order"), counts the jobs
+submitted before a swap candidate ahead of it in its wait forecast instead of the shorter ones,
+through `ElasticPolicy._wait_order`.
 
 The two checks act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
 the slot (jobs running after the core's starts and the swaps made so far, jobs waiting).
@@ -38,6 +41,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move; "none": the interval
     # alone (docs/model.md section 3, "Move backoff": better on the family it was designed on, not on held-out ones)
     move_backoff: str = "none"
+    # whom a swap candidate's wait forecast counts ahead of it: "shortest" (shorter jobs, shipped) or "submitted"
+    # (jobs submitted before it; issue 13, seventh pass: measured, not adopted)
+    wait_order: str = "shortest"
 
     SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
 
@@ -48,6 +54,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     def _swap_credit(self, w: WaitingJob, mean_work: float) -> float:
         """``q_credit``: work uncapped with "work", the mean work with "mean" or "peaked"."""
         return {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
+
+    def _wait_order(self) -> str:
+        return self.wait_order
 
     def _move_interval(self, r: MovableJob) -> float:
         return self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
