@@ -91,7 +91,7 @@ class PolicyInputs:
         (the record's, as first seen, whatever a requeue does to Slurm's) less its runs, the earlier
         ones from the moves that ended them, as the simulator counts it (`waited_so_far`)."""
         by_id = {job.job_id: (job, row) for job, row in seen.values() if row is not None}
-        past = move_records.history(self.db, [row["uid"] for _, row in by_id.values()])
+        past = move_records.history(self.db, [row["uid"] for job, row in by_id.values() if job.running])
         none = move_records.JobMoves()
         out, n = [], 0
         for rj in state.running:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import accumulate
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
@@ -101,12 +100,12 @@ class ElasticPolicy(LyapunovPolicy):
         (an extension point, ``q_credit`` in variants)."""
         return min(w.work, mean_work)
 
-    def _wait_order(self) -> str:
-        """Which waiting jobs a candidate's wait forecast counts ahead of it (an extension point,
-        ``wait_order`` in variants): "shortest", those shorter in GPU-time (the scan's own order,
-        as a shortest-first start order would serve them: shipped), or "submitted", those submitted
-        before it (as an oldest-first one would)."""
-        return "shortest"
+    def _ahead_of(self, left: list[WaitingJob], cands: list) -> list[int] | None:
+        """Per position in ``left``, the GPUs its wait forecast counts ahead of it, given the swap
+        candidates (entries ``(gpu_time, id, position, gpus, run, shape)``): an extension point,
+        ``wait_order`` in variants. Shipped: None, the shorter jobs still waiting are counted, as
+        a shortest-first start would serve them (the scan's order)."""
+        return None
 
     def _move_interval(self, r: MovableJob) -> float:
         """How long ``r`` runs after its last start or move before it may move (an extension point,
@@ -207,15 +206,7 @@ class ElasticPolicy(LyapunovPolicy):
             if cand is not None:
                 cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
-        older: list[int] | None = None  # wait_order "submitted": per position, GPUs asked by jobs submitted before it
-        if self._wait_order() == "submitted":
-            asked = [0] * len(left)
-            for _, _, pos, g, _, _ in cands:
-                asked[pos] = g
-            by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
-            older = [0] * len(left)
-            for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
-                older[i] = before
+        older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
         order = heapq.nsmallest(self.max_candidates, cands)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
