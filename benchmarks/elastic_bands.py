@@ -24,7 +24,7 @@ import time
 from typing import Any, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_sweep import offered_load  # noqa: E402
+from elastic_sweep import in_target  # noqa: E402
 from robustness import PHILLY, workloads  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = []
     for s in a.sets.split(","):
         for w in workloads(False, s, a.trace):
-            load = offered_load(w["name"])
-            if (a.all_loads or (load is not None and 0.8 <= load <= 1.2)) and any(m in w["name"] for m in a.match.split("|")):
+            if (a.all_loads or in_target(w["name"])) and any(m in w["name"] for m in a.match.split("|")):
                 ws.append(w)
     if not ws:
         ap.exit(2, "elastic_bands.py: no workload matches\n")

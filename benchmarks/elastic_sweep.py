@@ -4,7 +4,7 @@ the held-out rounds).
 
     python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
 
-SET: design, heldout .. heldout7 (robustness.py's rounds) or elastic-heldout (this file's own
+SET: design, heldout .. heldout8 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
 while designing elastic; run only with ``--only elastic-heldout``, not by default).
 
@@ -42,7 +42,8 @@ from lyasched.sim.workloads import SEED_GROUPS, read_trace, select_rows  # noqa:
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
-SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "elastic-heldout")
+SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
+        "elastic-heldout")
 
 # Elastic's own held-out round (set "elastic-heldout"), fixed before the first structural change to the
 # move rule was tried: seed groups on seeds no other set uses, synthetic workloads on new seeds and knob
@@ -88,6 +89,12 @@ def offered_load(name: str) -> float | None:
     return None
 
 
+def in_target(name: str) -> bool:
+    """Whether the workload's offered load is in the targets' range (0.8-1.2)."""
+    load = offered_load(name)
+    return load is not None and 0.8 <= load <= 1.2
+
+
 def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
     """``--set KEY=VALUE``: fields of the elastic policy (with its variants' options,
     lyasched/policy/variants/swaps.py) the policy is made with (e.g. the swap checks of
@@ -127,7 +134,7 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
     c = w["cluster"]
     return {
         "name": w["name"], "set": w["set"], "jobs": len(w["jobs"]), "cluster": f"{c.nodes}x{c.gpus_per_node}",
-        "load": load, "in_target": load is not None and 0.8 <= load <= 1.2,
+        "load": load, "in_target": in_target(w["name"]),
         "avg_jct_s": jct, "moves": moves,
         "vs_tiresias": jct["elastic"] / jct["tiresias"],
         "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
@@ -163,7 +170,7 @@ def main() -> None:
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
     ws = elastic_heldout(a.trace) if a.only == "elastic-heldout" else workloads(a.quick, a.only, a.trace)
     if a.in_target:
-        ws = [w for w in ws if (lambda x: x is not None and 0.8 <= x <= 1.2)(offered_load(w["name"]))]
+        ws = [w for w in ws if in_target(w["name"])]
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):

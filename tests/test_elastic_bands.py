@@ -55,3 +55,11 @@ def test_bad_arguments_exit_2():
     with pytest.raises(SystemExit) as e:
         B.main(["--sets", "design", "--match", "no such workload"])
     assert e.value.code == 2
+
+
+def test_in_target_reads_the_load_off_each_kind_of_name():
+    import elastic_sweep as S
+    assert S.in_target("philly[75000:+3000] load 1.2") and not S.in_target("philly[75000:+3000] load 0.6")
+    assert S.in_target("synth:mixed160,load=0.9 seed 83") and not S.in_target("synth:mixed160,load=0.5 seed 72")
+    assert not S.in_target("no load here")
+    assert "heldout8" in S.SETS
