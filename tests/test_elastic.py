@@ -392,14 +392,13 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     st = _random_state(rng)
     params = {} if seed % 3 else {"max_candidates": int(rng.integers(1, 6)), "max_stretch": float(rng.uniform(1.0, 3.0))}
     # the reference predates group swaps: the fast policy without them decides exactly as it
-    # nor the wait forecast by submission order (issue 13, eighth pass): the rule it had is asked for
-    fast = ElasticPolicy(group=False, wait_order="shortest", **params).decide(st)
+    fast = ElasticPolicy(group=False, **params).decide(st)
     ref = ReferenceElasticPolicy(**params).decide(st)
     assert _sans_wake(fast) == _sans_wake(ref)
     # the same wake_at where the reference gives one; beyond it, only inert slots add one
     # (test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes)
     assert "wake_at" not in ref.info or fast.info["wake_at"] == ref.info["wake_at"]
-    variant = ElasticVariant(group=False, wait_order="shortest", **params).decide(st)  # the variants' class, every option off (policy/variants)
+    variant = ElasticVariant(group=False, **params).decide(st)  # the variants' class, every option off (policy/variants)
     assert variant == fast
     check_result(st, fast)
     check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps: feasible too
@@ -430,8 +429,8 @@ def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, se
     import pathlib
 
     w = seed_workload(name, seed=seed, n_jobs=n)
-    # the reference predates group swaps and the wait forecast by submission order
-    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False, wait_order="shortest"), name="elastic")
+    # the reference predates group swaps
+    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False), name="elastic")
     ref = Simulation(w.jobs, w.cluster, seed=seed).run(ReferenceElasticPolicy(), name="elastic")
     assert _outcomes(fast) == _outcomes(ref)
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"
@@ -687,10 +686,7 @@ def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps():
     """Issue 13, sixth pass: 70 short 1-GPU jobs wait, each forecast to get a GPU within seconds
     (72 plain 1-GPU jobs end soon), so no swap helps them; behind them (longer GPU-time) a 4-GPU
     job that no release serves before the long job ends. The scan must reach it: with the old
-    64-candidate scan it never did; with no victim search allowed it still does not move. That is
-    the shorter-jobs forecast (``wait_order="shortest"``); under the shipped order by submission the
-    medium job, submitted first, is served by the plain jobs' releases, and the last two short jobs
-    (68 + 4 GPUs asked before them) are the ones the scan must reach: the long job shrinks for them."""
+    64-candidate scan it never did; with no victim search allowed it still does not move."""
     now = 10000.0
     nodes = 19
     plain = [movable(f"p{i}", 20.0 + i, 1, [(i // 4, 1)], start=0.0, now=now, checkpointable=False) for i in range(72)]
@@ -698,36 +694,31 @@ def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps():
     shorts = [waiting(f"s{i:02d}", 600.0, 1, submit=now - 100.0) for i in range(70)]
     medium = waiting("medium", 12000.0, 4, submit=now - 3000.0)
     st = state(now, [0] * nodes, [*shorts, medium], [*plain, long])
-    res = make_policy("elastic", wait_order="shortest").decide(st)
-    held = check_result(st, res)
-    assert res.preempt == ("long",) and held.get("medium") == 4
-    for order in ("shortest", "submitted"):
-        assert not ElasticPolicy(max_candidates=64, wait_order=order).decide(st).preempt
-        assert not ElasticPolicy(max_searches=0, wait_order=order).decide(st).preempt
-        assert ElasticPolicy(max_candidates=71, wait_order=order).decide(st).preempt == ("long",)
     res = make_policy("elastic").decide(st)
     held = check_result(st, res)
-    assert res.preempt == ("long",) and held == {"long": 2, "s68": 1, "s69": 1}
+    assert res.preempt == ("long",) and held.get("medium") == 4
+    assert not ElasticPolicy(max_candidates=64).decide(st).preempt
+    assert not ElasticPolicy(max_searches=0).decide(st).preempt
+    assert ElasticPolicy(max_candidates=71).decide(st).preempt == ("long",)
 
 
 def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
-    """Issue 13, seventh pass (measured), the default since the eighth: a short job submitted after
-    three longer ones. Counted behind shorter jobs only (the rule before), it is forecast the GPU a
-    plain job releases in 100 s, below its run: no swap. Counted behind the jobs submitted before it
-    (shipped), it needs the fourth release, days away: a long 1-GPU job is suspended for it."""
+    """Issue 13, seventh pass (measured, not adopted): a short job submitted after three longer
+    ones. Counted behind shorter jobs only (shipped), it is forecast the GPU a plain job releases
+    in 100 s, below its run: no swap. Counted behind the jobs submitted before it, it needs the
+    fourth release, days away: a long 1-GPU job is suspended for it."""
     now = 10000.0
     plain = movable("plain", 100.0, 1, [(0, 1)], start=0.0, now=now, checkpointable=False)
     longs = [movable(f"long{i}", 100000.0, 1, [((i + 1) // 4, 1)], start=0.0, now=now) for i in range(7)]
     old = [waiting(f"old{i}", 20000.0, 1, submit=now - 5000.0 + i) for i in range(3)]
     late = waiting("late", 600.0, 1, submit=now - 10.0)
     st = state(now, [0, 0], [*old, late], [plain, *longs])
-    before = make_policy("elastic", wait_order="shortest").decide(st)
-    assert "late" not in {d.job_id for d in before.starts}
-    res = make_policy("elastic").decide(st)
-    assert type(make_policy("elastic")) is ElasticPolicy  # the shipped class, not the variants'
-    assert make_policy("elastic", wait_order="submitted").decide(st) == res
+    shipped = make_policy("elastic").decide(st)
+    assert "late" not in {d.job_id for d in shipped.starts}
+    assert make_policy("elastic", wait_order="shortest").decide(st) == shipped
+    res = make_policy("elastic", wait_order="submitted").decide(st)
     held = check_result(st, res)
     assert held.get("late") == 1 and any(r.startswith("long") for r in res.preempt)
-    assert make_policy("elastic").decide(st) == res  # deterministic
+    assert make_policy("elastic", wait_order="submitted").decide(st) == res  # deterministic
     with pytest.raises(ParamError):
         parse_params(["elastic.wait_order=fifo"], ["elastic"])

@@ -46,7 +46,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
-from itertools import accumulate
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
@@ -81,9 +80,6 @@ class ElasticPolicy(LyapunovPolicy):
     max_searches: int = 64  # of those, how many may search for victims per slot (a forecast wait above the run)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
-    # whom a swap candidate's wait forecast counts ahead of it: the jobs submitted before it ("submitted", the
-    # default since issue 13's eighth pass) or the shorter jobs still waiting ("shortest", the rule before)
-    wait_order: str = "submitted"
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -106,20 +102,10 @@ class ElasticPolicy(LyapunovPolicy):
 
     def _ahead_of(self, left: list[WaitingJob], cands: list) -> list[int] | None:
         """Per position in ``left``, the GPUs its wait forecast counts ahead of it, given the swap
-        candidates (entries ``(gpu_time, id, position, gpus, run, shape)``): with ``wait_order =
-        "submitted"`` the GPUs asked by the candidates submitted before it, as the core's wait term
-        ages them (docs/model.md, section 3, "By job length, and the wait forecast's order"); None
-        with "shortest": the shorter jobs still waiting, counted in the scan's order."""
-        if self.wait_order != "submitted":
-            return None
-        asked = [0] * len(left)
-        for _, _, pos, g, _, _ in cands:
-            asked[pos] = g
-        by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
-        older = [0] * len(left)
-        for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
-            older[i] = before
-        return older
+        candidates (entries ``(gpu_time, id, position, gpus, run, shape)``): an extension point,
+        ``wait_order`` in variants. Shipped: None, the shorter jobs still waiting are counted, as
+        a shortest-first start would serve them (the scan's order)."""
+        return None
 
     def _move_interval(self, r: MovableJob) -> float:
         """How long ``r`` runs after its last start or move before it may move (an extension point,

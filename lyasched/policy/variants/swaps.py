@@ -8,8 +8,10 @@ and two checks on a swap the score accepts, measured and not adopted (docs/model
   beat the one without it (by the margin).
 
 A third option, ``move_backoff = "linear"`` (docs/model.md, section 3, "Move backoff"), spaces a
-job's moves by its completed ones, through `ElasticPolicy._move_interval`. (``wait_order``, measured here
-in the seventh pass, is the shipped policy's own field since the eighth.)
+job's moves by its completed ones, through `ElasticPolicy._move_interval`. A fourth,
+``wait_order = "submitted"`` (docs/model.md, section 3, "By job length, and the wait forecast's
+order"), counts the jobs submitted before a swap candidate ahead of it in its wait forecast instead
+of the shorter ones, through `ElasticPolicy._ahead_of`.
 
 The two checks act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
 the slot (jobs running after the core's starts and the swaps made so far, jobs waiting).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import accumulate
 from dataclasses import dataclass, fields
 from typing import ClassVar, Sequence
 
@@ -39,6 +42,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move; "none": the interval
     # alone (docs/model.md section 3, "Move backoff": better on the family it was designed on, not on held-out ones)
     move_backoff: str = "none"
+    # whom a swap candidate's wait forecast counts ahead of it: "shortest" (shorter jobs, shipped) or "submitted"
+    # (jobs submitted before it; issue 13, seventh pass: measured, not adopted)
+    wait_order: str = "shortest"
 
     SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
 
@@ -49,6 +55,19 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     def _swap_credit(self, w: WaitingJob, mean_work: float) -> float:
         """``q_credit``: work uncapped with "work", the mean work with "mean" or "peaked"."""
         return {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
+
+    def _ahead_of(self, left: list[WaitingJob], cands: list) -> list[int] | None:
+        """``wait_order = "submitted"``: the GPUs asked by the jobs submitted before each."""
+        if self.wait_order != "submitted":
+            return None
+        asked = [0] * len(left)
+        for _, _, pos, g, _, _ in cands:
+            asked[pos] = g
+        by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
+        older = [0] * len(left)
+        for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
+            older[i] = before
+        return older
 
     def _move_interval(self, r: MovableJob) -> float:
         return self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
