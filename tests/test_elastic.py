@@ -722,3 +722,42 @@ def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
     assert make_policy("elastic", wait_order="submitted").decide(st) == res  # deterministic
     with pytest.raises(ParamError):
         parse_params(["elastic.wait_order=fifo"], ["elastic"])
+
+
+def test_wait_order_fitting_counts_only_older_jobs_no_larger():
+    """Issue 13, ninth pass: ``wait_order = "fitting"`` counts ahead of a swap candidate only the
+    older jobs asking no more GPUs than it. Older 1-GPU jobs count as with "submitted" (a long job
+    is suspended for the late short one); older 2-GPU jobs do not (they cannot start on the first
+    GPU released, as backfill would see it), so the late job waits as with the shipped order."""
+    now = 10000.0
+    plain = movable("plain", 100.0, 1, [(0, 1)], start=0.0, now=now, checkpointable=False)
+    longs = [movable(f"long{i}", 100000.0, 1, [((i + 1) // 4, 1)], start=0.0, now=now) for i in range(7)]
+    late = waiting("late", 600.0, 1, submit=now - 10.0)
+    for gpus, swapped in ((1, True), (2, False)):
+        old = [waiting(f"old{i}", 20000.0, gpus, submit=now - 5000.0 + i) for i in range(3)]
+        st = state(now, [0, 0], [*old, late], [plain, *longs])
+        res = make_policy("elastic", wait_order="fitting").decide(st)
+        held = check_result(st, res)
+        assert (held.get("late") == 1) is swapped, gpus
+        assert make_policy("elastic", wait_order="fitting").decide(st) == res  # deterministic
+        if gpus == 1:
+            assert res == make_policy("elastic", wait_order="submitted").decide(st)
+        else:
+            assert "late" in {d.job_id for d in make_policy("elastic", wait_order="submitted").decide(st).starts}
+
+
+def test_older_fitting_sums_the_older_asks_no_larger():
+    """The Fenwick sum against the plain O(n^2) count, on random asks and ages."""
+    import random
+
+    from lyasched.policy.variants.swaps import _older_fitting
+
+    rng = random.Random(5)
+    for _ in range(200):
+        n = rng.randint(0, 30)
+        asked = [rng.choice([0, 1, 2, 3, 4, 8, 16]) for _ in range(n)]
+        by_age = rng.sample(range(n), n)
+        want = [0] * n
+        for k, i in enumerate(by_age):
+            want[i] = sum(asked[j] for j in by_age[:k] if asked[j] <= asked[i])
+        assert _older_fitting(asked, by_age) == want

@@ -11,7 +11,8 @@ A third option, ``move_backoff = "linear"`` (docs/model.md, section 3, "Move bac
 job's moves by its completed ones, through `ElasticPolicy._move_interval`. A fourth,
 ``wait_order = "submitted"`` (docs/model.md, section 3, "By job length, and the wait forecast's
 order"), counts the jobs submitted before a swap candidate ahead of it in its wait forecast instead
-of the shorter ones, through `ElasticPolicy._ahead_of`.
+of the shorter ones, through `ElasticPolicy._ahead_of`; ``"fitting"`` counts only those of them
+that ask no more GPUs than the candidate.
 
 The two checks act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
 the slot (jobs running after the core's starts and the swaps made so far, jobs waiting).
@@ -57,14 +58,18 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
         return {"capped": min(w.work, mean_work), "work": w.work}.get(self.q_credit, mean_work)
 
     def _ahead_of(self, left: list[WaitingJob], cands: list) -> list[int] | None:
-        """``wait_order = "submitted"``: the GPUs asked by the jobs submitted before each."""
-        if self.wait_order != "submitted":
+        """``wait_order = "submitted"``: the GPUs asked by the jobs submitted before each;
+        ``"fitting"``: only those of the older jobs asking no more GPUs than it (a larger older job
+        cannot start on the GPUs that free up for it first, so backfill would start it after)."""
+        if self.wait_order not in ("submitted", "fitting"):
             return None
         asked = [0] * len(left)
         for _, _, pos, g, _, _ in cands:
             asked[pos] = g
         by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
         older = [0] * len(left)
+        if self.wait_order == "fitting":
+            return _older_fitting(asked, by_age)
         for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
             older[i] = before
         return older
@@ -205,3 +210,24 @@ def _as_waiting(r: MovableJob, now: float, cost: float) -> WaitingJob:
     return WaitingJob(job_id=r.job_id, submit_time=now - r.waited_s, work=r.work_left, run_one_node=one + cost,
                       run_multi_node=(multi if multi is not None else np.full(len(one), np.inf)) + cost,
                       requested_gpus=max(1, r.requested_gpus))
+
+
+def _older_fitting(asked: list[int], by_age: list[int]) -> list[int]:
+    """Per position, the sum of ``asked`` over the positions earlier in ``by_age`` whose ask is at
+    most its own: a Fenwick tree over the distinct asks, O(n log k) for n jobs and k distinct asks."""
+    sizes = sorted(set(asked))
+    rank = {g: r + 1 for r, g in enumerate(sizes)}
+    tree = [0] * (len(sizes) + 1)
+    out = [0] * len(asked)
+    for i in by_age:
+        r = rank[asked[i]]
+        total, k = 0, r
+        while k > 0:
+            total += tree[k]
+            k -= k & -k
+        out[i] = total
+        k = r
+        while k < len(tree):
+            tree[k] += asked[i]
+            k += k & -k
+    return out
