@@ -48,7 +48,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
-from lyasched.policy.common import PerJob, Shape
+from lyasched.policy.common import PerJob, Shape, fit_shape
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate
@@ -307,40 +307,54 @@ class ElasticPolicy(LyapunovPolicy):
         g_j = order[k][3]
         free_total = sum(free)
         # each candidate's forecast wait depends on the GPUs asked ahead of it, not on the victim:
-        # computed once per call, on first use
-        wait_of: dict[int, float] = {k: wait_j}
+        # the candidates that would gain from a swap (forecast wait above their run) are listed
+        # once per call, in the scan's order; per victim only those asking no more GPUs than the
+        # victim's and the free ones (``cap``) can fit, listed once per cap
+        elig: list[tuple[int, int, Shape, float]] = []  # (pos, g, shape, forecast wait)
+        behind = ahead
+        for i in range(k, len(order)):
+            _, _, pos, g, t_i, shape = order[i]
+            if pos in taken:
+                continue
+            wait_i = wait_j if i == k else ends.wait(free_total, behind + g, now)
+            behind += g
+            if wait_i > t_i:
+                elig.append((pos, g, shape, wait_i))
+            elif i == k:
+                return None
+        by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
+        # the batch is placed on the nodes with a free GPU and the victim's, in index order (the
+        # placement rule reads only free counts, ties by lowest index: the placements are those on
+        # the whole free vector), so a victim costs its batch, not a pass over every node
+        with_free = {i for i, f in enumerate(free) if f}
         for v in memo.usable:
             r = v.job
             if r.job_id in used or r.gpus <= g_j:
                 continue
-            trial = list(free)
-            for node, n in r.placement:
-                trial[node] += n
             trial_total = free_total + sum(n for _, n in r.placement)
+            if g_j > trial_total:
+                continue  # the candidate itself cannot fit there
+            scan = by_cap.get(trial_total)
+            if scan is None:
+                scan = by_cap[trial_total] = [e for e in elig if e[1] <= trial_total]
+            nodes = sorted(with_free.union(node for node, _ in r.placement))
+            at = {node: a for a, node in enumerate(nodes)}
+            trial = [free[node] for node in nodes]
+            for node, n in r.placement:
+                trial[at[node]] += n
             batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
             saved = pen = credit = wsum = 0.0
             longest = 0.0
-            behind = ahead
-            for i in range(k, len(order)):
-                _, _, pos, g, t_i, shape = order[i]
-                if pos in taken:
-                    continue
-                wait_i = wait_of.get(i)
-                if wait_i is None:
-                    wait_i = wait_of[i] = ends.wait(free_total, behind + g, now)
-                behind += g
-                if not wait_i > t_i:
-                    if i == k:
+            for n_i, (pos, g, shape, wait_i) in enumerate(scan):
+                sub = fit_shape(shape, trial) if g <= trial_total else None
+                if sub is None:
+                    if n_i == 0:
                         break
                     continue
-                pl = memo.fit(shape, trial)
-                if pl is None:
-                    if i == k:
-                        break
-                    continue
+                self._take(trial, sub)
+                pl = tuple((nodes[a], n) for a, n in sub)
                 w = left[pos]
                 run_i = w.run_time(g, len(pl) > 1)
-                self._take(trial, pl)
                 trial_total -= sum(n for _, n in pl)
                 batch.append((pos, g, pl, run_i))
                 saved += min(wait_i, v.r_now)
@@ -356,7 +370,10 @@ class ElasticPolicy(LyapunovPolicy):
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
                 continue
-            free[:] = trial
+            for node, n in r.placement:
+                free[node] += n
+            for _, _, pl, _ in batch:
+                self._take(free, pl)
             starts = []
             for pos, g, pl, run_i in batch:
                 taken.add(pos)

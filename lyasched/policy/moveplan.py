@@ -60,7 +60,16 @@ class SlotMemo:
         key = (shape, tuple(free))
         if key in self._fits:
             return self._fits[key]
-        self._fits[key] = pl = fit_shape(shape, free) if sum(free) >= shape[0] else None
+        pl = None
+        if sum(free) >= shape[0]:
+            # on the nodes with a free GPU only, in index order: the same placement (best fit and
+            # the split rule read the free counts, ties by lowest index), without building a pool
+            # over every node of a large cluster
+            nodes = [i for i, f in enumerate(free) if f]
+            pl = fit_shape(shape, [free[i] for i in nodes])
+            if pl is not None:
+                pl = tuple((nodes[n], k) for n, k in pl)
+        self._fits[key] = pl
         return pl
 
     def shrink(self, v: Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
