@@ -682,24 +682,26 @@ def test_release_forecast_is_the_first_release_that_suffices():
         assert rel.wait(free_now, g, now) == walk
 
 
-def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps():
+@pytest.mark.parametrize("order,short_age,medium_age", [("shortest", 100.0, 3000.0), ("fitting", 3000.0, 100.0)])
+def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps(order, short_age, medium_age):
     """Issue 13, sixth pass: 70 short 1-GPU jobs wait, each forecast to get a GPU within seconds
     (72 plain 1-GPU jobs end soon), so no swap helps them; behind them (longer GPU-time) a 4-GPU
     job that no release serves before the long job ends. The scan must reach it: with the old
-    64-candidate scan it never did; with no victim search allowed it still does not move."""
+    64-candidate scan it never did; with no victim search allowed it still does not move. With
+    the variant's wait order "fitting" the short jobs must be older to count ahead of it."""
     now = 10000.0
     nodes = 19
     plain = [movable(f"p{i}", 20.0 + i, 1, [(i // 4, 1)], start=0.0, now=now, checkpointable=False) for i in range(72)]
     long = movable("long", 4 * 360000.0, 4, [(18, 4)], start=0.0, now=now, req=4)
-    shorts = [waiting(f"s{i:02d}", 600.0, 1, submit=now - 100.0) for i in range(70)]
-    medium = waiting("medium", 12000.0, 4, submit=now - 3000.0)
+    shorts = [waiting(f"s{i:02d}", 600.0, 1, submit=now - short_age) for i in range(70)]
+    medium = waiting("medium", 12000.0, 4, submit=now - medium_age)
     st = state(now, [0] * nodes, [*shorts, medium], [*plain, long])
-    res = make_policy("elastic").decide(st)
+    res = make_policy("elastic", wait_order=order).decide(st)
     held = check_result(st, res)
     assert res.preempt == ("long",) and held.get("medium") == 4
-    assert not ElasticPolicy(max_candidates=64).decide(st).preempt
-    assert not ElasticPolicy(max_searches=0).decide(st).preempt
-    assert ElasticPolicy(max_candidates=71).decide(st).preempt == ("long",)
+    assert not make_policy("elastic", wait_order=order, max_candidates=64).decide(st).preempt
+    assert not make_policy("elastic", wait_order=order, max_searches=0).decide(st).preempt
+    assert make_policy("elastic", wait_order=order, max_candidates=71).decide(st).preempt == ("long",)
 
 
 def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
@@ -761,3 +763,25 @@ def test_older_fitting_sums_the_older_asks_no_larger():
         for k, i in enumerate(by_age):
             want[i] = sum(asked[j] for j in by_age[:k] if asked[j] <= asked[i])
         assert _older_fitting(asked, by_age) == want
+
+
+def test_placing_on_the_nodes_with_free_gpus_only_gives_the_whole_vectors_placement():
+    """`SlotMemo.fit` and the group swaps place on the nodes that have a free GPU only (mapped back
+    to their indices): the placement rule must give what it gives on the whole free vector, for
+    one-node and spread shapes, many mostly-empty nodes, ties between equally free nodes."""
+    import random
+
+    from lyasched.policy.common import fit_shape
+    from lyasched.policy.moveplan import SlotMemo
+
+    rng = random.Random(11)
+    memo = SlotMemo(ElasticPolicy(), [])
+    checked = 0
+    for _ in range(3000):
+        n = rng.randint(1, 40)
+        free = [rng.choice([0, 0, 0, 1, 2, 3, 4]) for _ in range(n)]
+        shape = (rng.choice([1, 2, 3, 4, 6, 8, 12, 16]), rng.random() < 0.7, rng.random() < 0.7)
+        whole = fit_shape(shape, free)
+        assert memo.fit(shape, free) == whole
+        checked += whole is not None and len(whole) > 1
+    assert checked > 100  # spread placements were exercised, not only one-node ones
