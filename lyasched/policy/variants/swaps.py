@@ -12,7 +12,8 @@ job's moves by its completed ones, through `ElasticPolicy._move_interval`. A fou
 ``wait_order = "submitted"`` (docs/model.md, section 3, "By job length, and the wait forecast's
 order"), counts the jobs submitted before a swap candidate ahead of it in its wait forecast instead
 of the shorter ones, through `ElasticPolicy._ahead_of`; ``"fitting"`` counts only those of them
-that ask no more GPUs than the candidate.
+that ask no more GPUs than the candidate (ninth pass: better against lyapunov on one held-out
+test, worse against tiresias on the second; not adopted).
 
 The two checks act through `ElasticPolicy._swap_check`: one `_Checks` per slot keeps the rollout's view of
 the slot (jobs running after the core's starts and the swaps made so far, jobs waiting).
@@ -43,8 +44,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     # "linear": a job moved m times runs (m + 1) x min_move_interval before its next move; "none": the interval
     # alone (docs/model.md section 3, "Move backoff": better on the family it was designed on, not on held-out ones)
     move_backoff: str = "none"
-    # whom a swap candidate's wait forecast counts ahead of it: "shortest" (shorter jobs, shipped) or "submitted"
-    # (jobs submitted before it; issue 13, seventh pass: measured, not adopted)
+    # whom a swap candidate's wait forecast counts ahead of it: "shortest" (shorter jobs, shipped), "submitted"
+    # (jobs submitted before it; issue 13, seventh pass) or "fitting" (those of them asking no more GPUs than it;
+    # ninth pass): both measured, not adopted
     wait_order: str = "shortest"
 
     SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
