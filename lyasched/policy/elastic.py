@@ -48,10 +48,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
-from lyasched.policy.common import PerJob, Shape, fit_shape
+from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate
+from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate, fit_on
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
@@ -323,9 +323,8 @@ class ElasticPolicy(LyapunovPolicy):
             elif i == k:
                 return None
         by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
-        # the batch is placed on the nodes with a free GPU and the victim's, in index order (the
-        # placement rule reads only free counts, ties by lowest index: the placements are those on
-        # the whole free vector), so a victim costs its batch, not a pass over every node
+        # the batch is placed on the nodes with a free GPU and the victim's (`fit_on`): a victim
+        # costs its batch, not a pass over every node
         with_free = {i for i, f in enumerate(free) if f}
         for v in memo.usable:
             r = v.job
@@ -346,13 +345,13 @@ class ElasticPolicy(LyapunovPolicy):
             saved = pen = credit = wsum = 0.0
             longest = 0.0
             for n_i, (pos, g, shape, wait_i) in enumerate(scan):
-                sub = fit_shape(shape, trial) if g <= trial_total else None
-                if sub is None:
+                hit = fit_on(shape, nodes, trial) if g <= trial_total else None
+                if hit is None:
                     if n_i == 0:
                         break
                     continue
+                sub, pl = hit
                 self._take(trial, sub)
-                pl = tuple((nodes[a], n) for a, n in sub)
                 w = left[pos]
                 run_i = w.run_time(g, len(pl) > 1)
                 trial_total -= sum(n for _, n in pl)

@@ -62,13 +62,9 @@ class SlotMemo:
             return self._fits[key]
         pl = None
         if sum(free) >= shape[0]:
-            # on the nodes with a free GPU only, in index order: the same placement (best fit and
-            # the split rule read the free counts, ties by lowest index), without building a pool
-            # over every node of a large cluster
             nodes = [i for i, f in enumerate(free) if f]
-            pl = fit_shape(shape, [free[i] for i in nodes])
-            if pl is not None:
-                pl = tuple((nodes[n], k) for n, k in pl)
+            hit = fit_on(shape, nodes, [free[i] for i in nodes])
+            pl = hit[1] if hit is not None else None
         self._fits[key] = pl
         return pl
 
@@ -107,6 +103,18 @@ class SlotMemo:
                 break
         self._shrinks[key] = hit = (trial, option)
         return hit
+
+
+def fit_on(shape: Shape, nodes: Sequence[int], counts: Sequence[int]) -> tuple[Placement, Placement] | None:
+    """`fit_shape` on a few nodes (``nodes``, ascending, with ``counts`` free GPUs): the placement
+    over positions in ``counts`` and the same over node ids, or None. The placement rule reads only
+    free counts and breaks ties by lowest index, so on the nodes with a free GPU (and any others,
+    in index order) it places as on the whole free vector, without a pass over every node of a
+    large cluster."""
+    sub = fit_shape(shape, counts)
+    if sub is None:
+        return None
+    return sub, tuple((nodes[a], k) for a, k in sub)
 
 
 def candidate(w: WaitingJob) -> tuple[float, int, float, Shape] | None:

@@ -69,9 +69,9 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
         for _, _, pos, g, _, _ in cands:
             asked[pos] = g
         by_age = sorted(range(len(left)), key=lambda i: (left[i].submit_time, left[i].job_id))
-        older = [0] * len(left)
         if self.wait_order == "fitting":
             return _older_fitting(asked, by_age)
+        older = [0] * len(left)
         for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
             older[i] = before
         return older
