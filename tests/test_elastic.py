@@ -347,6 +347,31 @@ def test_grow_is_held_back_by_frequent_arrivals():
     assert not make_policy("elastic").decide(busy).preempt
 
 
+def test_grow_hold_release_prices_a_grow_until_the_running_jobs_give_gpus_back():
+    """Issue 13, tenth pass: with ``grow_hold = "release"`` a grow's GPUs are priced as held until
+    the running jobs' predicted releases give as many back (at least the move interval, at most the
+    grown run), not for the move interval alone. The same grow, at the same arrival rate, is made
+    when another job releases its GPUs within the interval (by as many GPUs as that release gives
+    back) and not when the next release is hours away; ``"interval"`` decides as the shipped policy."""
+    now = 4000.0
+    r = movable("r", 2 * 36000, 2, [(0, 2)], start=0.0, now=now, req=2)
+    arrivals = dict(arrivals_t=np.arange(400.0, now, 600.0), arrivals_cum_gpu_s=np.arange(6.0))
+    for o_left, grows in ((60.0, True), (100000.0, False)):
+        other = movable("o", 4 * o_left, 4, [(2, 4)], start=0.0, now=now, checkpointable=False)
+        st = dataclasses.replace(state(now, [2, 4, 0], [], [r, other]), **arrivals)
+        shipped = make_policy("elastic").decide(st)
+        assert shipped.preempt == ("r",)  # the interval's price: a grow either way
+        assert make_policy("elastic", grow_hold="interval").decide(st) == shipped
+        res = make_policy("elastic", grow_hold="release").decide(st)
+        held = check_result(st, res)
+        assert (res.preempt == ("r",)) is grows, o_left
+        if grows:  # by at most the 4 GPUs o gives back within the interval (the shipped price grew it to 8)
+            assert 2 < held["r"] <= 2 + 4 < check_result(st, shipped)["r"]
+        assert make_policy("elastic", grow_hold="release").decide(st) == res  # deterministic
+    with pytest.raises(ParamError):
+        parse_params(["elastic.grow_hold=forever"], ["elastic"])
+
+
 # --------------------------------------------------------------------------- speed-ups change no decision
 # tests/elastic_reference.py is the policy as it was before the speed-ups (issue 13); the fast
 # policy (its margin and rollout checks off, the default) must decide exactly as it does, and the

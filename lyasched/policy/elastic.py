@@ -112,6 +112,14 @@ class ElasticPolicy(LyapunovPolicy):
         ``move_backoff`` in variants). Shipped: `min_move_interval`, whatever its moves so far."""
         return self.min_move_interval
 
+    _grow_needs_releases: ClassVar[bool] = False  # whether `_grow_hold` reads the release forecast
+
+    def _grow_hold(self, state: SlotState, ends: Releases | None, r2: float, k: int) -> float:
+        """How long a grow keeps the ``k`` GPUs it takes out of the free pool, given the grown run
+        ``r2`` and the running jobs' releases ``ends`` (an extension point, ``grow_hold`` in
+        variants). Shipped: `min_move_interval`, the time before the grown job may move."""
+        return self.min_move_interval
+
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
 
@@ -429,11 +437,11 @@ class ElasticPolicy(LyapunovPolicy):
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
-        # A grown job cannot give GPUs back for min_move_interval: arrivals meanwhile that need
+        # A grown job holds the GPUs it took for H (`_grow_hold`): arrivals meanwhile that need
         # them wait up to that long. Expected cost per GPU taken from the F free ones:
-        # rate * I * I/2 / F (rate: recent arrivals per second off the state; 0 without history).
-        interval = self.min_move_interval
-        risk_per_gpu = arrival_rate(state, self.min_window) * interval * interval / 2 / max(1, sum(free))
+        # rate * H * H/2 / F (rate: recent arrivals per second off the state; 0 without history).
+        rate, nfree = arrival_rate(state, self.min_window), max(1, sum(free))
+        ends = Releases(state.running) if self._grow_needs_releases else None
         for r in sorted(movable, key=lambda r: (-r.best_remaining(r.gpus)[0], r.job_id)):
             if sum(free) == 0:
                 break
@@ -449,7 +457,10 @@ class ElasticPolicy(LyapunovPolicy):
             for g2 in range(r.gpus + 1, min(sum(avail), len(r.remaining_one_node)) + 1):
                 for spans in (False, True):
                     r2 = r.remaining(g2, spans)
-                    if not math.isfinite(r2) or r_now - r2 <= 2 * c + risk_per_gpu * (g2 - r.gpus):
+                    if not math.isfinite(r2):
+                        continue
+                    hold = self._grow_hold(state, ends, r2, g2 - r.gpus)
+                    if r_now - r2 <= 2 * c + rate * hold * hold / 2 / nfree * (g2 - r.gpus):
                         continue
                     pl = FreeGpus(tuple(avail), state.gpus_per_node).take(g2, not spans)
                     if pl is not None and (best is None or r2 < best[0]):
