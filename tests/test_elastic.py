@@ -348,26 +348,26 @@ def test_grow_is_held_back_by_frequent_arrivals():
 
 
 def test_grow_hold_release_prices_a_grow_until_the_running_jobs_give_gpus_back():
-    """Issue 13, tenth pass: with ``grow_hold = "release"`` a grow's GPUs are priced as held until
-    the running jobs' predicted releases give as many back (at least the move interval, at most the
-    grown run), not for the move interval alone. The same grow, at the same arrival rate, is made
-    when another job releases its GPUs within the interval (by as many GPUs as that release gives
-    back) and not when the next release is hours away; ``"interval"`` decides as the shipped policy."""
+    """Issue 13, tenth pass: a grow's GPUs are priced as held until the running jobs' predicted
+    releases give as many back (at least the move interval, at most the grown run), not for the
+    move interval alone (``grow_hold = "interval"``, the rule before). At the same arrival rate the
+    grow is made when another job releases its GPUs within the interval (by as many GPUs as that
+    release gives back) and not when the next release is hours away; the old rule grows either way."""
     now = 4000.0
     r = movable("r", 2 * 36000, 2, [(0, 2)], start=0.0, now=now, req=2)
     arrivals = dict(arrivals_t=np.arange(400.0, now, 600.0), arrivals_cum_gpu_s=np.arange(6.0))
     for o_left, grows in ((60.0, True), (100000.0, False)):
         other = movable("o", 4 * o_left, 4, [(2, 4)], start=0.0, now=now, checkpointable=False)
         st = dataclasses.replace(state(now, [2, 4, 0], [], [r, other]), **arrivals)
-        shipped = make_policy("elastic").decide(st)
-        assert shipped.preempt == ("r",)  # the interval's price: a grow either way
-        assert make_policy("elastic", grow_hold="interval").decide(st) == shipped
-        res = make_policy("elastic", grow_hold="release").decide(st)
+        old = make_policy("elastic", grow_hold="interval").decide(st)
+        assert old.preempt == ("r",)  # the interval's price: a grow either way
+        res = make_policy("elastic").decide(st)
+        assert res == make_policy("elastic", grow_hold="release").decide(st)  # the default
         held = check_result(st, res)
         assert (res.preempt == ("r",)) is grows, o_left
-        if grows:  # by at most the 4 GPUs o gives back within the interval (the shipped price grew it to 8)
-            assert 2 < held["r"] <= 2 + 4 < check_result(st, shipped)["r"]
-        assert make_policy("elastic", grow_hold="release").decide(st) == res  # deterministic
+        if grows:  # by at most the 4 GPUs o gives back within the interval (the old price grew it to 8)
+            assert 2 < held["r"] <= 2 + 4 < check_result(st, old)["r"]
+        assert make_policy("elastic").decide(st) == res  # deterministic
     with pytest.raises(ParamError):
         parse_params(["elastic.grow_hold=forever"], ["elastic"])
 
@@ -417,16 +417,17 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     st = _random_state(rng)
     params = {} if seed % 3 else {"max_candidates": int(rng.integers(1, 6)), "max_stretch": float(rng.uniform(1.0, 3.0))}
     # the reference predates group swaps: the fast policy without them decides exactly as it
-    fast = ElasticPolicy(group=False, **params).decide(st)
+    # and the tenth pass's grow price (grow_hold="release")
+    fast = ElasticPolicy(group=False, grow_hold="interval", **params).decide(st)
     ref = ReferenceElasticPolicy(**params).decide(st)
     assert _sans_wake(fast) == _sans_wake(ref)
     # the same wake_at where the reference gives one; beyond it, only inert slots add one
     # (test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes)
     assert "wake_at" not in ref.info or fast.info["wake_at"] == ref.info["wake_at"]
-    variant = ElasticVariant(group=False, **params).decide(st)  # the variants' class, every option off (policy/variants)
+    variant = ElasticVariant(group=False, grow_hold="interval", **params).decide(st)  # the variants' class, every option off (policy/variants)
     assert variant == fast
     check_result(st, fast)
-    check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps: feasible too
+    check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps and the release price: feasible too
 
 
 def test_random_states_do_move_jobs():
@@ -454,8 +455,8 @@ def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, se
     import pathlib
 
     w = seed_workload(name, seed=seed, n_jobs=n)
-    # the reference predates group swaps
-    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False), name="elastic")
+    # the reference predates group swaps and the tenth pass's grow price
+    fast = Simulation(w.jobs, w.cluster, seed=seed).run(ElasticPolicy(group=False, grow_hold="interval"), name="elastic")
     ref = Simulation(w.jobs, w.cluster, seed=seed).run(ReferenceElasticPolicy(), name="elastic")
     assert _outcomes(fast) == _outcomes(ref)
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"

@@ -24,7 +24,8 @@ Each slot:
    only when it also lowers the forecast total completion time (docs/model.md, section 3);
 3. **grow**: when no job is left waiting, free GPUs go to movable jobs whose remaining run
    shrinks by more than twice their move cost (the grow and the shrink back it may need) plus
-   the expected wait of arrivals that need those GPUs before the job may move again.
+   the expected wait of arrivals that need those GPUs while the pool is short of them: until
+   the running jobs' predicted releases give as many back (`_grow_hold`).
 
 Suspended jobs are waiting jobs again: they count in Q (their remaining work) and Z (their
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
@@ -80,6 +81,9 @@ class ElasticPolicy(LyapunovPolicy):
     max_searches: int = 64  # of those, how many may search for victims per slot (a forecast wait above the run)
     min_window: float = 3600.0  # window of the recent arrival rate that prices a grow (s)
     group: bool = True  # a victim larger than the job may be suspended for a batch of waiting jobs that takes all its GPUs
+    # how long a grow's GPUs are priced as held: "release" (until the running jobs' predicted releases give as many
+    # back, at least min_move_interval, at most the grown run; tenth pass) or "interval" (min_move_interval, before)
+    grow_hold: str = "release"
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -112,13 +116,16 @@ class ElasticPolicy(LyapunovPolicy):
         ``move_backoff`` in variants). Shipped: `min_move_interval`, whatever its moves so far."""
         return self.min_move_interval
 
-    _grow_needs_releases: ClassVar[bool] = False  # whether `_grow_hold` reads the release forecast
-
     def _grow_hold(self, state: SlotState, ends: Releases | None, r2: float, k: int) -> float:
         """How long a grow keeps the ``k`` GPUs it takes out of the free pool, given the grown run
-        ``r2`` and the running jobs' releases ``ends`` (an extension point, ``grow_hold`` in
-        variants). Shipped: `min_move_interval`, the time before the grown job may move."""
-        return self.min_move_interval
+        ``r2`` and the running jobs' releases ``ends``. A lent GPU comes back when the job ends or
+        a swap takes it, and swaps take it only for a job whose forecast wait exceeds its run, so
+        ("release") the pool is short of ``k`` GPUs until the releases give ``k`` back: at least
+        `min_move_interval` (before that the job cannot move), at most ``r2``. ("interval": the
+        interval alone, the rule before the tenth pass.)"""
+        if self.grow_hold != "release" or ends is None:
+            return self.min_move_interval
+        return min(r2, max(self.min_move_interval, ends.wait(0, k, state.now)))
 
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
@@ -441,7 +448,7 @@ class ElasticPolicy(LyapunovPolicy):
         # them wait up to that long. Expected cost per GPU taken from the F free ones:
         # rate * H * H/2 / F (rate: recent arrivals per second off the state; 0 without history).
         rate, nfree = arrival_rate(state, self.min_window), max(1, sum(free))
-        ends = Releases(state.running) if self._grow_needs_releases else None
+        ends = Releases(state.running) if self.grow_hold == "release" else None
         for r in sorted(movable, key=lambda r: (-r.best_remaining(r.gpus)[0], r.job_id)):
             if sum(free) == 0:
                 break

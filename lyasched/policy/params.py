@@ -88,7 +88,7 @@ PARAMS["elastic"] = {
     "group": Param("bool", help="suspend a running job larger than a waiting one for a batch of waiting jobs that takes all its GPUs"),
     "move_backoff": Param("str", choices=("none", "linear"), help="linear: a job moved m times runs (m + 1) x min_move_interval before its next move; none: the interval alone"),
     "wait_order": Param("str", choices=("shortest", "submitted", "fitting"), help="whom a swap candidate's wait forecast counts ahead of it: shorter jobs (shortest, the default), jobs submitted before it (submitted) or those of them asking no more GPUs than it (fitting); the last two measured on held-out sets, not adopted"),
-    "grow_hold": Param("str", choices=("interval", "release"), help="how long a grow's GPUs are priced as held: min_move_interval (interval, the default) or until the running jobs' releases give as many back (release; tenth pass)"),
+    "grow_hold": Param("str", choices=("interval", "release"), help="how long a grow's GPUs are priced as held: until the running jobs' releases give as many back, at least min_move_interval (release, the default since the tenth pass) or min_move_interval alone (interval, the rule before)"),
     "max_candidates": Param("int", lo=0, hi=1e6, help="waiting jobs considered for a swap per slot"),
     "max_searches": Param("int", lo=0, hi=1e6, help="of those, how many may search for victims per slot"),
     "margin": Param("float", lo=0.0, hi=100.0, help="a swap's forecast net gain must clear this many standard errors of the estimates' error (0: off; measured, not adopted: docs/model.md section 3)"),

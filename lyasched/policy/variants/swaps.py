@@ -30,7 +30,6 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from lyasched.policy.elastic import Chosen, ElasticPolicy, SwapCheck
-from lyasched.policy.moveplan import Releases
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.state import Decision, Placement, RunningJob, SlotState, WaitingJob
 from lyasched.policy.variants.core import LyapunovVariant
@@ -49,9 +48,6 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
     # (jobs submitted before it; issue 13, seventh pass) or "fitting" (those of them asking no more GPUs than it;
     # ninth pass): both measured, not adopted
     wait_order: str = "shortest"
-    # how long a grow's GPUs are priced as held: "interval" (min_move_interval, shipped) or "release" (until the
-    # running jobs' predicted releases give as many back, at least the interval, at most the grown run; tenth pass)
-    grow_hold: str = "interval"
 
     SIGMA: ClassVar[float] = 0.2  # sigma of the run-time estimates' log-normal error (docs/simulator.md; the replay default)
 
@@ -79,19 +75,6 @@ class ElasticVariant(ElasticPolicy, LyapunovVariant):
         for i, before in zip(by_age, accumulate((asked[i] for i in by_age), initial=0)):
             older[i] = before
         return older
-
-    @property
-    def _grow_needs_releases(self) -> bool:  # type: ignore[override]
-        return self.grow_hold == "release"
-
-    def _grow_hold(self, state: SlotState, ends: Releases | None, r2: float, k: int) -> float:
-        """``grow_hold = "release"``: a lent GPU comes back when the job ends or a swap takes it,
-        and swaps take it only for a job whose forecast wait exceeds its run, so the pool is short
-        of the ``k`` GPUs until the running jobs' releases give ``k`` back (at least the move
-        interval, at most the grown run ``r2``)."""
-        if self.grow_hold != "release" or ends is None:
-            return self.min_move_interval
-        return min(r2, max(self.min_move_interval, ends.wait(0, k, state.now)))
 
     def _move_interval(self, r: MovableJob) -> float:
         return self.min_move_interval * (1 + r.moves if self.move_backoff == "linear" else 1)
