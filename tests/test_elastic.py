@@ -370,6 +370,8 @@ def test_grow_hold_release_prices_a_grow_until_the_running_jobs_give_gpus_back()
         assert make_policy("elastic").decide(st) == res  # deterministic
     with pytest.raises(ParamError):
         parse_params(["elastic.grow_hold=forever"], ["elastic"])
+    with pytest.raises(ValueError, match="grow_hold"):
+        ElasticPolicy(grow_hold="forever")
 
 
 # --------------------------------------------------------------------------- speed-ups change no decision

@@ -92,6 +92,8 @@ class ElasticPolicy(LyapunovPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.grow_hold not in ("release", "interval"):
+            raise ValueError(f"grow_hold must be 'release' or 'interval', not {self.grow_hold!r}")
         self._cands = PerJob(candidate)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
