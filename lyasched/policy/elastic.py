@@ -53,6 +53,7 @@ from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate, fit_on
+from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
@@ -92,8 +93,9 @@ class ElasticPolicy(LyapunovPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.grow_hold not in ("release", "interval"):
-            raise ValueError(f"grow_hold must be 'release' or 'interval', not {self.grow_hold!r}")
+        holds = PARAMS["elastic"]["grow_hold"].choices  # one list of values: the parameter table's
+        if self.grow_hold not in holds:
+            raise ValueError(f"grow_hold must be one of {', '.join(holds)}, not {self.grow_hold!r}")
         self._cands = PerJob(candidate)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
@@ -125,7 +127,7 @@ class ElasticPolicy(LyapunovPolicy):
         ("release") the pool is short of ``k`` GPUs until the releases give ``k`` back: at least
         `min_move_interval` (before that the job cannot move), at most ``r2``. ("interval": the
         interval alone, the rule before the tenth pass.)"""
-        if self.grow_hold != "release" or ends is None:
+        if ends is None:  # built only for "release" (`_grow`)
             return self.min_move_interval
         return min(r2, max(self.min_move_interval, ends.wait(0, k, state.now)))
 
