@@ -8,8 +8,13 @@ with their default error); per variant it prints elastic's worst and median rati
 to tiresias, how many workloads meet issue 13's targets (<= 1.00x lyapunov, <= 0.90x tiresias)
 and the worst four. A VARIANT is ``;``-separated ``elastic.KEY=VALUE`` items ("" = the defaults).
 
+``--noise-seeds 0,1,2`` replays every workload under several simulator seeds (seed + 7919 n, as
+robustness_variants.py: other draws of the estimates' errors and true run times, the jobs the
+same) and judges each policy on its average JCT over them: on a 160-job workload one draw moves
+elastic / lyapunov by 10% and more (issue 13, eleventh pass). Rows then carry the per-draw ratios.
+
     python benchmarks/elastic_family.py [--spec mixed160] [--first-seed 0] [--seeds 30] [--loads 0.8,1.0,1.2]
-        [--json] VARIANT [VARIANT ...]
+        [--noise-seeds 0] [--json] VARIANT [VARIANT ...]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from elastic_sweep import run_one  # noqa: E402
@@ -27,11 +33,19 @@ from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim.synth import synth_workload  # noqa: E402
 
 
-def replay(spec: str, load: float, seed: int, params: dict[str, dict]) -> dict:
-    """Average JCT of lyapunov, elastic and tiresias on one member of the family."""
+NOISE_STRIDE = 7919  # simulator seed of noise draw n: seed + NOISE_STRIDE * n (robustness_variants.py's)
+
+
+def replay(spec: str, load: float, seed: int, params: dict[str, dict], noise: Sequence[int] = (0,)) -> dict:
+    """Average JCT of lyapunov, elastic and tiresias on one member of the family, each averaged
+    over the simulator draws ``noise``; with several, ``draws`` holds each draw's JCTs."""
     sw = synth_workload(f"synth:{spec},load={load}", seed)
     w = dict(name=sw.name, set="family", jobs=sw.jobs, cluster=sw.cluster, end_fraction=sw.end_fraction, seed=seed)
-    return run_one(w, params)["avg_jct_s"]
+    draws = [run_one({**w, "sim_seed": seed + NOISE_STRIDE * n}, params)["avg_jct_s"] for n in noise]
+    out: dict = {p: statistics.fmean(d[p] for d in draws) for p in draws[0]}
+    if len(draws) > 1:
+        out["draws"] = draws
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--spec", default="mixed160", help="the family's synthetic spec without its load (docs/simulator.md)")
     ap.add_argument("--loads", default="0.8,1.0,1.2")
+    ap.add_argument("--noise-seeds", default="0", help="comma-separated n >= 0: average each policy's JCT over "
+                    "simulator seeds seed + 7919 n (default: one draw, n = 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        noise = [int(x) for x in args.noise_seeds.split(",")]
+        if min(noise) < 0 or len(set(noise)) != len(noise):
+            raise ValueError
+    except ValueError:
+        print(f"error: --noise-seeds {args.noise_seeds!r}: expected distinct integers >= 0, e.g. 0,1,2", file=sys.stderr)
+        return 2
     try:
         loads = [float(x) for x in args.loads.split(",") if x]
     except ValueError:
@@ -62,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for load in loads:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
-                r = replay(args.spec, load, seed, params)
-                rows.append({"load": load, "seed": seed, **r, "vs_lyapunov": r["elastic"] / r["lyapunov"],
-                             "vs_tiresias": r["elastic"] / r["tiresias"]})
+                r = replay(args.spec, load, seed, params, noise)
+                row = {"load": load, "seed": seed, **r, "vs_lyapunov": r["elastic"] / r["lyapunov"],
+                       "vs_tiresias": r["elastic"] / r["tiresias"]}
+                if "draws" in r:
+                    row["draws_vs_lyapunov"] = [d["elastic"] / d["lyapunov"] for d in r["draws"]]
+                    row["draws_vs_tiresias"] = [d["elastic"] / d["tiresias"] for d in r["draws"]]
+                    del row["draws"]
+                rows.append(row)
                 print(f"[{v or 'defaults'}] load {load} seed {seed}: {rows[-1]['vs_lyapunov']:.3f} / {rows[-1]['vs_tiresias']:.3f}",
                       file=sys.stderr, flush=True)
         vl = [r["vs_lyapunov"] for r in rows]
@@ -81,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{r['load']}/s{r['seed']} {r['vs_lyapunov']:.3f}" for r in summary["worst4"]), flush=True)
     if args.json:
         print(json.dumps({"family": f"synth:{args.spec}", "loads": loads, "first_seed": args.first_seed, "seeds": args.seeds,
-                          "variants": report}))
+                          "noise_seeds": noise, "variants": report}))
     return 0
 
 

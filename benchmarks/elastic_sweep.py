@@ -119,7 +119,8 @@ def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
 
 
 def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | bool] | None = None) -> dict:
-    sim = Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
+    # the simulator's seed draws the estimates' errors and true run times ("sim_seed": another draw of the same workload)
+    sim = Simulation(w["jobs"], w["cluster"], seed=w.get("sim_seed", w["seed"]), end_fraction=w["end_fraction"])
     per, moves = {}, {}
     for p in POLICIES:
         kw = {**params.get(p, {}), **((attrs or {}) if p == "elastic" else {})}

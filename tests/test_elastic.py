@@ -686,6 +686,17 @@ def test_elastic_family_benchmark_reports_the_ratios_of_its_replays():
     assert v["vs_tiresias"]["worst"] == pytest.approx(row["elastic"] / row["tiresias"])
     bad = subprocess.run([sys.executable, str(script), "--loads", "x", ""], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and len(bad.stderr.strip().splitlines()) == 1
+    # --noise-seeds: draw 0 is the run above; each policy judged on its mean JCT over the draws
+    two = subprocess.run([sys.executable, str(script), "--seeds", "1", "--loads", "0.8", "--noise-seeds", "0,1", "--json", ""],
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    (mean,) = json.loads(two.stdout)["variants"][0]["rows"]
+    assert mean["draws_vs_lyapunov"][0] == pytest.approx(row["vs_lyapunov"])
+    assert mean["draws_vs_lyapunov"][1] != pytest.approx(row["vs_lyapunov"])  # another draw of the errors
+    assert mean["vs_lyapunov"] == pytest.approx(mean["elastic"] / mean["lyapunov"])
+    for flag in ("0,0", "-1", "a"):
+        bad = subprocess.run([sys.executable, str(script), "--noise-seeds", flag, ""], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and bad.stderr.startswith("error: --noise-seeds"), (flag, bad.stderr)
 
 
 def test_release_forecast_is_the_first_release_that_suffices():
