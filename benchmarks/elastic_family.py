@@ -27,25 +27,19 @@ import sys
 from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_sweep import run_one  # noqa: E402
+from elastic_sweep import noise_seeds, run_draws  # noqa: E402
 
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim.synth import synth_workload  # noqa: E402
 
 
-NOISE_STRIDE = 7919  # simulator seed of noise draw n: seed + NOISE_STRIDE * n (robustness_variants.py's)
-
-
 def replay(spec: str, load: float, seed: int, params: dict[str, dict], noise: Sequence[int] = (0,)) -> dict:
-    """Average JCT of lyapunov, elastic and tiresias on one member of the family, each averaged
-    over the simulator draws ``noise``; with several, ``draws`` holds each draw's JCTs."""
+    """One member of the family (`elastic_sweep.run_draws`): lyapunov's, elastic's and tiresias's
+    average JCT (means over the draws ``noise``) and, with several draws, each draw's ratios."""
     sw = synth_workload(f"synth:{spec},load={load}", seed)
     w = dict(name=sw.name, set="family", jobs=sw.jobs, cluster=sw.cluster, end_fraction=sw.end_fraction, seed=seed)
-    draws = [run_one({**w, "sim_seed": seed + NOISE_STRIDE * n}, params)["avg_jct_s"] for n in noise]
-    out: dict = {p: statistics.fmean(d[p] for d in draws) for p in draws[0]}
-    if len(draws) > 1:
-        out["draws"] = draws
-    return out
+    r = run_draws(w, params, noise)
+    return {**r["avg_jct_s"], **{k: v for k, v in r.items() if k.startswith("draws_")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,11 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        noise = [int(x) for x in args.noise_seeds.split(",")]
-        if min(noise) < 0 or len(set(noise)) != len(noise):
-            raise ValueError
-    except ValueError:
-        print(f"error: --noise-seeds {args.noise_seeds!r}: expected distinct integers >= 0, e.g. 0,1,2", file=sys.stderr)
+        noise = noise_seeds(args.noise_seeds)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         loads = [float(x) for x in args.loads.split(",") if x]
@@ -86,13 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         for load in loads:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 r = replay(args.spec, load, seed, params, noise)
-                row = {"load": load, "seed": seed, **r, "vs_lyapunov": r["elastic"] / r["lyapunov"],
-                       "vs_tiresias": r["elastic"] / r["tiresias"]}
-                if "draws" in r:
-                    row["draws_vs_lyapunov"] = [d["elastic"] / d["lyapunov"] for d in r["draws"]]
-                    row["draws_vs_tiresias"] = [d["elastic"] / d["tiresias"] for d in r["draws"]]
-                    del row["draws"]
-                rows.append(row)
+                rows.append({"load": load, "seed": seed, **r, "vs_lyapunov": r["elastic"] / r["lyapunov"],
+                             "vs_tiresias": r["elastic"] / r["tiresias"]})
                 print(f"[{v or 'defaults'}] load {load} seed {seed}: {rows[-1]['vs_lyapunov']:.3f} / {rows[-1]['vs_tiresias']:.3f}",
                       file=sys.stderr, flush=True)
         vl = [r["vs_lyapunov"] for r in rows]

@@ -3,6 +3,7 @@ sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Phi
 the held-out rounds).
 
     python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
+        [--noise-seeds 0,1,2]
 
 SET: design, heldout .. heldout8 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
@@ -14,7 +15,9 @@ elastic's moves (suspensions, resizes). Targets (issue 13): elastic <= 0.90x tir
 loads, synthetic workloads whose offered load is in that range, and the seed groups). Every
 job is checkpointable (the replay default); each move costs the simulator's restart overhead
 (30 s). ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
-Progress on stderr.
+``--noise-seeds 0,1,2`` judges each policy on its mean JCT over several simulator draws of the
+same jobs (`run_draws`; one draw moves elastic / lyapunov by 10% and more on small workloads:
+docs/model.md, "One draw or several"). Progress on stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import re
 import sys
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -142,6 +146,36 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
     }
 
 
+NOISE_STRIDE = 7919  # simulator seed of noise draw n: seed + NOISE_STRIDE * n (robustness_variants.py's)
+
+
+def run_draws(w: dict, params: dict[str, dict], noise: Sequence[int] = (0,),
+              attrs: dict[str, int | float | bool] | None = None) -> dict:
+    """`run_one` over the simulator draws ``noise`` (seed + 7919 n: other estimate errors and true
+    run times, the jobs the same): each policy's average JCT is its mean over the draws and the
+    ratios are taken between those means; moves are summed. With several draws the row also
+    carries each draw's ratios (``draws_vs_tiresias``, ``draws_vs_lyapunov``)."""
+    runs = [run_one({**w, "sim_seed": w["seed"] + NOISE_STRIDE * n}, params, attrs) for n in noise]
+    if len(runs) == 1:
+        return runs[0]
+    jct = {p: float(np.mean([r["avg_jct_s"][p] for r in runs])) for p in POLICIES}
+    moves = {p: {k: sum(r["moves"][p][k] for r in runs) for k in runs[0]["moves"][p]} for p in POLICIES}
+    return {**runs[0], "avg_jct_s": jct, "moves": moves, "noise_seeds": list(noise),
+            "vs_tiresias": jct["elastic"] / jct["tiresias"], "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
+            **{f"draws_{k}": [r[k] for r in runs] for k in RATIOS}}
+
+
+def noise_seeds(text: str) -> list[int]:
+    """``--noise-seeds``: distinct integers >= 0 (ValueError with a one-line message otherwise)."""
+    try:
+        noise = [int(x) for x in text.split(",")]
+    except ValueError:
+        noise = []
+    if not noise or min(noise) < 0 or len(set(noise)) != len(noise):
+        raise ValueError(f"--noise-seeds {text!r}: expected distinct integers >= 0, e.g. 0,1,2")
+    return noise
+
+
 def summary(rows: list[dict]) -> dict:
     if not rows:
         return {}
@@ -162,10 +196,13 @@ def main() -> None:
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an elastic field replay's parameters do not list, e.g. rollout=256 (docs/model.md, section 3)")
+    ap.add_argument("--noise-seeds", default="0", help="comma-separated n >= 0: each policy's JCT averaged over "
+                    "simulator seeds seed + 7919 n (default: one draw)")
     a = ap.parse_args()
     try:
         params = parse_params(a.param, POLICIES)
         attrs = elastic_attrs(a.set)
+        noise = noise_seeds(a.noise_seeds)
     except (ParamError, ValueError) as e:
         ap.exit(2, f"elastic_sweep.py: {e}\n")
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
@@ -175,7 +212,7 @@ def main() -> None:
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_one(w, params, attrs)
+        r = run_draws(w, params, noise, attrs)
         rows.append(r)
         m = r["moves"]["elastic"]
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: elastic/tiresias {r['vs_tiresias']:.3f} "
@@ -184,7 +221,7 @@ def main() -> None:
     report = {"workloads": rows, "all": summary(rows), "in_target": summary(target),
               "sets": {s: summary([r for r in rows if r["set"] == s]) for s in SETS if any(r["set"] == s for r in rows)},
               "sets_in_target": {s: summary([r for r in target if r["set"] == s]) for s in SETS if any(r["set"] == s for r in target)},
-              "wall_s": round(time.perf_counter() - t0, 1)}
+              "noise_seeds": noise, "wall_s": round(time.perf_counter() - t0, 1)}
     if a.json:
         print(json.dumps(report))
         return

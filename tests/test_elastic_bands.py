@@ -63,3 +63,28 @@ def test_in_target_reads_the_load_off_each_kind_of_name():
     assert S.in_target("synth:mixed160,load=0.9 seed 83") and not S.in_target("synth:mixed160,load=0.5 seed 72")
     assert not S.in_target("no load here")
     assert "heldout8" in S.SETS
+
+
+def test_run_draws_averages_each_policy_over_the_simulator_draws():
+    """elastic_sweep.run_draws: one draw is run_one itself; several average each policy's JCT
+    (ratios between the means) and keep each draw's ratios; bad --noise-seeds are one line."""
+    import elastic_sweep as S
+
+    from lyasched.sim.synth import synth_workload
+
+    sw = synth_workload("synth:jobs=40,nodes=4,one_gpu=0.5,max_req=8,load=1.0", 3)
+    w = dict(name=sw.name, set="t", jobs=sw.jobs, cluster=sw.cluster, end_fraction=sw.end_fraction, seed=3)
+    one = S.run_one(w, {})
+    same = S.run_draws(w, {}, (0,))
+    assert (same["avg_jct_s"], same["vs_lyapunov"], same["vs_tiresias"]) == (one["avg_jct_s"], one["vs_lyapunov"], one["vs_tiresias"])
+    other = S.run_one({**w, "sim_seed": 3 + S.NOISE_STRIDE}, {})
+    two = S.run_draws(w, {}, (0, 1))
+    for p in S.POLICIES:
+        assert two["avg_jct_s"][p] == pytest.approx((one["avg_jct_s"][p] + other["avg_jct_s"][p]) / 2)
+    assert two["vs_lyapunov"] == pytest.approx(two["avg_jct_s"]["elastic"] / two["avg_jct_s"]["lyapunov"])
+    assert two["draws_vs_tiresias"] == [one["vs_tiresias"], other["vs_tiresias"]]
+    assert one["avg_jct_s"] != other["avg_jct_s"]  # the draw changes the estimates' errors
+    assert S.noise_seeds("0,2") == [0, 2]
+    for bad in ("", "1,1", "-1", "x"):
+        with pytest.raises(ValueError, match="--noise-seeds"):
+            S.noise_seeds(bad)
