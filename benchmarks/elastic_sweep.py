@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
-from robustness import philly_window, seed_round  # noqa: E402
+from robustness import NOISE_STRIDE, philly_window, seed_round  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
@@ -144,9 +144,6 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
         "vs_tiresias": jct["elastic"] / jct["tiresias"],
         "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
     }
-
-
-NOISE_STRIDE = 7919  # simulator seed of noise draw n: seed + NOISE_STRIDE * n (robustness_variants.py's)
 
 
 def run_draws(w: dict, params: dict[str, dict], noise: Sequence[int] = (0,),

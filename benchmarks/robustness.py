@@ -41,6 +41,7 @@ from lyasched.sim.workloads import SEED_GROUPS, read_trace, seed_workload, selec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
+NOISE_STRIDE = 7919  # simulator seed of noise draw n: the workload's seed + NOISE_STRIDE * n (other estimate errors)
 POLICIES = ["lyapunov", "fixed-1", "random", "fifo", "backfill", "optimus", "sjf-oracle", "tiresias"]
 ESTIMATING = ["fixed-1", "random", "fifo", "backfill", "optimus"]
 RATIOS = ("vs_backfill", "vs_best_estimating", "vs_oracle", "vs_tiresias")

@@ -70,7 +70,7 @@ def main() -> None:
     ratios: list[list[tuple[float, ...]]] = [[] for _ in a.variants]
     rows = []
     for k, w in enumerate(ws):
-        seeds = [w["seed"] + 7919 * n for n in noise]
+        seeds = [w["seed"] + R.NOISE_STRIDE * n for n in noise]
         sims = [(s, Simulation(w["jobs"], w["cluster"], seed=s, end_fraction=w["end_fraction"])) for s in seeds]
         per_seed = []
         for n, (seed, sim) in zip(noise, sims):
