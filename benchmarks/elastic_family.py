@@ -27,7 +27,8 @@ import sys
 from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_sweep import noise_seeds, run_draws  # noqa: E402
+from elastic_sweep import run_draws  # noqa: E402
+from robustness import noise_seeds  # noqa: E402
 
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim.synth import synth_workload  # noqa: E402

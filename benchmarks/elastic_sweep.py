@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
-from robustness import NOISE_STRIDE, philly_window, seed_round  # noqa: E402
+from robustness import NOISE_STRIDE, noise_seeds, philly_window, seed_round  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
@@ -160,17 +160,6 @@ def run_draws(w: dict, params: dict[str, dict], noise: Sequence[int] = (0,),
     return {**runs[0], "avg_jct_s": jct, "moves": moves, "noise_seeds": list(noise),
             "vs_tiresias": jct["elastic"] / jct["tiresias"], "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
             **{f"draws_{k}": [r[k] for r in runs] for k in RATIOS}}
-
-
-def noise_seeds(text: str) -> list[int]:
-    """``--noise-seeds``: distinct integers >= 0 (ValueError with a one-line message otherwise)."""
-    try:
-        noise = [int(x) for x in text.split(",")]
-    except ValueError:
-        noise = []
-    if not noise or min(noise) < 0 or len(set(noise)) != len(noise):
-        raise ValueError(f"--noise-seeds {text!r}: expected distinct integers >= 0, e.g. 0,1,2")
-    return noise
 
 
 def summary(rows: list[dict]) -> dict:

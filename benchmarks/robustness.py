@@ -152,6 +152,19 @@ SYNTH_HELDOUT_2 = [
 ]
 
 
+
+def noise_seeds(text: str) -> list[int]:
+    """``--noise-seeds`` (robustness_variants.py, elastic_sweep.py, elastic_family.py): distinct
+    integers >= 0, draw n replayed under simulator seed seed + NOISE_STRIDE * n; ValueError (one
+    line) otherwise."""
+    try:
+        noise = [int(x) for x in text.split(",")]
+    except ValueError:
+        noise = []
+    if not noise or min(noise) < 0 or len(set(noise)) != len(noise):
+        raise ValueError(f"--noise-seeds {text!r}: expected distinct integers >= 0, e.g. 0,1,2")
+    return noise
+
 def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
     """The sweep's workloads: dict(name, set, jobs, cluster, end_fraction, seed)."""
     out: list[dict] = []

@@ -52,11 +52,9 @@ def main() -> None:
                     "simulator seeds (workload seed + 7919*s)")
     a = ap.parse_args()
     try:
-        noise = [int(x) for x in a.noise_seeds.split(",")]
-        if not noise or min(noise) < 0 or len(set(noise)) != len(noise):
-            raise ValueError
-    except ValueError:
-        ap.exit(2, "robustness_variants.py: --noise-seeds: distinct integers >= 0, e.g. 0,1,2\n")
+        noise = R.noise_seeds(a.noise_seeds)
+    except ValueError as e:
+        ap.exit(2, f"robustness_variants.py: {e}\n")
     sets = a.sets.split(",")
     if any(s not in SETS for s in sets):
         ap.exit(2, f"robustness_variants.py: --sets: each of {', '.join(SETS)}\n")

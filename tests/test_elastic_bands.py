@@ -84,7 +84,9 @@ def test_run_draws_averages_each_policy_over_the_simulator_draws():
     assert two["vs_lyapunov"] == pytest.approx(two["avg_jct_s"]["elastic"] / two["avg_jct_s"]["lyapunov"])
     assert two["draws_vs_tiresias"] == [one["vs_tiresias"], other["vs_tiresias"]]
     assert one["avg_jct_s"] != other["avg_jct_s"]  # the draw changes the estimates' errors
-    assert S.noise_seeds("0,2") == [0, 2]
+    import robustness as R
+
+    assert R.noise_seeds("0,2") == [0, 2]
     for bad in ("", "1,1", "-1", "x"):
         with pytest.raises(ValueError, match="--noise-seeds"):
-            S.noise_seeds(bad)
+            R.noise_seeds(bad)
