@@ -28,7 +28,7 @@ from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from elastic_sweep import run_draws  # noqa: E402
-from robustness import noise_seeds  # noqa: E402
+from robustness import noise_seeds, synth_row  # noqa: E402
 
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim.synth import synth_workload  # noqa: E402
@@ -37,9 +37,7 @@ from lyasched.sim.synth import synth_workload  # noqa: E402
 def replay(spec: str, load: float, seed: int, params: dict[str, dict], noise: Sequence[int] = (0,)) -> dict:
     """One member of the family (`elastic_sweep.run_draws`): lyapunov's, elastic's and tiresias's
     average JCT (means over the draws ``noise``) and, with several draws, each draw's ratios."""
-    sw = synth_workload(f"synth:{spec},load={load}", seed)
-    w = dict(name=sw.name, set="family", jobs=sw.jobs, cluster=sw.cluster, end_fraction=sw.end_fraction, seed=seed)
-    r = run_draws(w, params, noise)
+    r = run_draws(synth_row(f"synth:{spec},load={load}", seed, "family"), params, noise)
     return {**r["avg_jct_s"], **{k: v for k, v in r.items() if k.startswith("draws_")}}
 
 

@@ -35,13 +35,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robustness import PHILLY, workloads  # noqa: E402
-from robustness import NOISE_STRIDE, noise_seeds, philly_window, seed_round  # noqa: E402
+from robustness import NOISE_STRIDE, noise_seeds, philly_window, seed_round, synth_row  # noqa: E402
 
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.params import ParamError, parse_params  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
-from lyasched.sim.synth import SynthSpec, parse_spec, synth_workload  # noqa: E402
+from lyasched.sim.synth import SynthSpec, parse_spec  # noqa: E402
 from lyasched.sim.workloads import SEED_GROUPS, read_trace, select_rows  # noqa: E402
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
@@ -68,10 +68,7 @@ ELASTIC_WINDOWS = [10000, 38500]  # 1,000 jobs each, at loads 0.8 and 1.2
 def elastic_heldout(trace: str) -> list[dict]:
     """The "elastic-heldout" workloads (dicts as robustness.workloads)."""
     out = seed_round("elastic-heldout", ELASTIC_SEEDS)
-    for spec, s in ELASTIC_SYNTH:
-        sw = synth_workload(spec, s)
-        out.append(dict(name=f"{sw.name} seed {s}", set="elastic-heldout", jobs=sw.jobs, cluster=sw.cluster,
-                        end_fraction=sw.end_fraction, seed=s))
+    out += [synth_row(spec, s, "elastic-heldout") for spec, s in ELASTIC_SYNTH]
     rows = select_rows(read_trace(trace))  # 1,000-job windows at loads 0.8 and 1.2, as --quick rounds
     out += [philly_window(rows, off, 1000, load, "elastic-heldout") for off in ELASTIC_WINDOWS for load in (0.8, 1.2)]
     return out

@@ -182,8 +182,7 @@ def workloads(quick: bool, only: str | None, trace: str = PHILLY) -> list[dict]:
         for spec, s in SYNTH_DESIGN[: 5 if quick else None]:
             if quick:
                 spec = spec.replace("jobs=1500", "jobs=400")
-            w = synth_workload(spec, s)
-            out.append(dict(name=f"{w.name} seed {s}", set="design", jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+            out.append(synth_row(spec, s, "design"))
     rows: list = []  # the trace's usable rows, read once for every held-out round
     if any((held, held2, held3, held4, held5, held6, held7, held8)):
         rows = select_rows(read_trace(trace))
@@ -214,6 +213,13 @@ def seed_round(name: str, seeds: Sequence[int]) -> list[dict]:
     return out
 
 
+def synth_row(spec: str, seed: int, set_name: str) -> dict:
+    """The synthetic workload ``spec`` on ``seed`` as a workload of the set ``set_name``."""
+    w = synth_workload(spec, seed)
+    return dict(name=f"{w.name} seed {seed}", set=set_name, jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction,
+                seed=seed)
+
+
 def philly_window(rows: Sequence, off: int, n: int, load: float, set_name: str) -> dict:
     """The ``n`` trace rows from ``off`` on a cluster sized for offered ``load``, as a workload."""
     win = rows[off: off + n]
@@ -232,8 +238,7 @@ def _heldout(name: str, windows: list[int], synth: list[tuple[str, int]], quick:
     for spec, s in synth[: quick_synth if quick else None]:
         if quick:
             spec = spec.replace("jobs=1500", "jobs=400")
-        w = synth_workload(spec, s)
-        out.append(dict(name=f"{w.name} seed {s}", set=name, jobs=w.jobs, cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
+        out.append(synth_row(spec, s, name))
     return out
 
 
