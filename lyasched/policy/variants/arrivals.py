@@ -70,10 +70,20 @@ def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.
         fut = future_rate(pol, state, run_req, total_gpus)
         if fut is not None:  # the arrivals' share of the penalty, per configuration (see future_rate)
             rr = (req * run_req)[:, None]
+            if pol.arrival_ref == "efficient":  # beyond the job's least GPU-seconds over its allowed configurations
+                with np.errstate(invalid="ignore"):
+                    gt = np.fmin(one, multi) * gk[None, :]
+                least = np.where(np.isfinite(gt), gt, np.inf).min(axis=1)
+                rr = np.where(np.isfinite(least), least, 0.0)[:, None]
             gg = gk[None, :].astype(float)
             with np.errstate(invalid="ignore"):
                 a_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
                 a_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
+            if pol.arrival_norm:  # charged against the job's best run with the share included, not its best run
+                with np.errstate(invalid="ignore"):
+                    m = np.fmin(np.where(np.isfinite(one), one + a_one, np.inf), np.where(np.isfinite(multi), multi + a_multi, np.inf)).min(axis=1)
+                shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
+                a_one, a_multi = a_one - shift, a_multi - shift
             fut_one = a_one if fut_one is None else fut_one + a_one
             fut_multi = a_multi if fut_multi is None else fut_multi + a_multi
     terms = None if fut_one is None or fut_multi is None else (fut_one, fut_multi)
@@ -169,6 +179,13 @@ def future_rate(pol: LyapunovVariant, state: SlotState, run_req: np.ndarray, tot
     before = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0.0)
     lam = count / win
     rho = np.minimum(1.0, (float(cum[-1]) - before) / win / max(1, total_gpus))
+    if pol.arrival_wait == "erlang":
+        # P(wait) in an M/M/c queue, Sakasegawa's approximation rho^(sqrt(2(c+1)) - 1): far below rho
+        # on a large, lightly loaded cluster, 1 at full load. c: job slots, the GPUs over the mean
+        # GPU count of the jobs waiting and running now.
+        counts = [w.requested_gpus for w in state.waiting] + [r.gpus for r in state.running]
+        c = max(1.0, total_gpus / max(1.0, float(np.mean(counts)) if counts else 1.0))
+        rho = rho ** (math.sqrt(2.0 * (c + 1.0)) - 1.0)
     return pol.arrival_weight * lam * rho / max(1, total_gpus)
 
 

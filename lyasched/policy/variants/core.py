@@ -33,6 +33,9 @@ class LyapunovVariant(LyapunovPolicy):
     spread_horizon: bool = True  # with max_load set, also exempt runs that end before the running jobs' last predicted end
     horizon_end: str = "latest"  # which of the running jobs' predicted ends bounds that exemption: "latest", "median" or "earliest"
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
+    arrival_wait: str = "load"  # the share of the arrivals that wait: the recent load ("load") or Sakasegawa's M/M/c approximation ("erlang")
+    arrival_norm: bool = False  # the arrivals' share less its least over the job's configurations (it then picks a configuration, never holds a start back)
+    arrival_ref: str = "request"  # the arrivals' share charges GPU-seconds beyond the request's ("request") or the job's least ("efficient")
     z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
     refill: str = "off"  # spreads vs the expected refill of the free GPUs: "off", "mask" (only spreads the refill cannot reach) or "price" (see arrivals.refill_short)
