@@ -245,7 +245,8 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
     before = (t.copy(), cum.copy(), [w.run_one_node.copy() for w in state.waiting])
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
     for kw in (dict(max_load=0.9), dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"),
-               dict(refill="mask")):  # the guard; the arrivals term; the refill terms
+               dict(refill="mask"),  # the guard; the arrivals term; the refill terms; the arrivals term's forms
+               dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm=True, arrival_wait="erlang")):
         reused = LyapunovVariant(V=V, **kw)
         reused.decide(st_)
         a = reused.decide(st_)
@@ -294,6 +295,29 @@ def test_expected_arrivals_keep_long_runs_at_their_request():
     assert gpus(200, 30) > 1
 
 
+def test_arrival_share_against_the_efficient_run_picks_the_count_not_the_start():
+    """``arrival_ref=efficient`` with ``arrival_norm`` (off by default, docs/model.md ninth pass): the
+    arrivals' share charges GPU-seconds beyond the job's least, and is charged against the job's best
+    run with the share included. A lone long job on an idle cluster with many recent arrivals starts
+    on its least-GPU-seconds count with the score it has without the term (nothing holds it back);
+    without ``arrival_norm`` the same share lowers that score."""
+    job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=4)
+    s = make_state([job], [4, 4], 4)
+    w = s.waiting[0]
+    t4 = w.run_time(4, False)
+    hist = _history(300, 2 * max(t4, 3600.0), t4)
+    st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), *hist)
+    (plain,) = LyapunovVariant(V=1.0).decide(st_).starts
+    kw = dict(V=1.0, arrival_weight=1.0, arrival_ref="efficient")
+    (normed,) = LyapunovVariant(**kw, arrival_norm=True).decide(st_).starts
+    least = min((g for g in range(1, 9) if np.isfinite(w.run_time(g, False))), key=lambda g: g * w.run_time(g, False))
+    allowed = [g for g in range(1, 9) if np.isfinite(w.run_time(g, False)) and w.run_time(g, False) <= 3.0 * t4]
+    assert plain.gpus > normed.gpus == max(least, min(allowed))
+    assert math.isclose(normed.score, plain.score, rel_tol=1e-9)
+    held = LyapunovVariant(**kw).decide(st_).starts
+    assert not held or held[0].score < plain.score
+
+
 @st.composite
 def short_of_requests(draw):
     """Fewer free GPUs than any job asks for: only shrunk configurations fit, so slots can wait."""
@@ -305,7 +329,9 @@ def short_of_requests(draw):
 
 @settings(max_examples=80, deadline=None)
 @given(short_of_requests(), st.integers(1, 50), st.floats(0.1, 3.0), st.sampled_from([0.0, 0.3, 0.999]),
-       st.sampled_from([dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"), dict(refill="price"), dict(refill="mask")]),
+       st.sampled_from([dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"), dict(refill="price"), dict(refill="mask"),
+                        dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm=True),
+                        dict(arrival_weight=1.0, arrival_ref="efficient", arrival_wait="erlang")]),
        st.floats(-1e3, 1e5))
 def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac, kw, end):
     """The arrivals term is read over a window that ends at the newest arrival, so with no new

@@ -82,7 +82,7 @@ def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.
             if pol.arrival_norm:  # charged against the job's best run with the share included, not its best run
                 with np.errstate(invalid="ignore"):
                     m = np.fmin(np.where(np.isfinite(one), one + a_one, np.inf), np.where(np.isfinite(multi), multi + a_multi, np.inf)).min(axis=1)
-                shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
+                    shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
                 a_one, a_multi = a_one - shift, a_multi - shift
             fut_one = a_one if fut_one is None else fut_one + a_one
             fut_multi = a_multi if fut_multi is None else fut_multi + a_multi
