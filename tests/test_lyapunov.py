@@ -246,7 +246,7 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
     key = lambda r: [(d.job_id, d.gpus, d.placement) for d in r.starts]  # noqa: E731
     for kw in (dict(max_load=0.9), dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"),
                dict(refill="mask"),  # the guard; the arrivals term; the refill terms; the arrivals term's forms
-               dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm=True, arrival_wait="erlang")):
+               dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm="run", arrival_wait="erlang")):
         reused = LyapunovVariant(V=V, **kw)
         reused.decide(st_)
         a = reused.decide(st_)
@@ -309,7 +309,7 @@ def test_arrival_share_against_the_efficient_run_picks_the_count_not_the_start()
     st_ = SlotState(s.now, s.slot_len, s.free, s.gpus_per_node, s.waiting, (), *hist)
     (plain,) = LyapunovVariant(V=1.0).decide(st_).starts
     kw = dict(V=1.0, arrival_weight=1.0, arrival_ref="efficient")
-    (normed,) = LyapunovVariant(**kw, arrival_norm=True).decide(st_).starts
+    (normed,) = LyapunovVariant(**kw, arrival_norm="run").decide(st_).starts
     least = min((g for g in range(1, 9) if np.isfinite(w.run_time(g, False))), key=lambda g: g * w.run_time(g, False))
     allowed = [g for g in range(1, 9) if np.isfinite(w.run_time(g, False)) and w.run_time(g, False) <= 3.0 * t4]
     assert plain.gpus > normed.gpus == max(least, min(allowed))
@@ -330,7 +330,7 @@ def short_of_requests(draw):
 @settings(max_examples=80, deadline=None)
 @given(short_of_requests(), st.integers(1, 50), st.floats(0.1, 3.0), st.sampled_from([0.0, 0.3, 0.999]),
        st.sampled_from([dict(arrival_weight=1.0), dict(refill="price", refill_rate="all"), dict(refill="price"), dict(refill="mask"),
-                        dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm=True),
+                        dict(arrival_weight=1.0, arrival_ref="efficient", arrival_norm="run"),
                         dict(arrival_weight=1.0, arrival_ref="efficient", arrival_wait="erlang")]),
        st.floats(-1e3, 1e5))
 def test_wake_at_holds_with_arrival_history(sv, n_arr, load, frac, kw, end):

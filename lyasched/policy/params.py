@@ -54,7 +54,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "spread_horizon": Param("bool", help="more GPUs than asked only while the run ends before the running jobs' last predicted end (or lock_free)"),
         "arrival_weight": Param("float", lo=0.0, hi=1e6, help="weight of the delay a start's GPU-seconds beyond the request impose on the arrivals expected during its run (0: off)"),
         "arrival_wait": Param("str", choices=("load", "erlang"), help="with arrival_weight: the share of arrivals that wait, the recent load or the M/M/c approximation"),
-        "arrival_norm": Param("bool", help="with arrival_weight: the arrivals' share less its least over the job's configurations (chooses a count, never holds a start back)"),
+        "arrival_norm": Param("str", choices=("off", "run", "share"), help="with arrival_weight: the share as is, against the best run with it included, or less its value at the configuration of least run + share"),
         "arrival_ref": Param("str", choices=("request", "efficient"), help="with arrival_weight: charge the GPU-seconds beyond the request's or beyond the job's least"),
         "horizon_end": Param("str", choices=("latest", "median", "earliest"), help="with spread_horizon: which running job's predicted end bounds the exemption"),
         "z_credit": Param("str", choices=("wait", "slot"), help="virtual-queue credit of a start: its wait so far plus the slot, or the slot alone"),

@@ -79,10 +79,19 @@ def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.
             with np.errstate(invalid="ignore"):
                 a_one = np.where(np.isfinite(one), fut[:, None] * one * np.maximum(0.0, gg * one - rr), 0.0)
                 a_multi = np.where(np.isfinite(multi), fut[:, None] * multi * np.maximum(0.0, gg * multi - rr), 0.0)
-            if pol.arrival_norm:  # charged against the job's best run with the share included, not its best run
+            if pol.arrival_norm != "off":
                 with np.errstate(invalid="ignore"):
-                    m = np.fmin(np.where(np.isfinite(one), one + a_one, np.inf), np.where(np.isfinite(multi), multi + a_multi, np.inf)).min(axis=1)
-                    shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
+                    t1 = np.where(np.isfinite(one), one + a_one, np.inf)
+                    t2 = np.where(np.isfinite(multi), multi + a_multi, np.inf)
+                    tot = np.concatenate([t1, t2], axis=1)
+                    c = tot.argmin(axis=1)
+                    m = tot[np.arange(len(c)), c]
+                    if pol.arrival_norm == "run":  # charged against the job's best run with the share included
+                        shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
+                    else:  # "share": less the share at the configuration of least run + share, so that
+                        # configuration pays the shipped extra run (the order of the starts is kept)
+                        at = np.concatenate([a_one, a_multi], axis=1)[np.arange(len(c)), c]
+                        shift = np.where(np.isfinite(m), at, 0.0)[:, None]
                 a_one, a_multi = a_one - shift, a_multi - shift
             fut_one = a_one if fut_one is None else fut_one + a_one
             fut_multi = a_multi if fut_multi is None else fut_multi + a_multi

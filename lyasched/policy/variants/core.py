@@ -34,7 +34,7 @@ class LyapunovVariant(LyapunovPolicy):
     horizon_end: str = "latest"  # which of the running jobs' predicted ends bounds that exemption: "latest", "median" or "earliest"
     arrival_weight: float = 0.0  # weight of the delay a start's extra GPU-seconds impose on expected arrivals (0 = off)
     arrival_wait: str = "load"  # the share of the arrivals that wait: the recent load ("load") or Sakasegawa's M/M/c approximation ("erlang")
-    arrival_norm: bool = False  # the arrivals' share less its least over the job's configurations (it then picks a configuration, never holds a start back)
+    arrival_norm: str = "off"  # the arrivals' share as charged ("off"), against the best run with it included ("run"), or less its value at the configuration with the least run + share ("share"; docs/model.md ninth pass)
     arrival_ref: str = "request"  # the arrivals' share charges GPU-seconds beyond the request's ("request") or the job's least ("efficient")
     z_credit: str = "wait"  # a start's virtual-queue credit: its wait so far plus the slot ("wait"), or the slot alone ("slot")
     rate: str = "none"  # slot values: the score ("none"), or per GPU-second held: the job's least ("size") or the configuration's ("held")
