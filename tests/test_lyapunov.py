@@ -296,11 +296,12 @@ def test_expected_arrivals_keep_long_runs_at_their_request():
 
 
 def test_arrival_share_against_the_efficient_run_picks_the_count_not_the_start():
-    """``arrival_ref=efficient`` with ``arrival_norm`` (off by default, docs/model.md ninth pass): the
+    """``arrival_ref=efficient`` with ``arrival_norm=run`` (off by default, docs/model.md ninth pass): the
     arrivals' share charges GPU-seconds beyond the job's least, and is charged against the job's best
     run with the share included. A lone long job on an idle cluster with many recent arrivals starts
     on its least-GPU-seconds count with the score it has without the term (nothing holds it back);
-    without ``arrival_norm`` the same share lowers that score."""
+    without ``arrival_norm`` the same share lowers that score; with ``arrival_norm=share`` the job
+    takes a smaller count than without the term, at the shipped score of that count."""
     job = Job("a", MODELS[1], 256, 20_000, submit_time=-60, max_gpus=8, requested_gpus=4)
     s = make_state([job], [4, 4], 4)
     w = s.waiting[0]
@@ -316,6 +317,12 @@ def test_arrival_share_against_the_efficient_run_picks_the_count_not_the_start()
     assert math.isclose(normed.score, plain.score, rel_tol=1e-9)
     held = LyapunovVariant(**kw).decide(st_).starts
     assert not held or held[0].score < plain.score
+    # "share": the configuration of least run + share pays the shipped extra run, no more, no less
+    (kept,) = LyapunovVariant(**kw, arrival_norm="share").decide(st_).starts
+    s_one, s_multi, *_ = LyapunovPolicy(V=1.0)._scores(st_)
+    shipped = max(s_one[0, kept.gpus - 1], s_multi[0, kept.gpus - 1])
+    assert kept.gpus < plain.gpus and kept.score < plain.score
+    assert math.isclose(kept.score, shipped, rel_tol=1e-9)
 
 
 @st.composite
