@@ -8,7 +8,10 @@ adopted. `restrict` is `LyapunovVariant._restrict`: the shipped no-sliver mask p
   ``horizon_end`` (latest, median, earliest) predicted end;
 * ``refill`` (off): ``mask`` drops the spreads the expected refill of the free GPUs cannot
   reach, ``price`` charges the arrivals they leave short (rates: ``refill_rate``);
-* ``arrival_weight`` (0: off): the expected arrivals' share of the delay a spread imposes.
+* ``arrival_weight`` (0: off): the expected arrivals' share of the delay a spread imposes; its forms
+  ``arrival_ref`` (GPU-seconds beyond the request's or the job's least), ``arrival_norm`` (charged
+  as is, against the best run with the share included, or less its value at the configuration of
+  least run + share) and ``arrival_wait`` (the recent load or an M/M/c P(wait)), issue 8 ninth pass.
 
 Without an arrival history on the state each term is off (the guard: never beyond the request).
 """
