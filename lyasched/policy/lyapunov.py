@@ -65,11 +65,10 @@ class RowCache:
         width = len(jobs[0].run_one_node)
         if width != self.width or len(self.index) > 4 * n + 4096:
             self._reset(width, max(1024, 2 * n))
-        get = self.index.get
-        idx = [get(k, -1) for k in map(id, jobs)]
-        if -1 in idx:
+        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))  # no Python frame per job
+        if None in idx:
             for pos, w in enumerate(jobs):
-                if idx[pos] == -1:
+                if idx[pos] is None:
                     idx[pos] = self._add(w)
         sel = np.fromiter(idx, dtype=np.intp, count=n)
         c = self.width if cols is None else min(cols, self.width)
@@ -155,8 +154,9 @@ class LyapunovPolicy:
         # ... relative to the job that would otherwise take those GPUs: the F-th smallest
         # GPU-time among the waiting jobs (F = free GPUs) is what shortest-first would start last.
         with np.errstate(invalid="ignore"):
-            gt = np.minimum(one, multi) * g[None, :]
-        gt = np.where(np.isfinite(gt), gt, np.inf)
+            gt = np.minimum(one, multi)
+            gt *= g[None, :]
+        gt[~np.isfinite(gt)] = np.inf
         gpu_time = gt.min(axis=1)
         tau = 0.0
         if self.relative and n > 1 and free_now > 0:
@@ -172,12 +172,26 @@ class LyapunovPolicy:
             with np.errstate(invalid="ignore"):
                 return _score(run, fut)
 
+        weight = self.externality * blocked  # per GPU count
+        vtheta = self.V * theta
+
         def _score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
-            extra = run - finite_best[:, None]
-            imposed = self.externality * blocked[None, :] * np.maximum(0.0, g[None, :] * run - tau) / total_gpus
-            pen = extra + imposed if fut is None else extra + imposed + fut
-            s = gain[:, None] - self.V * theta * pen
-            return np.where(np.isfinite(run), s, -np.inf)
+            # pen = (run - best) + weight * max(0, g*run - tau) / G (+ fut); score = gain - V*theta*pen.
+            # In place, one temporary at a time (the hot path at 10,000 waiting jobs), the same
+            # operations in the same order as written out, so the same bits.
+            imposed = g[None, :] * run
+            imposed -= tau
+            np.maximum(imposed, 0.0, out=imposed)
+            imposed *= weight[None, :]
+            imposed /= total_gpus
+            pen = run - finite_best[:, None]
+            pen += imposed
+            if fut is not None:
+                pen += fut
+            pen *= vtheta
+            s = np.subtract(gain[:, None], pen, out=pen)
+            s[~np.isfinite(run)] = -np.inf
+            return s
 
         s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
@@ -191,10 +205,11 @@ class LyapunovPolicy:
         Returns the run-time rows with the ``over`` configurations out (inf; out of the job's best
         too, so the allowed ones are not charged against one it may not take), the best runs, a
         term added to the penalty per configuration (one node, several; None: none) and notes
-        for `_wake_at`. Shipped: ``over`` is the no-sliver rule alone, no added term."""
+        for `_wake_at`. Shipped: ``over`` is the no-sliver rule alone, no added term. ``one`` and
+        ``multi`` are the caller's own copies (`RowCache.arrays` cuts new ones): masked in place."""
         if over.any():
-            one = np.where(over, np.inf, one)
-            multi = np.where(over, np.inf, multi)
+            np.copyto(one, np.inf, where=over)
+            np.copyto(multi, np.inf, where=over)
             best = np.fmin(one, multi).min(axis=1)
         return one, multi, best, None, {}
 
@@ -223,8 +238,8 @@ class LyapunovPolicy:
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
-        s_one = np.where(gcol[None, :] <= free.max_on_one_node(), s_one, -np.inf)
-        s_multi = np.where(free.spread_mask(k)[None, :], s_multi, -np.inf)  # equal GPUs per node (placement.py)
+        s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
+        s_multi[:, ~free.spread_mask(k)] = -np.inf  # equal GPUs per node (placement.py)
         raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
         s_one, s_multi = self._values(s_one, s_multi, arr)
         best = np.maximum(s_one, s_multi)
@@ -260,7 +275,7 @@ class LyapunovPolicy:
             else:
                 solver = "greedy"
         if solver == "greedy":
-            starts = self._greedy(state, s_one, s_multi, cand, free)
+            starts = self._greedy(state, s_one, s_multi, cand, free, best)
         starts = pre + starts
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
@@ -356,11 +371,13 @@ class LyapunovPolicy:
         d = (-b + np.sqrt(disc)) / (2.0 * n)
         return state.now + float(np.where(ok, np.maximum(d, 0.0), np.inf).min())
 
-    def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus) -> list[Decision]:
-        """Jobs by best score per GPU; each takes its highest-scoring configuration that fits now."""
+    def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
+                best: np.ndarray) -> list[Decision]:
+        """Jobs by best score per GPU (``best``: the larger of the two scores per count); each
+        takes its highest-scoring configuration that fits now."""
         k = s_one.shape[1]
         g = np.arange(1, k + 1, dtype=float)
-        dens = np.maximum(s_one, s_multi)[cand] / g[None, :]
+        dens = best[cand] / g[None, :]
         prio = dens.max(axis=1)
         order = cand[np.lexsort((cand, -prio))]
         out: list[Decision] = []
