@@ -7,6 +7,7 @@ The simulator (`lyasched.sim`) and the live service (`lyasched serve`) both buil
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -183,17 +184,19 @@ class FreeGpus:
     def __init__(self, free: tuple[int, ...], gpus_per_node: int) -> None:
         self.free = list(free)
         self.cap = max([gpus_per_node, *self.free]) if self.free else gpus_per_node
-        self.buckets: list[set[int]] = [set() for _ in range(self.cap + 1)]
+        # nodes by free count, each list in index order (the rule's tie-break: lowest index first)
+        self.buckets: list[list[int]] = [[] for _ in range(self.cap + 1)]
         for i, f in enumerate(self.free):
-            self.buckets[f].add(i)
+            self.buckets[f].append(i)
         self.total = sum(self.free)
         self._splits: dict[int, tuple[int, int] | None] = {}  # g -> layout, until the pool changes
 
     def _move(self, node: int, new: int) -> None:
         self._splits.clear()
-        self.buckets[self.free[node]].discard(node)
+        old = self.buckets[self.free[node]]
+        del old[bisect_left(old, node)]
         self.free[node] = new
-        self.buckets[new].add(node)
+        insort(self.buckets[new], node)
 
     def max_on_one_node(self) -> int:
         for f in range(self.cap, 0, -1):
@@ -240,7 +243,7 @@ class FreeGpus:
         if one_node:
             for f in range(g, self.cap + 1):
                 if self.buckets[f]:
-                    node = min(self.buckets[f])
+                    node = self.buckets[f][0]
                     self._move(node, f - g)
                     self.total -= g
                     return ((node, g),)
@@ -253,7 +256,7 @@ class FreeGpus:
         k, per = split
         out: list[tuple[int, int]] = []
         for f in range(per, self.cap + 1):  # best fit: the fullest nodes with room, lowest index first
-            for node in sorted(self.buckets[f]):
+            for node in self.buckets[f]:  # in index order; moved only after the loop
                 out.append((node, per))
                 if len(out) == k:
                     break
