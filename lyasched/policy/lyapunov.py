@@ -153,10 +153,7 @@ class LyapunovPolicy:
         blocked = np.maximum(0.0, (n - 1) - (free_now - g))
         # ... relative to the job that would otherwise take those GPUs: the F-th smallest
         # GPU-time among the waiting jobs (F = free GPUs) is what shortest-first would start last.
-        with np.errstate(invalid="ignore"):
-            gt = np.minimum(one, multi)
-            gt *= g[None, :]
-        gt[~np.isfinite(gt)] = np.inf
+        gt = gpu_seconds(one, multi)
         gpu_time = gt.min(axis=1)
         tau = 0.0
         if self.relative and n > 1 and free_now > 0:
@@ -411,6 +408,16 @@ class LyapunovPolicy:
         best = float(self._best[j])
         why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{run - best:.0f}s over best {best:.0f}s)"
         return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
+
+
+def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
+    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
+    g = np.arange(1, one.shape[1] + 1, dtype=float)
+    with np.errstate(invalid="ignore"):
+        gt = np.minimum(one, multi)
+        gt *= g[None, :]
+    gt[~np.isfinite(gt)] = np.inf
+    return gt
 
 
 _GREEDY_BLOCK = 256  # jobs whose score rows `_greedy` sorts in one call

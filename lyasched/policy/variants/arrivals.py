@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lyasched.policy.lyapunov import Fut, LyapunovPolicy
+from lyasched.policy.lyapunov import Fut, LyapunovPolicy, gpu_seconds
 from lyasched.policy.state import SlotState
 
 if TYPE_CHECKING:
@@ -74,9 +74,7 @@ def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.
         if fut is not None:  # the arrivals' share of the penalty, per configuration (see future_rate)
             rr = (req * run_req)[:, None]
             if pol.arrival_ref == "efficient":  # beyond the job's least GPU-seconds over its allowed configurations
-                with np.errstate(invalid="ignore"):
-                    gt = np.fmin(one, multi) * gk[None, :]
-                least = np.where(np.isfinite(gt), gt, np.inf).min(axis=1)
+                least = gpu_seconds(one, multi).min(axis=1)  # what `_scores` calls gpu_time
                 rr = np.where(np.isfinite(least), least, 0.0)[:, None]
             gg = gk[None, :].astype(float)
             with np.errstate(invalid="ignore"):
@@ -86,13 +84,14 @@ def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.
                 with np.errstate(invalid="ignore"):
                     t1 = np.where(np.isfinite(one), one + a_one, np.inf)
                     t2 = np.where(np.isfinite(multi), multi + a_multi, np.inf)
-                    tot = np.concatenate([t1, t2], axis=1)
-                    c = tot.argmin(axis=1)
-                    m = tot[np.arange(len(c)), c]
                     if pol.arrival_norm == "run":  # charged against the job's best run with the share included
+                        m = np.minimum(t1.min(axis=1), t2.min(axis=1))
                         shift = np.where(np.isfinite(m) & np.isfinite(best), m - best, 0.0)[:, None]
                     else:  # "share": less the share at the configuration of least run + share, so that
                         # configuration pays the shipped extra run (the order of the starts is kept)
+                        tot = np.concatenate([t1, t2], axis=1)
+                        c = tot.argmin(axis=1)
+                        m = tot[np.arange(len(c)), c]
                         at = np.concatenate([a_one, a_multi], axis=1)[np.arange(len(c)), c]
                         shift = np.where(np.isfinite(m), at, 0.0)[:, None]
                 a_one, a_multi = a_one - shift, a_multi - shift
@@ -196,7 +195,8 @@ def future_rate(pol: LyapunovVariant, state: SlotState, run_req: np.ndarray, tot
         # on a large, lightly loaded cluster, 1 at full load. c: job slots, the GPUs over the mean
         # GPU count of the jobs waiting and running now.
         counts = [w.requested_gpus for w in state.waiting] + [r.gpus for r in state.running]
-        c = max(1.0, total_gpus / max(1.0, float(np.mean(counts)) if counts else 1.0))
+        mean_count = float(np.mean(counts)) if counts else 1.0
+        c = max(1.0, total_gpus / max(1.0, mean_count))
         rho = rho ** (math.sqrt(2.0 * (c + 1.0)) - 1.0)
     return pol.arrival_weight * lam * rho / max(1, total_gpus)
 
