@@ -102,6 +102,39 @@ def test_free_gpus_places_exactly_as_the_rule():
             assert len({c for _, c in got}) == 1
 
 
+def test_free_gpus_keeps_to_the_rule_over_a_sequence_of_takes_and_gives():
+    """The pool's per-count node lists are kept up by every take and give: each placement in a
+    long run of them is the rule's on the free counts as they are then."""
+    import random
+
+    from lyasched.policy.placement import one_node_placement
+
+    rng = random.Random(5)
+    for _ in range(300):
+        n, gpn = rng.randint(1, 9), rng.choice([2, 4, 8])
+        free = [rng.randint(0, gpn) for _ in range(n)]
+        pool = FreeGpus(tuple(free), gpn)
+        held: list[tuple[tuple[int, int], ...]] = []
+        for _ in range(40):
+            if held and rng.random() < 0.3:
+                pl = held.pop(rng.randrange(len(held)))
+                pool.give(pl)
+                for node, c in pl:
+                    free[node] += c
+            else:
+                g, one = rng.randint(1, gpn * 2), rng.random() < 0.5
+                want = one_node_placement(free, g) if one else equal_placement(free, g)
+                assert pool.fits(g, one) == (want is not None and (one or g > max(free)))
+                got = pool.take(g, one)
+                assert got == want
+                if got is not None:
+                    held.append(got)
+                    for node, c in got:
+                        free[node] -= c
+            assert pool.free == free and pool.total == sum(free)
+            assert pool.max_on_one_node() == max(free)
+
+
 def test_the_rule_refuses_unequal_spreads_and_replaces_them():
     assert "unequal" in violation(((0, 4), (1, 2)), 6, [4, 4, 4])
     assert fit_placement(6, ((0, 4), (1, 2)), [4, 4, 4]) == ((0, 3), (1, 3))
