@@ -173,7 +173,8 @@ def place(free: Sequence[int], g: int, one_node: bool) -> Placement | None:
 
 
 class FreeGpus:
-    """Free GPUs per node, bucketed by free count, so best-fit placement costs O(gpus per node).
+    """Free GPUs per node, bucketed by free count (each bucket's nodes in index order), so best fit
+    looks at O(gpus per node) buckets and takes a bucket's head; a move is a bisect in two lists.
 
     The placement rule of every policy (`lyasched.policy.placement`, Slurm's): one node by best
     fit (the fullest node that still has g free, lowest index first), which keeps large holes for
