@@ -2,6 +2,7 @@
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
         [--policy lyapunov|elastic] [--running] [--full] [--param POLICY.KEY=VALUE ...]
+        [--against DIR [--rounds 5]]
 
 Builds the WaitingJob rows once (the simulator and the service keep them per job), then
 times the policy's `decide` alone (`--policy`, default lyapunov). The policy copies a job's rows into its matrices the
@@ -13,6 +14,12 @@ their run done), checkpointable ones as `MovableJob`s: what `--policy elastic` (
 and deciding moves of running jobs too) looks at in `serve` on such a cluster. No target is set
 for elastic; the figure says what a slot costs there. ``--full``: no GPU free (all busy), where
 a moving policy can only make room by moves.
+
+``--against DIR`` times the same slot with another checkout's package (e.g. ``git worktree add
+/tmp/before REV``) side by side: this script runs in turn with ``DIR`` and with this tree first
+on the import path, ``--rounds`` times each, and prints both medians, their ratio per round and
+overall, and whether the two made the same decisions (a digest of the starts, scores, reasons,
+Q and Z): a speed change that keeps the decisions says so here.
 """
 
 from __future__ import annotations
@@ -23,11 +30,16 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")  # one core, as the target says
 
 import argparse
+import hashlib
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
+
+import lyasched
 
 from lyasched.cost import ClusterSpec, CostModel, Link, Profile
 from lyasched.job import Job
@@ -97,7 +109,14 @@ def main() -> None:
     ap.add_argument("--param", action="append", default=[], metavar="POLICY.KEY=VALUE",
                     help="a parameter of the policy timed, as in replay (e.g. elastic.max_searches=64)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--against", metavar="DIR", help="another checkout of lyasched: time both, side by side")
+    ap.add_argument("--rounds", type=int, default=5, help="with --against: runs of each tree, in turn")
     a = ap.parse_args()
+    if a.against:
+        if not os.path.isfile(os.path.join(a.against, "lyasched", "__init__.py")):
+            ap.exit(2, f"decision_overhead.py: --against: no lyasched package in {a.against}\n")
+        compare(a)
+        return
     try:
         params = parse_params(a.param, [a.policy]).get(a.policy, {})
     except ParamError as e:
@@ -107,9 +126,9 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     pol = make_policy(a.policy, **{"V": a.V, **params})
     t = time.perf_counter()
-    pol.decide(state)  # cold: the policy copies every job's rows into its matrices once
+    res = pol.decide(state)  # cold: the policy copies every job's rows into its matrices once
     cold = time.perf_counter() - t
-    times, res = [], None
+    times: list[float] = []
     for _ in range(a.repeats):
         t = time.perf_counter()
         res = pol.decide(state)
@@ -119,6 +138,9 @@ def main() -> None:
         "median_ms": statistics.median(times) * 1e3, "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,
         "cold_first_ms": cold * 1e3,
         "started": len(res.starts), "solver": res.info.get("solver"), "rows_build_s": build_s, "target_ms": 25.0 if a.policy == "lyapunov" else None,
+        "decisions_sha1": hashlib.sha1(repr(([(d.job_id, d.gpus, d.placement, d.score, d.reason) for d in res.starts],
+                                             res.q, res.z, sorted(res.info.items()))).encode()).hexdigest(),
+        "package": os.path.dirname(os.path.dirname(os.path.abspath(lyasched.__file__))),  # the tree timed
     }
     if a.json:
         print(json.dumps(out))
@@ -127,6 +149,54 @@ def main() -> None:
               f"median {out['median_ms']:.1f} ms, p90 {out['p90_ms']:.1f} ms over {a.repeats} runs "
               f"(first call, rows not yet cached: {out['cold_first_ms']:.1f} ms) "
               f"[{out['solver']}, {out['started']} started]" + (" (target <= 25 ms)" if a.policy == "lyapunov" else ""))
+
+
+def compare(a: argparse.Namespace) -> None:
+    """This tree against ``a.against``, each run in a fresh process with its package first on the path."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = [sys.argv[0], *_strip(sys.argv[1:]), "--json"]
+    trees = {"against": os.path.abspath(a.against), "this": here}
+    runs: dict[str, list[dict]] = {k: [] for k in trees}
+    for i in range(a.rounds):
+        for k, root in trees.items():
+            env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            p = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"decision_overhead.py: the run with {root} failed: {p.stderr.strip().splitlines()[-1:]}")
+            d = json.loads(p.stdout)
+            if os.path.realpath(d["package"]) != os.path.realpath(root):
+                sys.exit(f"decision_overhead.py: the run meant for {root} imported {d['package']}")
+            runs[k].append(d)
+            print(f"[round {i + 1}/{a.rounds}] {k}: {d['median_ms']:.2f} ms", file=sys.stderr, flush=True)
+    ratios = [t["median_ms"] / o["median_ms"] for t, o in zip(runs["this"], runs["against"])]
+    out = {
+        "against": trees["against"], "this": here, "rounds": a.rounds, "policy": a.policy,
+        "median_ms": {k: statistics.median(r["median_ms"] for r in v) for k, v in runs.items()},
+        "ratio_per_round": ratios, "ratio": statistics.median(ratios),
+        "same_decisions": len({r["decisions_sha1"] for v in runs.values() for r in v}) == 1,
+    }
+    if a.json:
+        print(json.dumps(out))
+    else:
+        m = out["median_ms"]
+        print(f"{a.policy}: this tree {m['this']:.2f} ms, {a.against} {m['against']:.2f} ms, ratio {out['ratio']:.3f} "
+              f"(per round {', '.join(f'{x:.3f}' for x in ratios)}); same decisions: {out['same_decisions']}")
+
+
+def _strip(argv: list[str]) -> list[str]:
+    """The command line less --against/--rounds/--json (the child runs are single timings in JSON)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        if x in ("--against", "--rounds"):
+            skip = True
+            continue
+        if x == "--json" or x.startswith("--against=") or x.startswith("--rounds="):
+            continue
+        out.append(x)
+    return out
 
 
 if __name__ == "__main__":

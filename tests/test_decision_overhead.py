@@ -52,3 +52,22 @@ def test_param_reaches_the_policy_and_a_bad_one_is_one_line():
     bad = subprocess.run([sys.executable, str(SCRIPT), "--policy", "elastic", "--param", "elastic.max_searches=x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "max_searches" in bad.stderr
+
+
+def test_against_another_tree_times_both_and_compares_decisions():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--jobs", "300", "--nodes", "16", "--repeats", "2",
+                          "--against", str(REPO), "--rounds", "2", "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    d = json.loads(out.stdout)
+    assert d["rounds"] == 2 and len(d["ratio_per_round"]) == 2 and d["ratio"] > 0
+    assert d["same_decisions"] is True  # the same tree twice: the digest is deterministic
+    assert set(d["median_ms"]) == {"this", "against"}
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--against", str(REPO / "docs")], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no lyasched package" in bad.stderr
+
+
+def test_the_digest_tells_different_decisions_apart():
+    runs = [json.loads(subprocess.run([sys.executable, str(SCRIPT), "--jobs", "300", "--nodes", "16", "--repeats", "1",
+                                       "--V", v, "--json"], capture_output=True, text=True, check=True).stdout)
+            for v in ("5", "5", "0.01")]
+    assert runs[0]["decisions_sha1"] == runs[1]["decisions_sha1"] != runs[2]["decisions_sha1"]
