@@ -3,7 +3,7 @@ sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Phi
 the held-out rounds).
 
     python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
-        [--noise-seeds 0,1,2]
+        [--noise-seeds 0,1,2] [--reference]
 
 SET: design, heldout .. heldout8 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
@@ -17,7 +17,11 @@ job is checkpointable (the replay default); each move costs the simulator's rest
 (30 s). ``--json`` prints {"workloads": [...], "worst": {...}, "median": {...}, "sets": {...}}.
 ``--noise-seeds 0,1,2`` judges each policy on its mean JCT over several simulator draws of the
 same jobs (`run_draws`; one draw moves elastic / lyapunov by 10% and more on small workloads:
-docs/model.md, "One draw or several"). Progress on stderr.
+docs/model.md, "One draw or several"). ``--reference`` also runs `srpt-oracle` (preemptive
+shortest true remaining time first at the request, docs/baselines.md) in the same run and
+reports its ratio to tiresias (``ref_vs_tiresias``): a reference, not a bound (SRPT is not
+optimal on many GPUs with move costs), for what perfect knowledge of run times buys when jobs
+are suspended at their requested counts. Progress on stderr.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from lyasched.sim.workloads import SEED_GROUPS, read_trace, select_rows  # noqa:
 
 POLICIES = ["lyapunov", "tiresias", "elastic"]
 RATIOS = ("vs_tiresias", "vs_lyapunov")
+REFERENCE = "srpt-oracle"  # --reference: preemptive, true remaining times, at the request (docs/baselines.md)
 SETS = ("design", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8",
         "elastic-heldout")
 
@@ -119,11 +124,15 @@ def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
     return out
 
 
-def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | bool] | None = None) -> dict:
+def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | bool] | None = None,
+            reference: bool = False) -> dict:
+    """One draw of ``w`` under every policy (and, with ``reference``, srpt-oracle: ``ref_vs_tiresias``
+    is what perfect run-time knowledge with suspensions at the request reaches against tiresias)."""
     # the simulator's seed draws the estimates' errors and true run times ("sim_seed": another draw of the same workload)
     sim = Simulation(w["jobs"], w["cluster"], seed=w.get("sim_seed", w["seed"]), end_fraction=w["end_fraction"])
     per, moves = {}, {}
-    for p in POLICIES:
+    pols = POLICIES + [REFERENCE] if reference else POLICIES
+    for p in pols:
         kw = {**params.get(p, {}), **((attrs or {}) if p == "elastic" else {})}
         pol = make_policy(p, seed=w["seed"], **kw)
         res = sim.run(pol, name=p)
@@ -131,7 +140,7 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
         moves[p] = {"checkpoints": int(sum(r.preemptions for r in res.records)),
                     "resizes": int(sum(r.resizes for r in res.records)),
                     "decide_s": round(res.decide_s, 2)}
-    jct = {p: per[p]["avg_jct_s"] for p in POLICIES}
+    jct = {p: per[p]["avg_jct_s"] for p in pols}
     load = offered_load(w["name"])
     c = w["cluster"]
     return {
@@ -140,33 +149,45 @@ def run_one(w: dict, params: dict[str, dict], attrs: dict[str, int | float | boo
         "avg_jct_s": jct, "moves": moves,
         "vs_tiresias": jct["elastic"] / jct["tiresias"],
         "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
+        **({"ref_vs_tiresias": jct[REFERENCE] / jct["tiresias"]} if reference else {}),
     }
 
 
 def run_draws(w: dict, params: dict[str, dict], noise: Sequence[int] = (0,),
-              attrs: dict[str, int | float | bool] | None = None) -> dict:
+              attrs: dict[str, int | float | bool] | None = None, reference: bool = False) -> dict:
     """`run_one` over the simulator draws ``noise`` (seed + 7919 n: other estimate errors and true
     run times, the jobs the same): each policy's average JCT is its mean over the draws and the
     ratios are taken between those means; moves are summed. With several draws the row also
     carries each draw's ratios (``draws_vs_tiresias``, ``draws_vs_lyapunov``)."""
-    runs = [run_one({**w, "sim_seed": w["seed"] + NOISE_STRIDE * n}, params, attrs) for n in noise]
+    runs = [run_one({**w, "sim_seed": w["seed"] + NOISE_STRIDE * n}, params, attrs, reference) for n in noise]
     if len(runs) == 1:
         return runs[0]
-    jct = {p: float(np.mean([r["avg_jct_s"][p] for r in runs])) for p in POLICIES}
-    moves = {p: {k: sum(r["moves"][p][k] for r in runs) for k in runs[0]["moves"][p]} for p in POLICIES}
+    pols = list(runs[0]["avg_jct_s"])
+    jct = {p: float(np.mean([r["avg_jct_s"][p] for r in runs])) for p in pols}
+    moves = {p: {k: sum(r["moves"][p][k] for r in runs) for k in runs[0]["moves"][p]} for p in pols}
+    ref = {"ref_vs_tiresias": jct[REFERENCE] / jct["tiresias"]} if reference else {}
     return {**runs[0], "avg_jct_s": jct, "moves": moves, "noise_seeds": list(noise),
-            "vs_tiresias": jct["elastic"] / jct["tiresias"], "vs_lyapunov": jct["elastic"] / jct["lyapunov"],
+            "vs_tiresias": jct["elastic"] / jct["tiresias"], "vs_lyapunov": jct["elastic"] / jct["lyapunov"], **ref,
             **{f"draws_{k}": [r[k] for r in runs] for k in RATIOS}}
 
 
 def summary(rows: list[dict]) -> dict:
     if not rows:
         return {}
-    return {"workloads": len(rows),
-            "worst": {k: float(max(r[k] for r in rows)) for k in RATIOS},
-            "median": {k: float(np.median([r[k] for r in rows])) for k in RATIOS},
-            "met": {"vs_tiresias <= 0.90": sum(r["vs_tiresias"] <= 0.90 for r in rows),
-                    "vs_lyapunov <= 1.00": sum(r["vs_lyapunov"] <= 1.00 for r in rows)}}
+    out = {"workloads": len(rows),
+           "worst": {k: float(max(r[k] for r in rows)) for k in RATIOS},
+           "median": {k: float(np.median([r[k] for r in rows])) for k in RATIOS},
+           "met": {"vs_tiresias <= 0.90": sum(r["vs_tiresias"] <= 0.90 for r in rows),
+                   "vs_lyapunov <= 1.00": sum(r["vs_lyapunov"] <= 1.00 for r in rows)}}
+    if all("ref_vs_tiresias" in r for r in rows):
+        # the reference's reach: on how many workloads even it gets to 0.90x tiresias, and elastic's
+        # misses of that target among them (the misses where the target was reachable at the request)
+        reach = [r for r in rows if r["ref_vs_tiresias"] <= 0.90]
+        out["reference"] = {"worst": float(max(r["ref_vs_tiresias"] for r in rows)),
+                            "median": float(np.median([r["ref_vs_tiresias"] for r in rows])),
+                            "reaches_0.90": len(reach),
+                            "elastic_misses_where_reached": sum(r["vs_tiresias"] > 0.90 for r in reach)}
+    return out
 
 
 def main() -> None:
@@ -179,6 +200,8 @@ def main() -> None:
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an elastic field replay's parameters do not list, e.g. rollout=256 (docs/model.md, section 3)")
+    ap.add_argument("--reference", action="store_true", help=f"also run {REFERENCE} (preemptive, true remaining "
+                    "times, at the request) and report its ratio to tiresias: where 0.90x is within reach at the request")
     ap.add_argument("--noise-seeds", default="0", help="comma-separated n >= 0: each policy's JCT averaged over "
                     "simulator seeds seed + 7919 n (default: one draw)")
     a = ap.parse_args()
@@ -195,11 +218,12 @@ def main() -> None:
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_draws(w, params, noise, attrs)
+        r = run_draws(w, params, noise, attrs, a.reference)
         rows.append(r)
         m = r["moves"]["elastic"]
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: elastic/tiresias {r['vs_tiresias']:.3f} "
-              f"/lyapunov {r['vs_lyapunov']:.3f} (checkpoints {m['checkpoints']}, resizes {m['resizes']})", file=sys.stderr)
+              f"/lyapunov {r['vs_lyapunov']:.3f} (checkpoints {m['checkpoints']}, resizes {m['resizes']})"
+              + (f"; {REFERENCE}/tiresias {r['ref_vs_tiresias']:.3f}" if a.reference else ""), file=sys.stderr)
     target = [r for r in rows if r["in_target"]]
     report = {"workloads": rows, "all": summary(rows), "in_target": summary(target),
               "sets": {s: summary([r for r in rows if r["set"] == s]) for s in SETS if any(r["set"] == s for r in rows)},
@@ -219,7 +243,9 @@ def main() -> None:
         if d:
             print(f"{label:16s} n={d['workloads']:3d} worst " + "  ".join(f"{k} {d['worst'][k]:.3f}" for k in RATIOS)
                   + "   median " + "  ".join(f"{k} {d['median'][k]:.3f}" for k in RATIOS)
-                  + f"   met: /tir<=0.90 {d['met']['vs_tiresias <= 0.90']}, /ly<=1.00 {d['met']['vs_lyapunov <= 1.00']}")
+                  + f"   met: /tir<=0.90 {d['met']['vs_tiresias <= 0.90']}, /ly<=1.00 {d['met']['vs_lyapunov <= 1.00']}"
+                  + (f"   {REFERENCE}/tiresias worst {d['reference']['worst']:.3f}, <=0.90 on {d['reference']['reaches_0.90']}"
+                     f" (elastic misses there {d['reference']['elastic_misses_where_reached']})" if "reference" in d else ""))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from lyasched.policy import POLICIES, make_policy
+from lyasched.policy import DEFAULT_POLICIES, POLICIES, make_policy
 from lyasched.policy.params import ParamError
 from lyasched.policy.params import parse_params as _parse
 
@@ -42,7 +42,7 @@ def _fmt_table(workload: str, summary: dict, info: str) -> str:
 
 @click.command("replay")
 @click.option("--workload", "-w", required=True, help="Built-in group (seed-small-scattered, seed-small-bursty, seed-large-scattered, seed-large-bursty), a synthetic workload synth:[PRESET,]KEY=VALUE,... (docs/simulator.md) or a CSV trace path.")
-@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered).")
+@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered but the srpt-oracle reference).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Cluster nodes (default: the workload's cluster, or sized by --load).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node (default: 4/8 for built-ins, 8 for traces).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload, the estimate errors and random policies.")
@@ -64,7 +64,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     from lyasched.sim.metrics import lower_bound, summarize, write_jobs_csv
     from lyasched.sim.workloads import TraceError, load_workload
 
-    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(POLICIES)
+    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(DEFAULT_POLICIES)
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")

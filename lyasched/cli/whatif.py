@@ -13,7 +13,7 @@ import click
 
 from lyasched.cli.errors import BadInput
 from lyasched.cli.replay import parse_params
-from lyasched.policy import POLICIES
+from lyasched.policy import DEFAULT_POLICIES, POLICIES
 
 
 def _say(msg: str) -> None:
@@ -55,7 +55,7 @@ def _write_atomic(path: str, text: str) -> None:
 @click.option("--since", default=None, help="Read sacct on this cluster from this time (sacct --starttime: 2026-10-01, now-30days).")
 @click.option("--until", default=None, help="With --since: up to this time (sacct --endtime; default now).")
 @click.option("--partition", default=None, help="Only jobs of this partition (and, with --since, its nodes).")
-@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered).")
+@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered but the srpt-oracle reference).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Replay cluster nodes (default: scontrol show node with --since, else inferred from the records).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Replay cluster GPUs per node (default: as --nodes).")
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
@@ -84,7 +84,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         raise click.UsageError("give either --sacct FILE or --since DATE")
     if until is not None and since is None:
         raise click.BadParameter("--until needs --since", param_hint="--until")
-    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(POLICIES)
+    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(DEFAULT_POLICIES)
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")

@@ -31,10 +31,17 @@ POLICIES: dict[str, str] = {
     "fifo": "lyasched.policy.fifo:Fifo",
     "backfill": "lyasched.policy.backfill:Backfill",
     "sjf-oracle": "lyasched.policy.sjf_oracle:SjfOracle",
+    "srpt-oracle": "lyasched.policy.srpt_oracle:SrptOracle",
     "optimus": "lyasched.policy.optimus:Optimus",
     "tiresias": "lyasched.policy.tiresias:Tiresias",
     "elastic": "lyasched.policy.elastic:ElasticPolicy",
 }
+
+
+# registered, but run only when named (replay and whatif leave them out of their default set): a
+# reference for the benchmarks, slow on long traces, and no more than that
+REFERENCES: tuple[str, ...] = ("srpt-oracle",)
+DEFAULT_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p not in REFERENCES)
 
 
 def policy_class(name: str) -> type:

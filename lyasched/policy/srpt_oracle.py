@@ -1,0 +1,124 @@
+"""SrptOracle: shortest true remaining time first on the requested count, preemptive (sees true run times).
+
+A reference, not a scheduler: what preemption with perfect knowledge of run times buys at the
+requested GPU counts, against which the preemptive targets of issue 13 (elastic against tiresias)
+can be read. docs/baselines.md describes the rule.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lyasched.policy.common import (
+    Capabilities,
+    Decision,
+    PerJob,
+    Pool,
+    Queue,
+    SlotResult,
+    SlotState,
+    WaitingJob,
+    _Base,
+    _decision,
+    fit,
+    nearest_allowed,
+)
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.sjf_oracle import SjfOracle
+
+
+class SrptOracle(_Base):
+    """Shortest true remaining time first on the requested count; a waiting job that does not fit
+    suspends running checkpointable jobs whose true remaining time exceeds its own run by more
+    than their move cost, longest remaining first, as few as it needs.
+
+    The margin is what keeps it from thrashing: a job started by a suspension is shorter than
+    its victims by more than a move, so no victim can take its GPUs back. Long jobs can starve
+    while shorter ones keep arriving (SRPT's nature; it is an oracle, not something to deploy).
+    """
+
+    name = "srpt-oracle"
+    # true remaining times of running jobs come as MovableJob rows (moves); its suspensions must be carried out
+    capabilities = Capabilities(needs_true_runtimes=True, preemptive=True, moves=True)
+
+    def __init__(self, seed: int = 0, move_cost: float = 30.0) -> None:
+        super().__init__(seed)
+        if not (move_cost >= 0 and math.isfinite(move_cost)):
+            raise ValueError("move_cost must be a finite number >= 0")
+        self.move_cost = float(move_cost)
+        self._key = PerJob(self._key_of)
+        self._queue = Queue()
+
+    def _key_of(self, w: WaitingJob) -> tuple[float, float, str, int] | None:
+        g = nearest_allowed(w, w.requested_gpus)
+        return None if g is None else (SjfOracle._time(w, g), w.submit_time, w.job_id, g)
+
+    def _cost(self, r: MovableJob) -> float:
+        return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
+
+    def decide(self, state: SlotState) -> SlotResult:
+        queue = self._queue.load(state)
+        self._key.prune(state.waiting)
+        free = Pool(state.free)
+        keys = [(k, i) for i, k in enumerate(map(self._key, state.waiting)) if k is not None]
+        keys.sort(key=lambda ki: ki[0][:3])
+        # (true remaining time at its count, job): the suspendable running jobs, longest first
+        victims = sorted(
+            ((r.remaining(r.gpus, r.spans_nodes), r) for r in state.running
+             if isinstance(r, MovableJob) and r.preemptible),
+            key=lambda v: (-v[0], v[1].job_id),
+        )
+        starts: list[Decision] = []
+        started: list[int] = []
+        preempt: list[str] = []
+        gone: set[str] = set()
+        for (t, _, _, g), i in keys:
+            if free.total == 0 and next((rem for rem, r in victims if r.job_id not in gone), -math.inf) <= t:
+                break  # the waiting jobs from here on are longer: none can start or suspend
+            w = state.waiting[i]
+            f = fit(w, g, free)
+            why = f"srpt, true time {t:.0f}s on {g}"
+            if f is None:
+                chosen = self._victims(w, g, t, free.free, victims, gone)
+                if chosen is None:
+                    continue
+                trial = list(free.free)
+                for r in chosen:
+                    for node, k in r.placement:
+                        trial[node] += k
+                    gone.add(r.job_id)
+                    preempt.append(r.job_id)
+                free = Pool(trial)
+                f = fit(w, g, free)
+                assert f is not None  # _victims checked it
+                why += ", suspends " + " ".join(r.job_id for r in chosen)
+            free.take(f.placement)
+            starts.append(_decision(w, f, g, why, score=t))
+            started.append(i)
+        return queue.result(starts, started, preempt)
+
+    def _victims(self, w: WaitingJob, g: int, t: float, free: list[int],
+                 victims: list[tuple[float, MovableJob]], gone: set[str]) -> list[MovableJob] | None:
+        """The fewest running jobs to suspend for ``w`` (``g`` GPUs, run ``t``): longest remaining
+        first among those longer than ``t`` plus their move cost, then any that the placement
+        turns out not to need dropped again (shortest first). None when they cannot make room."""
+        trial = list(free)
+        chosen: list[MovableJob] = []
+        for rem, r in victims:
+            if r.job_id in gone or not rem > t + self._cost(r):
+                continue
+            for node, k in r.placement:
+                trial[node] += k
+            chosen.append(r)
+            if fit(w, g, trial) is not None:
+                break
+        else:
+            return None
+        for r in reversed(chosen[:-1]):
+            less = list(trial)
+            for node, k in r.placement:
+                less[node] -= k
+            if fit(w, g, less) is not None:
+                trial = less
+                chosen.remove(r)
+        return chosen
