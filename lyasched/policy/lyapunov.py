@@ -303,33 +303,31 @@ class LyapunovPolicy:
         """
         req, run_req, one, multi = arr["req"], arr["run_req"], arr["one"], arr["multi"]
         n = len(req)
-        left = np.ones(n, dtype=bool)
-        left[self._started] = False
         k = one.shape[1]
-        gk = np.arange(1, k + 1)
+        # the request's column only (no row is read elsewhere): an allowed count, finite on one
+        # node or across nodes, for a job the scores left waiting
+        r = req.astype(np.int64)
+        has = (r == req) & (r >= 1) & (r <= k)
+        col = np.where(has, r - 1, 0)
+        rows = np.arange(n)
         with np.errstate(invalid="ignore"):
-            fm = np.fmin(one, multi)
-            ok = np.isfinite(fm) & (gk[None, :] == req[:, None])
-        ok[~left] = False
-        has = ok.any(axis=1)
-        gmin = np.where(has, ok.argmax(axis=1) + 1, k + 1)
+            has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
+        has[self._started] = False
         key = req * run_req
-        cand = np.flatnonzero(has & (gmin <= free.total))
+        cand = np.flatnonzero(has & (r <= free.total))
         out: list[Decision] = []
         gpn = state.gpus_per_node
         for j in cand[np.lexsort((cand, key[cand]))]:
-            if free.total < gmin[j]:
+            g = int(r[j])  # the request
+            if free.total < g:
                 continue
-            for g_np in np.flatnonzero(ok[j]) + 1:  # the request
-                g = int(g_np)
-                pl = None
-                if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
-                    pl = free.take(g, True)
-                elif g <= multi.shape[1] and np.isfinite(multi[j, g - 1]) and free.fits(g, False):
-                    pl = free.take(g, False)
-                if pl is not None:
-                    out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
-                    break
+            pl = None
+            if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
+                pl = free.take(g, True)
+            elif g <= multi.shape[1] and np.isfinite(multi[j, g - 1]) and free.fits(g, False):
+                pl = free.take(g, False)
+            if pl is not None:
+                out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
             if free.total == 0:
                 break
         return out
