@@ -79,3 +79,14 @@ def test_serve_cannot_run_it():
     from lyasched.service import cannot_serve
 
     assert cannot_serve(SrptOracle.capabilities) == "it needs true run times (an oracle), which only the simulator knows"
+
+
+def test_several_suspensions_must_gain_more_than_they_delay():
+    wide = wj("wide", iters=100, requested=4)
+    t = wide.run_one_node[3]
+    four = lambda rem: [running(f"r{i}", rem, [(1, 1)]) for i in range(4)]  # noqa: E731
+    # each victim is longer than the job by more than a move, but four of them lose 4 x (t + 30) for it
+    res = SrptOracle().decide(slot([wide], four(2 * (t + 30.0))))
+    assert res.preempt == () and res.starts == ()
+    res = SrptOracle().decide(slot([wide], four(4 * (t + 30.0) + 1.0)))
+    assert sorted(res.preempt) == ["r0", "r1", "r2", "r3"] and [d.job_id for d in res.starts] == ["wide"]

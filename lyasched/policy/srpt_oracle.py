@@ -29,8 +29,11 @@ from lyasched.policy.sjf_oracle import SjfOracle
 
 class SrptOracle(_Base):
     """Shortest true remaining time first on the requested count; a waiting job that does not fit
-    suspends running checkpointable jobs whose true remaining time exceeds its own run by more
-    than their move cost, longest remaining first, as few as it needs.
+    suspends running checkpointable jobs, longest remaining first, as few as it needs, when that
+    lowers the sum of completion times to first order: each victim is delayed by the job's run
+    plus its move cost, and the job waits no longer for the first of them to end, so the
+    shortest remaining time among the victims must exceed the sum of those delays (one victim:
+    shortest remaining time first with the move cost as margin).
 
     The margin is what keeps it from thrashing: a job started by a suspension is shorter than
     its victims by more than a move, so no victim can take its GPUs back. Long jobs can starve
@@ -99,9 +102,10 @@ class SrptOracle(_Base):
 
     def _victims(self, w: WaitingJob, g: int, t: float, free: list[int],
                  victims: list[tuple[float, MovableJob]], gone: set[str]) -> list[MovableJob] | None:
-        """The fewest running jobs to suspend for ``w`` (``g`` GPUs, run ``t``): longest remaining
-        first among those longer than ``t`` plus their move cost, then any that the placement
-        turns out not to need dropped again (shortest first). None when they cannot make room."""
+        """The running jobs to suspend for ``w`` (``g`` GPUs, run ``t``): longest remaining first
+        among those longer than ``t`` plus their move cost until ``w`` fits, then any that the
+        placement turns out not to need dropped again (shortest first). None when they cannot
+        make room, or when the suspensions cost more than they gain (the class docstring)."""
         trial = list(free)
         chosen: list[MovableJob] = []
         for rem, r in victims:
@@ -121,4 +125,7 @@ class SrptOracle(_Base):
             if fit(w, g, less) is not None:
                 trial = less
                 chosen.remove(r)
+        left = {r.job_id: rem for rem, r in victims}
+        if not min(left[r.job_id] for r in chosen) > sum(t + self._cost(r) for r in chosen):
+            return None
         return chosen
