@@ -107,25 +107,24 @@ class SrptOracle(_Base):
         placement turns out not to need dropped again (shortest first). None when they cannot
         make room, or when the suspensions cost more than they gain (the class docstring)."""
         trial = list(free)
-        chosen: list[MovableJob] = []
+        chosen: list[tuple[float, MovableJob]] = []
         for rem, r in victims:
             if r.job_id in gone or not rem > t + self._cost(r):
                 continue
             for node, k in r.placement:
                 trial[node] += k
-            chosen.append(r)
+            chosen.append((rem, r))
             if fit(w, g, trial) is not None:
                 break
         else:
             return None
-        for r in reversed(chosen[:-1]):
+        for i in range(len(chosen) - 2, -1, -1):  # the last one made it fit: try without each earlier one
             less = list(trial)
-            for node, k in r.placement:
+            for node, k in chosen[i][1].placement:
                 less[node] -= k
             if fit(w, g, less) is not None:
                 trial = less
-                chosen.remove(r)
-        left = {r.job_id: rem for rem, r in victims}
-        if not min(left[r.job_id] for r in chosen) > sum(t + self._cost(r) for r in chosen):
+                del chosen[i]
+        if not min(rem for rem, _ in chosen) > sum(t + self._cost(r) for _, r in chosen):
             return None
-        return chosen
+        return [r for _, r in chosen]
