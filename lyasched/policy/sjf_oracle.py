@@ -44,12 +44,18 @@ class SjfOracle(_Base):
         g = nearest_allowed(w, w.requested_gpus)
         return None if g is None else (self._time(w, g), w.submit_time, w.job_id, g)
 
-    def decide(self, state: SlotState) -> SlotResult:
+    def _order(self, state: SlotState) -> tuple[Queue, list[tuple[tuple[float, float, str, int], int]]]:
+        """The queue memo loaded with ``state``, and (key, position) of every waiting job with an
+        allowed count, shortest true time first (then submit time, then id)."""
         queue = self._queue.load(state)
         self._key.prune(state.waiting)
-        free = Pool(state.free)
         keys = [(k, i) for i, k in enumerate(map(self._key, state.waiting)) if k is not None]
         keys.sort(key=lambda ki: ki[0][:3])
+        return queue, keys
+
+    def decide(self, state: SlotState) -> SlotResult:
+        queue, keys = self._order(state)
+        free = Pool(state.free)
         starts: list[Decision] = []
         started: list[int] = []
         for (t, _, _, g), i in keys:

@@ -9,25 +9,12 @@ from __future__ import annotations
 
 import math
 
-from lyasched.policy.common import (
-    Capabilities,
-    Decision,
-    PerJob,
-    Pool,
-    Queue,
-    SlotResult,
-    SlotState,
-    WaitingJob,
-    _Base,
-    _decision,
-    fit,
-    nearest_allowed,
-)
+from lyasched.policy.common import Capabilities, Decision, Pool, SlotResult, SlotState, WaitingJob, _decision, fit
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.sjf_oracle import SjfOracle
 
 
-class SrptOracle(_Base):
+class SrptOracle(SjfOracle):
     """Shortest true remaining time first on the requested count; a waiting job that does not fit
     suspends running checkpointable jobs, longest remaining first, as few as it needs, when that
     lowers the sum of completion times to first order: each victim is delayed by the job's run
@@ -45,26 +32,17 @@ class SrptOracle(_Base):
     capabilities = Capabilities(needs_true_runtimes=True, preemptive=True, moves=True)
 
     def __init__(self, seed: int = 0, move_cost: float = 30.0) -> None:
-        super().__init__(seed)
+        super().__init__(seed)  # sjf-oracle's order of the waiting jobs (true time at the request)
         if not (move_cost >= 0 and math.isfinite(move_cost)):
             raise ValueError("move_cost must be a finite number >= 0")
         self.move_cost = float(move_cost)
-        self._key = PerJob(self._key_of)
-        self._queue = Queue()
-
-    def _key_of(self, w: WaitingJob) -> tuple[float, float, str, int] | None:
-        g = nearest_allowed(w, w.requested_gpus)
-        return None if g is None else (SjfOracle._time(w, g), w.submit_time, w.job_id, g)
 
     def _cost(self, r: MovableJob) -> float:
         return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
 
     def decide(self, state: SlotState) -> SlotResult:
-        queue = self._queue.load(state)
-        self._key.prune(state.waiting)
+        queue, keys = self._order(state)
         free = Pool(state.free)
-        keys = [(k, i) for i, k in enumerate(map(self._key, state.waiting)) if k is not None]
-        keys.sort(key=lambda ki: ki[0][:3])
         # (true remaining time at its count, job): the suspendable running jobs, longest first
         victims = sorted(
             ((r.remaining(r.gpus, r.spans_nodes), r) for r in state.running
