@@ -306,11 +306,11 @@ class LyapunovPolicy:
         k = one.shape[1]
         # the request's column only (no row is read elsewhere): an allowed count, finite on one
         # node or across nodes, for a job the scores left waiting
-        r = req.astype(np.int64)
-        has = (r == req) & (r >= 1) & (r <= k)
-        col = np.where(has, r - 1, 0)
-        rows = np.arange(n)
         with np.errstate(invalid="ignore"):
+            r = req.astype(np.int64)
+            has = (r == req) & (r >= 1) & (r <= k)
+            col = np.where(has, r - 1, 0)
+            rows = np.arange(n)
             has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
         has[self._started] = False
         key = req * run_req
