@@ -132,7 +132,7 @@ class ElasticPolicy(LyapunovPolicy):
         return min(r2, max(self.min_move_interval, ends.wait(0, k, state.now)))
 
     def _cost(self, r: MovableJob) -> float:
-        return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
+        return r.cost(self.move_cost)
 
     def _movable(self, state: SlotState) -> tuple[list[MovableJob], float]:
         """Running jobs that may move now, and when the next one becomes movable (inf: none)."""

@@ -39,6 +39,10 @@ class MovableJob(RunningJob):
     remaining_one_node: np.ndarray | None = None
     remaining_multi_node: np.ndarray | None = None
 
+    def cost(self, default: float) -> float:
+        """Seconds a move of this job costs (checkpoint + relaunch): its own, else ``default``."""
+        return default if math.isnan(self.move_cost_s) else float(self.move_cost_s)
+
     def remaining(self, g: int, spans_nodes: bool) -> float:
         row = self.remaining_multi_node if spans_nodes else self.remaining_one_node
         if row is None or not 1 <= g <= len(row):

@@ -37,9 +37,6 @@ class SrptOracle(SjfOracle):
             raise ValueError("move_cost must be a finite number >= 0")
         self.move_cost = float(move_cost)
 
-    def _cost(self, r: MovableJob) -> float:
-        return self.move_cost if math.isnan(r.move_cost_s) else float(r.move_cost_s)
-
     def decide(self, state: SlotState) -> SlotResult:
         queue, keys = self._order(state)
         free = Pool(state.free)
@@ -87,7 +84,7 @@ class SrptOracle(SjfOracle):
         trial = list(free)
         chosen: list[tuple[float, MovableJob]] = []
         for rem, r in victims:
-            if r.job_id in gone or not rem > t + self._cost(r):
+            if r.job_id in gone or not rem > t + r.cost(self.move_cost):
                 continue
             for node, k in r.placement:
                 trial[node] += k
@@ -103,6 +100,6 @@ class SrptOracle(SjfOracle):
             if fit(w, g, less) is not None:
                 trial = less
                 del chosen[i]
-        if not min(rem for rem, _ in chosen) > sum(t + self._cost(r) for _, r in chosen):
+        if not min(rem for rem, _ in chosen) > sum(t + r.cost(self.move_cost) for _, r in chosen):
             return None
         return [r for _, r in chosen]
