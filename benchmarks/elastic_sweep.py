@@ -3,7 +3,7 @@ sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Phi
 the held-out rounds).
 
     python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
-        [--noise-seeds 0,1,2] [--reference]
+        [--noise-seeds 0,1,2] [--reference] [--match TEXT]
 
 SET: design, heldout .. heldout8 (robustness.py's rounds) or elastic-heldout (this file's own
 round, ELASTIC_HELDOUT: fixed on 2026-11-25 before the lend-back variant was tried, never run
@@ -207,6 +207,8 @@ def main() -> None:
     ap.add_argument("--only", choices=SETS, default=None)
     ap.add_argument("--trace", default=PHILLY, help="the Philly CSV (default ../shared/data/traces/philly.csv)")
     ap.add_argument("--in-target", action="store_true", help="only workloads at loads 0.8-1.2 (the targets' range)")
+    ap.add_argument("--match", default="", help="only workloads whose name contains one of these |-separated texts "
+                    "(as robustness_variants.py)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE", help="policy parameter (as in replay)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an elastic field replay's parameters do not list, e.g. rollout=256 (docs/model.md, section 3)")
@@ -225,6 +227,10 @@ def main() -> None:
     ws = elastic_heldout(a.trace) if a.only == "elastic-heldout" else workloads(a.quick, a.only, a.trace)
     if a.in_target:
         ws = [w for w in ws if in_target(w["name"])]
+    if a.match:
+        ws = [w for w in ws if any(m in w["name"] for m in a.match.split("|"))]
+        if not ws:
+            ap.exit(2, f"elastic_sweep.py: --match {a.match!r}: no workload of the set matches\n")
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):

@@ -115,3 +115,17 @@ def test_reference_adds_srpt_oracle_side_by_side():
     assert S.summary(rows)["reference"] == {"worst": 0.95, "median": 0.85, "reaches_0.90": 2,
                                             "elastic_misses_where_reached": 1}
     assert "reference" not in S.summary([plain])
+
+
+def test_match_keeps_only_named_workloads_and_refuses_none(monkeypatch, capsys):
+    import elastic_sweep as S
+
+    monkeypatch.setattr(sys, "argv", ["elastic_sweep.py", "--only", "design", "--match", "no such workload"])
+    with pytest.raises(SystemExit) as e:
+        S.main()
+    assert e.value.code == 2 and "no workload of the set matches" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["elastic_sweep.py", "--only", "design", "--match", "seed-small-bursty seed 0|nope",
+                                      "--json"])
+    S.main()
+    out = json.loads(capsys.readouterr().out)
+    assert [w["name"] for w in out["workloads"]] == ["seed-small-bursty seed 0"]
