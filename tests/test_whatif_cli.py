@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from lyasched.cli import main
-from lyasched.policy import POLICIES, REFERENCES
+from lyasched.policy import POLICIES
+from lyasched.whatif.policies import CANDIDATES
 from lyasched.whatif.history import build_history
 from lyasched.whatif.cluster import infer_cluster
 from lyasched.whatif.replay import build_simulation, replay_history
@@ -93,12 +94,16 @@ def test_real_time_limits_replace_synthetic_ones():
 
 
 def test_table_default_policies():
+    """By default: actual, lyasched, Slurm's backfill and the best other baseline, labelled."""
     r = run("--sacct", AWKWARD)
     assert r.exit_code == 0, r.output + r.stderr
     lines = r.stdout.splitlines()
-    assert any(line.startswith("actual ") for line in lines)
-    for name in POLICIES:  # every registered policy but the references, which run only when named
-        assert any(line.startswith(f"{name} ") for line in lines) == (name not in REFERENCES), name
+    rows = [line.split("  ")[0] for line in lines if line.startswith(("actual ", *(f"{n} " for n in POLICIES)))]
+    assert rows[:3] == ["actual (recorded)", "lyapunov (lyasched)", "backfill (Slurm)"]
+    assert len(rows) == 4 and rows[3].endswith(" (best other baseline)"), rows
+    assert rows[3].split()[0] in CANDIDATES
+    assert not any(line.startswith(("random ", "fixed-1 ", "sjf-oracle ", "srpt-oracle ", "elastic ")) for line in lines)
+    assert "best other baseline: " in r.stdout
     assert "10 GPU jobs replayed" in r.stdout and "2 cancelled before start" in r.stdout
     assert "张伟" in r.stdout
 

@@ -219,9 +219,9 @@ def test_not_sacct_output():
 
 
 def test_missing_fields_listed():
-    header = HEADER.replace("|Eligible", "").replace("|ReqTRES", "")
-    with pytest.raises(SacctError, match=r"line 1: header lacks field\(s\) Eligible, ReqTRES; record with sacct"):
-        parse_sacct(header + "\n", "h.txt")
+    header = HEADER.replace("|Submit", "").replace("|AllocTRES", "").replace("|Eligible", "")
+    with pytest.raises(SacctError, match=r"line 1: header lacks field\(s\) Submit, AllocTRES; record with sacct"):
+        parse_sacct(header + "\n", "h.txt")  # Eligible is optional: not listed
 
 
 def test_heterogeneous_components_and_crlf_and_bom():

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
-from dataclasses import replace
 
 import click
+import numpy as np
 
 from lyasched.cli.errors import BadInput
 from lyasched.cli.replay import parse_params
-from lyasched.policy import DEFAULT_POLICIES, POLICIES
+from lyasched.policy import POLICIES
 
 
 def _say(msg: str) -> None:
@@ -55,8 +56,12 @@ def _write_atomic(path: str, text: str) -> None:
 @click.option("--since", default=None, help="Read sacct on this cluster from this time (sacct --starttime: 2026-10-01, now-30days).")
 @click.option("--until", default=None, help="With --since: up to this time (sacct --endtime; default now).")
 @click.option("--partition", default=None, help="Only jobs of this partition (and, with --since, its nodes).")
-@click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered but the srpt-oracle reference).")
-@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Replay cluster nodes (default: scontrol show node with --since, else inferred from the records).")
+@click.option("--policies", "-p", default=None,
+              help="Comma-separated policy names, run and shown as given (default: lyapunov, backfill and the best of "
+                   "fifo/tiresias/optimus on this history).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Replay cluster nodes (default: scontrol show node with --since, else inferred from the records; "
+                   "needed when the records have no NodeList and scontrol is not there).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Replay cluster GPUs per node (default: as --nodes).")
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
 @click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True,
@@ -73,9 +78,11 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     from lyasched.sim import InvalidDecision
     from lyasched.slurm import SlurmError
     from lyasched.whatif import live
-    from lyasched.whatif.cluster import given_cluster, infer_cluster
+    from lyasched.whatif import policies as defaults
+    from lyasched.whatif.cluster import ClusterUnknown, choose_cluster, has_node_names
     from lyasched.whatif.history import build_history
     from lyasched.whatif.metrics import actual_outcome, policy_outcome
+    from lyasched.whatif.metrics import summary as metrics_summary
     from lyasched.whatif.replay import HistoryTooBig, replay_history
     from lyasched.whatif.report import build_summary, format_tables
     from lyasched.whatif.sacct import SacctError, parse_sacct
@@ -84,7 +91,8 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         raise click.UsageError("give either --sacct FILE or --since DATE")
     if until is not None and since is None:
         raise click.BadParameter("--until needs --since", param_hint="--until")
-    names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(DEFAULT_POLICIES)
+    named = policies is not None
+    names = [p.strip() for p in policies.split(",") if p.strip()] if named else defaults.default_policies()
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")
@@ -119,18 +127,15 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
                         f"{c['cancelled_before_start']} cancelled before start, {c['still_running']} still running, "
                         f"{c['pending']} pending, {c['other_partition']} in other partitions)")
 
-    site = infer_cluster(hist.jobs)
-    if slurm is not None and (nodes is None or gpus_per_node is None):
-        try:
-            site = live.read_cluster(slurm, partition) or site
-        except (SlurmError, ValueError) as e:
-            _say(f"scontrol show node failed ({str(e).splitlines()[0]}); cluster inferred from the records")
-    if nodes is not None or gpus_per_node is not None:
-        base = site
-        site = given_cluster(nodes or base.spec.nodes, gpus_per_node or base.spec.gpus_per_node)
-        if nodes is None or gpus_per_node is None:
-            given = f"--nodes {nodes}" if nodes else f"--gpus-per-node {gpus_per_node}"
-            site = replace(site, how=f"{given} given; the rest {base.how}")
+    scontrol = None
+    if slurm is not None:
+        scontrol = lambda: live.read_cluster(slurm, partition)  # noqa: E731
+    elif not has_node_names(hist.jobs) and shutil.which("scontrol"):  # a saved file without NodeList, on a Slurm host
+        scontrol = lambda: live.read_cluster(live.node_backend(), partition)  # noqa: E731
+    try:
+        site = choose_cluster(hist.jobs, nodes, gpus_per_node, scontrol, say=_say, source=source)
+    except ClusterUnknown as e:
+        raise BadInput(str(e)) from None
     _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}")
 
     try:
@@ -144,8 +149,20 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     n = len(hist.jobs)
     outcomes = [actual_outcome(hist.jobs, site.spec.total_gpus)]
     outcomes += [policy_outcome(r, rep.index, n) for r in rep.results]
+    choice = None
+    if not named:  # the default set: show the best candidate only, and say how it was picked
+        recorded = np.array([j.gpus for j in hist.jobs], dtype=int)
+        users = [j.user for j in hist.jobs]
+        choice = defaults.pick_best({o.name: metrics_summary(o, recorded, users) for o in outcomes[1:]
+                                     if o.name in defaults.CANDIDATES})
+        outcomes = [o for o in outcomes if o.name not in defaults.CANDIDATES or o.name == choice["chosen"]]
+        _say(f"best other baseline by average JCT: {choice['chosen']} (of {', '.join(choice['candidates'])})")
+    labels = defaults.labels([o.name for o in outcomes[1:]], choice["chosen"] if choice else None)
     summary = build_summary(source, hist, parsed.steps, site, outcomes, slot=slot, estimate_error=estimate_error,
-                            seed=seed, params=pparams, rigid=rigid)
+                            seed=seed, params=pparams, rigid=rigid, missing=parsed.missing, labels=labels,
+                            choice=choice)
+    for a in summary["assumptions"]:
+        _say(f"assumed: {a['text']}")
     if out_dir:
         from lyasched.whatif.html import render
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 from lyasched.cost import ClusterSpec
+from lyasched.slurm import SlurmError
 from lyasched.slurm.query import NodeInfo
 from lyasched.store.placement import NodePlacement
 from lyasched.whatif.history import HistoryJob
@@ -19,6 +20,10 @@ class SiteCluster:
     spec: ClusterSpec
     source: str  # "options", "scontrol" or "records"
     how: str  # one sentence: where nodes and GPUs per node came from
+
+
+class ClusterUnknown(ValueError):
+    """The records name no nodes and neither the options nor scontrol say what the cluster is."""
 
 
 def _peak(events: list[tuple[float, int]]) -> int:
@@ -83,3 +88,44 @@ def cluster_from_nodes(nodes: Sequence[NodeInfo], partition: str | None = None) 
 def given_cluster(nodes: int, gpus_per_node: int) -> SiteCluster:
     return SiteCluster(ClusterSpec(nodes=nodes, gpus_per_node=gpus_per_node), "options",
                        f"given: --nodes {nodes} --gpus-per-node {gpus_per_node}")
+
+
+def has_node_names(jobs: Sequence[HistoryJob]) -> bool:
+    """Whether any run of any job names the nodes it ran on (sacct's NodeList)."""
+    return any(r.nodelist and r.nodelist != "None assigned" for j in jobs for r in j.runs)
+
+
+def choose_cluster(
+    jobs: Sequence[HistoryJob],
+    nodes: int | None,
+    gpus_per_node: int | None,
+    scontrol: Callable[[], SiteCluster | None] | None,
+    say: Callable[[str], None] = lambda s: None,
+    source: str = "sacct",
+) -> SiteCluster:
+    """The replay cluster: ``--nodes``/``--gpus-per-node`` first; what neither gives comes from
+    ``scontrol`` (a call reading `scontrol show node`, None where there is no Slurm to ask) or,
+    when the records name the nodes jobs ran on, from the records. Records without any node name
+    (no NodeList) say too little about the cluster: then the options or scontrol must, else
+    ClusterUnknown names the options to give."""
+    named = has_node_names(jobs)
+    site = infer_cluster(jobs) if named else None
+    if scontrol is not None and (nodes is None or gpus_per_node is None):
+        try:
+            site = scontrol() or site
+        except (SlurmError, ValueError, OSError) as e:  # scontrol failing: fall back, and say so
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            say(f"scontrol show node failed ({first}); "
+                + ("cluster inferred from the records" if named else "no NodeList in the records either"))
+    if site is None and (nodes is None or gpus_per_node is None):
+        lack = " and ".join(o for o, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if v is None)
+        raise ClusterUnknown(f"{source}: the records name no node a job ran on (no NodeList), so the cluster's size "
+                             f"is unknown: give {lack}" + (" (or run where scontrol show node works)"
+                                                           if scontrol is None else ""))
+    if nodes is None and gpus_per_node is None:
+        return site  # type: ignore[return-value]
+    given = given_cluster(nodes or site.spec.nodes, gpus_per_node or site.spec.gpus_per_node)  # type: ignore[union-attr]
+    if site is not None and (nodes is None or gpus_per_node is None):
+        opt = f"--nodes {nodes}" if nodes else f"--gpus-per-node {gpus_per_node}"
+        given = replace(given, how=f"{opt} given; the rest {site.how}")
+    return given

@@ -68,6 +68,9 @@ class History:
     counts: dict[str, int]
     final_states: dict[str, int]
     gpu_types: dict[str, int] = field(default_factory=dict)
+    # replayed jobs whose record has no value for Eligible (first run), NodeList (any run) or
+    # Timelimit (last run): what stood in for it is in the report (lyasched.whatif.assume)
+    unrecorded: dict[str, int] = field(default_factory=dict)
 
     @property
     def t0(self) -> float:
@@ -105,6 +108,7 @@ def build_history(records: Sequence[SacctRecord], partition: str | None = None) 
     counts: Counter[str] = Counter(records=len(records))
     states: Counter[str] = Counter()
     types: Counter[str] = Counter()
+    unrecorded: Counter[str] = Counter()
     jobs: list[HistoryJob] = []
     seen_ids: Counter[str] = Counter()
     groups = _instances(records)
@@ -159,9 +163,14 @@ def build_history(records: Sequence[SacctRecord], partition: str | None = None) 
             )
         )
         states[last.state] += 1
+        unrecorded.update({"Eligible"} & first.unrecorded)
+        unrecorded.update({"Timelimit"} & last.unrecorded)
+        if any("NodeList" in r.unrecorded for r in runs):
+            unrecorded["NodeList"] += 1
         if last.gpu_type:
             types[last.gpu_type] += 1
     counts["gpu"] = len(jobs)
     for k in ("cpu_only", "cancelled_before_start", "still_running", "pending", "never_started", "requeued", "other_partition"):
         counts.setdefault(k, 0)
-    return History(jobs=jobs, counts=dict(counts), final_states=dict(states), gpu_types=dict(types))
+    return History(jobs=jobs, counts=dict(counts), final_states=dict(states), gpu_types=dict(types),
+                   unrecorded={k: unrecorded[k] for k in ("Eligible", "NodeList", "Timelimit")})

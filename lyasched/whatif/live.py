@@ -45,3 +45,8 @@ def make_backend() -> SlurmHistory:
     """The CLI backend (accounting is sacct through either backend), with sacct's standard time
     format, a long timeout for a long history and one retry."""
     return CliSlurm(SlurmCLI(timeout=600.0, retries=1, env=dict(ENV)))
+
+
+def node_backend() -> SlurmHistory:
+    """For `scontrol show node` alone (a saved history read on a Slurm host): a short timeout."""
+    return CliSlurm(SlurmCLI(timeout=30.0, retries=0, env=dict(ENV)))

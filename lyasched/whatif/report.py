@@ -16,6 +16,27 @@ COUNT_KEYS = ("gpu", "cpu_only", "cancelled_before_start", "still_running", "pen
               "requeued", "other_partition", "total", "records", "steps")
 
 
+def assumptions(hist: History, missing: Sequence[str], site: SiteCluster) -> list[dict]:
+    """What stood in for values the records lack, one entry per field, counted over the replayed
+    jobs: ``{"field", "jobs", "of", "text"}``, the text like "Eligible missing for 120 of 300
+    jobs: Submit used as the arrival". ``missing``: optional fields the sacct header lacks."""
+    n = len(hist.jobs)
+    used = {
+        "Eligible": "Submit used as the arrival",
+        "NodeList": (f"cluster {site.how}" if site.source != "records"
+                     else "cluster inferred from the other jobs' nodes"),
+        "Timelimit": "no time limit (backfill plans with none)",
+    }
+    out = []
+    for f, what in used.items():
+        k = hist.unrecorded.get(f, 0)
+        if not k:
+            continue
+        why = f" (no {f} field)" if f in missing else ""
+        out.append({"field": f, "jobs": int(k), "of": n, "text": f"{f} missing for {k} of {n} jobs{why}: {what}"})
+    return out
+
+
 def build_summary(
     source: str,
     hist: History,
@@ -28,8 +49,13 @@ def build_summary(
     seed: int,
     params: dict[str, dict[str, Any]],
     rigid: bool = False,
+    missing: Sequence[str] = (),
+    labels: dict[str, str] | None = None,
+    choice: dict | None = None,
 ) -> dict:
-    """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual"."""
+    """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual".
+    ``missing``: the optional sacct fields the header lacks; ``labels``: how the report names each
+    outcome ("lyapunov (lyasched)"); ``choice``: how the default set's other baseline was picked."""
     jobs = hist.jobs
     recorded = np.array([j.gpus for j in jobs], dtype=int)
     users = [j.user for j in jobs]
@@ -57,6 +83,9 @@ def build_summary(
         "params": {n: p for n, p in params.items() if p},
         "actual": summary(outcomes[0], recorded, users),
         "policies": {o.name: summary(o, recorded, users) for o in outcomes[1:]},
+        "assumptions": assumptions(hist, missing, site),
+        "labels": {o.name: (labels or {}).get(o.name, o.name) for o in outcomes},
+        "baseline_choice": choice,
         "users": by_group(users, outcomes, gpu_s),
         "accounts": by_group(accounts, outcomes, gpu_s),
     }
@@ -103,13 +132,20 @@ def format_tables(s: dict, top_users: int = 10) -> str:
         f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
         f"estimate error {s['estimate_error']:g}; "
         + ("GPU counts as recorded (--rigid)" if s["rigid"] else "policies may choose GPU counts (jobs treated as elastic data-parallel training)"),
-        "",
     ]
+    out += [f"assumed: {a['text']}" for a in s.get("assumptions", [])]
+    ch = s.get("baseline_choice")
+    if ch:
+        out.append(f"best other baseline: {ch['chosen']}, the lowest average JCT of "
+                   + ", ".join(f"{n} {human_s(v)}" for n, v in ch["candidates"].items())
+                   + " (the others: name them with --policies)")
+    out.append("")
+    label = s.get("labels", {})
     heads = ("", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user", "GPU util", "other GPUs", "sim s")
     rows = []
     for name, m in [("actual", s["actual"]), *s["policies"].items()]:
         rows.append([
-            name, human_s(m["avg_jct_s"]), human_s(m["p95_jct_s"]), human_s(m["avg_wait_s"]),
+            label.get(name, name), human_s(m["avg_jct_s"]), human_s(m["p95_jct_s"]), human_s(m["avg_wait_s"]),
             human_s(m["p95_wait_s"]), f"{m['avg_slowdown']:.2f}", f"{m['worst_user_slowdown']:.2f}",
             f"{m['gpu_util']:.2f}", str(m["other_gpu_count"]), f"{m['wall_s']:.1f}" if "wall_s" in m else "",
         ])

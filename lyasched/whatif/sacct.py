@@ -15,7 +15,8 @@ from datetime import datetime
 
 from lyasched.slurm.query import ParseError, parse_duration
 
-# The --format the parser needs, in the order `lyasched whatif` asks sacct for them.
+# The --format `lyasched whatif` asks sacct for, in this order; a saved file's header must name
+# all of them but OPTIONAL (in any order).
 FIELDS: tuple[str, ...] = (
     "JobID", "User", "Account", "Partition", "Submit", "Eligible", "Start", "End",
     "ElapsedRaw", "State", "NNodes", "NodeList", "AllocTRES", "ReqTRES", "Timelimit",
@@ -23,6 +24,10 @@ FIELDS: tuple[str, ...] = (
 SACCT_FORMAT = ",".join(FIELDS)
 # `Elapsed` ([D-]HH:MM:SS) is accepted in place of `ElapsedRaw` (seconds) in a saved file.
 ALTERNATIVES = {"ElapsedRaw": "Elapsed"}
+# Fields a history may lack (a site's own --format, an older saved file); what stands in for each
+# is said in the report (docs/whatif.md): Eligible -> Submit; NodeList -> the cluster from
+# --nodes/--gpus-per-node or scontrol; Timelimit -> no limit; ReqTRES -> only AllocTRES is read.
+OPTIONAL: tuple[str, ...] = ("Eligible", "NodeList", "Timelimit", "ReqTRES")
 
 _NO_TIME = frozenset({"", "Unknown", "None", "N/A", "(null)"})
 _STATE = re.compile(r"[A-Z][A-Z_]*")
@@ -60,7 +65,10 @@ class SacctRecord:
     req_gpus: int
     has_alloc: bool  # AllocTRES non-empty: an allocation existed
     gpu_type: str  # "a100" from gres/gpu:a100=4; "" when untyped
-    time_limit: float | None  # None: UNLIMITED
+    time_limit: float | None  # None: UNLIMITED (or not recorded: see ``unrecorded``)
+    # of Eligible, NodeList, Timelimit: those with no value on this line (no such column, an empty
+    # value, Eligible Unknown, NodeList "None assigned"); what stands in for them is the history's
+    unrecorded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class SacctText:
     records: tuple[SacctRecord, ...]
     steps: int  # job-step lines (JobID with a dot: 12.batch, 12.0, 12.extern), skipped
     lines: int
+    missing: tuple[str, ...] = ()  # optional fields (OPTIONAL) the header lacks
 
 
 def parse_time(text: str) -> float | None:
@@ -119,7 +128,8 @@ def _header(line: str, source: str) -> dict[str, int]:
                 cols[ALTERNATIVES[f]] = i
                 continue
         if i is None:
-            missing.append(f)
+            if f not in OPTIONAL:
+                missing.append(f)
         else:
             cols[f] = i
     if missing:
@@ -137,6 +147,7 @@ def parse_sacct(text: str, source: str = "sacct") -> SacctText:
         raise SacctError(source, 1, None, "empty: no sacct header and no records")
     cols = _header(lines[first], source)
     width = cols.pop("_width")
+    absent = tuple(f for f in OPTIONAL if f not in cols)
     parsable1 = lines[first].rstrip().endswith("|")
     records: list[SacctRecord] = []
     steps = 0
@@ -158,12 +169,12 @@ def parse_sacct(text: str, source: str = "sacct") -> SacctText:
             steps += 1
             continue
         records.append(_record(f, cols, n, job_id, source))
-    return SacctText(records=tuple(records), steps=steps, lines=len(lines))
+    return SacctText(records=tuple(records), steps=steps, lines=len(lines), missing=absent)
 
 
 def _record(f: list[str], cols: dict[str, int], n: int, job_id: str, source: str) -> SacctRecord:
-    def get(name: str) -> str:
-        return f[cols[name]].strip()
+    def get(name: str) -> str:  # an optional field the header lacks reads as empty
+        return f[cols[name]].strip() if name in cols else ""
 
     def bad(name: str, why: str) -> SacctError:
         return SacctError(source, n, name, why)
@@ -213,6 +224,13 @@ def _record(f: list[str], cols: dict[str, int], n: int, job_id: str, source: str
         limit = parse_duration(tl)
     except ParseError:
         raise bad("Timelimit", f"cannot parse duration {tl!r}") from None
+    unrecorded = set()
+    if eligible is None:
+        unrecorded.add("Eligible")
+    if get("NodeList") in ("", "None assigned", "(null)"):
+        unrecorded.add("NodeList")
+    if not tl:
+        unrecorded.add("Timelimit")
     if start is not None and end is not None and end < start:
         raise bad("End", f"{get('End')} is before Start {get('Start')}")
     return SacctRecord(
@@ -234,4 +252,5 @@ def _record(f: list[str], cols: dict[str, int], n: int, job_id: str, source: str
         has_alloc=bool(get("AllocTRES")),
         gpu_type=kind or rkind,
         time_limit=limit if math.isfinite(limit) else None,
+        unrecorded=frozenset(unrecorded),
     )
