@@ -188,11 +188,9 @@ def _fsync(path: Path) -> None:
 
 
 def read_marker(directory: str | os.PathLike) -> dict | None:
-    """The completion marker of the newest save in ``directory`` (None: none yet, or unreadable).
-
-    The service (root) reads it in the job owner's directory: never through a symlink, at most
-    4 KiB, only the known keys, typed; anything else reads as no marker (the move then times out
-    and the job is left running)."""
+    """The completion marker of the newest save in ``directory`` (None: none yet, or unreadable),
+    as the job itself reads it. The service reads users' markers through
+    `lyasched.userfiles` (owner checked, no links, bounded in size and time) and `parse_marker`."""
     path = Path(directory) / MARKER
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -208,13 +206,17 @@ def read_marker(directory: str | os.PathLike) -> dict | None:
         return None
     finally:
         os.close(fd)
-    if len(raw) > MARKER_MAX_BYTES:
-        return None
+    return parse_marker(raw) if len(raw) <= MARKER_MAX_BYTES else None
+
+
+def parse_marker(raw: bytes) -> dict | None:
+    """A marker's known keys, typed; None for anything else (the move then times out and the
+    job is left running)."""
     try:
         m = json.loads(raw.decode())
         return {"step": int(m["step"]), "n": int(m["n"]), "stop": m.get("stop") is True,
                 "time": float(m.get("time", 0.0))}
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError, RecursionError):
         return None
 
 

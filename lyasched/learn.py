@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("lyasched.learn")
 
 WARMUP_STEPS = 2  # first steps of a rank left out (allocator, caches, DDP bucket rebuild)
+MAX_RANKS = 1 << 16  # ranks and world sizes beyond this are not a real report
+MAX_STEP_SECONDS = 86400.0  # one step longer than a day is not a step time
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Run:
     local_bsz: float
     step_time: float
     job_id: str = ""
+    user: str = ""  # who ran it: one user's reports count once however many jobs they ran
 
     @property
     def gpus(self) -> int:
@@ -66,21 +70,50 @@ class Run:
 
 
 def read_steps(path: str | Path) -> StepReport | None:
-    """Parse a step file; None when it holds no complete step. Malformed lines are skipped."""
+    """Parse a step file (a tool's or a test's own; the service reads users' files through
+    `lyasched.userfiles` and `parse_steps`); None when it holds no complete step."""
+    return parse_steps(Path(path).read_bytes())
+
+
+MAX_REPORT_BYTES = 16 << 20  # a longer report is parsed up to here (its first steps are as good as all)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _name(v: Any) -> str:
+    """A name a job reported (model, launcher, cluster), kept only when it is a short plain token."""
+    s = str(v) if isinstance(v, (str, int)) else ""
+    return s if _NAME.fullmatch(s) else ""
+
+
+def _num(v: Any, default: float = 0.0) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return f if math.isfinite(f) else default
+
+
+def parse_steps(data: bytes | str) -> StepReport | None:
+    """`StepReport` of a report's text; None when it holds no complete step. Malformed lines are
+    skipped, names that are not plain tokens dropped, numbers bounded: the text is the user's."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
     meta: dict[int, dict] = {}
     steps: dict[int, dict[int, tuple[float, float]]] = {}
-    with Path(path).open(errors="replace") as fh:
-        for line in fh:
-            f = line.rstrip("\n").split("\t")
-            try:
-                if f[0] == "M" and len(f) == 3:
-                    meta[int(f[1])] = json.loads(f[2])
-                elif f[0] == "S" and len(f) == 5:
-                    begin, dur = float(f[3]), float(f[4])
-                    if math.isfinite(begin) and math.isfinite(dur) and dur >= 0:
-                        steps.setdefault(int(f[1]), {})[int(f[2])] = (begin, dur)
-            except (ValueError, json.JSONDecodeError):
-                continue
+    for line in text.splitlines():
+        f = line.split("\t")
+        try:
+            if f[0] == "M" and len(f) == 3:
+                m = json.loads(f[2])
+                if isinstance(m, dict) and 0 <= int(f[1]) < MAX_RANKS:
+                    meta[int(f[1])] = m
+            elif f[0] == "S" and len(f) == 5:
+                rank, i = int(f[1]), int(f[2])
+                begin, dur = float(f[3]), float(f[4])
+                if math.isfinite(begin) and math.isfinite(dur) and 0 <= dur <= MAX_STEP_SECONDS \
+                        and 0 <= rank < MAX_RANKS and 0 <= i:
+                    steps.setdefault(rank, {})[i] = (begin, dur)
+        except (ValueError, json.JSONDecodeError, RecursionError):
+            continue
     if not steps:
         return None
     first = min(b for per in steps.values() for b, _ in per.values())
@@ -90,14 +123,14 @@ def read_steps(path: str | Path) -> StepReport | None:
         return None
     slowest = [max(per[i][1] for per in steps.values()) for i in counted]
     m0 = meta.get(0) or next(iter(meta.values()), {})
-    world = int(m0.get("world") or len(steps))
-    nnodes = max(1, int(m0.get("nnodes") or 1))
-    gpn = int(m0.get("gpus_per_node") or max(1, world // nnodes))
+    world = int(min(max(_num(m0.get("world")) or len(steps), 1), MAX_RANKS))
+    nnodes = int(min(max(_num(m0.get("nnodes")) or 1, 1), world))
+    gpn = int(min(max(_num(m0.get("gpus_per_node")) or max(1, world // nnodes), 1), MAX_RANKS))
     placement = (gpn,) * nnodes if gpn * nnodes == world else (world,)
-    created = min((float(m.get("t_created") or first) for m in meta.values()), default=first)
-    return StepReport(placement, int(m0.get("local_bsz") or 0), float(statistics.median(slowest)), len(counted),
-                      len(steps), first, created, str(m0.get("launcher") or ""), str(m0.get("cluster") or ""),
-                      str(m0.get("model") or ""))
+    created = min((_num(m.get("t_created")) or first for m in meta.values()), default=first)
+    return StepReport(placement, int(min(max(_num(m0.get("local_bsz")), 0), 1 << 24)),
+                      float(statistics.median(slowest)), len(counted), len(steps), first, created,
+                      _name(m0.get("launcher")), _name(m0.get("cluster")), _name(m0.get("model")))
 
 
 def _comm_unit(base: Profile, cluster: ClusterSpec, placement: Sequence[int]) -> float:
@@ -149,6 +182,64 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
     return prof, why
 
 
+TRUST_USERS = 3  # distinct users whose fits outvote any one of them
+LEARN_BOUND = 3.0  # with fewer, the shared profile stays within this factor of the profiled one
+BOUND_BATCHES = (1.0, float(1 << 16))  # compute is bounded at these per-GPU batches (and so between)
+
+
+def refit_shared(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Profile, list[str]]:
+    """The profile every user's jobs of a model are predicted with, robust to any one user.
+
+    Each user's runs are refitted on their own (`refit`); each parameter is the median over the
+    users whose runs measured it (compute: users with 1-GPU runs; all-reduce: users with runs
+    on that kind of link), so one user's reports, however many, are one vote. While fewer than
+    `TRUST_USERS` users have reported, no vote is a majority of honest ones: the result is then
+    kept within `LEARN_BOUND` of ``base`` (the profiled measurement), term by term: compute at
+    `BOUND_BATCHES` (so every batch between) and each all-reduce factor. A user who lies thus
+    moves others' predictions by at most that factor, and not beyond the honest users' range
+    once they are outvoted."""
+    by_user: dict[str, list[Run]] = {}
+    for r in runs:
+        by_user.setdefault(r.user, []).append(r)
+    if not by_user:
+        return base, []
+    votes: dict[str, list[tuple[float, ...]]] = {"compute": [], "intra": [], "inter": []}
+    why: list[str] = []
+    for user_runs in by_user.values():
+        prof, _ = refit(base, cluster, user_runs)
+        if any(r.gpus == 1 and r.step_time > 0 for r in user_runs):
+            votes["compute"].append((prof.step_time(BOUND_BATCHES[0]), prof.step_time(BOUND_BATCHES[1])))
+        for kind, multi in (("intra", lambda r: len(r.placement) == 1), ("inter", lambda r: len(r.placement) > 1)):
+            if any(r.gpus > 1 and multi(r) for r in user_runs):
+                votes[kind].append((getattr(prof, f"comm_scale_{kind}"),))
+    n = len(by_user)
+    bound = LEARN_BOUND if n < TRUST_USERS else math.inf
+
+    def pick(vals: list[tuple[float, ...]], i: int, ref: float) -> float:
+        v = float(statistics.median(x[i] for x in vals))
+        lo, hi = (ref / bound, ref * bound) if ref > 0 else (ref * bound, ref / bound)
+        return min(max(v, lo), hi) if math.isfinite(bound) else v
+
+    prof = base
+    if votes["compute"]:
+        (b1, b2), y = BOUND_BATCHES, [pick(votes["compute"], i, base.step_time(b)) for i, b in enumerate(BOUND_BATCHES)]
+        beta = (y[1] - y[0]) / (b2 - b1)
+        prof = replace(prof, alpha=y[0] - beta * b1, beta=beta)
+        why.append(f"compute from {len(votes['compute'])} user(s)' 1-GPU runs")
+    learned = {k: pick(votes[k], 0, getattr(base, f"comm_scale_{k}")) for k in ("intra", "inter") if votes[k]}
+    for kind, k in learned.items():
+        prof = replace(prof, **{f"comm_scale_{kind}": k})  # type: ignore[arg-type]  # a float field by name
+        why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(votes[kind])} user(s)' runs")
+    if len(learned) == 1:  # as in `refit`: the unmeasured kind of link borrows the measured one's factor
+        (kind, k), = learned.items()
+        other = "inter" if kind == "intra" else "intra"
+        prof = replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
+        why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
+    if math.isfinite(bound):
+        why.append(f"kept within x{bound:g} of the profile ({n} user(s) reported, {TRUST_USERS} outvote one)")
+    return prof, why
+
+
 def predict_step(profile: Profile, cluster: ClusterSpec, placement: Sequence[int], local_bsz: float) -> float:
     """The policy's per-iteration time (compute + comm) of ``placement`` at ``local_bsz``."""
     g = int(sum(placement))
@@ -173,13 +264,25 @@ def job_ended(db: Any, rec: JobRecord, device: str, cluster: ClusterSpec | None,
     from lyasched import startup
     from lyasched.store import costtable
 
+    from lyasched import userfiles
+
     if not workdir:
         return False
-    path = steps_path(workdir, str(rec.slurm_id))
-    try:
-        rep = read_steps(path)
-    except OSError:
+    job = f"job {rec.slurm_id}"
+    owner = userfiles.uid_of(rec.user)
+    if owner is None:
+        userfiles.warn_once(job, "step report", f"the job's user {rec.user!r} is unknown here")
         return False
+    try:
+        got = userfiles.read_user_file(workdir, [".lyasched", f"steps-{rec.slurm_id}.tsv"], owner, MAX_REPORT_BYTES)
+    except userfiles.UserFileError as e:
+        if "No such file" not in str(e):  # a job that never reported is not worth a warning
+            userfiles.warn_once(job, "step report", e)
+        return False
+    data = got.data[: got.data.rfind(b"\n") + 1] if got.truncated else got.data
+    if got.truncated:
+        userfiles.warn_once(job, "step report", f"longer than {MAX_REPORT_BYTES} bytes: its first part used")
+    rep = parse_steps(data)
     if rep is None:
         return False
     if rec.sig is None:
@@ -191,8 +294,9 @@ def job_ended(db: Any, rec: JobRecord, device: str, cluster: ClusterSpec | None,
     start = started if started else rec.started
     if start and rep.first_begin >= start:
         startup.observe(db, rep.cluster or "default", rep.launcher or "unknown", rep.first_begin - float(start),
-                        str(rec.slurm_id))
-    costtable.learn(db, rec.sig, device, Run(rep.placement, rep.local_bsz, rep.step_time, str(rec.slurm_id)),
+                        str(rec.slurm_id), rec.user or "")
+    costtable.learn(db, rec.sig, device, Run(rep.placement, rep.local_bsz, rep.step_time, str(rec.slurm_id),
+                                             rec.user or ""),
                     cluster, model=rep.model)
     invalidate()
     log.info("job %s: learned from %d steps on %s (median %.4f s/step)", rec.slurm_id, rep.steps,
@@ -211,24 +315,26 @@ def invalidate() -> None:
     _CACHE.clear()
 
 
-def waiting_inputs(db: Any, summary: Any, device: str) -> tuple[Profile, float]:
-    """What the service predicts a waiting job from: the model's learned profile when its
-    runs have reported (else the job's own cost summary), and the start-up term (s). Cached
-    for `CACHE_SECONDS` per model; learning in this process invalidates the cache."""
-    learned, s = model_inputs(db, summary.sig, device)
+def waiting_inputs(db: Any, summary: Any, device: str, user: str | None = None) -> tuple[Profile, float]:
+    """What the service predicts a waiting job of ``user`` from: the model's learned profile
+    when its runs have reported (the user's own when they reported; else the job's own cost
+    summary), and the start-up term (s). Cached for `CACHE_SECONDS` per model and user;
+    learning in this process invalidates the cache."""
+    learned, s = model_inputs(db, summary.sig, device, user)
     return learned or summary.to_profile(), s
 
 
-def model_inputs(db: Any, sig: str, device: str) -> tuple[Profile | None, float]:
-    """`waiting_inputs` of a model: its learned profile (None when its runs never reported)
-    and the start-up term (s); the same for every job of the model (a slot asks once per model)."""
+def model_inputs(db: Any, sig: str, device: str, user: str | None = None) -> tuple[Profile | None, float]:
+    """`waiting_inputs` of a model for ``user``'s jobs: the learned profile (None when the
+    model's runs never reported) and the start-up term (s); the same for every job of the model
+    and user (a slot asks once per model and user)."""
     import sqlite3
     import time
 
     from lyasched import startup
     from lyasched.store import costtable
 
-    key = (id(db.conn), sig, device)
+    key = (id(db.conn), sig, device, user or "")
     now = time.monotonic()
     hit = _CACHE.get(key)
     if hit is None or now - hit[0] > CACHE_SECONDS:
@@ -239,7 +345,7 @@ def model_inputs(db: Any, sig: str, device: str) -> tuple[Profile | None, float]
         if len(_CACHE) > 256:  # drop expired entries (and the connections they hold)
             for k in [k for k, v in _CACHE.items() if now - v[0] > CACHE_SECONDS]:
                 del _CACHE[k]
-        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, sig, device), s)
+        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, sig, device, user), s)
     return hit[2], hit[3]
 
 
@@ -255,7 +361,8 @@ def workdir_of(slurm: Any, job_id: str) -> str | None:
         return None
 
 
-def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any) -> dict[int, float]:
+def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any,
+                       user: str | None = None) -> dict[int, float]:
     """Predicted run time (s) per GPU count as lyasub prints it, from what the service decides
     with: `waiting_inputs` (the learned profile when the model's runs have reported, else the
     summary's; the start-up term), the calibrated links (`with_calibrated_links`) and the
@@ -274,7 +381,7 @@ def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, count
     if p.exists():
         try:
             db = open_db(p)
-            profile, startup_s = waiting_inputs(db, summary, device)
+            profile, startup_s = waiting_inputs(db, summary, device, user)
             cost = CostModel(with_calibrated_links(db, cost.cluster))
             entry = costtable.get(db, summary.sig, device)
             corr = bounded_correction(entry.correction if entry else None)

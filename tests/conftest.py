@@ -293,3 +293,16 @@ def slurm_backend(request: pytest.FixtureRequest) -> str:
     if request.param == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
         pytest.skip("pyslurm is not installed (make pyslurm)")
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _fake_users_own_this_process_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake Slurm's users (alice, bob, ...) have no account on this host; the files their
+    "jobs" write here are this test process's. The service reads a job's files only as its
+    user's (lyasched.userfiles), so such a user is taken to be this process's uid. Real users
+    (the cluster's lyatest and lyaother) resolve as they do in production."""
+    from lyasched import userfiles
+
+    real = userfiles.uid_of
+    monkeypatch.setattr(userfiles, "uid_of", lambda user: real(user) if real(user) is not None or not user
+                        else os.getuid())

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from lyasched.checkpoint import checkpoint_dir, read_marker
+from lyasched import userfiles
+from lyasched.checkpoint import MARKER, MARKER_MAX_BYTES, checkpoint_dir, parse_marker
 from lyasched.live.context import SlotContext
 from lyasched.live import step as step_rules  # the record changes (one place: the state machine)
 from lyasched.live.crash import CrashPoints
@@ -61,6 +64,27 @@ MOVE_SIGNAL = "USR1"  # launch.sbatch: LYASCHED_CHECKPOINT_SIGNAL=USR1
 # inherit that), so a first signal can be lost. A second one only sets the helper's flag again.
 RESIGNAL_S = 10.0
 
+
+
+def read_marker(ckdir: str | os.PathLike, user: str | None, job_id: str) -> dict | None:
+    """The checkpoint marker in a job's ``ckdir`` (``<work dir>/.lyasched/ckpt-<uid>``), read as
+    a file of the job's user (`lyasched.userfiles`): None when missing, refused or malformed
+    (logged once per job), so a move waits for it and at worst times out."""
+    owner = userfiles.uid_of(user)
+    if owner is None:
+        userfiles.warn_once(f"job {job_id}", "checkpoint marker", f"the job's user {user!r} is unknown here")
+        return None
+    p = Path(ckdir)
+    try:
+        got = userfiles.read_user_file(p.parent.parent, [p.parent.name, p.name, MARKER], owner, MARKER_MAX_BYTES)
+    except userfiles.UserFileError as e:
+        if "No such file" not in str(e):  # no save yet is the normal case
+            userfiles.warn_once(f"job {job_id}", "checkpoint marker", e)
+        return None
+    if got.truncated:
+        userfiles.warn_once(f"job {job_id}", "checkpoint marker", f"longer than {MARKER_MAX_BYTES} bytes")
+        return None
+    return parse_marker(got.data)
 
 @dataclass(frozen=True)
 class MoveOrder:
@@ -186,7 +210,7 @@ class Mover:
             log.warning("job %s: no working directory from Slurm: not moved", job.job_id)
             return False
         ckdir = checkpoint_dir(wd, row["uid"])
-        before = (read_marker(ckdir) or {}).get("n", 0)
+        before = (read_marker(ckdir, job.user, job.job_id) or {}).get("n", 0)
         cur = NodePlacement.from_slurm(job.nodes, job.gpus_per_node)
         to = NodePlacement.from_indices(order.placement, names).to_json() if order.gpus else ""
         kind = "suspend" if not order.gpus else (
@@ -237,7 +261,7 @@ class Mover:
             if job is None:
                 self._close(mid, jid, "failed", now, "the job is no longer known to Slurm")
                 return False
-            marker = read_marker(m["ckpt_dir"]) if m["ckpt_dir"] else None
+            marker = read_marker(m["ckpt_dir"], job.user, jid) if m["ckpt_dir"] else None
             saved = marker is not None and marker["stop"] and marker["n"] > (m["ckpt_before"] or 0)
             if job.pending and not job.held_by_service and (m["signalled_at"] or 0) and step == "signalled":
                 # Requeued by its owner in the move's window (Requeue=1 from the signal to the
