@@ -5,8 +5,10 @@ seconds whatever the model; the per-iteration cost model cannot see them, so a p
 without them is wrong by that much for every job (`make demo`: PRED 0.01 s next to OBS 32 s).
 Each job that reports its steps (`lyasched.steptimes`) gives one sample: first step's begin
 minus Slurm's start time. Samples are kept per (cluster, launcher) in table ``startup``; the
-term is the median of the last `WINDOW` samples (robust to one slow node). With no sample the
-term is 0 and the prediction says so. docs/model.md ("Start-up term").
+term is the median over users of each user's median of their last `WINDOW` samples (robust to
+one slow node, and to one user whose reports lie: a user is one vote however many jobs they
+run); a sample counts at most `MAX_SECONDS`. With no sample the term is 0 and the prediction
+says so. docs/model.md ("Start-up term").
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 TABLE = "startup"
-WINDOW = 20  # samples the median is taken over, newest first
+WINDOW = 20  # samples of one user the median is taken over, newest first
+MAX_SECONDS = 600.0  # one sample counts at most this much (launch, imports and rendezvous take far less)
+USERS = 50  # the newest users' medians are voted over
 DEFAULT_LAUNCHER = "srun+torchrun"  # what lyasched/templates/launch.sbatch runs
 
 
@@ -34,15 +38,21 @@ class StartupTerm:
 
 def _ensure(db: Any) -> None:
     db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (cluster TEXT, launcher TEXT, job_id TEXT, seconds REAL, "
-               "time REAL)")
+               "time REAL, user TEXT DEFAULT '')")
+    if "user" not in {r[1] for r in db.execute(f"PRAGMA table_info({TABLE})").fetchall()}:
+        try:  # a database from before samples were kept per user: its samples count as one user's
+            db.execute(f"ALTER TABLE {TABLE} ADD COLUMN user TEXT DEFAULT ''")
+        except Exception:  # another process added it first
+            pass
 
 
-def observe(db: Any, cluster: str, launcher: str, seconds: float, job_id: str = "") -> None:
-    """Record one job's start-up time (ignored when negative or not finite)."""
-    if not (seconds >= 0 and seconds < 1e6):
+def observe(db: Any, cluster: str, launcher: str, seconds: float, job_id: str = "", user: str = "") -> None:
+    """Record one job's start-up time (ignored when negative or not finite; at most `MAX_SECONDS`)."""
+    if not (seconds >= 0 and seconds < 1e9):
         return
     _ensure(db)
-    db.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?)", [cluster, launcher, job_id, float(seconds), time.time()])
+    db.execute(f"INSERT INTO {TABLE} (cluster, launcher, job_id, seconds, time, user) VALUES (?, ?, ?, ?, ?, ?)",
+               [cluster, launcher, job_id, min(float(seconds), MAX_SECONDS), time.time(), user])
 
 
 def term(db: Any, launcher: str = DEFAULT_LAUNCHER, cluster: str | None = None) -> StartupTerm | None:
@@ -56,11 +66,16 @@ def term(db: Any, launcher: str = DEFAULT_LAUNCHER, cluster: str | None = None) 
         if row is None:
             return None
         cluster = row[0]
-    vals = [r[0] for r in db.execute(f"SELECT seconds FROM {TABLE} WHERE cluster = ? AND launcher = ? "
-                                     "ORDER BY rowid DESC LIMIT ?", [cluster, launcher, WINDOW]).fetchall()]
-    if not vals:
+    _ensure(db)
+    per_user: dict[str, list[float]] = {}
+    for sec, user in db.execute(f"SELECT seconds, user FROM {TABLE} WHERE cluster = ? AND launcher = ? "
+                                "ORDER BY rowid DESC LIMIT ?", [cluster, launcher, WINDOW * USERS]).fetchall():
+        if len(per_user.setdefault(user or "", [])) < WINDOW:
+            per_user[user or ""].append(min(float(sec), MAX_SECONDS))
+    if not per_user:
         return None
-    return StartupTerm(cluster, launcher, float(statistics.median(vals)), len(vals))
+    medians = [statistics.median(v) for v in per_user.values()]
+    return StartupTerm(cluster, launcher, float(statistics.median(medians)), sum(map(len, per_user.values())))
 
 
 def terms(db: Any) -> list[StartupTerm]:

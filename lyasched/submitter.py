@@ -494,7 +494,9 @@ def submit(
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
     from lyasched import learn  # what serve decides with: learned profile + start-up term (one lookup)
 
-    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts)
+    import getpass
+
+    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts, getpass.getuser())
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
                     checkpointable=req.checkpointable)

@@ -117,10 +117,16 @@ def test_cost_table_learns_with_provenance_history_and_a_new_profile_restarts(tm
     assert costtable.get(db, "sig1", "gpu").provenance == "profiled"
     real = truth(Profile("mlp", 0.01, 0.001, 2_000_000))
     for i, p in enumerate([(1,), (2,), (4,)]):
-        e = costtable.learn(db, "sig1", "gpu", Run(p, 16, predict_step(real, CLUSTER, p, 16), str(100 + i)), CLUSTER)
+        e = costtable.learn(db, "sig1", "gpu", Run(p, 16, predict_step(real, CLUSTER, p, 16), str(100 + i), "alice"),
+                            CLUSTER)
     assert e.provenance == "learned from 3 runs" and e.correction == 1.0
-    prof = e.profile()
+    # alice's own jobs are predicted from her runs; everybody else's from the shared profile, which
+    # one user's reports move by at most LEARN_BOUND (3x here: the all-reduce factor 6 is held at 3)
+    prof = costtable.learned_profile(db, "sig1", "gpu", "alice")
     assert prof.comm_scale_intra == pytest.approx(6.0, rel=0.05) and prof.alpha == pytest.approx(0.013, rel=1e-3)
+    shared = e.profile()
+    assert shared.comm_scale_intra == pytest.approx(3.0) and shared.alpha == pytest.approx(0.013, rel=1e-3)
+    assert costtable.learned_profile(db, "sig1", "gpu", "bob") == costtable.learned_profile(db, "sig1", "gpu")
     # no multi-node run yet: the inter link borrows the intra factor, so spanning nodes never looks cheaper
     assert prof.comm_scale_inter == prof.comm_scale_intra
     assert CostModel(CLUSTER).iter_time(prof, 48, 3, True) > CostModel(CLUSTER).iter_time(prof, 48, 3, False)
@@ -170,6 +176,11 @@ def test_startup_term_is_a_median_per_cluster_and_launcher(tmp_path):
 @pytest.mark.parametrize("seen_running", [True, False])
 def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term(tmp_path, monkeypatch, seen_running):
     from test_service import FakeJob, FakeSlurm, StartAs, service, summary
+
+    from lyasched import userfiles
+
+    # the fake user 'alice' is this test's own uid: her report (written here) belongs to her
+    monkeypatch.setattr(userfiles, "uid_of", lambda user: os.getuid() if user == "alice" else None)
 
     class Slurm(FakeSlurm):
         def run(self, args, *, idempotent=True, input=None):

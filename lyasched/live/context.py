@@ -26,7 +26,7 @@ class SlotContext:
     decisions: list[dict] = field(default_factory=list)  # decision rows recorded with the slot
     decision_ids: list[int] = field(default_factory=list)  # decisions already written (starts), slot set later
     corrections: dict[str, float] = field(default_factory=dict)  # one cost-table read per model per slot
-    models: dict[str, tuple] = field(default_factory=dict)  # sig -> (correction, learned profile, start-up s), once per slot
+    models: dict[tuple[str, str], tuple] = field(default_factory=dict)  # (sig, user) -> (correction, learned profile, start-up s), once per slot
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
 
     @property

@@ -43,7 +43,7 @@ class PolicyInputs:
         self.clock = clock
         # (uid, job) -> (inputs: cluster, model inputs, summary, ...; the rows); waiting jobs only
         self.rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
-        self._models_seen: dict[str, tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
+        self._models_seen: dict[tuple[str, str], tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
@@ -132,12 +132,13 @@ class PolicyInputs:
     def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
         assert cost is not None
-        model = ctx.models.get(s.sig)
-        if model is None:  # once per model per slot: correction, learned profile, start-up term
-            learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device)
+        mkey = (s.sig, job.user or "")  # a user's own runs teach that user's jobs (lyasched.learn.refit_shared)
+        model = ctx.models.get(mkey)
+        if model is None:  # once per model and user per slot: correction, learned profile, start-up term
+            learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device, job.user)
             model = (self.correction(ctx, s.sig), learned, startup_s)
-            old = self._models_seen.get(s.sig)
-            model = ctx.models[s.sig] = self._models_seen[s.sig] = old if old == model else model
+            old = self._models_seen.get(mkey)
+            model = ctx.models[mkey] = self._models_seen[mkey] = old if old == model else model
         # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
         # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
         # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).

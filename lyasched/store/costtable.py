@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,6 +45,7 @@ COLUMNS: dict[str, type] = {
     "learned_json": str, "learned_runs": int,
 }
 RUNS = "profile_runs"
+OWN = "profile_own"  # each user's own learned profile of a model: what that user's jobs are predicted with
 EVENTS = "profile_events"
 
 
@@ -127,9 +128,16 @@ def ensure_table(db: sqlite_utils.Database) -> None:
                 except Exception:  # another process added it first
                     pass
     db.execute(f"CREATE TABLE IF NOT EXISTS {RUNS} (signature TEXT, device_type TEXT, job_id TEXT, "
-               "placement TEXT, local_bsz REAL, step_time REAL, time TEXT)")
+               "placement TEXT, local_bsz REAL, step_time REAL, time TEXT, user TEXT DEFAULT '')")
+    if "user" not in {r[1] for r in db.execute(f"PRAGMA table_info({RUNS})").fetchall()}:
+        try:  # a database from before runs were kept per user: its runs count as one user's
+            db.execute(f"ALTER TABLE {RUNS} ADD COLUMN user TEXT DEFAULT ''")
+        except Exception:  # another process added it first
+            pass
     db.execute(f"CREATE TABLE IF NOT EXISTS {EVENTS} (signature TEXT, device_type TEXT, time TEXT, event TEXT, "
                "detail TEXT, alpha REAL, beta REAL, comm_scale_intra REAL, comm_scale_inter REAL)")
+    db.execute(f"CREATE TABLE IF NOT EXISTS {OWN} (signature TEXT, device_type TEXT, user TEXT, learned_json TEXT, "
+               "runs INTEGER, PRIMARY KEY (signature, device_type, user))")
 
 
 
@@ -166,9 +174,11 @@ def get(db: sqlite_utils.Database, sig: str, device: str) -> CostEntry | None:
     return _entry(row) if row else None
 
 
-def learned_profile(db: sqlite_utils.Database, sig: str, device: str) -> Profile | None:
-    """The learned, uncorrected profile of (sig, device) when its jobs reported runs, else None.
-    One indexed read and no DDL (the service calls it for every waiting job every slot)."""
+def learned_profile(db: sqlite_utils.Database, sig: str, device: str, user: str | None = None) -> Profile | None:
+    """The learned, uncorrected profile of (sig, device) when its jobs reported runs, else None:
+    ``user``'s own (fitted on that user's runs alone) when they reported any, else the one
+    shared by all users (`lyasched.learn.refit_shared`: robust to any one user's reports).
+    Indexed reads and no DDL (the service calls it for every waiting model every slot)."""
     import sqlite3
 
     try:
@@ -177,7 +187,16 @@ def learned_profile(db: sqlite_utils.Database, sig: str, device: str) -> Profile
         return None
     if not row or not row.get("learned_runs"):
         return None
-    return _entry(row).profile(corrected=False)
+    entry = _entry(row)
+    if user:
+        try:
+            own = db.execute(f"SELECT learned_json, runs FROM {OWN} WHERE signature = ? AND device_type = ? AND "
+                             "user = ?", [sig, normalise_device(device), user]).fetchone()
+        except sqlite3.OperationalError:  # a table from before profiles were kept per user
+            own = None
+        if own is not None:
+            entry = replace(entry, learned_json=own[0], learned_runs=own[1])
+    return entry.profile(corrected=False)
 
 
 def get_profile(db: sqlite_utils.Database, sig: str, device: str, corrected: bool = True) -> Profile | None:
@@ -232,6 +251,7 @@ def put(db: sqlite_utils.Database, result: Any) -> CostEntry:
         if old is not None and old["source"] == "measured" and source == "estimated":
             return _entry(old)
         db.execute(sql, [row[c] for c in cols])
+        db.execute(f"DELETE FROM {OWN} WHERE signature = ? AND device_type = ?", [row["signature"], dev])
         _event(db, row["signature"], dev, now, "profiled" if source == "measured" else "estimated",
                "new profile" + (" (replaces the previous one; learned runs restart)" if old else ""),
                row["alpha"], row["beta"], 1.0, 1.0)
@@ -269,7 +289,7 @@ def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: A
     `ClusterSpec`). Resets the correction factor. ``model`` (the name the job reported) replaces
     a placeholder model name (the service creates entries named by their signature). None when
     there is no entry."""
-    from lyasched.learn import Run, refit
+    from lyasched.learn import Run, refit, refit_shared
 
     dev = normalise_device(device)
     ensure_table(db)
@@ -279,13 +299,22 @@ def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: A
         old = _select(db, sig, dev)
         if old is None:
             return None
-        db.execute(f"INSERT INTO {RUNS} VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   [sig, dev, run.job_id, label, float(run.local_bsz), float(run.step_time), now])
-        cur = db.execute(f"SELECT placement, local_bsz, step_time, job_id FROM {RUNS} WHERE signature = ? AND "
+        db.execute(f"INSERT INTO {RUNS} (signature, device_type, job_id, placement, local_bsz, step_time, time, "
+                   "user) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   [sig, dev, run.job_id, label, float(run.local_bsz), float(run.step_time), now, run.user])
+        cur = db.execute(f"SELECT placement, local_bsz, step_time, job_id, user FROM {RUNS} WHERE signature = ? AND "
                          "device_type = ? AND time >= ? ORDER BY rowid", [sig, dev, old["created"]])
-        seen = [Run(tuple(int(x) for x in (p.split("-") if "-" in p else p)), b, t, j) for p, b, t, j in cur.fetchall()]
+        seen = [Run(tuple(int(x) for x in (p.split("-") if "-" in p else p)), b, t, j, u or "")
+                for p, b, t, j, u in cur.fetchall()]
         base = _entry(old).profile(corrected=False, learned=False)
-        prof, why = refit(base, cluster, seen)
+        prof, why = refit_shared(base, cluster, seen)
+        mine = [r for r in seen if r.user == run.user]
+        own, own_why = refit(base, cluster, mine)
+        db.execute(f"INSERT OR REPLACE INTO {OWN} VALUES (?, ?, ?, ?, ?)",
+                   [sig, dev, run.user, json.dumps({"alpha": own.alpha, "beta": own.beta,
+                                                    "comm_scale_intra": own.comm_scale_intra,
+                                                    "comm_scale_inter": own.comm_scale_inter, "why": own_why}),
+                    len(mine)])
         learned = {"alpha": prof.alpha, "beta": prof.beta, "comm_scale_intra": prof.comm_scale_intra,
                    "comm_scale_inter": prof.comm_scale_inter, "why": why}
         name = model if model and old["model"] == sig else old["model"]
