@@ -123,7 +123,7 @@ def parse_steps(data: bytes | str) -> StepReport | None:
         return None
     slowest = [max(per[i][1] for per in steps.values()) for i in counted]
     m0 = meta.get(0) or next(iter(meta.values()), {})
-    world = int(min(max(_num(m0.get("world")) or len(steps), 1), MAX_RANKS))
+    world = len(steps)  # every rank reports (lyasched.steptimes): a claimed world of any other size is not believed
     nnodes = int(min(max(_num(m0.get("nnodes")) or 1, 1), world))
     gpn = int(min(max(_num(m0.get("gpus_per_node")) or max(1, world // nnodes), 1), MAX_RANKS))
     placement = (gpn,) * nnodes if gpn * nnodes == world else (world,)
