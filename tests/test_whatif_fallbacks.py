@@ -237,6 +237,10 @@ def test_scale_rules_and_colours():
     assert on_scale({"a": 10.0, "b": 12.0, "c": 11.0}, 1.5) == 12.0
     assert on_scale({"a": 10.0, "b": 100.0, "c": 11.0}, 1.5) == 11.0  # b would squash the rest
     assert on_scale({"a": 10.0, "b": 100.0, "c": 1000.0}, 1.5) == 10.0
+    # never cut the kept ones; two long tails together do not stretch the axis either
+    spans = {"actual": 2.1, "lyapunov": 2.0, "random": 6.5, "fixed-1": 9.2, "fifo": 2.9}
+    assert on_scale(spans, 1.5, keep=("actual", "lyapunov")) == 2.9
+    assert on_scale({**spans, "lyapunov": 20.0}, 1.5, keep=("actual", "lyapunov")) == 20.0
     c = colors(["actual", "lyapunov", "backfill", "tiresias", "random"])
     assert c["actual"] == "black" and len(set(c.values())) == 5
 

@@ -56,13 +56,20 @@ def colors(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def on_scale(peaks: dict[str, float], ratio: float) -> float:
-    """An axis limit no single outlier sets: the largest peak, unless it is more than ``ratio``
-    times the next one; then drop it and look again (what is dropped is drawn cut, saying so)."""
-    vals = sorted((v for v in peaks.values() if np.isfinite(v)), reverse=True)
-    while len(vals) > 1 and vals[0] > ratio * max(vals[1], 1e-9):
-        vals.pop(0)
-    return vals[0] if vals else 1.0
+def on_scale(peaks: dict[str, float], ratio: float, keep: Sequence[str] = ()) -> float:
+    """An axis limit no outlier sets. With ``keep`` (outcomes never cut): the largest of their
+    peaks, raised to any other peak within ``ratio`` times it. Without: the largest peak, unless
+    it is more than ``ratio`` times the next one; then drop it and look again. Whatever goes past
+    the limit is drawn cut, saying so."""
+    vals = {n: v for n, v in peaks.items() if np.isfinite(v)}
+    kept = [v for n, v in vals.items() if n in keep]
+    if kept:
+        ref = max(kept)
+        return max([ref, *(v for v in vals.values() if v <= ratio * ref)])
+    order = sorted(vals.values(), reverse=True)
+    while len(order) > 1 and order[0] > ratio * max(order[1], 1e-9):
+        order.pop(0)
+    return order[0] if order else 1.0
 
 
 def _label(s: dict, name: str) -> str:
@@ -132,8 +139,7 @@ def gpus_svg(outcomes: Sequence[Outcome], total_gpus: int, s: dict | None = None
     n = max(len(shown), 1)
     fig, axes = plt.subplots(n, 1, figsize=(8, 0.8 + 1.25 * n), sharex=True, sharey=True, squeeze=False)
     spans = {o.name: float(o.makespan) for o in shown}
-    # never cut what happened nor lyasched: only another policy's long tail
-    end_s = max([on_scale(spans, 1.5), *(v for n, v in spans.items() if n in ("actual", LYASCHED))]) * 1.03
+    end_s = on_scale(spans, 1.5, keep=("actual", LYASCHED)) * 1.03  # only another policy's long tail is cut
     unit, label = _time_axis(end_s)
     for ax, o in zip(axes[:, 0], shown):
         t, b = _thin(o.util_t / unit, o.util_busy)
