@@ -102,7 +102,7 @@ def waits_svg(s: dict, outcomes: Sequence[Outcome]) -> str:
     plt = _pyplot()
     col = colors([o.name for o in outcomes])
     users = sorted(s["users"].items(), key=lambda kv: (-kv[1]["gpu_hours"], kv[0]))[:_TOP_USERS]
-    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.3 * len(users)))
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.3 * len(users)))
     y = np.arange(len(users))
     top = _WAIT_FLOOR_S
     for k, o in enumerate(outcomes):
@@ -125,7 +125,7 @@ def waits_svg(s: dict, outcomes: Sequence[Outcome]) -> str:
     ax.set_xlabel("average wait (log scale)")
     ax.set_title(f"average wait per user (the {len(users)} with most GPU-hours; further left is better)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(4, len(outcomes)), frameon=False)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: never on the axis labels
     return _svg(fig)
 
 
