@@ -47,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # `runuser`, start the service with the host's Python, stop slurmctld by its host pid): the docker
 # cluster has its own versions of these (tests/test_docker_*.py). Node id prefix -> why.
 NATIVE_ONLY = {
+    "tests/test_unit_slurm.py": "slurm/unit-sandbox mounts in this host's namespaces (the docker svc host has no "
+                                "unit installed)",
     "tests/test_faults.py": "reliability.faults stops this host's slurmctld by pid (docker: test_docker_faults.py)",
     "tests/test_load.py::test_burst": "reliability.load runs lyasub and the service on this host",
     "tests/test_load.py::test_one_slot": "reliability.load runs lyasub and the service on this host",
