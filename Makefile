@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 
-.PHONY: install test test-unit typecheck demo pyslurm docker-up docker-down test-docker
+.PHONY: install ensure-install test test-unit typecheck demo pyslurm docker-up docker-down test-docker
 
 install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
@@ -13,12 +13,27 @@ install: $(VENV)/bin/python
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 
-# The README's test command; .ci/run calls it (with the Slurm cluster up and LYASCHED_SLURM=1).
-test:
+# Installs into .venv first when its Python cannot import what the suite and the demo need.
+ensure-install:
+	@$(PY) -c 'import torch, lyasched, pytest' 2>/dev/null || $(MAKE) install
+
+# The README's test command: the whole suite. Installs when needed; as root it also starts the
+# local Slurm test cluster when it is down (left running; `slurm/cluster down` stops it) and
+# runs the real-cluster tests. Not root: those are skipped (and say so). .ci/run calls it with
+# the cluster already up and LYASCHED_SLURM=1.
+test: ensure-install
+	@if [ -z "$${LYASCHED_SLURM:-}" ] && [ "$$(id -u)" = 0 ]; then \
+	  slurm/cluster status >/dev/null 2>&1 || PYTHON=$(abspath $(PY)) slurm/cluster up; \
+	  export LYASCHED_SLURM=1; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
-test-unit:
+test-unit: ensure-install
 	$(PY) -m pytest -q -m "not slurm" tests
+
+# docs/results.md and docs/results-headline.md regenerated from the user-facing benchmarks
+# (benchmarks/figures.py; FIGURES_ARGS=--quick for the few-minute version).
+figures:
+	$(PY) benchmarks/figures.py $(FIGURES_ARGS)
 
 # mypy over lyasched/ with the settings of pyproject.toml ([tool.mypy]); .ci/run calls it before the tests.
 typecheck:
@@ -26,7 +41,7 @@ typecheck:
 
 # The whole system on this machine (root): Slurm test cluster up, `lyasched serve` in the background,
 # example jobs submitted with lyasub, wait until finished, lyastat, service stopped (slurm/demo.sh).
-demo:
+demo: ensure-install
 	PY=$(PY) bash slurm/demo.sh
 
 # The dockerized Slurm cluster (controller + slurmdbd, 3 nodes, login, service host: docker/cluster,

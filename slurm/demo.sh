@@ -47,27 +47,41 @@ submit() {  # submit NAME ARGS... -> job id
     --job-name "$name" --output "$DIR/jobs/%j.out" --model mlp "$@" \
     -- "$REPO/jobscripts/train_example.py" --model mlp | tail -n 1
 }
-# Side by side (each lyasub costs the model in a fresh Python), so the jobs compete for GPUs.
-pids=()
-for i in 1 2 3 4 5; do
-  submit "small$i" --global-batch 8 --iterations 5 --max-gpus 2 >"$DIR/jobs/id.$i" & pids+=($!)
-done
-submit big --global-batch 16 --iterations 5 --min-gpus 8 --max-gpus 8 >"$DIR/jobs/id.6" & pids+=($!)
-for p in "${pids[@]}"; do wait "$p"; done  # not a bare `wait`: that would wait for the service too
-ids=()
-for i in 1 2 3 4 5 6; do ids+=("$(cat "$DIR/jobs/id.$i")"); done
-echo "demo: submitted ${ids[*]} as $USER_"
-
-list=$(IFS=,; echo "${ids[*]}")
-for _ in $(seq 300); do
-  left=$(squeue -h -t PENDING,RUNNING,CONFIGURING,COMPLETING -j "$list" -o %i | wc -l)
-  ((left == 0)) && break
+wait_done() {  # wait_done ID,ID,...: until none is pending or running (at most 5 min)
+  for _ in $(seq 300); do
+    (( $(squeue -h -t PENDING,RUNNING,CONFIGURING,COMPLETING -j "$1" -o %i | wc -l) == 0 )) && return 0
+    sleep 1
+  done
+}
+batch() {  # batch PREFIX: five small jobs and one of 8 GPUs (two nodes), side by side; waits for them
+  local pids=() ids=() i
+  # side by side (each lyasub costs the model in a fresh Python), so the jobs compete for GPUs
+  for i in 1 2 3 4 5; do
+    submit "$1small$i" --global-batch 8 --iterations 5 --max-gpus 2 >"$DIR/jobs/$1id.$i" & pids+=($!)
+  done
+  submit "$1big" --global-batch 16 --iterations 5 --min-gpus 8 --max-gpus 8 >"$DIR/jobs/$1id.6" & pids+=($!)
+  for i in "${pids[@]}"; do wait "$i"; done  # not a bare `wait`: that would wait for the service too
+  for i in 1 2 3 4 5 6; do ids+=("$(cat "$DIR/jobs/$1id.$i")"); done
+  echo "demo: submitted ${ids[*]} as $USER_ ($1 batch)"
+  list=$(IFS=,; echo "${ids[*]}")
+  wait_done "$list"
+}
+# The first batch teaches the service what launching costs here (srun, torchrun, imports: tens of
+# seconds on this machine, against milliseconds of training per step) and the model's step times
+# from the jobs' reports; the second batch, the same jobs, is predicted with what was learned.
+batch a-
+for _ in $(seq 30); do  # the slot after the last job ended has learned from its report
+  "$BIN/lyastat" --db "$DIR/lyasched.db" --queue --json 2>/dev/null \
+    | "$PY" -c 'import json, sys; sys.exit(0 if json.load(sys.stdin).get("startup") else 1)' && break
   sleep 1
 done
+sleep 3
+batch b-
 sleep 3  # one more slot records the last observed run times
 echo
 squeue -h -t all -j "$list" -o '%.6i %.9u %.10j %.10T %.3D %N'
 echo
 runuser -u "$USER_" -- "$BIN/lyastat" --db "$DIR/lyasched.db"
+echo "(a-*: predicted before any job had reported, so without the start-up term; b-*: the same jobs, predicted with what a-* taught. The start-up term is measured under the load of the time: a job that starts alone starts faster.)"
 echo
 "$BIN/lyastat" --db "$DIR/lyasched.db" --queue
