@@ -1,7 +1,7 @@
 """REFERENCE COPY for tests only (tests/test_elastic.py): the elastic policy as it was before the
 speed-ups (commit 6c951f9), kept so that the tests check the fast policy decides exactly as this one.
 Do not edit; do not import from the package. (Two lines changed when the core's not-adopted
-options left LyapunovPolicy for lyasched/policy/variants: ``min_window`` declared here, the
+options left LyapunovPolicy for benchmarks/experiments/variants: ``min_window`` declared here, the
 swap credit written for ``q_credit`` "capped", the default and only value the core now has.)
 
 Elastic Lyapunov: the drift-plus-penalty core, plus shrinking, growing and suspending
@@ -57,7 +57,7 @@ class ReferenceElasticPolicy(LyapunovPolicy):
     move_cost: float = 30.0  # checkpoint + relaunch (s) of a job that carries none
     grow: bool = True  # give idle GPUs to running jobs when nothing waits
     max_candidates: int = 64  # waiting jobs considered for a swap per slot (shortest GPU-time first)
-    min_window: float = 3600.0  # was LyapunovPolicy's until its variants moved to lyasched/policy/variants
+    min_window: float = 3600.0  # was LyapunovPolicy's until its variants moved out (benchmarks/experiments/variants)
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -174,7 +174,7 @@ class ReferenceElasticPolicy(LyapunovPolicy):
             susp = [r for r, new, _, _ in chosen if new is None]
             run_j = w.run_time(g, len(pl) > 1)
             pen_j = run_j - w.best_run
-            credit_j = min(w.work, mean_work)  # q_credit "capped", the only value LyapunovPolicy has (policy/variants)
+            credit_j = min(w.work, mean_work)  # q_credit "capped", the only value LyapunovPolicy has (benchmarks/experiments/variants)
             gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
             gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
             # j gains the wait it skips, at most until the victims' GPUs would come back anyway

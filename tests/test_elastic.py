@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +17,15 @@ from lyasched.policy.elastic import ElasticPolicy
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.params import ParamError, parse_params
 from lyasched.policy.state import Capabilities, Decision, RunningJob, SlotResult, SlotState, WaitingJob
-from lyasched.policy.variants.swaps import ElasticVariant
 from lyasched.sim import InvalidDecision, Simulation
 from lyasched.sim.moves import checkpointable_mask, move_costs
 from lyasched.sim.workloads import seed_workload
+
+# the options measured and not adopted live with the design sweeps, outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "experiments"))
+from variants import make_policy as make_variant  # noqa: E402
+from variants import parse_params as parse_variant_params  # noqa: E402
+from variants.swaps import ElasticVariant  # noqa: E402
 
 GPN = 4
 WIDTH = 8
@@ -108,7 +115,7 @@ def test_a_job_moved_m_times_waits_m_plus_one_intervals(moves, backoff, movable_
     move, so a long job is not moved again and again for gains the next move takes back."""
     long = dataclasses.replace(movable("long", 8 * 36000, 8, [(0, 4), (1, 4)], start=1000.0, now=1000.0, req=8), moves=moves)
     short = waiting("short", 1200, 4, submit=900.0)
-    pol = make_policy("elastic", min_move_interval=600.0, move_backoff=backoff)  # a variant option
+    pol = make_variant("elastic", min_move_interval=600.0, move_backoff=backoff)  # a variant option
     before = state(1000.0 + movable_at - 30.0, [0, 0], [short], [long])
     at = state(1000.0 + movable_at, [0, 0], [short], [long])
     assert not pol.decide(before).preempt
@@ -426,7 +433,7 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     # the same wake_at where the reference gives one; beyond it, only inert slots add one
     # (test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes)
     assert "wake_at" not in ref.info or fast.info["wake_at"] == ref.info["wake_at"]
-    variant = ElasticVariant(group=False, grow_hold="interval", **params).decide(st)  # the variants' class, every option off (policy/variants)
+    variant = ElasticVariant(group=False, grow_hold="interval", **params).decide(st)  # the variants' class, every option off (benchmarks/experiments/variants)
     assert variant == fast
     check_result(st, fast)
     check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps and the release price: feasible too
@@ -533,8 +540,8 @@ ROLLOUT = dict(rollout=256, margin=2.0)
 
 def checked(**attrs) -> ElasticVariant:
     """An elastic policy with its optional swap checks set (ordinary, validated parameters; the
-    class make_policy builds for them, lyasched/policy/variants/swaps.py)."""
-    assert type(make_policy("elastic", **attrs)) is ElasticVariant
+    class the sweeps' make_policy builds for them, benchmarks/experiments/variants/swaps.py)."""
+    assert type(make_variant("elastic", **attrs)) is ElasticVariant
     return ElasticVariant(**attrs)
 
 
@@ -670,13 +677,13 @@ def test_random_states_make_group_swaps_feasibly_and_deterministically():
 
 
 def test_elastic_family_benchmark_reports_the_ratios_of_its_replays():
-    """benchmarks/elastic_family.py: one seed at one load, its ratios the replays' own; bad loads refused."""
+    """benchmarks/experiments/elastic_family.py: one seed at one load, its ratios the replays' own; bad loads refused."""
     import json
     import pathlib
     import subprocess
     import sys
 
-    script = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "elastic_family.py"
+    script = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "experiments" / "elastic_family.py"
     out = subprocess.run([sys.executable, str(script), "--seeds", "1", "--loads", "0.8", "--json", ""],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -735,12 +742,12 @@ def test_the_scan_reaches_a_job_behind_many_that_no_swap_helps(order, short_age,
     shorts = [waiting(f"s{i:02d}", 600.0, 1, submit=now - short_age) for i in range(70)]
     medium = waiting("medium", 12000.0, 4, submit=now - medium_age)
     st = state(now, [0] * nodes, [*shorts, medium], [*plain, long])
-    res = make_policy("elastic", wait_order=order).decide(st)
+    res = make_variant("elastic", wait_order=order).decide(st)
     held = check_result(st, res)
     assert res.preempt == ("long",) and held.get("medium") == 4
-    assert not make_policy("elastic", wait_order=order, max_candidates=64).decide(st).preempt
-    assert not make_policy("elastic", wait_order=order, max_searches=0).decide(st).preempt
-    assert make_policy("elastic", wait_order=order, max_candidates=71).decide(st).preempt == ("long",)
+    assert not make_variant("elastic", wait_order=order, max_candidates=64).decide(st).preempt
+    assert not make_variant("elastic", wait_order=order, max_searches=0).decide(st).preempt
+    assert make_variant("elastic", wait_order=order, max_candidates=71).decide(st).preempt == ("long",)
 
 
 def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
@@ -756,13 +763,13 @@ def test_wait_order_submitted_counts_older_jobs_ahead_of_a_short_one():
     st = state(now, [0, 0], [*old, late], [plain, *longs])
     shipped = make_policy("elastic").decide(st)
     assert "late" not in {d.job_id for d in shipped.starts}
-    assert make_policy("elastic", wait_order="shortest").decide(st) == shipped
-    res = make_policy("elastic", wait_order="submitted").decide(st)
+    assert make_variant("elastic", wait_order="shortest").decide(st) == shipped
+    res = make_variant("elastic", wait_order="submitted").decide(st)
     held = check_result(st, res)
     assert held.get("late") == 1 and any(r.startswith("long") for r in res.preempt)
-    assert make_policy("elastic", wait_order="submitted").decide(st) == res  # deterministic
+    assert make_variant("elastic", wait_order="submitted").decide(st) == res  # deterministic
     with pytest.raises(ParamError):
-        parse_params(["elastic.wait_order=fifo"], ["elastic"])
+        parse_variant_params(["elastic.wait_order=fifo"], ["elastic"])
 
 
 def test_wait_order_fitting_counts_only_older_jobs_no_larger():
@@ -777,21 +784,21 @@ def test_wait_order_fitting_counts_only_older_jobs_no_larger():
     for gpus, swapped in ((1, True), (2, False)):
         old = [waiting(f"old{i}", 20000.0, gpus, submit=now - 5000.0 + i) for i in range(3)]
         st = state(now, [0, 0], [*old, late], [plain, *longs])
-        res = make_policy("elastic", wait_order="fitting").decide(st)
+        res = make_variant("elastic", wait_order="fitting").decide(st)
         held = check_result(st, res)
         assert (held.get("late") == 1) is swapped, gpus
-        assert make_policy("elastic", wait_order="fitting").decide(st) == res  # deterministic
+        assert make_variant("elastic", wait_order="fitting").decide(st) == res  # deterministic
         if gpus == 1:
-            assert res == make_policy("elastic", wait_order="submitted").decide(st)
+            assert res == make_variant("elastic", wait_order="submitted").decide(st)
         else:
-            assert "late" in {d.job_id for d in make_policy("elastic", wait_order="submitted").decide(st).starts}
+            assert "late" in {d.job_id for d in make_variant("elastic", wait_order="submitted").decide(st).starts}
 
 
 def test_older_fitting_sums_the_older_asks_no_larger():
     """The Fenwick sum against the plain O(n^2) count, on random asks and ages."""
     import random
 
-    from lyasched.policy.variants.swaps import _older_fitting
+    from variants.swaps import _older_fitting
 
     rng = random.Random(5)
     for _ in range(200):

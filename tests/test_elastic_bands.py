@@ -1,4 +1,4 @@
-"""benchmarks/elastic_bands.py: the per-band figures and the bound on removing short jobs' waits,
+"""benchmarks/experiments/elastic_bands.py: the per-band figures and the bound on removing short jobs' waits,
 fed records by hand, and the script end to end on a small seed group."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks" / "experiments"))
 
 import elastic_bands as B  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/elastic_skip.py: elastic with and without skipping inert slots, side by side."""
+"""benchmarks/experiments/elastic_skip.py: elastic with and without skipping inert slots, side by side."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = [sys.executable, str(REPO / "benchmarks" / "elastic_skip.py")]
+BENCH = [sys.executable, str(REPO / "benchmarks" / "experiments" / "elastic_skip.py")]
 
 
 def test_same_outcomes_fewer_calls_on_a_seed_workload():

@@ -2,6 +2,8 @@
 
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,11 @@ from lyasched.policy.common import nearest_allowed
 from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
 from lyasched.policy.placement import equal_placement
 from lyasched.policy.state import SlotState, waiting_job
-from lyasched.policy.variants.core import LyapunovVariant
+
+# the options measured and not adopted live with the design sweeps, outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "experiments"))
+from variants import make_policy as make_variant  # noqa: E402
+from variants.core import LyapunovVariant  # noqa: E402
 
 MODELS = [
     Profile("small", 0.005, 0.0004, 3_000_000, mem_base=0.5e9, mem_per_sample=20e6),
@@ -258,7 +264,7 @@ def test_pure_and_deterministic_with_arrival_history(sv, n_arr, load):
 
 @given(states(), st.integers(0, 50), st.booleans())
 def test_variants_at_their_defaults_decide_as_the_shipped_policy(sv, n_arr, force_greedy):
-    """lyasched/policy/variants: the class carrying the not-adopted options, all at their defaults,
+    """benchmarks/experiments/variants: the class carrying the not-adopted options, all at their defaults,
     gives the shipped policy's result exactly (starts, scores, reasons, Q, Z, wake_at), with or
     without an arrival history; make_policy picks it only when such an option is given."""
     state, V = sv
@@ -268,8 +274,8 @@ def test_variants_at_their_defaults_decide_as_the_shipped_policy(sv, n_arr, forc
     for st_ in (state, SlotState(state.now, state.slot_len, state.free, state.gpus_per_node, state.waiting, state.running, t, cum)):
         kw = dict(V=V, exact_limit=0 if force_greedy else 200_000)
         assert LyapunovVariant(**kw).decide(st_) == LyapunovPolicy(**kw).decide(st_)
-    assert type(make_policy("lyapunov", V=V)) is LyapunovPolicy
-    assert type(make_policy("lyapunov", V=V, refill="off")) is LyapunovVariant
+    assert type(make_variant("lyapunov", V=V)) is LyapunovPolicy
+    assert type(make_variant("lyapunov", V=V, refill="off")) is LyapunovVariant
 
 
 def _history(n_arr, span, gpu_s_each):

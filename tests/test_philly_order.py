@@ -1,4 +1,4 @@
-"""benchmarks/philly_order.py on a small window of the shared Philly trace."""
+"""benchmarks/experiments/philly_order.py on a small window of the shared Philly trace."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).parent.parent
-SCRIPT = REPO / "benchmarks" / "philly_order.py"
+SCRIPT = REPO / "benchmarks" / "experiments" / "philly_order.py"
 TRACE = REPO.parent / "shared" / "data" / "traces" / "philly.csv"
 
 

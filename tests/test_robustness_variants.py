@@ -1,4 +1,4 @@
-"""benchmarks/robustness_variants.py: --noise-seeds averages each policy over simulator seeds."""
+"""benchmarks/experiments/robustness_variants.py: --noise-seeds averages each policy over simulator seeds."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).parent.parent
-SCRIPT = REPO / "benchmarks" / "robustness_variants.py"
+SCRIPT = REPO / "benchmarks" / "experiments" / "robustness_variants.py"
 
 
 def _run(tmp_path: Path, seeds: str) -> list[dict]:

@@ -1,7 +1,7 @@
 """What keeps a slot over thousands of held jobs cheap must not change what it sees or decides:
 cached policy rows equal freshly built ones and follow their inputs; the short path for unchanged
 held jobs records what the full one does; the pyslurm worker's update-time probe skips the job
-load only when the controller says nothing changed (benchmarks/slot_profile.py measures the cost)."""
+load only when the controller says nothing changed (benchmarks/experiments/slot_profile.py measures the cost)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Where elastic loses to tiresias, by job length: each policy's waits and runs per band of the
 jobs' best run, and how far removing the waits of the shorter jobs alone could take elastic.
 
-    python benchmarks/elastic_bands.py [--sets heldout2,heldout3] [--match TEXT|TEXT] [--under S] [--json]
+    python benchmarks/experiments/elastic_bands.py [--sets heldout2,heldout3] [--match TEXT|TEXT] [--under S] [--json]
 
 Per workload (robustness.py's, at loads 0.8-1.2 unless ``--all-loads``) and policy: average JCT,
 then per band of the best true run (under 10 minutes, 10-60 minutes, 1-10 hours, over 10 hours)
@@ -23,7 +23,8 @@ import sys
 import time
 from typing import Any, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the variants and sweeps here, robustness.py in benchmarks/
 from elastic_sweep import in_target  # noqa: E402
 from robustness import PHILLY, workloads  # noqa: E402
 

@@ -13,7 +13,7 @@ robustness_variants.py: other draws of the estimates' errors and true run times,
 same) and judges each policy on its average JCT over them: on a 160-job workload one draw moves
 elastic / lyapunov by 10% and more (issue 13, eleventh pass). Rows then carry the per-draw ratios.
 
-    python benchmarks/elastic_family.py [--spec mixed160] [--first-seed 0] [--seeds 30] [--loads 0.8,1.0,1.2]
+    python benchmarks/experiments/elastic_family.py [--spec mixed160] [--first-seed 0] [--seeds 30] [--loads 0.8,1.0,1.2]
         [--noise-seeds 0] [--json] VARIANT [VARIANT ...]
 """
 
@@ -26,11 +26,13 @@ import statistics
 import sys
 from typing import Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the variants and sweeps here, robustness.py in benchmarks/
 from elastic_sweep import run_draws  # noqa: E402
 from robustness import noise_seeds, synth_row  # noqa: E402
 
-from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from lyasched.policy.params import ParamError  # noqa: E402
+from variants import parse_params  # noqa: E402
 from lyasched.sim.synth import synth_workload  # noqa: E402
 
 

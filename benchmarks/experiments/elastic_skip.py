@@ -1,6 +1,6 @@
 """Elastic replayed with and without skipping its inert slots, side by side in one run (issue 13).
 
-    python benchmarks/elastic_skip.py [--workload SPEC] [--max-jobs N] [--load L] [--seed S] [--json]
+    python benchmarks/experiments/elastic_skip.py [--workload SPEC] [--max-jobs N] [--load L] [--seed S] [--json]
 
 With jobs waiting, elastic used to be asked every slot. It now lets the simulator skip the slots
 in which its make-room step is inert (no waiting candidate fits or has a forecast wait above its
@@ -24,7 +24,7 @@ from lyasched.sim import Simulation
 from lyasched.sim.workloads import load_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
+PHILLY = os.path.join(HERE, "..", "..", "..", "shared", "data", "traces", "philly.csv")
 
 
 class EverySlot(ElasticPolicy):

@@ -2,7 +2,7 @@
 sweep's workloads (benchmarks/robustness.py: seed groups, design synthetics, Philly windows and
 the held-out rounds).
 
-    python benchmarks/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
+    python benchmarks/experiments/elastic_sweep.py [--quick] [--json] [--in-target] [--only SET] [--set KEY=VALUE ...]
         [--noise-seeds 0,1,2] [--reference] [--match TEXT]
 
 SET: design, heldout .. heldout8 (robustness.py's rounds) or elastic-heldout (this file's own
@@ -38,12 +38,13 @@ from typing import Sequence
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the variants and sweeps here, robustness.py in benchmarks/
 from robustness import PHILLY, workloads  # noqa: E402
 from robustness import NOISE_STRIDE, noise_seeds, philly_window, seed_round, synth_row  # noqa: E402
 
-from lyasched.policy import make_policy  # noqa: E402
-from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from variants import make_policy, parse_params  # noqa: E402
+from lyasched.policy.params import ParamError  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
 from lyasched.sim.synth import SynthSpec, parse_spec  # noqa: E402
@@ -106,10 +107,10 @@ def in_target(name: str) -> bool:
 
 def elastic_attrs(items: list[str]) -> dict[str, int | float | bool]:
     """``--set KEY=VALUE``: fields of the elastic policy (with its variants' options,
-    lyasched/policy/variants/swaps.py) the policy is made with (e.g. the swap checks of
+    benchmarks/experiments/variants/swaps.py) the policy is made with (e.g. the swap checks of
     docs/model.md section 3, ``margin`` and ``rollout``, off by default; both are also ordinary
     ``--param elastic.KEY=VALUE`` parameters of replay)."""
-    from lyasched.policy.variants.swaps import ElasticVariant
+    from variants.swaps import ElasticVariant
 
     out: dict[str, int | float | bool] = {}
     names = {f.name: f.type for f in dataclasses.fields(ElasticVariant)}

@@ -1,6 +1,6 @@
 """Where lyapunov loses to shortest-first on Philly windows: estimate noise and the start order.
 
-    python benchmarks/philly_order.py [--trace FILE] [--windows 40000@1.2,62000@1.0] [--seeds 6]
+    python benchmarks/experiments/philly_order.py [--trace FILE] [--windows 40000@1.2,62000@1.0] [--seeds 6]
         [--jobs 3000] [--diff] [--param lyapunov.KEY=VALUE ...] [--json]
 
 Per window (offset@load: a ``--jobs``-job stretch of the trace on a cluster sized for that load,
@@ -25,15 +25,16 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the variants and sweeps here, robustness.py in benchmarks/
 
 import robustness as R  # noqa: E402
-from lyasched.policy import make_policy  # noqa: E402
+from variants import make_policy, parse_params  # noqa: E402
 from lyasched.policy.common import Capabilities  # noqa: E402
-from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from lyasched.policy.params import ParamError  # noqa: E402
 from lyasched.policy.sjf_oracle import SjfOracle  # noqa: E402
 from lyasched.policy.state import SlotResult, SlotState, WaitingJob  # noqa: E402
-from lyasched.policy.variants.core import LyapunovVariant  # noqa: E402
+from variants.core import LyapunovVariant  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.workloads import read_trace, select_rows  # noqa: E402
 

@@ -1,6 +1,6 @@
 """lyapunov parameter variants side by side on the robustness sweep's workloads.
 
-    python benchmarks/robustness_variants.py --sets design,heldout5 [--match TEXT] [--quick]
+    python benchmarks/experiments/robustness_variants.py --sets design,heldout5 [--match TEXT] [--quick]
         [--cache FILE] [--json FILE] [--noise-seeds 0,1,2] VARIANT [VARIANT ...]
 
 A VARIANT is ``;``-separated ``lyapunov.KEY=VALUE`` items ("" = the defaults), e.g.
@@ -28,11 +28,12 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # the variants and sweeps here, robustness.py in benchmarks/
 import robustness as R  # noqa: E402
 
-from lyasched.policy import make_policy  # noqa: E402
-from lyasched.policy.params import ParamError, parse_params  # noqa: E402
+from variants import make_policy, parse_params  # noqa: E402
+from lyasched.policy.params import ParamError  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.metrics import summarize  # noqa: E402
 

@@ -14,7 +14,7 @@ the Slurm reads (here: handing over the lists), reconcile, records (`sync.listed
 vanished-job check, building the policy's input (`inputs.waiting`, `_waiting` before), the policy, the slot record.
 ``--profile`` adds cProfile's top functions of the later slots; ``--json`` prints one object.
 
-    python benchmarks/slot_profile.py [--jobs 10000] [--nodes 4] [--slots 5] [--free] [--profile] [--json]
+    python benchmarks/experiments/slot_profile.py [--jobs 10000] [--nodes 4] [--slots 5] [--free] [--profile] [--json]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lyasched.config import Config  # noqa: E402
 from lyasched.service import Service  # noqa: E402
@@ -178,7 +178,7 @@ def worker_parts(rounds: int = 5, held: int = 0) -> dict:
     import pstats
     import subprocess
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from reliability.load import HELD_NAME, TEST_USER, cancel_named, submit_held, workdir
 
     from lyasched.slurm import query as q

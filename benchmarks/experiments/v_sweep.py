@@ -1,6 +1,6 @@
 """Sweep the Lyapunov policy's V over a log range: avg JCT and avg/max wait per V.
 
-    python benchmarks/v_sweep.py [--groups seed-small-bursty,seed-large-scattered] [--seeds 3] [--vmin 0.01 --vmax 1000 --points 11] [--json]
+    python benchmarks/experiments/v_sweep.py [--groups seed-small-bursty,seed-large-scattered] [--seeds 3] [--vmin 0.01 --vmax 1000 --points 11] [--json]
 
 Each V is replayed on the same jobs (seeds 0..seeds-1); figures are means over seeds.
 The same sweep from the CLI: lyasched replay -w GROUP --policies lyapunov --param V=... --json

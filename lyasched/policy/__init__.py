@@ -8,7 +8,6 @@ service and docs/baselines.md (checked by tests/test_capabilities.py) all read t
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from typing import Any
 
@@ -51,14 +50,6 @@ def policy_class(name: str) -> type:
     return _load(POLICIES[name])
 
 
-def variant_class(name: str) -> type | None:
-    """The class carrying the measured-but-not-adopted options of the policy ``name``
-    (lyasched/policy/variants/), or None when it has none."""
-    from lyasched.policy.variants import VARIANTS
-
-    return _load(VARIANTS[name]) if name in VARIANTS else None
-
-
 def _load(path: str) -> type:
     mod, cls = path.split(":")
     return getattr(importlib.import_module(mod), cls)
@@ -70,12 +61,5 @@ def capabilities_of(name: str) -> Capabilities:
 
 
 def make_policy(name: str, **params: Any) -> Policy:
-    """Build a policy by name; every policy accepts ``seed`` (ignored where unused).
-
-    The shipped class, unless a parameter only its variant class has is given (an option
-    measured and not adopted, e.g. ``refill``): then the variant (lyasched/policy/variants/)."""
-    cls = policy_class(name)
-    var = variant_class(name)
-    if var is not None and not set(params) <= {f.name for f in dataclasses.fields(cls)}:
-        cls = var
-    return cls(**params)
+    """Build a policy by name; every policy accepts ``seed`` (ignored where unused)."""
+    return policy_class(name)(**params)

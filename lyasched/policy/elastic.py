@@ -31,14 +31,14 @@ Suspended jobs are waiting jobs again: they count in Q (their remaining work) an
 wait), which is what restarts them (and the minimum interval, longer than the move cost,
 guarantees progress between two moves: no job starves). Each move is judged on its own slot, so
 a long job can be moved again and again, each time for a gain that the next move takes back:
-with ``move_backoff = "linear"`` (in lyasched/policy/variants/swaps.py: measured, not adopted) a
+with ``move_backoff = "linear"`` (in benchmarks/experiments/variants/swaps.py: measured, not adopted) a
 job moved m times runs (m + 1) intervals before it may move again, so over a run of T it moves at most about
 sqrt(2T / interval) times instead of T / interval (the count is the job's completed moves, read
 off the state: the simulator's checkpoints, the service's done moves). Pure and deterministic: the only
 state is the core's memo of rows.
 
 Two optional checks on a swap the score accepts, measured and not adopted (docs/model.md,
-section 3, "Robust swaps"), live in lyasched/policy/variants/swaps.py: they act through the
+section 3, "Robust swaps"), live in benchmarks/experiments/variants/swaps.py: they act through the
 extension points `_swap_check` (a per-slot check that may veto a swap) and `_swap_credit`.
 """
 
@@ -60,7 +60,7 @@ Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # vi
 
 
 class SwapCheck(Protocol):
-    """One slot's extra test of the swaps the score accepts (lyasched/policy/variants/swaps.py)."""
+    """One slot's extra test of the swaps the score accepts (benchmarks/experiments/variants/swaps.py)."""
 
     def started(self, w: WaitingJob, g: int, pl: Placement) -> None:
         """``w`` started on ``pl`` (GPUs earlier moves left free), no swap needed."""
@@ -99,7 +99,7 @@ class ElasticPolicy(LyapunovPolicy):
         self._cands = PerJob(candidate)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
-        """Extension point (lyasched/policy/variants/swaps.py): a check of this slot's swaps beyond
+        """Extension point (benchmarks/experiments/variants/swaps.py): a check of this slot's swaps beyond
         their score, given the jobs still waiting and the core's starts. Shipped: none."""
         return None
 

@@ -17,7 +17,8 @@ multiple-choice knapsack over free GPUs per node: solved exactly by dynamic prog
 over the total free GPUs when that is cheap (and the optimum places), greedily by score per
 GPU otherwise.
 
-Options that were measured and not adopted (docs/model.md) live in lyasched/policy/variants/;
+Options that were measured and not adopted (docs/model.md) live with the design sweeps, in
+benchmarks/experiments/variants/ (not part of the package);
 they change the decision only through a few extension points here (`_restrict`, `_credit`,
 `_z_credit`, `_starts_first`, `_values`, `_wake_at`), which in this class are the shipped rule.
 """
@@ -197,7 +198,7 @@ class LyapunovPolicy:
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
                   req: np.ndarray, run_req: np.ndarray, total_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Fut, dict]:
-        """Extension point (lyasched/policy/variants): the configurations a job may take this slot.
+        """Extension point (benchmarks/experiments/variants): the configurations a job may take this slot.
 
         Returns the run-time rows with the ``over`` configurations out (inf; out of the job's best
         too, so the allowed ones are not charged against one it may not take), the best runs, a
@@ -286,12 +287,12 @@ class LyapunovPolicy:
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 
     def _starts_first(self, state: SlotState, arr: dict, free: FreeGpus, s_one: np.ndarray, s_multi: np.ndarray) -> list[Decision]:
-        """Extension point (lyasched/policy/variants): starts made before the scores choose, on
+        """Extension point (benchmarks/experiments/variants): starts made before the scores choose, on
         ``free`` (taken from it; their jobs' scores set to -inf). Shipped: none."""
         return []
 
     def _values(self, s_one: np.ndarray, s_multi: np.ndarray, arr: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Extension point (lyasched/policy/variants): the value of each configuration in the slot's
+        """Extension point (benchmarks/experiments/variants): the value of each configuration in the slot's
         knapsack, a positive multiple of its score (signs kept). Shipped: the score itself."""
         return s_one, s_multi
 

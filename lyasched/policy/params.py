@@ -3,6 +3,10 @@
 `lyasched replay --param`, `serve`'s ``[policy] params`` table and `lyasched whatif` check
 parameters here, so a bad value gets the same one-line error everywhere (the CLIs exit 2).
 Values come either as text (``KEY=VALUE`` on a command line) or already typed (TOML).
+
+Only the shipped policies' parameters are here. Options measured and not adopted live with the
+design sweeps that measured them (benchmarks/experiments/variants/), which pass their larger
+table as ``table``.
 """
 
 from __future__ import annotations
@@ -47,24 +51,8 @@ PARAMS: dict[str, dict[str, Param]] = {
         "V": Param("float", lo=0.0, hi=1e9, help="penalty weight: small starts at once, large waits for the best configuration"),
         "externality": Param("float", lo=0.0, hi=1e6, help="weight of the delay a start imposes on other waiting jobs"),
         "q_weight": Param("float", lo=0.0, hi=1e6, help="weight of the actual queue's drift term"),
-        "q_credit": Param("str", choices=("work", "capped", "mean", "peaked"), help="actual-queue credit of a start: its work, capped at the mean, the mean, or its work up to the mean and mean^2/work above"),
         "relative": Param("bool", help="imposed delay relative to the job shortest-first would start instead"),
-        "max_load": Param("float", allow_inf=True, **_POS, help="more GPUs than asked only while recent offered load / relative efficiency <= this (inf: off)"),
         "max_stretch": Param("float", lo=1.0, hi=1e6, help="fewer GPUs than asked only while the run stays within this factor of the request's"),
-        "spread_horizon": Param("bool", help="more GPUs than asked only while the run ends before the running jobs' last predicted end (or lock_free)"),
-        "arrival_weight": Param("float", lo=0.0, hi=1e6, help="weight of the delay a start's GPU-seconds beyond the request impose on the arrivals expected during its run (0: off)"),
-        "arrival_wait": Param("str", choices=("load", "erlang"), help="with arrival_weight: the share of arrivals that wait, the recent load or the M/M/c approximation"),
-        "arrival_norm": Param("str", choices=("off", "run", "share"), help="with arrival_weight: the share as is, against the best run with it included, or less its value at the configuration of least run + share"),
-        "arrival_ref": Param("str", choices=("request", "efficient"), help="with arrival_weight: charge the GPU-seconds beyond the request's or beyond the job's least"),
-        "horizon_end": Param("str", choices=("latest", "median", "earliest"), help="with spread_horizon: which running job's predicted end bounds the exemption"),
-        "z_credit": Param("str", choices=("wait", "slot"), help="virtual-queue credit of a start: its wait so far plus the slot, or the slot alone"),
-        "rate": Param("str", choices=("none", "size", "held"), help="slot values: the score, or the score per GPU-second held (size: the job's least GPU-time; held: the configuration's)"),
-        "refill": Param("str", choices=("off", "mask", "price"), help="more GPUs than asked vs the expected refill of the free GPUs: off, mask (only spreads the arrivals are not expected to need) or price (charge the arrivals left short)"),
-        "refill_rate": Param("str", choices=("recent", "all"), help="refill's arrival rates: over the last max(T(r), min_window) seconds, or the whole arrival history"),
-        "order": Param("str", choices=("score", "fill_first"), help="score: the knapsack then the fill; fill_first: shortest-first at the request first, the knapsack on the GPUs left"),
-        "spread": Param("str", choices=("score", "leftover"), help="more GPUs than asked: competing in the knapsack (score), or only into GPUs left idle once every waiting job that fits started at its request (leftover)"),
-        "lock_free": Param("float", lo=0.0, hi=1e9, help="configurations holding GPUs at most this long (s) skip the load check"),
-        "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the offered-load estimate (s)"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
     },
     "elastic": {},  # filled below: the lyapunov core's parameters and the moves'
@@ -84,19 +72,14 @@ PARAMS: dict[str, dict[str, Param]] = {
 
 PARAMS["elastic"] = {
     **PARAMS["lyapunov"],
-    # only the shipped value: spread=leftover's growth step would hand out GPUs the moves plan with
-    "spread": Param("str", choices=("score",), help="only 'score' for elastic (spread=leftover is lyapunov's alone)"),
     "min_move_interval": Param("float", lo=0.0, hi=1e9, help="a job runs at least this long (s) after a start or a move before it is moved again"),
     "move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none"),
     "grow": Param("bool", help="give idle GPUs to running checkpointable jobs when nothing waits"),
     "group": Param("bool", help="suspend a running job larger than a waiting one for a batch of waiting jobs that takes all its GPUs"),
-    "move_backoff": Param("str", choices=("none", "linear"), help="linear: a job moved m times runs (m + 1) x min_move_interval before its next move; none: the interval alone"),
-    "wait_order": Param("str", choices=("shortest", "submitted", "fitting"), help="whom a swap candidate's wait forecast counts ahead of it: shorter jobs (shortest, the default), jobs submitted before it (submitted) or those of them asking no more GPUs than it (fitting); the last two measured on held-out sets, not adopted"),
     "grow_hold": Param("str", choices=("interval", "release"), help="how long a grow's GPUs are priced as held: until the running jobs' releases give as many back, at least min_move_interval (release, the default since the tenth pass) or min_move_interval alone (interval, the rule before)"),
     "max_candidates": Param("int", lo=0, hi=1e6, help="waiting jobs considered for a swap per slot"),
     "max_searches": Param("int", lo=0, hi=1e6, help="of those, how many may search for victims per slot"),
-    "margin": Param("float", lo=0.0, hi=100.0, help="a swap's forecast net gain must clear this many standard errors of the estimates' error (0: off; measured, not adopted: docs/model.md section 3)"),
-    "rollout": Param("int", lo=0, hi=1e6, help="a swap must also win a rollout of the core over at most this many decisions (0: off; slow; measured, not adopted)"),
+    "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the recent arrival rate that prices a grow (s)"),
 }
 
 
@@ -104,14 +87,15 @@ PARAMS["elastic"] = {
 SEED = Param("int", lo=0, hi=2**63 - 1, help="seed of random choices (random); ignored elsewhere")
 
 
-def check_param(policy: str, key: str, value: Any, *, seed_ok: bool = False) -> Any:
+def check_param(policy: str, key: str, value: Any, *, seed_ok: bool = False,
+                table: Mapping[str, Mapping[str, Param]] = PARAMS) -> Any:
     """``value`` (text or typed) converted to the parameter's type; ParamError if it is not valid.
     ``seed`` is accepted only with ``seed_ok`` (config files; replay takes it from --seed)."""
-    if policy not in PARAMS:
-        raise ParamError(f"unknown policy {policy!r}; known: {', '.join(PARAMS)}")
-    spec = SEED if (seed_ok and key == "seed") else PARAMS[policy].get(key)
+    if policy not in table:
+        raise ParamError(f"unknown policy {policy!r}; known: {', '.join(table)}")
+    spec = SEED if (seed_ok and key == "seed") else table[policy].get(key)
     if spec is None:
-        known = ", ".join(PARAMS[policy]) or "none"
+        known = ", ".join(table[policy]) or "none"
         raise ParamError(f"policy {policy!r} has no parameter {key!r} (its parameters: {known})")
     where = f"{policy}.{key}"
     if spec.optional and (value is None or (isinstance(value, str) and value.strip().lower() == "none")):
@@ -183,7 +167,8 @@ def check_params(policy: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: check_param(policy, k, v, seed_ok=True) for k, v in params.items()}
 
 
-def parse_params(items: Iterable[str], policies: list[str]) -> dict[str, dict[str, Any]]:
+def parse_params(items: Iterable[str], policies: list[str],
+                 table: Mapping[str, Mapping[str, Param]] = PARAMS) -> dict[str, dict[str, Any]]:
     """``KEY=VALUE`` (every listed policy that has KEY) or ``POLICY.KEY=VALUE`` -> per-policy params.
 
     The `--param` syntax of `lyasched replay` and `lyasched whatif`. ParamError (one line) on
@@ -197,15 +182,15 @@ def parse_params(items: Iterable[str], policies: list[str]) -> dict[str, dict[st
             raise ParamError(f"{item!r}: expected KEY=VALUE or POLICY.KEY=VALUE")
         pol, dot, k = key.rpartition(".")
         if dot:
-            if pol not in PARAMS:
+            if pol not in table:
                 raise ParamError(f"{item!r}: unknown policy {pol!r}")
             if pol not in out:
                 raise ParamError(f"{item!r}: policy {pol!r} is not being replayed")
-            out[pol][k] = check_param(pol, k, raw)
+            out[pol][k] = check_param(pol, k, raw, table=table)
         else:
-            takers = [p for p in policies if key in PARAMS.get(p, {})]
+            takers = [p for p in policies if key in table.get(p, {})]
             if not takers:
                 raise ParamError(f"{item!r}: no replayed policy has a parameter {key!r}")
             for p in takers:
-                out[p][key] = check_param(p, key, raw)
+                out[p][key] = check_param(p, key, raw, table=table)
     return out

@@ -27,7 +27,7 @@ from lyasched.policy.lyapunov import Fut, LyapunovPolicy, gpu_seconds
 from lyasched.policy.state import SlotState
 
 if TYPE_CHECKING:
-    from lyasched.policy.variants.core import LyapunovVariant
+    from variants.core import LyapunovVariant
 
 
 def restrict(pol: LyapunovVariant, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray,

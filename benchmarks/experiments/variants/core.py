@@ -21,7 +21,7 @@ import numpy as np
 
 from lyasched.policy.lyapunov import Fut, LyapunovPolicy
 from lyasched.policy.state import Decision, FreeGpus, SlotResult, SlotState, apply
-from lyasched.policy.variants import arrivals
+from variants import arrivals
 
 
 @dataclass

@@ -32,7 +32,7 @@ import numpy as np
 from lyasched.policy.elastic import Chosen, ElasticPolicy, SwapCheck
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.state import Decision, Placement, RunningJob, SlotState, WaitingJob
-from lyasched.policy.variants.core import LyapunovVariant
+from variants.core import LyapunovVariant
 
 
 @dataclass
