@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 
-.PHONY: install ensure-install test test-unit typecheck demo pyslurm docker-up docker-down test-docker
+.PHONY: install ensure-install test test-unit typecheck demo pyslurm docker-up docker-down test-docker figures
 
 install: $(VENV)/bin/python
 	$(PY) -m pip install -q torch==2.13.0
