@@ -6,7 +6,7 @@ on the single-GPU rows and the communication model (link, overlap, slowdown) on 
 multi-GPU placement of that app, then predict every other multi-GPU row.
 
 Protocol ``leave-one-app-out`` (default): every cluster-level parameter (overlap, contention,
-growth of the all-reduce with GPUs and nodes: `lyasched.commshape`) is fitted on the OTHER
+growth of the all-reduce with GPUs and nodes: `lyasched.costmodel.commshape`) is fitted on the OTHER
 apps of the held-out app's cluster; of the held-out app only its single-GPU rows and ONE
 multi-GPU placement are used; every other row of it, scalability.csv included, is predicted.
 Each --profiles directory is one cluster (default: the shared Pollux profiles, the profiles
@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lyasched.calibration import (  # noqa: E402
+from lyasched.costmodel.calibration import (  # noqa: E402
     Accuracy,
     AppData,
     calibrate_app,

@@ -41,8 +41,8 @@ import numpy as np
 
 import lyasched
 
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import make_policy
 from lyasched.policy.lyapunov import LyapunovPolicy
 from lyasched.policy.movable import movable_job

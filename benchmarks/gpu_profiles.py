@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
-from lyasched.fit import fit_linear  # noqa: E402
+from lyasched.costmodel.fit import fit_linear  # noqa: E402
 
 MODELS = ["mlp", "mlp-large", "resnet", "resnet20", "vgg", "vgg11", "mobilenet", "recsys", "transformer"]
 

@@ -4,7 +4,7 @@ As root with `slurm/cluster up` (inside the cluster's flock, see docs/test-clust
 `lyasched serve` (2 s slots, its own database), submits the example model with `lyasub` as the
 test user on exactly 1, 2 and 4 GPUs (``--rounds`` times, one job at a time so that jobs do not
 compete for the 2 cores), and lets every job report its step times (jobscripts/train_example.py
-uses `lyasched.steptimes`). The service learns the profile and the start-up term when each job
+uses `lyasched.job.steptimes`). The service learns the profile and the start-up term when each job
 ends. Then ONE held-out job on 3 GPUs runs; its reported step time and observed run time are
 compared with what the FIRST profile (the one lyasub profiled and submitted with) and the
 LEARNED profile (cost table after the 1/2/4-GPU runs, before the held-out job ran) predict.
@@ -46,10 +46,10 @@ def _wait_row(db_path: Path, job_id: str, timeout: float, say) -> dict:
 
 
 def run(model: str, global_batch: int, iterations: int, rounds: int, held_out: int, say) -> dict:
-    from lyasched.cost import ClusterSpec, CostModel
-    from lyasched.learn import predict_step, read_steps, steps_path
+    from lyasched.costmodel.cost import ClusterSpec, CostModel
+    from lyasched.costmodel.learn import predict_step, read_steps, steps_path
     from lyasched.store import costtable, records
-    from lyasched import startup
+    from lyasched.costmodel import startup
     from lyasched.summary import CostSummary
 
     if shutil.which("sinfo") is None or subprocess.run(["id", USER], capture_output=True).returncode:

@@ -154,7 +154,7 @@ def measure(model: str, world: int, batches: list[int], iters: int, warmup: int,
 
 def grad_bytes(model: str) -> int:
     """Bytes of the model's gradients (what DDP all-reduces): known, not fitted; the cost model
-    splits the all-reduce into latency and bandwidth parts with it (lyasched.commshape)."""
+    splits the all-reduce into latency and bandwidth parts with it (lyasched.costmodel.commshape)."""
     from lyasched.profile.models import example
 
     return sum(p.numel() * p.element_size() for p in example(model).model.parameters() if p.requires_grad)

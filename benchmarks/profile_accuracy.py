@@ -2,7 +2,7 @@
 """Profile -> calibrate -> predict vs measure: the cost model on real DistributedDataParallel runs.
 
 For each example model: profile t(b) on 1 process (CPU, lyasched.profile.profile_model),
-calibrate the gloo link with the all-reduce benchmark (lyasched.allreduce_bench, as
+calibrate the gloo link with the all-reduce benchmark (lyasched.job.allreduce_bench, as
 `lyasched calibrate run` does) on the same numbers of processes, then predict the
 per-iteration time of DDP training (gloo, CPU) on 1, 2 and 4 processes at a fixed global
 batch and compare with the measured time.
@@ -228,9 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from lyasched.calibration import fit_bench_result, load_bench_result
-    from lyasched.fit import fit_linear, fit_link
-    from lyasched.cost import Profile, ring_allreduce_time
+    from lyasched.costmodel.calibration import fit_bench_result, load_bench_result
+    from lyasched.costmodel.fit import fit_linear, fit_link
+    from lyasched.costmodel.cost import Profile, ring_allreduce_time
     from lyasched.profile import profile_model
 
     def say(msg: str) -> None:
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             for g in (g for g in procs if g > 1):
                 bench = Path(tmp) / f"allreduce{g}-{rnd}.json"
                 with RunQueue() as rq:
-                    _torchrun(g, ["-m", "lyasched.allreduce_bench", "--out", str(bench), "--repeats", "10",
+                    _torchrun(g, ["-m", "lyasched.job.allreduce_bench", "--out", str(bench), "--repeats", "10",
                                   "--threads", str(args.threads), "--sizes", ",".join(map(str, sizes))], timeout=300)
                 doc = load_bench_result(bench)
                 fit = fit_bench_result(doc)

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lyasched.calibration import PlacementRow, read_placements_csv, summarize  # noqa: E402
+from lyasched.costmodel.calibration import PlacementRow, read_placements_csv, summarize  # noqa: E402
 
 
 def differences(a: list[PlacementRow], b: list[PlacementRow]) -> tuple[list[float], list[float]]:

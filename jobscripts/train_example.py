@@ -17,7 +17,7 @@ LYASCHED_BATCH_PER_GPU, LYASCHED_ITERATIONS (what the Slurm launcher template se
 
 Movable (lyasub --checkpointable): with $LYASCHED_CHECKPOINT_DIR set (launch.sbatch sets it) the
 script resumes from the newest checkpoint there and, on SIGUSR1, saves one after the current
-step and exits 0 (lyasched.checkpoint); `--checkpoint-dir` sets the directory by hand.
+step and exits 0 (lyasched.job.checkpoint); `--checkpoint-dir` sets the directory by hand.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lyasched.checkpoint import Checkpointer
+from lyasched.job.checkpoint import Checkpointer
 from lyasched.profile.spec import SpecError, load_spec, parse_args
-from lyasched.steptimes import StepTimes
+from lyasched.job.steptimes import StepTimes
 
 
 def _env_int(name: str, default: int) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from lyasched.cost import ClusterSpec
+from lyasched.costmodel.cost import ClusterSpec
 from lyasched.slurm.types import NodeInfo
 
 if TYPE_CHECKING:

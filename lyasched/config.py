@@ -24,7 +24,7 @@ backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
 gpu_mem = 32e9
 intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
 inter = { bandwidth = 10e9, latency = 5e-5 }    # between nodes
-# optional: the cluster's fitted step-time shape (lyasched.commshape: overlap, contention, growth
+# optional: the cluster's fitted step-time shape (lyasched.costmodel.commshape: overlap, contention, growth
 # of the all-reduce with GPUs and nodes); absent = the plain ring model. docs/calibration.md
 shape = { gamma = 2.8, s_multi = 0.05, sigma = 0.02, inter_ratio = 4.2, d_intra = 0.17, d_inter = 0.02, d_nodes = 0.05 }
 ```
@@ -45,7 +45,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-from lyasched.cost import Link
+from lyasched.costmodel.cost import Link
 
 DEFAULT_PATH = Path("/etc/lyasched/config.toml")
 CONFIG_ENV = "LYASCHED_CONFIG"
@@ -73,7 +73,7 @@ class Config:
     gpu_mem: float = 32e9
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))
-    shape: Any = None  # lyasched.commshape.CommShape from [cluster] shape; None = plain ring model
+    shape: Any = None  # lyasched.costmodel.commshape.CommShape from [cluster] shape; None = plain ring model
     source: str = "<defaults>"
 
 
@@ -129,7 +129,7 @@ def _link(where: str, name: str, value: Any, default: Link) -> Link:
 
 def _shape(where: str, value: Any) -> Any:
     """[cluster] shape: a table of `CommShape` fields, each a number within its fitting bounds."""
-    from lyasched.commshape import _BOUNDS, CommShape
+    from lyasched.costmodel.commshape import _BOUNDS, CommShape
 
     t = _table(where, "cluster.shape", value)
     known = list(_BOUNDS) + ["lat_bytes", "lat_s", "parallel"]

@@ -9,7 +9,7 @@
 2. close the starts a crash left open (`Starter.reconcile`) and advance open moves (`Mover.go_on`);
 3. bring the records up to date (lyasched.live.sync): the pure state machine (lyasched.live.step)
    in one transaction, jobs Slurm no longer lists, the cost table taught from finished jobs
-   (`learn.job_finished`); then sort the jobs into waiting and running (`observe.sort_jobs`),
+   (`learning.job_finished`); then sort the jobs into waiting and running (`observe.sort_jobs`),
    holding again a job released more than ``release_grace`` ago that Slurm has not started (its
    GPUs were taken meanwhile);
 4. decide: the jobs' rows and the `ClusterSnapshot` (lyasched.live.inputs) -> the one
@@ -32,9 +32,10 @@ from typing import Any, Callable
 
 import sqlite_utils
 
-from lyasched import gcpause, learn  # GC pause; a job's working directory (moves' checkpoints)
+from lyasched import gcpause  # GC pause
+from lyasched.live import learning  # a job's working directory (moves' checkpoints)
 from lyasched.config import Config
-from lyasched.cost import CostModel
+from lyasched.costmodel.cost import CostModel
 from lyasched.live import observe
 from lyasched.live import report as slot_report
 from lyasched.live.context import SlotContext
@@ -105,7 +106,7 @@ class Service:
         self.starter = Starter(self._db, self.slurm, CrashPoints.from_env(), config.release_grace)
         # moves of running checkpointable jobs (lyasched.live.mover), for a policy that moves jobs
         self.mover = Mover(self._db, self.slurm, self.starter.crash, config.move_timeout,
-                           workdir=lambda job_id: learn.workdir_of(self.slurm, job_id))
+                           workdir=lambda job_id: learning.workdir_of(self.slurm, job_id))
         self.last_snapshot: ClusterSnapshot | None = None  # the last slot's input, as observed
         self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage = Outage()  # one log line each way per Slurm outage (lyasched.live.report)
@@ -165,7 +166,7 @@ class Service:
         report = ctx.report
         obs = observe.read(self.slurm, self.config, self.db)
         cluster = self.inputs.cluster(obs.view.spec)
-        ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), obs.names  # lyasched.learn refits against it
+        ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), obs.names  # lyasched.costmodel.learn refits against it
         ctx.device = obs.view.device_type
 
         self.crash.reach("after_read")

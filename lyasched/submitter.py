@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from lyasched.clusterview import DEVICE_ENV, GENERIC_DEVICE, ClusterView, gpu_nodes, open_links_db  # noqa: F401
 from lyasched.clusterview import cluster_view as make_view
-from lyasched.cost import ClusterSpec, CostModel, Profile
-from lyasched.launcher import render, write_script
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
+from lyasched.job.launcher import render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
 from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES
@@ -492,11 +492,11 @@ def submit(
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
-    from lyasched import learn  # what serve decides with: learned profile + start-up term (one lookup)
+    from lyasched.live import learning  # what serve decides with: learned profile + start-up term (one lookup)
 
     import getpass
 
-    predictions = learn.submit_predictions(db_path, summary, view.device_type, model, counts, getpass.getuser())
+    predictions = learning.submit_predictions(db_path, summary, view.device_type, model, counts, getpass.getuser())
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
                     checkpointable=req.checkpointable)

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from lyasched.cost import Profile
+from lyasched.costmodel.cost import Profile
 
 PREFIX = "lyasched:v1;"
 MAX_LEN = 1024

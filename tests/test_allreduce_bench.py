@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lyasched.calibration import fit_bench_result, load_bench_result
+from lyasched.costmodel.calibration import fit_bench_result, load_bench_result
 from lyasched.cli import main
 from lyasched.cli.calibrate import sbatch_script, torchrun_command
-from lyasched.cost import Link, ring_allreduce_time
+from lyasched.costmodel.cost import Link, ring_allreduce_time
 from lyasched.store import open_db
 from lyasched.store.cluster import load_cluster_links, save_cluster_link
 
@@ -23,7 +23,7 @@ def _result(tmp_path, name, link, ranks=4, spans=True, sizes=(1e5, 1e6, 1e7, 1e8
 
 
 def test_parse_sizes():
-    from lyasched.allreduce_bench import parse_sizes
+    from lyasched.job.allreduce_bench import parse_sizes
 
     assert parse_sizes("4K,1M,64MiB,4096") == [4096, 1024**2, 64 * 1024**2]
     with pytest.raises(ValueError):
@@ -106,7 +106,7 @@ def test_real_benchmark_two_gloo_ranks(tmp_path):
 
 
 def test_with_calibrated_links_replaces_only_calibrated_kinds(tmp_path):
-    from lyasched.cost import ClusterSpec
+    from lyasched.costmodel.cost import ClusterSpec
     from lyasched.store.cluster import with_calibrated_links
 
     db = open_db(tmp_path / "c.db")

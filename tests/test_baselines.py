@@ -10,22 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import POLICIES, capabilities, capabilities_of, make_policy
 
 PREEMPTIVE = frozenset(p for p in POLICIES if capabilities_of(p).preemptive)
-from lyasched.policy.baselines import (
-    Backfill,
-    Fifo,
-    FixedOne,
-    Optimus,
-    RandomGpus,
-    SjfOracle,
-    Tiresias,
-    allowed_counts,
-    nearest_allowed,
-)
+from lyasched.policy.backfill import Backfill
+from lyasched.policy.common import allowed_counts, nearest_allowed
+from lyasched.policy.fifo import Fifo
+from lyasched.policy.fixed_one import FixedOne
+from lyasched.policy.optimus import Optimus
+from lyasched.policy.random_gpus import RandomGpus
+from lyasched.policy.sjf_oracle import SjfOracle
+from lyasched.policy.tiresias import Tiresias
 from lyasched.policy.state import RunningJob, SlotState, waiting_job
 
 BASELINES = [n for n in POLICIES if n != "lyapunov"]

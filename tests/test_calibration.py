@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lyasched.calibration import (
+from lyasched.costmodel.calibration import (
     PlacementRow,
     balanced_placement,
     calibrate_app,
@@ -18,7 +18,7 @@ from lyasched.calibration import (
     read_placements_csv,
     read_scalability_csv,
 )
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
@@ -188,8 +188,8 @@ def test_latency_bandwidth_split_recovers_growth_and_is_used_for_unseen_apps(tmp
     """Synthetic cluster: all-reduce = latency (growing like the ring's 2(g-1) hops) + bytes over
     bandwidth (growing slower). Fitted on three apps of known gradient size, the split predicts a
     held-out bandwidth-bound app that one shared growth rate cannot."""
-    from lyasched.calibration import read_grad_bytes
-    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
+    from lyasched.costmodel.calibration import read_grad_bytes
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape, fit_v
 
     lat, bw, d_bw = 4e-3, 1e9, 0.4
     truth = CommShape(gamma=1.0, s_multi=0.1, sigma=0.05, d_intra=1.0, d_intra_bw=d_bw, lat_bytes=lat * bw)
@@ -239,7 +239,7 @@ def test_config_shape_errors_are_one_line(shape, message):
 
 def test_config_shape_reaches_the_cost_model():
     """[cluster] shape is what serve's (and lyasub's) ClusterSpec.shape is built from."""
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
     from lyasched.config import from_mapping
 
     conf = from_mapping({"cluster": {"shape": {"gamma": 2.0, "d_intra": 0.5, "d_intra_bw": 0.1, "lat_bytes": 1e6}}})
@@ -273,7 +273,7 @@ def test_shared_cores_time_share_compute_and_the_bandwidth_part_only():
     """A node of 2 cores (parallel=2): 4 replicas run their CPU work (compute, the all-reduce's
     bandwidth part) twice slower; the latency part grows with the ring's hops only. On GPUs
     (parallel unlimited) the same shape gives the formula it gave before."""
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
 
     gpu = CommShape(gamma=1.0, d_intra=1.0, d_intra_bw=0.3, lat_bytes=1e6)
     cpu = CommShape(gamma=1.0, d_intra=1.0, d_intra_bw=0.0, lat_bytes=1e6, parallel=2.0)
@@ -293,7 +293,7 @@ def test_fit_shape_on_shared_cores_fits_only_the_split_and_recovers_it():
     """Rows made by the shared-cores model: fit_shape leaves overlap and the bandwidth growth at
     their declared values and recovers latency x bandwidth and the co-location slowdown beyond
     the sharing (s_multi, sigma)."""
-    from lyasched.commshape import SHARED_CORES_FIXED, CommShape, Rows, fit_shape
+    from lyasched.costmodel.commshape import SHARED_CORES_FIXED, CommShape, Rows, fit_shape
 
     lat, bw = 4e-3, 1e9
     truth = CommShape(d_intra=1.0, s_multi=0.2, sigma=0.1, lat_bytes=lat * bw, parallel=2.0)
@@ -342,7 +342,7 @@ def test_link_latency_grows_with_hops_and_the_rest_of_v_time_shares():
     which on shared cores slows by o. Two models of the same gradient bytes but different v: the
     one with more v beyond the link grows like o, not like the hops; without lat_s the shape keeps
     the proportional split of v (the form before)."""
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
 
     lat, bw, gb = 4e-3, 1e9, 2.6e6
     cpu = CommShape(d_intra=1.0, lat_bytes=lat * bw, lat_s=lat, parallel=2.0)
@@ -375,7 +375,7 @@ def test_fit_shape_recovers_the_link_latency_and_predicts_a_model_with_extra_syn
     proportional split (lat_s = 0) over-predicts 4 ranks by more than 5%."""
     from dataclasses import replace
 
-    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape, fit_v
 
     lat, bw = 4e-3, 1e9
     truth = CommShape(d_intra=1.0, lat_bytes=lat * bw, lat_s=lat, parallel=2.0)
@@ -403,7 +403,7 @@ def test_fit_shape_recovers_the_link_latency_and_predicts_a_model_with_extra_syn
 
 def test_config_shape_takes_the_link_latency():
     """[cluster] shape accepts lat_s (what cost_accuracy.py --json prints as apps.*.fit.shape.lat_s)."""
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
     from lyasched.config import ConfigError, from_mapping
 
     conf = from_mapping({"cluster": {"shape": {"d_intra": 1.0, "lat_bytes": 4e6, "lat_s": 4e-3, "parallel": 2}}})

@@ -1,4 +1,4 @@
-"""Checkpointable jobs: the summary key, the batch template, lyasched.checkpoint and the example
+"""Checkpointable jobs: the summary key, the batch template, lyasched.job.checkpoint and the example
 training script resuming to the same result as an uninterrupted run."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lyasched.checkpoint import Checkpointer
-from lyasched.launcher import render
+from lyasched.job.checkpoint import Checkpointer
+from lyasched.job.launcher import render
 from lyasched.summary import CostSummary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -183,7 +183,7 @@ def test_batch_script_ignores_the_signal_in_torchrun_and_sets_the_directory(tmp_
     """Run the rendered script with fake srun/torchrun: a checkpointable job's torchrun ignores
     SIGUSR1 (so a move's signal does not kill it; the training processes install a handler) and
     sees the checkpoint directory; another job's does neither."""
-    from lyasched.launcher import write_script
+    from lyasched.job.launcher import write_script
 
     fake = tmp_path / "bin"
     fake.mkdir()

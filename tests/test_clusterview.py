@@ -13,7 +13,7 @@ from test_service import NODE_LINE, FakeJob, FakeSlurm, StartAs
 
 from lyasched.clusterview import DEVICE_ENV, cluster_view, device_key, gpu_nodes
 from lyasched.config import Config, load_config
-from lyasched.cost import Link
+from lyasched.costmodel.cost import Link
 from lyasched.live import observe as observe_module  # where the service reads its cluster view
 from lyasched.service import Service
 from lyasched.slurm import query as q
@@ -105,7 +105,7 @@ def test_lyasub_prints_what_serve_decides_with(tmp_path: Path, monkeypatch, env_
 def test_the_views_differed_before(tmp_path: Path) -> None:
     """The control: the config's links alone (what lyasub used) give other multi-node run times than
     the calibrated ones (what serve used), so the test above can fail."""
-    from lyasched.cost import CostModel
+    from lyasched.costmodel.cost import CostModel
     from lyasched.summary import CostSummary
 
     nodes = gpu_nodes(nodes_of(FakeSlurm()))

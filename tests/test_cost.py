@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile, ring_allreduce_time
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile, ring_allreduce_time
 
 
 def prof(**kw):

@@ -1,7 +1,7 @@
 import pytest
 
-from lyasched.cost import Link, ring_allreduce_time
-from lyasched.fit import fit_linear, fit_link
+from lyasched.costmodel.cost import Link, ring_allreduce_time
+from lyasched.costmodel.fit import fit_linear, fit_link
 
 
 def test_fit_linear_recovers_line():

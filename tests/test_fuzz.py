@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lyasched.config import ConfigError, from_mapping, load_config
-from lyasched.launcher import quote, render, write_script
+from lyasched.job.launcher import quote, render, write_script
 from lyasched.sim.workloads import TraceError, read_trace
 from lyasched.slurm import query as q
 from lyasched.slurm import submit as sub

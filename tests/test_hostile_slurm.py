@@ -3,7 +3,7 @@ with a FIFO, a link to a root-only file, a link to /dev/zero, a 16 GiB sparse fi
 named for another user's job, or a report of absurd step times. The service (2 s slots) must
 keep its cadence, another user's job must start and finish as before, nothing of the hostile
 files may reach the service's log or database, and the absurd report may move the other user's
-prediction by at most the stated bound (lyasched.learn.LEARN_BOUND). Needs `slurm/cluster up`
+prediction by at most the stated bound (lyasched.costmodel.learn.LEARN_BOUND). Needs `slurm/cluster up`
 and LYASCHED_SLURM=1; unit versions: tests/test_userfiles.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lyasched.learn import LEARN_BOUND
+from lyasched.costmodel.learn import LEARN_BOUND
 from lyasched.store import costtable, records
 from test_serve_slurm import REPO, TRAIN, lyasub, serve, wait_all, work  # noqa: F401 -- fixtures
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lyasched.launcher import default_torchrun, quote, render, render_template, template_text, write_script
+from lyasched.job.launcher import default_torchrun, quote, render, render_template, template_text, write_script
 
 FAKE_SCONTROL = r"""#!/bin/bash
 # fake scontrol: 'show hostnames n[1-2]' and 'show node NAME'

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from lyasched import startup
+from lyasched.costmodel import startup
 from lyasched.cli import main as lyasched_main
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.learn import Run, StepReport, job_ended, predict_step, read_steps, refit, steps_path
-from lyasched.steptimes import StepTimes
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.learn import Run, StepReport, predict_step, read_steps, refit, steps_path
+from lyasched.live.learning import job_ended
+from lyasched.job.steptimes import StepTimes
 from lyasched.store import costtable, open_db, records
 
 CLUSTER = ClusterSpec(nodes=3, gpus_per_node=4, intra=Link(1e9, 0.0), inter=Link(1e8, 0.0))
@@ -222,7 +223,7 @@ def test_service_learns_from_a_reporting_job_and_predicts_with_the_start_up_term
 def test_loao_protocol_never_reads_the_held_out_rows(tmp_path):
     """Changing every row of the held-out app that the protocol may not see changes no fitted
     parameter of it (only its errors): it cannot be tuned to its test set."""
-    from lyasched.calibration import AppData, leave_one_app_out, read_placements_csv
+    from lyasched.costmodel.calibration import AppData, leave_one_app_out, read_placements_csv
 
     data = Path(__file__).parent / "data"
     cifar = read_placements_csv(data / "placements_cifar10_subset.csv")
@@ -240,8 +241,8 @@ def test_loao_protocol_never_reads_the_held_out_rows(tmp_path):
 
 
 def test_cost_model_with_a_cluster_shape_uses_it_and_without_one_is_unchanged():
-    from lyasched.commshape import CommShape
-    from lyasched.cost import ring_allreduce_time
+    from lyasched.costmodel.commshape import CommShape
+    from lyasched.costmodel.cost import ring_allreduce_time
 
     p = Profile("m", alpha=0.01, beta=0.001, params=5_000_000)
     plain = CostModel(CLUSTER)
@@ -278,7 +279,7 @@ def test_lyastat_shows_the_start_up_term(tmp_path):
 def test_lyasub_predictions_use_the_services_lookup(tmp_path):
     """lyasub prints what serve decides with: the learned start-up term (and profile) from the
     same `waiting_inputs` lookup, on top of the summary's iteration cost."""
-    from lyasched.learn import submit_predictions, waiting_inputs
+    from lyasched.live.learning import submit_predictions, waiting_inputs
     from lyasched.summary import CostSummary, new_uid
 
     prof = Profile(model="m", alpha=0.01, beta=0.001, params=1_000_000)
@@ -307,9 +308,9 @@ def test_lyasub_predictions_use_the_services_lookup(tmp_path):
 
 
 def test_job_finished_teaches_the_cost_table_only_from_a_completed_predicted_job(tmp_path):
-    """lyasched.learn.job_finished (the service's cost-table teaching): the model's entry made from
+    """lyasched.live.learning.job_finished (the service's cost-table teaching): the model's entry made from
     the cost summary the first time, the correction refined when the job wrote no step report."""
-    from lyasched.learn import job_finished
+    from lyasched.live.learning import job_finished
     from lyasched.summary import CostSummary
 
     db = open_db(tmp_path / "t.db")

@@ -1,5 +1,5 @@
 """Learning from every run on the real Slurm test cluster: a job submitted with lyasub reports
-its step times (jobscripts/train_example.py uses lyasched.steptimes) into its directory, and the
+its step times (jobscripts/train_example.py uses lyasched.job.steptimes) into its directory, and the
 service learns the model's profile and the start-up term when it ends. Needs `slurm/cluster up`
 and LYASCHED_SLURM=1. The full first-vs-learned comparison is benchmarks/profile_accuracy.py --cluster."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from lyasched import startup
-from lyasched.learn import read_steps, steps_path
+from lyasched.costmodel import startup
+from lyasched.costmodel.learn import read_steps, steps_path
 from lyasched.store import costtable, records
 from test_serve_slurm import lyasub, serve, wait_all, work  # noqa: F401 -- fixtures
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from lyasched.job import Job
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy.movable import MovableJob, waited_so_far
 from lyasched.policy.state import Capabilities, Decision, SlotResult, SlotState
 from lyasched.sim import Simulation

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lyasched.checkpoint import MARKER, checkpoint_dir, read_marker
+from lyasched.job.checkpoint import MARKER, checkpoint_dir, read_marker
 from lyasched.config import Config
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.state import Capabilities, Decision, SlotResult, SlotState

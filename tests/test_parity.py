@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from lyasched.config import Config
-from lyasched.cost import ClusterSpec
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import SlotState, make_policy
 from lyasched.service import Service
 from lyasched.sim import Simulation

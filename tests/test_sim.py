@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from lyasched.cost import ClusterSpec, CostModel
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import POLICIES, Decision, SlotResult, SlotState, make_policy, waiting_job
 from lyasched.policy.state import Capabilities, place
 from lyasched.sim import InvalidDecision, Simulation, true_factors

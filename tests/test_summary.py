@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lyasched.cost import Profile
+from lyasched.costmodel.cost import Profile
 from lyasched.summary import MAX_LEN, PREFIX, CostSummary, new_uid
 
 GOOD = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lyasched.cost import CostModel
+from lyasched.costmodel.cost import CostModel
 from lyasched.sim import Simulation
 from lyasched.sim.synth import PRESETS, parse_spec, synth_workload
 from lyasched.sim.workloads import TraceError, load_workload

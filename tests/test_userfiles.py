@@ -1,5 +1,5 @@
 """What a hostile user's job can leave where the service reads (lyasched.userfiles), and what
-one user's step reports can do to other users' predictions (lyasched.learn.refit_shared).
+one user's step reports can do to other users' predictions (lyasched.costmodel.learn.refit_shared).
 The real-cluster versions, with the service's slot cadence measured, are in
 tests/test_hostile_slurm.py."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from lyasched import userfiles
-from lyasched.cost import ClusterSpec, Link, Profile
-from lyasched.learn import LEARN_BOUND, Run, parse_steps, predict_step, refit_shared
+from lyasched.costmodel.cost import ClusterSpec, Link, Profile
+from lyasched.costmodel.learn import LEARN_BOUND, Run, parse_steps, predict_step, refit_shared
 from lyasched.userfiles import UserFileError, read_user_file
 
 ME = os.getuid()

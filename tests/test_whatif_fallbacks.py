@@ -122,7 +122,7 @@ def test_no_timelimit_field_means_no_limit(tmp_path):
 
 
 def _spec():
-    from lyasched.cost import ClusterSpec
+    from lyasched.costmodel.cost import ClusterSpec
 
     return ClusterSpec(nodes=4, gpus_per_node=8)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lyasched.cost import CostModel
+from lyasched.costmodel.cost import CostModel
 from lyasched.sim.models import MODELS, profile
 from lyasched.sim.workloads import (
     SEED_GROUPS,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from lyasched.calibration import LinkFit, fit_bench_result, load_bench_result
+from lyasched.costmodel.calibration import LinkFit, fit_bench_result, load_bench_result
 from lyasched.store import open_db
 from lyasched.store.cluster import cluster_link_rows, save_cluster_links
 
@@ -31,7 +31,7 @@ def torchrun_command(nproc: int, out: str, sizes: str | None, warmup: int, repea
     cmd = [python, "-m", "torch.distributed.run"]
     if nnodes == 1:
         cmd += ["--standalone"]
-    cmd += ["--nproc-per-node", str(nproc), "-m", "lyasched.allreduce_bench", "--out", out,
+    cmd += ["--nproc-per-node", str(nproc), "-m", "lyasched.job.allreduce_bench", "--out", out,
             "--warmup", str(warmup), "--repeats", str(repeats)]
     if sizes:
         cmd += ["--sizes", sizes]
@@ -58,7 +58,7 @@ def sbatch_script(nodes: int, gpus_per_node: int, out: str, partition: str | Non
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         f"srun torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} \\",
         "  --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d --rdzv-endpoint $head:29500 \\",
-        f"  -m lyasched.allreduce_bench --out {shlex.quote(out)}" + "".join(f" {shlex.quote(a)}" for a in bench_args),
+        f"  -m lyasched.job.allreduce_bench --out {shlex.quote(out)}" + "".join(f" {shlex.quote(a)}" for a in bench_args),
         "",
     ]
     return "\n".join(lines)
@@ -85,7 +85,7 @@ def calibrate() -> None:
 def run_cmd(nproc, local, nodes, partition, out, sizes, warmup, repeats, timeout, store, db_path) -> None:
     """Run the all-reduce benchmark on this node (or print the sbatch job)."""
     if sizes:
-        from lyasched.allreduce_bench import parse_sizes  # validate before starting anything
+        from lyasched.job.allreduce_bench import parse_sizes  # validate before starting anything
 
         try:
             parse_sizes(sizes)

@@ -267,17 +267,17 @@ def show_queue(rdb, as_json: bool) -> None:
         click.echo(f"error       {s['error']}")
 
 
-# ---------------------------------------------------------------- start-up term (lyasched.startup)
+# ---------------------------------------------------------------- start-up term (lyasched.costmodel.startup)
 
 
 def _startup_terms(rdb) -> list:
-    from lyasched import startup
+    from lyasched.costmodel import startup
 
     return startup.terms(rdb)
 
 
 def _startup_dict(rdb) -> dict | None:
-    from lyasched import startup
+    from lyasched.costmodel import startup
 
     t = startup.term(rdb)
     return t.to_dict() if t else None
@@ -285,7 +285,7 @@ def _startup_dict(rdb) -> dict | None:
 
 def _startup_line(rdb) -> str:
     """The start-up term every prediction includes (launch, imports, rendezvous)."""
-    from lyasched import startup
+    from lyasched.costmodel import startup
 
     t = startup.term(rdb)
     if t is None:

@@ -105,7 +105,7 @@ def _duration(seconds: float) -> str:
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Cost table (default $LYASCHED_DB or ~/.local/share/lyasched/lyasched.db).")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="lyasched config for [cluster] (default $LYASCHED_CONFIG or /etc/lyasched/config.toml).")
 @click.option("--uid", help="lyasched job uid; resubmitting with the same uid returns the existing job.")
-@click.option("--checkpointable", is_flag=True, help="The script saves on SIGUSR1 and resumes (lyasched.checkpoint): the scheduler may shrink, grow or suspend it (docs/elastic.md).")
+@click.option("--checkpointable", is_flag=True, help="The script saves on SIGUSR1 and resumes (lyasched.job.checkpoint): the scheduler may shrink, grow or suspend it (docs/elastic.md).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the sbatch command; submit nothing.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")

@@ -127,7 +127,7 @@ def show(ctx: click.Context, sig: str, device: str | None, db_path: Path | None,
             m = f"{mems[i] / 2**20:9.1f}" if i < len(mems) else "        -"
             lines.append(f"              {b:5d} {s} {m}")
     if seen:
-        lines.append("runs          job        placement  local_bsz  step_ms   (reported by the job, lyasched.steptimes)")
+        lines.append("runs          job        placement  local_bsz  step_ms   (reported by the job, lyasched.job.steptimes)")
         for r in seen:
             lines.append(f"              {str(r['job_id'] or '-'):10s} {r['placement']:10s} {r['local_bsz']:9g}  "
                          f"{r['step_time'] * 1e3:8.3f}")

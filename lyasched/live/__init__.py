@@ -15,6 +15,8 @@
   hold again) and the reconciliation of starts a crash left open;
 - `mover.Mover`: the same for moves of running checkpointable jobs (a moving policy's
   ``preempt``): the decision becomes a move (`carry_out`), carried out across slots;
+- `learning`: what a finished job teaches the cost table (its step report, else its run time)
+  and the learned inputs a slot predicts waiting jobs from;
 - `loop`: one slot every ``slot_seconds`` until SIGTERM/SIGINT.
 
 The slot's policy input is built in one place shared with the simulator,

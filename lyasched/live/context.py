@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lyasched.cost import ClusterSpec, CostModel
+from lyasched.costmodel.cost import ClusterSpec, CostModel
 
 if TYPE_CHECKING:
     from lyasched.live.report import SlotReport

@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 import sqlite_utils
 
-from lyasched import learn, startup
-from lyasched.cost import ClusterSpec
-from lyasched.job import Job
+from lyasched.costmodel import startup
+from lyasched.live import learning
+from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.jobspec import Job
 from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
 from lyasched.policy.movable import movable_job, share_left, waited_so_far
@@ -132,10 +133,10 @@ class PolicyInputs:
     def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
         assert cost is not None
-        mkey = (s.sig, job.user or "")  # a user's own runs teach that user's jobs (lyasched.learn.refit_shared)
+        mkey = (s.sig, job.user or "")  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
         model = ctx.models.get(mkey)
         if model is None:  # once per model and user per slot: correction, learned profile, start-up term
-            learned, startup_s = learn.model_inputs(self.db, s.sig, ctx.device, job.user)
+            learned, startup_s = learning.model_inputs(self.db, s.sig, ctx.device, job.user)
             model = (self.correction(ctx, s.sig), learned, startup_s)
             old = self._models_seen.get(mkey)
             model = ctx.models[mkey] = self._models_seen[mkey] = old if old == model else model
@@ -172,7 +173,7 @@ class PolicyInputs:
                 run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
-            wj = startup.with_startup(wj, startup_s, limit)  # lyasched.startup: launch + imports + rendezvous
+            wj = startup.with_startup(wj, startup_s, limit)  # lyasched.costmodel.startup: launch + imports + rendezvous
             self.rows[key] = (inputs, wj)
             self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
             records.upsert_job(

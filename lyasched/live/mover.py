@@ -7,7 +7,7 @@ A move is carried out across slots, never blocking one:
    non-requeueable) and signalled (USR1, what launch.sbatch arranges; the script saves a
    checkpoint after its current step and exits), step ``signalled``;
 2. ``advance`` (every later slot, before the records are synced): once the job's checkpoint
-   marker (lyasched.checkpoint.read_marker) shows a save made for the move,
+   marker (lyasched.job.checkpoint.read_marker) shows a save made for the move,
    ``scontrol requeuehold`` (step ``requeued``); a resize then gets ``scontrol update`` to its
    new count and placement (step ``resized``), ``Requeue=0`` again and ``scontrol release``
    (step ``released``, done: Slurm starts it on the new GPUs, the script resumes from the
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lyasched import userfiles
-from lyasched.checkpoint import MARKER, MARKER_MAX_BYTES, checkpoint_dir, parse_marker
+from lyasched.job.checkpoint import MARKER, MARKER_MAX_BYTES, checkpoint_dir, parse_marker
 from lyasched.live.context import SlotContext
 from lyasched.live import step as step_rules  # the record changes (one place: the state machine)
 from lyasched.live.crash import CrashPoints

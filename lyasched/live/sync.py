@@ -3,7 +3,7 @@ transaction (`RecordSync.listed`), then the jobs it no longer lists (`RecordSync
 
 The steps themselves are the pure state machine of lyasched.live.step; this module reads the rows
 they start from, writes the batch (`step.apply`), logs the steps' warnings and has the cost table
-taught from each finished job after the commit (`learn.job_finished`). A record changes here only
+taught from each finished job after the commit (`learning.job_finished`). A record changes here only
 because Slurm's view changed; what the service itself does to a job (start, hold again, move) is
 written by the actor with its Slurm command (lyasched.live.starter, lyasched.live.mover).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from lyasched import learn
+from lyasched.live import learning
 from lyasched.live import step
 from lyasched.live.context import SlotContext
 from lyasched.slurm import Slurm, SlurmError
@@ -111,7 +111,7 @@ class RecordSync:
                 job = seen[st.uid][0]
                 ctx.report.finished.append(job.job_id)
                 if st.learn is not None:
-                    self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.learn)
+                    self._finish(ctx, st.row, *st.learn)  # with its start time (lyasched.costmodel.learn)
         return seen
 
     def _rows(self, by_uid: dict, rev: int | None) -> dict[str, dict]:
@@ -178,6 +178,6 @@ class RecordSync:
         return self._accounting
 
     def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
-        """What a finished job teaches the cost table (lyasched.learn.job_finished)."""
-        learn.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
-                           lambda: learn.workdir_of(self.slurm, row["slurm_id"]))
+        """What a finished job teaches the cost table (lyasched.live.learning.job_finished)."""
+        learning.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
+                           lambda: learning.workdir_of(self.slurm, row["slurm_id"]))

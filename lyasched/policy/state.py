@@ -13,8 +13,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from lyasched.cost import CostModel
-from lyasched.job import Job
+from lyasched.costmodel.cost import CostModel
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy.placement import EQUAL_PER_NODE, Placement
 
 

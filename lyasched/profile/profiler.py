@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from lyasched.fit import LinearFit, fit_linear
+from lyasched.costmodel.fit import LinearFit, fit_linear
 from lyasched.profile.models import ModelSpec
 from lyasched.profile.result import ProfileResult
 from lyasched.profile.signature import device_type, model_signature

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from lyasched.cost import Profile
+from lyasched.costmodel.cost import Profile
 
 SCHEMA_VERSION = 1
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyasched.cost import Profile
+from lyasched.costmodel.cost import Profile
 
 
 @dataclass(frozen=True)

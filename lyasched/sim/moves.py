@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from lyasched.job import Job
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy.movable import MovableJob, movable_job, share_left, waited_so_far
 from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 

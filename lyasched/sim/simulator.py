@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from lyasched.cost import ClusterSpec, CostModel
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s

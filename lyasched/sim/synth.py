@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lyasched.cost import ClusterSpec, CostModel
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.jobspec import Job
 from lyasched.sim.models import MODELS, OTHER_MODELS, profile
 
 PREFIX = "synth:"

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lyasched.cost import ClusterSpec, CostModel, Link
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link
+from lyasched.costmodel.jobspec import Job
 from lyasched.sim.models import MODELS, epoch_iterations, profile
 
 

@@ -136,7 +136,7 @@ def make_backend(choice: str = "auto", *, timeout: float = 30.0, retries: int = 
                  prefix: Sequence[str] = ()) -> tuple[Slurm, str]:
     """(backend, why it was chosen). BackendChoiceError when ``choice`` is "pyslurm" and pyslurm
     is missing, broken or of another Slurm release than the running one."""
-    from lyasched.slurm import SlurmCLI
+    from lyasched.slurm.tools import SlurmCLI
     from lyasched.slurm.cli import CliSlurm
 
     if choice not in BACKENDS:

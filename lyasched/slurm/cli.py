@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from lyasched.slurm import NoSuchJob, SlurmCLI
+from lyasched.slurm.errors import NoSuchJob
+from lyasched.slurm.tools import SlurmCLI
 from lyasched.slurm import commands
 from lyasched.slurm import query as q
 from lyasched.slurm import submit as sub

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from lyasched.slurm import SlurmError, SlurmUnavailable, retryable, slurm_error
+from lyasched.slurm.errors import SlurmError, SlurmUnavailable, retryable, slurm_error
 from lyasched.slurm.pyslurm_worker import read_frame, write_frame
 from lyasched.slurm.types import AccountingRecord, ClusterConfig, NodeInfo, SlurmJob
 
@@ -70,7 +70,7 @@ class PySlurm:
 
     def __init__(self, timeout: float = 30.0, retries: int = 2, backoff: float = 1.0, prefix: Sequence[str] = (),
                  cli: Any | None = None, python: str = sys.executable) -> None:
-        from lyasched.slurm import SlurmCLI
+        from lyasched.slurm.tools import SlurmCLI
         from lyasched.slurm.cli import CliSlurm
 
         self.timeout, self.retries, self.backoff = timeout, retries, backoff

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import sqlite_utils
 
-from lyasched.cost import ClusterSpec, Link
+from lyasched.costmodel.cost import ClusterSpec, Link
 
 TABLE = "cluster_params"
 KINDS = ("intra", "inter")

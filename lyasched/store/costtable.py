@@ -10,7 +10,7 @@ When a job finishes, r = observed / uncorrected-prediction is clamped to [0.25, 
 c <- clamp((1 - W) * c + W * r, 0.5, 2) with W = 0.3; the corrected profile scales alpha and
 beta by c. A fresh measurement of the same key resets c (the new fit is the new baseline).
 
-Learning from every run (`lyasched.learn`, docs/profiling.md): a job that reports its step
+Learning from every run (`lyasched.costmodel.learn`, docs/profiling.md): a job that reports its step
 times adds a row to ``profile_runs``; the entry's learned profile (compute and per-link
 all-reduce factors, ``learned_json``) is refitted from every run since the entry was last
 profiled, c is reset (the learned fit is the new baseline), and ``profile_events`` keeps one
@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlite_utils
 
-from lyasched.cost import Profile
+from lyasched.costmodel.cost import Profile
 from lyasched.profile.signature import device_type as normalise_device
 
 TABLE = "profiles"
@@ -74,7 +74,7 @@ class CostEntry:
     correction: float = 1.0
     observations: int = 0
     last_ratio: float | None = None  # last observed / uncorrected-predicted run time (unclamped)
-    learned_json: str | None = None  # the profile learned from reported runs (lyasched.learn), if any
+    learned_json: str | None = None  # the profile learned from reported runs (lyasched.costmodel.learn), if any
     learned_runs: int | None = 0
 
     @property
@@ -177,7 +177,7 @@ def get(db: sqlite_utils.Database, sig: str, device: str) -> CostEntry | None:
 def learned_profile(db: sqlite_utils.Database, sig: str, device: str, user: str | None = None) -> Profile | None:
     """The learned, uncorrected profile of (sig, device) when its jobs reported runs, else None:
     ``user``'s own (fitted on that user's runs alone) when they reported any, else the one
-    shared by all users (`lyasched.learn.refit_shared`: robust to any one user's reports).
+    shared by all users (`lyasched.costmodel.learn.refit_shared`: robust to any one user's reports).
     Indexed reads and no DDL (the service calls it for every waiting model every slot)."""
     import sqlite3
 
@@ -284,12 +284,12 @@ def runs(db: sqlite_utils.Database, sig: str, device: str) -> list[dict[str, Any
 
 
 def learn(db: sqlite_utils.Database, sig: str, device: str, run: Any, cluster: Any, model: str = "") -> CostEntry | None:
-    """Record one reported run (a `lyasched.learn.Run`) and refit the entry's learned profile
-    from every run since it was profiled (`lyasched.learn.refit` against ``cluster``, a
+    """Record one reported run (a `lyasched.costmodel.learn.Run`) and refit the entry's learned profile
+    from every run since it was profiled (`lyasched.costmodel.learn.refit` against ``cluster``, a
     `ClusterSpec`). Resets the correction factor. ``model`` (the name the job reported) replaces
     a placeholder model name (the service creates entries named by their signature). None when
     there is no entry."""
-    from lyasched.learn import Run, refit, refit_shared
+    from lyasched.costmodel.learn import Run, refit, refit_shared
 
     dev = normalise_device(device)
     ensure_table(db)

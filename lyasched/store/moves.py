@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from lyasched.store import records
+from lyasched.store import steprows
 
 MOVE_COLUMNS: dict[str, type] = {
     "id": int,
@@ -71,7 +71,7 @@ def _add_run_started(db: sqlite_utils.Database) -> None:
 
     if has():  # the usual case: no write lock taken
         return
-    with records.transaction(db):
+    with steprows.transaction(db):
         if has():
             return
         db.execute("ALTER TABLE moves ADD COLUMN run_started FLOAT")
@@ -82,15 +82,15 @@ def _add_run_started(db: sqlite_utils.Database) -> None:
 
 
 def open_move(db: sqlite_utils.Database, **fields: Any) -> int:
-    return records.open_step_row(db, "moves", MOVE_COLUMNS, "move", fields)
+    return steprows.open_step_row(db, "moves", MOVE_COLUMNS, "move", fields)
 
 
 def mark(db: sqlite_utils.Database, move_id: int, **fields: Any) -> None:
-    records.mark_step_row(db, "moves", move_id, fields)
+    steprows.mark_step_row(db, "moves", move_id, fields)
 
 
 def open_moves(db: sqlite_utils.Database) -> list[dict]:
-    return records.open_step_rows(db, "moves")
+    return steprows.open_step_rows(db, "moves")
 
 
 def unfinished_restarts(db: sqlite_utils.Database) -> list[dict]:

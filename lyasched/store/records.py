@@ -18,16 +18,16 @@ mode never wait. The service creates the file 0644 so that users can read it (se
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import sqlite_utils
 
-from lyasched.store import open_db
+from lyasched.store import moves, open_db  # moves: of running jobs (docs/elastic.md)
+from lyasched.store.steprows import clean as _clean
+from lyasched.store.steprows import mark_step_row, open_step_row, open_step_rows, transaction
 
 SCHEMA_VERSION = 3  # 2: intents table (created on open, nothing else changed); 3: moves.run_started (added on open)
 
@@ -112,8 +112,6 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
     db.table("intents").create(INTENT_COLUMNS, pk="id", if_not_exists=True)
     db.table("intents").create_index(["state"], if_not_exists=True)
-    from lyasched.store import moves  # moves of running jobs (docs/elastic.md)
-
     moves.ensure(db)
     db.table("jobs").create_index(["slurm_id"], if_not_exists=True)
     db.table("jobs").create_index(["user"], if_not_exists=True)
@@ -193,25 +191,6 @@ def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
     else:
         raise RecordsUnavailable(f"{p}: cannot read lyasched database: {last}")
     return sqlite_utils.Database(conn)
-
-
-@contextmanager
-def transaction(db: sqlite_utils.Database) -> Iterator[None]:
-    """One short write transaction (the connection is in autocommit mode otherwise)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    else:
-        db.execute("COMMIT")
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 # ---------------------------------------------------------------- jobs
@@ -385,28 +364,6 @@ def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
 
 
 # ---------------------------------------------------------------- start intents (crash consistency)
-
-
-def open_step_row(db: sqlite_utils.Database, table: str, columns: dict[str, Any], what: str,
-                  fields: dict[str, Any]) -> int:
-    """Insert an open step record (a start intent, a move: written before acting on Slurm) in
-    ``table``; returns its id. ``what`` names the record in the error on an unknown column."""
-    unknown = set(fields) - set(columns)
-    if unknown:
-        raise KeyError(f"unknown {what} column(s): {', '.join(sorted(unknown))}")
-    with transaction(db):
-        db.table(table).insert({"step": "decided", "state": "open", **{k: _clean(v) for k, v in fields.items()}},
-                               columns=columns)
-        return int(db.execute("select last_insert_rowid()").fetchone()[0])
-
-
-def mark_step_row(db: sqlite_utils.Database, table: str, row_id: int, fields: dict[str, Any]) -> None:
-    sets = ", ".join(f"{k} = ?" for k in fields)
-    db.execute(f"UPDATE {table} SET {sets} WHERE id = ?", [*(_clean(v) for v in fields.values()), row_id])
-
-
-def open_step_rows(db: sqlite_utils.Database, table: str) -> list[dict]:
-    return list(db.query(f"select * from {table} where state = 'open' order by id"))
 
 
 def open_intent(db: sqlite_utils.Database, **fields: Any) -> int:

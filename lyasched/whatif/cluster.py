@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from lyasched.cost import ClusterSpec
+from lyasched.costmodel.cost import ClusterSpec
 from lyasched.slurm import SlurmError
 from lyasched.slurm.query import NodeInfo
 from lyasched.store.placement import NodePlacement

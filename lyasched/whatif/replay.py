@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from lyasched.cost import ClusterSpec
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import make_policy
 from lyasched.sim import SimResult, Simulation, true_factors
 from lyasched.sim.workloads import TraceRow, trace_jobs

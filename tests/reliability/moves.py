@@ -32,7 +32,7 @@ after), moves left open, the records' consistency problems, and runs not made as
 (the worker's uid, and Slurm's user of the job).
 
 A job is a small worker under ``srun`` (the move's signal goes to job steps) that does one
-"step" every 0.5 s, saves a lyasched.checkpoint completion marker and exits on SIGUSR1, and
+"step" every 0.5 s, saves a lyasched.job.checkpoint completion marker and exits on SIGUSR1, and
 resumes from the marker's step; it logs every start (with its uid), checkpoint and end.
 """
 

@@ -3,7 +3,7 @@
 Launch (srun, torchrun), Python imports, model construction and rendezvous cost tens of
 seconds whatever the model; the per-iteration cost model cannot see them, so a prediction
 without them is wrong by that much for every job (`make demo`: PRED 0.01 s next to OBS 32 s).
-Each job that reports its steps (`lyasched.steptimes`) gives one sample: first step's begin
+Each job that reports its steps (`lyasched.job.steptimes`) gives one sample: first step's begin
 minus Slurm's start time. Samples are kept per (cluster, launcher) in table ``startup``; the
 term is the median over users of each user's median of their last `WINDOW` samples (robust to
 one slow node, and to one user whose reports lie: a user is one vote however many jobs they

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.fit import fit_linear, fit_link
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.fit import fit_linear, fit_link
 
 if TYPE_CHECKING:
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
 
 # Prior for the intra/inter bandwidth ratio when only one kind of link was measured:
 # the ratio of ClusterSpec's defaults (NVLink-class vs 100 Gb/s-class).
@@ -349,7 +349,7 @@ def calibrate_app(
 
 @dataclass(frozen=True)
 class LinkFit:
-    """A Link fitted from one `lyasched.allreduce_bench` result."""
+    """A Link fitted from one `lyasched.job.allreduce_bench` result."""
 
     kind: str  # "intra" (one node) or "inter" (ranks span nodes)
     link: Link
@@ -370,7 +370,7 @@ def load_bench_result(path: str | Path) -> dict:
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{p}: expected a JSON object from lyasched.allreduce_bench")
+        raise ValueError(f"{p}: expected a JSON object from lyasched.job.allreduce_bench")
     sizes, secs = doc.get("sizes"), doc.get("seconds")
     if not isinstance(sizes, list) or not isinstance(secs, list) or len(sizes) != len(secs) or len(sizes) < 2:
         raise ValueError(f"{p}: needs equally long 'sizes' and 'seconds' lists with at least 2 entries")
@@ -388,7 +388,7 @@ def load_bench_result(path: str | Path) -> dict:
 
 
 def fit_bench_result(doc: dict, source: str = "") -> LinkFit:
-    """Ring model t = 2(g-1)/g * bytes/bw + 2(g-1)*lat fitted with lyasched.fit.fit_link."""
+    """Ring model t = 2(g-1)/g * bytes/bw + 2(g-1)*lat fitted with lyasched.costmodel.fit.fit_link."""
     link, r2 = fit_link([float(s) for s in doc["sizes"]], [float(t) for t in doc["seconds"]], int(doc["world_size"]))
     kind = "inter" if doc["spans_nodes"] else "intra"
     return LinkFit(kind, link, r2, int(doc["world_size"]), str(doc.get("backend", "")),
@@ -457,7 +457,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
     multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen.
     Applications marked ``held_out`` are in no training set at all."""
-    from lyasched.commshape import CommShape, Rows, fit_shape, fit_v
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape, fit_v
 
     keys = [a.key for a in apps]
     if len(set(keys)) != len(keys):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
-    from lyasched.commshape import CommShape
+    from lyasched.costmodel.commshape import CommShape
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Profile:
     mem_base: float = 0.0  # peak memory at batch 0 (bytes): weights, grads, optimizer state
     mem_per_sample: float = 0.0  # extra peak memory per sample (bytes): activations
     source: str = "measured"  # "measured" or "estimated"
-    # Factors on the ring all-reduce time learned from this model's own runs (lyasched.learn):
+    # Factors on the ring all-reduce time learned from this model's own runs (lyasched.costmodel.learn):
     # 1 = the ring model as calibrated for the cluster.
     comm_scale_intra: float = 1.0
     comm_scale_inter: float = 1.0
@@ -60,8 +60,8 @@ class ClusterSpec:
     gpu_mem: float = 32e9  # bytes per GPU
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))  # NVLink-class
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))  # 100 Gb/s-class
-    # Optional cluster-level growth/overlap/contention terms (lyasched.commshape, fitted across
-    # applications by lyasched.calibration.leave_one_app_out); None = the plain ring model.
+    # Optional cluster-level growth/overlap/contention terms (lyasched.costmodel.commshape, fitted across
+    # applications by lyasched.costmodel.calibration.leave_one_app_out); None = the plain ring model.
     shape: "CommShape | None" = None
 
     @property

@@ -1,6 +1,6 @@
 """How a cluster's communication and contention grow with the placement (pure, no torch).
 
-The ring term ``2(g-1)/g * V/bw`` of `lyasched.cost` saturates at 2V/bw, but measured
+The ring term ``2(g-1)/g * V/bw`` of `lyasched.costmodel.cost` saturates at 2V/bw, but measured
 all-reduces keep growing with the number of replicas and nodes (stragglers, per-hop
 latency, switch contention; Pollux, OSDI'21, models it as linear in the replica count).
 A `CommShape` is what one *cluster* contributes to a job's step time, whatever the model:
@@ -213,7 +213,7 @@ class Rows:
 
     @classmethod
     def of(cls, app: str, alpha: float, beta: float, rows: Sequence, grad_bytes: float | None = None) -> "Rows":
-        """From `lyasched.calibration.PlacementRow`-like rows (placement, local_bsz, step_time)."""
+        """From `lyasched.costmodel.calibration.PlacementRow`-like rows (placement, local_bsz, step_time)."""
         rows = [r for r in rows if sum(r.placement) > 1 and r.step_time > 0]
         return cls(app, alpha, beta,
                    np.array([r.local_bsz for r in rows], float), np.array([sum(r.placement) for r in rows], float),

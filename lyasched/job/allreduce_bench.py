@@ -1,14 +1,14 @@
 """All-reduce benchmark: measured time per message size on the ranks torchrun started.
 
-    torchrun --nproc-per-node 2 -m lyasched.allreduce_bench --out result.json
-    srun ... torchrun --nnodes 2 ... -m lyasched.allreduce_bench --out inter.json   (docs/calibration.md)
+    torchrun --nproc-per-node 2 -m lyasched.job.allreduce_bench --out result.json
+    srun ... torchrun --nnodes 2 ... -m lyasched.job.allreduce_bench --out inter.json   (docs/calibration.md)
 
 gloo on CPU, NCCL when CUDA is available. Each size: warm-up, then ``repeats`` timed
 all-reduces of a float32 tensor, each fenced by a barrier so every rank starts together;
 the slowest rank's median is the size's time (a collective is as slow as its slowest
 member). Rank 0 writes JSON: sizes, seconds, world size, backend, hosts and whether the
 ranks span nodes (from the gathered hostnames). `lyasched calibrate fit` turns it into a
-Link via lyasched.fit.fit_link.
+Link via lyasched.costmodel.fit.fit_link.
 """
 
 from __future__ import annotations

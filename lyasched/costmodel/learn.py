@@ -1,4 +1,4 @@
-"""Learning a model's profile from the step times its jobs report (`lyasched.steptimes`).
+"""Learning a model's profile from the step times its jobs report (`lyasched.job.steptimes`).
 
 Pure parts: `read_steps` parses a job's step file into a `StepReport` (per-step time of the
 slowest rank, placement, local batch, when the first step began); `refit` turns a base
@@ -10,28 +10,23 @@ slowest rank, placement, local batch, when the first step began); `refit` turns 
   model's ring all-reduce time, least squares over the multi-GPU runs of that kind of
   (observed step - compute), so the policy's iter_time = compute + comm reproduces them.
 
-`job_ended` is the service's entry point (I/O: reads the file, writes the cost table).
-docs/profiling.md ("Learning from every run").
+The service's side (reading a finished job's report, writing the cost table, the inputs a slot
+predicts from) is `lyasched.live.learning`. docs/profiling.md ("Learning from every run").
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Sequence
 
-from lyasched.cost import ClusterSpec, CostModel, Profile, ring_allreduce_time
-from lyasched.fit import fit_linear
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile, ring_allreduce_time
+from lyasched.costmodel.fit import fit_linear
 
-if TYPE_CHECKING:
-    from lyasched.store.jobrecord import JobRecord
-
-log = logging.getLogger("lyasched.learn")
 
 WARMUP_STEPS = 2  # first steps of a rank left out (allocator, caches, DDP bucket rebuild)
 MAX_RANKS = 1 << 16  # ranks and world sizes beyond this are not a real report
@@ -123,7 +118,7 @@ def parse_steps(data: bytes | str) -> StepReport | None:
         return None
     slowest = [max(per[i][1] for per in steps.values()) for i in counted]
     m0 = meta.get(0) or next(iter(meta.values()), {})
-    world = len(steps)  # every rank reports (lyasched.steptimes): a claimed world of any other size is not believed
+    world = len(steps)  # every rank reports (lyasched.job.steptimes): a claimed world of any other size is not believed
     nnodes = int(min(max(_num(m0.get("nnodes")) or 1, 1), world))
     gpn = int(min(max(_num(m0.get("gpus_per_node")) or max(1, world // nnodes), 1), MAX_RANKS))
     placement = (gpn,) * nnodes if gpn * nnodes == world else (world,)
@@ -247,177 +242,6 @@ def predict_step(profile: Profile, cluster: ClusterSpec, placement: Sequence[int
         else profile.step_time(local_bsz)
 
 
-# ---------------------------------------------------------------- service entry point
-
-
 def steps_path(workdir: str, job_id: str) -> Path:
     """Where lyasched's launch script points ``LYASCHED_STEPS_FILE`` (templates/launch.sbatch)."""
     return Path(workdir) / ".lyasched" / f"steps-{job_id}.tsv"
-
-
-def job_ended(db: Any, rec: JobRecord, device: str, cluster: ClusterSpec | None, workdir: str | None,
-              started: float | None = None) -> bool:
-    """Learn from a finished job's step report, if it wrote one: record the run, refit the
-    model's profile (cost table, provenance 'learned from N runs') and the start-up time of
-    its launcher on this cluster. True when the job reported (the caller then skips the
-    run-time correction, which is for jobs that never report)."""
-    from lyasched import startup
-    from lyasched.store import costtable
-
-    from lyasched import userfiles
-
-    if not workdir:
-        return False
-    job = f"job {rec.slurm_id}"
-    owner = userfiles.uid_of(rec.user)
-    if owner is None:
-        userfiles.warn_once(job, "step report", f"the job's user {rec.user!r} is unknown here")
-        return False
-    try:
-        got = userfiles.read_user_file(workdir, [".lyasched", f"steps-{rec.slurm_id}.tsv"], owner, MAX_REPORT_BYTES)
-    except userfiles.UserFileError as e:
-        if "No such file" not in str(e):  # a job that never reported is not worth a warning
-            userfiles.warn_once(job, "step report", e)
-        return False
-    data = got.data[: got.data.rfind(b"\n") + 1] if got.truncated else got.data
-    if got.truncated:
-        userfiles.warn_once(job, "step report", f"longer than {MAX_REPORT_BYTES} bytes: its first part used")
-    rep = parse_steps(data)
-    if rep is None:
-        return False
-    if rec.sig is None:
-        return False
-    entry = costtable.get(db, rec.sig, device)
-    if entry is None:
-        return False
-    cluster = cluster or ClusterSpec(nodes=1, gpus_per_node=1)
-    start = started if started else rec.started
-    if start and rep.first_begin >= start:
-        startup.observe(db, rep.cluster or "default", rep.launcher or "unknown", rep.first_begin - float(start),
-                        str(rec.slurm_id), rec.user or "")
-    costtable.learn(db, rec.sig, device, Run(rep.placement, rep.local_bsz, rep.step_time, str(rec.slurm_id),
-                                             rec.user or ""),
-                    cluster, model=rep.model)
-    invalidate()
-    log.info("job %s: learned from %d steps on %s (median %.4f s/step)", rec.slurm_id, rep.steps,
-             "".join(map(str, rep.placement)), rep.step_time)
-    return True
-
-
-# (id(conn), sig, device) -> (time, conn, learned profile, start-up s). The entry holds the
-# connection itself, so its id cannot be reused by another database while the entry lives.
-_CACHE: dict[tuple, tuple[float, Any, Profile | None, float]] = {}
-CACHE_SECONDS = 1.0  # a slot reads every waiting job's inputs: one cost-table read per model per second
-
-
-def invalidate() -> None:
-    """Forget cached inputs (after this process learned a profile or a start-up sample)."""
-    _CACHE.clear()
-
-
-def waiting_inputs(db: Any, summary: Any, device: str, user: str | None = None) -> tuple[Profile, float]:
-    """What the service predicts a waiting job of ``user`` from: the model's learned profile
-    when its runs have reported (the user's own when they reported; else the job's own cost
-    summary), and the start-up term (s). Cached for `CACHE_SECONDS` per model and user;
-    learning in this process invalidates the cache."""
-    learned, s = model_inputs(db, summary.sig, device, user)
-    return learned or summary.to_profile(), s
-
-
-def model_inputs(db: Any, sig: str, device: str, user: str | None = None) -> tuple[Profile | None, float]:
-    """`waiting_inputs` of a model for ``user``'s jobs: the learned profile (None when the
-    model's runs never reported) and the start-up term (s); the same for every job of the model
-    and user (a slot asks once per model and user)."""
-    import sqlite3
-    import time
-
-    from lyasched import startup
-    from lyasched.store import costtable
-
-    key = (id(db.conn), sig, device, user or "")
-    now = time.monotonic()
-    hit = _CACHE.get(key)
-    if hit is None or now - hit[0] > CACHE_SECONDS:
-        try:
-            s = startup.seconds(db)
-        except sqlite3.OperationalError:
-            s = 0.0
-        if len(_CACHE) > 256:  # drop expired entries (and the connections they hold)
-            for k in [k for k, v in _CACHE.items() if now - v[0] > CACHE_SECONDS]:
-                del _CACHE[k]
-        hit = _CACHE[key] = (now, db.conn, costtable.learned_profile(db, sig, device, user), s)
-    return hit[2], hit[3]
-
-
-def workdir_of(slurm: Any, job_id: str) -> str | None:
-    """The job's working directory (its step file lives there), from the Slurm interface
-    (``scontrol show job``, or pyslurm); None when Slurm no longer knows the job."""
-    from lyasched.slurm import as_backend
-
-    try:  # the Slurm interface (lyasched.slurm.backend): scontrol show job, or pyslurm
-        return as_backend(slurm).work_dir(job_id)
-    except Exception as e:  # noqa: BLE001 -- any failure means: no report to learn from
-        log.info("job %s: no working directory from Slurm (%s)", job_id, str(e).splitlines()[0][:200] if str(e) else e)
-        return None
-
-
-def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, counts: Any,
-                       user: str | None = None) -> dict[int, float]:
-    """Predicted run time (s) per GPU count as lyasub prints it, from what the service decides
-    with: `waiting_inputs` (the learned profile when the model's runs have reported, else the
-    summary's; the start-up term), the calibrated links (`with_calibrated_links`) and the
-    model's bounded run-time correction (on the iterations, not the start-up). Not capped at
-    the time limit (the service caps there). No readable database: the summary alone."""
-    import sqlite3
-    from pathlib import Path
-
-    from lyasched.cost import CostModel
-    from lyasched.security import bounded_correction
-    from lyasched.store import costtable, open_db
-    from lyasched.store.cluster import with_calibrated_links
-
-    p = Path(db_path)
-    profile, startup_s, corr = summary.to_profile(), 0.0, 1.0
-    if p.exists():
-        try:
-            db = open_db(p)
-            profile, startup_s = waiting_inputs(db, summary, device, user)
-            cost = CostModel(with_calibrated_links(db, cost.cluster))
-            entry = costtable.get(db, summary.sig, device)
-            corr = bounded_correction(entry.correction if entry else None)
-        except sqlite3.Error:
-            pass
-    gpn = cost.cluster.gpus_per_node
-    return {g: corr * cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
-            for g in counts}
-
-
-def job_finished(db: Any, row: dict, slurm_state: str, observed: float | None, device: str,
-                 cluster: ClusterSpec | None, workdir: Callable[[], str | None]) -> None:
-    """What a finished job teaches the cost table (the service calls it once per finished job):
-    a COMPLETED job with a prediction and an observed run time creates its model's entry from
-    its cost summary the first time; then its step report refits the profile (`job_ended`), or,
-    when it wrote none, its observed/predicted ratio refines the correction. ``workdir``: where
-    the job wrote its report, asked only when needed."""
-    from lyasched import startup
-    from lyasched.store import costtable, records
-    from lyasched.store.jobrecord import JobRecord
-    from lyasched.summary import CostSummary
-
-    pred = row.get("predicted")
-    if slurm_state != "COMPLETED" or not observed or not pred or row.get("refined"):
-        return
-    try:
-        if costtable.get(db, row["sig"], device) is None and row.get("summary"):
-            s = CostSummary.decode(row["summary"])
-            p = s.to_profile()
-            costtable.put(db, {
-                "signature": s.sig, "device_type": device, "model": s.sig, "alpha": p.alpha, "beta": p.beta,
-                "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
-                "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
-            })
-        if not job_ended(db, JobRecord.from_row(row), device, cluster, workdir()):
-            costtable.refine(db, row["sig"], device, *startup.steady(float(pred), float(observed), startup.seconds(db)))
-        records.upsert_job(db, row["uid"], refined=1)
-    except ValueError as e:
-        log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)

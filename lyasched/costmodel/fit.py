@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lyasched.cost import Link
+from lyasched.costmodel.cost import Link
 
 
 @dataclass(frozen=True)

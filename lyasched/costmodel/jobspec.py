@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lyasched.cost import CostModel, Profile
+from lyasched.costmodel.cost import CostModel, Profile
 
 
 @dataclass(frozen=True)

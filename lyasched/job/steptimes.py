@@ -1,6 +1,6 @@
 """In-job step-time reporting: two calls in a training loop, one small file per job.
 
-    from lyasched.steptimes import StepTimes
+    from lyasched.job.steptimes import StepTimes
     steps = StepTimes()              # once, as early as possible in the script
     for batch in data:
         steps.begin()                # call 1: a training step starts
@@ -17,7 +17,7 @@ whole after one another, and the reader skips any line it cannot parse. Format (
     M <rank> <json: world, local_rank, local_bsz, nnodes, gpus_per_node, host, launcher, t_created>
     S <rank> <step> <begin, unix seconds> <duration, seconds>
 
-`lyasched.learn` reads it when the job ends. No torch import here.
+`lyasched.costmodel.learn` reads it when the job ends. No torch import here.
 """
 
 from __future__ import annotations
