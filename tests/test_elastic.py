@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lyasched.job import Job
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import make_policy
 from lyasched.policy.elastic import ElasticPolicy
 from lyasched.policy.movable import MovableJob

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lyasched.cost import ClusterSpec, CostModel, Link, Profile
-from lyasched.job import Job
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.jobspec import Job
 from lyasched.policy import make_policy
 from lyasched.policy.common import nearest_allowed
 from lyasched.policy.lyapunov import LyapunovPolicy, _knapsack
