@@ -470,7 +470,11 @@ def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, se
     assert _outcomes(fast) == _outcomes(ref)
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"
     rec = json.loads((pathlib.Path(__file__).parent / "data" / "elastic_replay_outcomes.json").read_text())[f"{name}/{seed}/{n}"]
-    assert [(float(a), float(b), g, p, z) for _, a, b, g, p, z in rec] == _outcomes(fast)
+    # the same schedule: GPU counts, moves exactly; times to the last few ulps (a numpy release may
+    # round a sum differently in its last digit: 2489.0841671816706 against ...671)
+    got = _outcomes(fast)
+    assert [(g, p, z) for _, _, _, g, p, z in rec] == [o[2:] for o in got]
+    assert [float(x) for _, a, b, *_ in rec for x in (a, b)] == pytest.approx([x for o in got for x in o[:2]], rel=1e-12)
 
 
 def test_a_policy_that_never_moves_replays_as_lyapunov():
