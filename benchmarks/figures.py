@@ -221,6 +221,15 @@ def render(data: dict[str, Any]) -> tuple[str, str]:
         "the date, machine and commands).\n\n" + head
 
 
+def splice(text: str, head: str) -> str:
+    """``text`` (the README) with its headline block (between HEADLINE_BEGIN and HEADLINE_END)
+    replaced by ``head``; unchanged when it has no such block."""
+    i, j = text.find(HEADLINE_BEGIN), text.find(HEADLINE_END)
+    if i < 0 or j < i:
+        return text
+    return text[: i + len(HEADLINE_BEGIN)] + "\n" + head + text[j:]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, no Philly window, fewer repeats (minutes)")
@@ -244,6 +253,15 @@ def main() -> int:
         with open(path, "w") as f:
             f.write(text)
         print(f"figures: wrote {path}", file=sys.stderr)
+    readme = os.path.join(REPO, "README.md")
+    if os.path.abspath(a.out_dir) == os.path.join(REPO, "docs") and os.path.exists(readme):
+        with open(readme) as f:
+            old = f.read()
+        new = splice(old, headline(data))
+        if new != old:
+            with open(readme, "w") as f:
+                f.write(new)
+            print(f"figures: wrote the headline into {readme}", file=sys.stderr)
     print(f"figures: done in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return 0
 

@@ -57,3 +57,12 @@ def test_from_json_writes_both_pages(tmp_path):
     page = (tmp_path / "results.md").read_text()
     assert "mode: full" in page and "| seed-small-bursty | 2,000 |" in page
     assert "| seed-small-bursty | 0.50 |" in (tmp_path / "results-headline.md").read_text()
+
+
+def test_the_readme_headline_block_is_replaced_and_nothing_else():
+    from figures import HEADLINE_BEGIN, HEADLINE_END, splice
+
+    text = f"intro\n{HEADLINE_BEGIN}\nold table\n{HEADLINE_END}\nrest\n"
+    out = splice(text, "| new |\n")
+    assert out == f"intro\n{HEADLINE_BEGIN}\n| new |\n{HEADLINE_END}\nrest\n"
+    assert splice("no block here\n", "| new |\n") == "no block here\n"
