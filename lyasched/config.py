@@ -20,6 +20,10 @@ V = 10.0
 [slurm]
 backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
 
+[metrics]                  # Prometheus metrics of `lyasched serve` (absent: off; docs/service.md, Monitoring)
+port = 9464                # 0 = any free port (logged)
+address = "127.0.0.1"      # bind address
+
 [cluster]                  # what the cost model assumes about the hardware
 gpu_mem = 32e9
 intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
@@ -74,6 +78,8 @@ class Config:
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))
     shape: Any = None  # lyasched.costmodel.commshape.CommShape from [cluster] shape; None = plain ring model
+    metrics_port: int | None = None  # [metrics] port: Prometheus metrics of serve (None = off; 0 = any free port)
+    metrics_address: str = "127.0.0.1"  # [metrics] address: what the metrics server binds
     source: str = "<defaults>"
 
 
@@ -150,9 +156,9 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     """Validate a parsed TOML document and build a Config (relative db paths resolve against
     ``base_dir``, the config file's directory)."""
     where = source
-    unknown = set(data) - {"service", "policy", "cluster", "slurm"}
+    unknown = set(data) - {"service", "policy", "cluster", "slurm", "metrics"}
     if unknown:
-        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm)")
+        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm, metrics)")
     d = Config()
     kw: dict[str, Any] = {"source": source}
 
@@ -230,7 +236,31 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
         kw["inter"] = _link(where, "cluster.inter", cl["inter"], d.inter)
     if "shape" in cl:
         kw["shape"] = _shape(where, cl["shape"])
+    kw.update(_metrics(where, data.get("metrics", {})))
     return Config(**kw)
+
+
+def _metrics(where: str, value: Any) -> dict[str, Any]:
+    """[metrics] port and address (lyasched.live.metrics): the Config fields they set."""
+    t = _table(where, "metrics", value)
+    unknown = set(t) - {"port", "address"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key metrics.{sorted(unknown)[0]} (known: port, address)")
+    kw: dict[str, Any] = {}
+    if "port" in t:
+        kw["metrics_port"] = check_port(t["port"], f"{where}: metrics.port")
+    if "address" in t:
+        if not isinstance(t["address"], str) or not t["address"]:
+            raise ConfigError(f"{where}: metrics.address must be a non-empty string, got {t['address']!r}")
+        kw["metrics_address"] = t["address"]
+    return kw
+
+
+def check_port(value: Any, what: str) -> int:
+    """A TCP port 0..65535 (0: any free one), else a ConfigError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ConfigError(f"{what} must be a port number 0..65535, got {value!r}")
+    return value
 
 
 def load_config(path: str | os.PathLike | None = None) -> Config:

@@ -113,6 +113,9 @@ class Service:
         records.ensure_schema(self.db)
         self.inputs = PolicyInputs(self._db, clock)  # each job as the policy's input (lyasched.live.inputs)
         self.sync = RecordSync(self._db, self.slurm, self.inputs.decode, config.users)  # records follow Slurm
+        # Slot hooks: called with (ctx, slurm_failed) after each slot is recorded (lyasched.live.metrics);
+        # a hook's failure is logged, never the slot's.
+        self.slot_hooks: list[Callable[[SlotContext, bool], None]] = []
 
     @property
     def policy_name(self) -> str:
@@ -159,7 +162,16 @@ class Service:
             self.crash.reach("before_slot_record")
             report.slot_id = slot_report.record(self.db, ctx, self.policy_name)
             log.log(logging.INFO if self.outage.logs(slurm_failed) else logging.DEBUG, "%s", report.line())
+            self._after_slot(ctx, slurm_failed)
             return report
+
+    def _after_slot(self, ctx: SlotContext, slurm_failed: bool) -> None:
+        """Run the slot hooks (`slot_hooks`) on a recorded slot."""
+        for hook in self.slot_hooks:
+            try:
+                hook(ctx, slurm_failed)
+            except Exception:  # noqa: BLE001 - monitoring must not stop the service
+                log.exception("slot hook %r failed", hook)
 
     def _slot(self, ctx: SlotContext) -> None:
         """Observe (Slurm -> records -> snapshot), decide (the policy), act (the starter, the mover)."""
