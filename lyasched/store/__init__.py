@@ -15,6 +15,8 @@ from typing import Callable
 
 import sqlite_utils
 
+from lyasched.store import schema
+
 DEFAULT_DB_ENV = "LYASCHED_DB"
 BUSY_TIMEOUT_MS = 30_000
 
@@ -28,15 +30,40 @@ def default_path() -> Path:
 
 
 def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
-    """Open (creating if needed) a lyasched database with WAL and a busy timeout."""
+    """Open (creating if needed) a lyasched database with WAL and a busy timeout, checked and
+    migrated to this lyasched's schema (`lyasched.store.schema`, once per process and file).
+
+    Raises `schema.DatabaseUnusable` (one line: the file and what to do) for a file that cannot
+    be opened, is damaged, or was written by a newer lyasched."""
     p = Path(path) if path is not None else default_path()
-    if str(p) != ":memory:":
-        p.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    if str(p) != ":memory:":
-        conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    memory = str(p) == ":memory:"
+    ident = None
+    if not memory:
+        ident = schema.check_file(p)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise schema.DatabaseUnusable(schema.unreadable_line(p, f"its directory: {e.strerror or e}")) from None
+    try:
+        conn = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.Error as e:
+        raise schema.DatabaseUnusable(schema.unreadable_line(p, str(e))) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if not memory:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.Error as e:
+        conn.close()
+        if schema.is_busy(e):
+            raise
+        line = schema.unreadable_line(p, str(e)) if "unable to open" in str(e) else schema.damaged_line(p, str(e))
+        raise schema.DatabaseUnusable(line) from None
+    try:
+        schema.prepare(conn, p, ident)
+    except BaseException:
+        conn.close()
+        raise
     return sqlite_utils.Database(conn)
 
 

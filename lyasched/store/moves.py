@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from lyasched.store import steprows
+from lyasched.store import schema, steprows
 
 MOVE_COLUMNS: dict[str, type] = {
     "id": int,
@@ -75,10 +75,7 @@ def _add_run_started(db: sqlite_utils.Database) -> None:
         if has():
             return
         db.execute("ALTER TABLE moves ADD COLUMN run_started FLOAT")
-        db.execute(
-            "UPDATE moves SET run_started = (SELECT p.restarted_at FROM moves p WHERE p.uid = moves.uid "
-            "AND p.id < moves.id AND p.state = 'done' ORDER BY p.id DESC LIMIT 1) WHERE state IN ('done', 'open')"
-        )
+        db.execute(schema.RUN_STARTED_FILL)  # what the schema's migration 1 does (lyasched.store.schema)
 
 
 def open_move(db: sqlite_utils.Database, **fields: Any) -> int:
