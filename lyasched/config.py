@@ -24,6 +24,11 @@ backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
 port = 9464                # 0 = any free port (logged)
 address = "127.0.0.1"      # bind address
 
+[failsafe]                 # when the service stops (docs/service.md, "When the service stops")
+lease = "/var/lib/lyasched/lease.json"  # renewed every slot; on storage the controller host shares (default: beside db)
+grace = 150                # `lyasched failsafe` releases held jobs once the lease is this stale (default 5 slots, >= 60 s)
+takeover_slots = 3         # `lyasched serve --standby` takes over after this many slots without renewal (<= 3)
+
 [cluster]                  # what the cost model assumes about the hardware
 gpu_mem = 32e9
 intra = { bandwidth = 100e9, latency = 1e-5 }   # within a node
@@ -80,6 +85,9 @@ class Config:
     shape: Any = None  # lyasched.costmodel.commshape.CommShape from [cluster] shape; None = plain ring model
     metrics_port: int | None = None  # [metrics] port: Prometheus metrics of serve (None = off; 0 = any free port)
     metrics_address: str = "127.0.0.1"  # [metrics] address: what the metrics server binds
+    failsafe_lease: Path | None = None  # [failsafe] lease: the service's lease file (None: lease.json beside db)
+    failsafe_grace: float | None = None  # [failsafe] grace (None: 5 slots of the lease, at least 60 s)
+    failsafe_takeover_slots: float = 3.0  # [failsafe] takeover_slots: a standby takes over after this many slots
     source: str = "<defaults>"
 
 
@@ -156,9 +164,10 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     """Validate a parsed TOML document and build a Config (relative db paths resolve against
     ``base_dir``, the config file's directory)."""
     where = source
-    unknown = set(data) - {"service", "policy", "cluster", "slurm", "metrics"}
+    unknown = set(data) - {"service", "policy", "cluster", "slurm", "metrics", "failsafe"}
     if unknown:
-        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm, metrics)")
+        raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm, metrics, "
+                          "failsafe)")
     d = Config()
     kw: dict[str, Any] = {"source": source}
 
@@ -237,7 +246,27 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     if "shape" in cl:
         kw["shape"] = _shape(where, cl["shape"])
     kw.update(_metrics(where, data.get("metrics", {})))
+    kw.update(_failsafe(where, data.get("failsafe", {}), base_dir))
     return Config(**kw)
+
+
+def _failsafe(where: str, value: Any, base_dir: Path | None) -> dict[str, Any]:
+    """[failsafe] lease, grace, takeover_slots (lyasched.live.lease, lyasched.live.failsafe)."""
+    t = _table(where, "failsafe", value)
+    unknown = set(t) - {"lease", "grace", "takeover_slots"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key failsafe.{sorted(unknown)[0]} (known: lease, grace, takeover_slots)")
+    kw: dict[str, Any] = {}
+    if "lease" in t:
+        if not isinstance(t["lease"], str) or not t["lease"]:
+            raise ConfigError(f"{where}: failsafe.lease must be a non-empty path, got {t['lease']!r}")
+        p = Path(t["lease"]).expanduser()
+        kw["failsafe_lease"] = base_dir / p if not p.is_absolute() and base_dir is not None else p
+    if "grace" in t:
+        kw["failsafe_grace"] = _number(where, "failsafe.grace", t["grace"], hi=7 * 86400.0)
+    if "takeover_slots" in t:
+        kw["failsafe_takeover_slots"] = _number(where, "failsafe.takeover_slots", t["takeover_slots"], hi=3.0)
+    return kw
 
 
 def _metrics(where: str, value: Any) -> dict[str, Any]:
@@ -261,6 +290,11 @@ def check_port(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
         raise ConfigError(f"{what} must be a port number 0..65535, got {value!r}")
     return value
+
+
+def lease_path(cfg: Config) -> Path:
+    """The service's lease file: [failsafe] lease, else lease.json beside the database."""
+    return cfg.failsafe_lease if cfg.failsafe_lease is not None else Path(cfg.db).parent / "lease.json"
 
 
 def load_config(path: str | os.PathLike | None = None) -> Config:

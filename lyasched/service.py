@@ -40,7 +40,9 @@ from lyasched.live import observe
 from lyasched.live import report as slot_report
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
+from lyasched.live import failsafe  # when the service stops: the fail-safe's releases, adopted
 from lyasched.live.inputs import PolicyInputs
+from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -86,8 +88,12 @@ class Service:
         slurm: Any | None = None,
         policy: Policy | None = None,
         clock: Callable[[], float] = time.time,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self.config = config
+        # lyasched.live.lease: held each slot before acting (None: no lease, e.g. tests and tools)
+        self.lease = lease
+        self._adopt = False  # the lease was just taken: adopt what the fail-safe released meanwhile
         # APScheduler runs slots in a worker thread: given an opener, each thread opens its own connection
         self._db = PerThread(db)
         self.slurm: Slurm = as_backend(slurm if slurm is not None else SlurmCLI(timeout=config.slurm_timeout))
@@ -142,6 +148,8 @@ class Service:
     def run_slot(self) -> SlotReport:
         """Run one slot; never raises for Slurm trouble (the slot is recorded with its error)."""
         with self.busy, gcpause.paused():  # lyasched.gcpause: no heap scans in a slot over a long queue
+            if (standby := self._lease_slot()) is not None:  # another holds the lease: no slot, nothing recorded
+                return standby
             t0 = time.monotonic()
             now = self.clock()
             report = SlotReport(slot_id=None, time=now, duration=0.0)
@@ -173,6 +181,22 @@ class Service:
             except Exception:  # noqa: BLE001 - monitoring must not stop the service
                 log.exception("slot hook %r failed", hook)
 
+    def _lease_slot(self) -> SlotReport | None:
+        """Renew (or take) the lease before the slot (lyasched.live.lease); a report saying why not
+        when this service must not act (another live service holds it, or it cannot be written)."""
+        if self.lease is None:
+            return None
+        try:
+            what, cur = self.lease.hold()
+        except (LeaseError, OSError) as e:
+            what, why = "", f"lease: {e}"
+            log.error("%s: not acting", why)
+        else:
+            why = "" if what or cur is None else f"standby: lease held by {cur.holder} (epoch {cur.epoch})"
+        if what == "taken":
+            self._adopt = True
+        return None if what else SlotReport(slot_id=None, time=self.clock(), duration=0.0, error=why)
+
     def _slot(self, ctx: SlotContext) -> None:
         """Observe (Slurm -> records -> snapshot), decide (the policy), act (the starter, the mover)."""
         report = ctx.report
@@ -185,9 +209,12 @@ class Service:
         self.starter.reconcile(obs.jobs, ctx)
         moving = self.mover.go_on(obs, ctx) if self.caps.moves else {}  # open moves first; their jobs read again
         seen = self.sync.listed(obs.jobs, ctx)
+        if self._adopt and self.lease is not None:  # lease taken back: the fail-safe's releases are recorded, left to Slurm
+            failsafe.adopt(self.db, seen, self.lease.path, ctx.now)
+            self._adopt = False
         self.sync.vanished(seen, ctx)
         waiting, running = observe.sort_jobs(obs, seen, ctx, self.inputs, self.config.release_grace,
-                                             self.starter.hold_again)
+                                             self._hold_again)
 
         free = obs.free
         snap = self.inputs.snapshot(ctx, self.config.slot_seconds, free, cluster.gpus_per_node, waiting, running)
@@ -203,7 +230,16 @@ class Service:
         ctx.free = list(free)  # as the starts and moves take them
         if result is None:
             return
+        if self.lease is not None and (lost := self.lease.lost()):  # fencing: a newer epoch acts, not this one
+            report.error = f"fenced, not acting: {lost}"
+            log.warning("%s", report.error)
+            return
         report.q, report.z = float(result.q), float(result.z)  # Q and Z after the slot's decisions (none: both 0)
         if result.preempt:  # moves: lyasched.live.mover (the decision -> Slurm commands of a move)
             self.mover.carry_out(result, seen, state, ctx, self.stop_requested)
         self.starter.carry_out(result, waiting, seen, ctx, self.stop_requested)  # lyasched.live.starter
+
+    def _hold_again(self, job: Any, row: dict, ctx: SlotContext) -> None:
+        """A released job Slurm has not started is held again, unless the fail-safe released it."""
+        if not failsafe.released_by_failsafe(row):
+            self.starter.hold_again(job, row, ctx)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from lyasched.cli.errors import BadInput
-from lyasched.config import ConfigError, load_config
+from lyasched.config import ConfigError, check_port, load_config
 
 log = logging.getLogger("lyasched.serve")
 
@@ -29,7 +29,12 @@ log = logging.getLogger("lyasched.serve")
                    "Slurm (auto). docs/slurm-backends.md.")
 @click.option("--once", is_flag=True, help="Run a single slot, print what it did, exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the slot report as JSON.")
-def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend, once, as_json) -> None:
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve Prometheus metrics on this port (0: any free one; overrides [metrics] port; default off).")
+@click.option("--metrics-address", default=None, help="Bind address of the metrics (overrides [metrics] address; "
+              "default 127.0.0.1).")
+def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend, once, as_json,
+          metrics_port, metrics_address) -> None:
     """Schedule held lyasched jobs: each slot read Slurm, run the policy, resize and release jobs.
 
     Runs as the Slurm operator account (it calls `scontrol update/release/hold`). Logs go to
@@ -53,6 +58,12 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
                 raise ConfigError(f"--policy must be one of {', '.join(POLICIES)}, got {policy_name!r}")
             over["policy"] = policy_name
             over["params"] = {} if policy_name != cfg.policy else cfg.params
+        if metrics_port is not None:
+            over["metrics_port"] = check_port(metrics_port, "--metrics-port")
+        if metrics_address is not None:
+            if not metrics_address:
+                raise ConfigError("--metrics-address must not be empty")
+            over["metrics_address"] = metrics_address
         cfg = dataclasses.replace(cfg, **over)
     except ConfigError as e:  # bad input: one line, exit 2 (as lyasub, lyastat and replay)
         raise BadInput(str(e)) from None
@@ -118,5 +129,26 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     )
     from lyasched.live.loop import run_forever
 
-    run_forever(service, cfg.slot_seconds)
+    metrics = start_metrics(service, cfg)
+    try:
+        run_forever(service, cfg.slot_seconds)
+    finally:
+        if metrics is not None:
+            metrics.stop()
     log.info("lyasched serve: stopped")
+
+
+def start_metrics(service: Any, cfg: Any) -> Any:
+    """The service's Prometheus metrics (lyasched.live.metrics), fed by its slot hook and served on
+    ``cfg.metrics_address:cfg.metrics_port``; None when off. A port that cannot be bound: exit 1."""
+    if cfg.metrics_port is None:
+        return None
+    from lyasched.live.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    try:
+        metrics.start(cfg.metrics_port, cfg.metrics_address)
+    except OSError as e:
+        raise click.ClickException(f"metrics: cannot listen on {cfg.metrics_address}:{cfg.metrics_port}: {e}") from None
+    service.slot_hooks.append(metrics.observe_slot)
+    return metrics
