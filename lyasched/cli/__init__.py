@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "lyasched.cli.calibrate:calibrate",
     "serve": "lyasched.cli.serve:serve",
     "whatif": "lyasched.cli.whatif:whatif",
+    "failsafe": "lyasched.cli.failsafe:failsafe",
     "health": "lyasched.cli.health:health",
 }
 

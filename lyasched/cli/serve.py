@@ -29,12 +29,14 @@ log = logging.getLogger("lyasched.serve")
                    "Slurm (auto). docs/slurm-backends.md.")
 @click.option("--once", is_flag=True, help="Run a single slot, print what it did, exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the slot report as JSON.")
+@click.option("--standby", is_flag=True, help="Wait as a standby: act only once the lease ([failsafe] lease) has not "
+              "been renewed for [failsafe] takeover_slots slots (docs/service.md, When the service stops).")
 @click.option("--metrics-port", type=int, default=None,
               help="Serve Prometheus metrics on this port (0: any free one; overrides [metrics] port; default off).")
 @click.option("--metrics-address", default=None, help="Bind address of the metrics (overrides [metrics] address; "
               "default 127.0.0.1).")
 def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend, once, as_json,
-          metrics_port, metrics_address) -> None:
+          metrics_port, metrics_address, standby=False) -> None:
     """Schedule held lyasched jobs: each slot read Slurm, run the policy, resize and release jobs.
 
     Runs as the Slurm operator account (it calls `scontrol update/release/hold`). Logs go to
@@ -102,8 +104,9 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     except BackendChoiceError as e:
         raise BadInput(str(e)) from None
     log.info("Slurm backend: %s (%s)", slurm.name, why)
+    keeper = lease_keeper(cfg, standby)  # lyasched.live.lease: renewed every slot; fences a stale service
     try:
-        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm)
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm, lease=keeper)
     except UnsupportedPolicy as e:  # a policy the chosen backend cannot carry out (moves without signal/requeue)
         raise BadInput(str(e)) from None
     except (ValueError, TypeError, ImportError) as e:
@@ -152,3 +155,16 @@ def start_metrics(service: Any, cfg: Any) -> Any:
         raise click.ClickException(f"metrics: cannot listen on {cfg.metrics_address}:{cfg.metrics_port}: {e}") from None
     service.slot_hooks.append(metrics.observe_slot)
     return metrics
+
+def lease_keeper(cfg: Any, standby: bool) -> Any:
+    """The service's hold on its lease ([failsafe] lease, default beside the db): taken at the first
+    slot (``--standby``: once it is stale), renewed every slot. A directory it cannot write: exit 1."""
+    import os
+
+    from lyasched.config import lease_path
+    from lyasched.live.lease import LeaseKeeper
+
+    path = lease_path(cfg)
+    if not os.access(path.parent, os.W_OK):
+        raise click.ClickException(f"{path}: cannot write the service's lease in {path.parent}")
+    return LeaseKeeper(path, cfg.slot_seconds, take_now=not standby, takeover_slots=cfg.failsafe_takeover_slots)
