@@ -117,7 +117,9 @@ def locked(path: Path, timeout: float = 30.0) -> Iterator[None]:
     """Hold ``<lease>.lock`` (flock, exclusive) for a read-check-write of the lease; LeaseError
     when another holder keeps it longer than ``timeout`` seconds (a fail-safe run in progress)."""
     lock = Path(path).with_name(Path(path).name + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    # read-only is enough for flock: the service's account and root (the fail-safe) share one lock file,
+    # whoever created it (0644)
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout
         while True:
