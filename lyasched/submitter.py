@@ -189,6 +189,23 @@ def signature_key(model: str, model_args: Mapping[str, Any]) -> str | None:
     return f"{model}|{sorted((k, repr(v)) for k, v in model_args.items())!r}|{h.hexdigest()[:16]}"
 
 
+def check_cost_table(db_path: Path) -> None:
+    """The cost table opens (checked, migrated: lyasched.store.schema), or `SubmitError` with its
+    one line. Before the first Slurm call: a damaged file must not send lyasub on to profile (or
+    submit) as if no profile were cached. No file yet is fine (created when first written)."""
+    from lyasched.store import open_db
+    from lyasched.store.schema import DatabaseUnusable
+
+    if not os.path.lexists(db_path):
+        return
+    try:
+        open_db(db_path).conn.close()
+    except DatabaseUnusable as e:
+        raise SubmitError(str(e)) from None
+    except (sqlite3.Error, OSError) as e:  # e.g. locked past the busy timeout
+        raise SubmitError(f"{db_path}: cannot open the cost table: {e}") from None
+
+
 def remembered_signature(db_path: Path, key: str | None) -> str | None:
     """The signature stored under ``key`` in the cost table (None if absent or unreadable)."""
     if key is None or not db_path.exists():
@@ -422,6 +439,7 @@ def submit(
     from lyasched.store import default_path
 
     db_path = Path(req.db) if req.db is not None else default_path()
+    check_cost_table(db_path)  # a damaged or newer cost table: one line, before anything reaches Slurm
     # a built-in model's remembered signature spares torch when the profile is cached too
     sig_key = signature_key(req.model, req.model_args)
     spec, signature = None, remembered_signature(db_path, sig_key) if req.profile else None

@@ -92,8 +92,12 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
         # no "Running job" line every slot, nor a "skipped: maximum number of running instances" line
         # per slot while slots overrun (an outage with timeouts): slot durations are in the records
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    from lyasched.store.schema import DatabaseUnusable
+
     try:
         open_records(cfg.db).conn.close()  # create it (0644) now: a bad path fails here, with one line
+    except DatabaseUnusable as e:  # damaged, unreadable, or newer: its one line; decide nothing from it
+        raise click.ClickException(str(e)) from None
     except Exception as e:  # noqa: BLE001 - any failure to open the db is fatal, with one line
         raise click.ClickException(f"{cfg.db}: cannot open the service database: {e}") from None
     # $LYASCHED_SLURM_PREFIX (backend.env_prefix): the Slurm tools and the pyslurm worker run through a

@@ -50,6 +50,7 @@ def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
         raise schema.DatabaseUnusable(schema.unreadable_line(p, str(e))) from None
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        schema.prepare(conn, p, ident)  # first: a refused file is left exactly as it was
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -59,8 +60,6 @@ def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
             raise
         line = schema.unreadable_line(p, str(e)) if "unable to open" in str(e) else schema.damaged_line(p, str(e))
         raise schema.DatabaseUnusable(line) from None
-    try:
-        schema.prepare(conn, p, ident)
     except BaseException:
         conn.close()
         raise
