@@ -160,6 +160,7 @@ def start_metrics(service: Any, cfg: Any) -> Any:
     service.slot_hooks.append(metrics.observe_slot)
     return metrics
 
+
 def lease_keeper(cfg: Any, standby: bool) -> Any:
     """The service's hold on its lease ([failsafe] lease, default beside the db): taken at the first
     slot (``--standby``: once it is stale), renewed every slot. A directory it cannot write: exit 1."""
