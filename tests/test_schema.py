@@ -307,3 +307,20 @@ def test_lyasub_with_the_recorded_file_migrates_it_and_submits(tmp_path: Path, f
     r = lyasub(*BASE, "--no-profile", "--", "train.py", db=str(p))
     assert r.exit_code == 0, r.stderr
     assert len(fake.training_sbatches()) == 1 and _version(p) == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("case", ["newer", "random-bytes", "directory"])
+def test_readers_refuse_too(case: str, tmp_path: Path) -> None:
+    """lyastat's read-only open (and lyasub's read of the calibrated links) reads nothing from a
+    newer or damaged file, and leaves it as it is."""
+    from lyasched.store.records import RecordsUnavailable, open_readonly
+
+    make, fragment = DAMAGED[case]
+    p = make(tmp_path / "lyasched.db")
+    with pytest.raises(RecordsUnavailable) as e:
+        open_readonly(p)
+    assert str(e.value).startswith(f"{p}: ") and fragment in str(e.value) and "\n" not in str(e.value)
+    if case == "newer":
+        assert _version(p) == SCHEMA_VERSION + 1
+        _copy_recorded(tmp_path / "ok.db")
+        open_readonly(tmp_path / "ok.db").conn.close()  # a sound unversioned file still reads

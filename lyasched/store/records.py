@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import sqlite_utils
 
-from lyasched.store import moves, open_db  # moves: of running jobs (docs/elastic.md)
+from lyasched.store import moves, open_db, schema  # moves: of running jobs (docs/elastic.md)
 from lyasched.store.steprows import clean as _clean
 from lyasched.store.steprows import mark_step_row, open_step_row, open_step_rows, transaction
 
@@ -176,6 +176,10 @@ def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
         raise RecordsUnavailable(f"{p}: permission denied (ask the operator for read access, docs/service.md)") from None
     if not exists:
         raise RecordsUnavailable(f"{p}: no lyasched database (is `lyasched serve` running? see --db)")
+    try:  # not a database, a directory in its place (lyasched.store.schema; quick_check is the writers')
+        schema.check_file(p)
+    except schema.DatabaseUnusable as e:
+        raise RecordsUnavailable(str(e)) from None
     # mode=ro works while the service runs (its -wal/-shm files exist, 0644). When it is stopped
     # they are gone and a reader that may not create files in the directory cannot open a WAL
     # database read-only; then nobody is writing, so reading it as immutable is exact.
@@ -190,6 +194,14 @@ def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
             last = e
     else:
         raise RecordsUnavailable(f"{p}: cannot read lyasched database: {last}")
+    try:
+        found = schema.user_version(conn)
+    except sqlite3.Error as e:
+        conn.close()
+        raise RecordsUnavailable(schema.damaged_line(p, str(e))) from None
+    if found > schema.SCHEMA_VERSION:  # its tables may mean something else now: read nothing
+        conn.close()
+        raise RecordsUnavailable(schema.newer_line(p, found))
     return sqlite_utils.Database(conn)
 
 
