@@ -116,9 +116,23 @@ def test_scraped_metrics_match_the_recorded_slots(served):
         assert got[f"lyasched_slot_duration_seconds_bucket{{le={le}}}"] == sum(1 for d in durations if d <= bound)
     assert got["lyasched_role{lyasched_role=active}"] == 1 and got["lyasched_role{lyasched_role=standby}"] == 0
     assert got["lyasched_moves_total{kind=shrink}"] == 0  # lyapunov moves nothing
-    metrics.set_role("standby")
+
+
+def test_role_follows_the_lease(served):
+    svc, slurm, db, metrics, port = served
+    assert svc.lease is None  # no lease (tests): active
+    got = scrape(port)
+    assert got["lyasched_role{lyasched_role=active}"] == 1 and got["lyasched_role{lyasched_role=standby}"] == 0
+    svc.lease = SimpleNamespace(epoch=None)  # a LeaseKeeper that does not hold the lease: standby
     got = scrape(port)
     assert got["lyasched_role{lyasched_role=active}"] == 0 and got["lyasched_role{lyasched_role=standby}"] == 1
+    svc.lease = SimpleNamespace(epoch=4)
+    assert scrape(port)["lyasched_role{lyasched_role=active}"] == 1
+    m = ServiceMetrics()  # without a service: set by hand
+    m.set_role("standby")
+    assert m.registry.get_sample_value("lyasched_role", {"lyasched_role": "standby"}) == 1
+    with pytest.raises(ValueError):
+        m.set_role("failsafe")
 
 
 def test_metrics_registry_is_its_own(served):
@@ -274,3 +288,15 @@ def test_health_json_and_config(tmp_path):
     assert doc["age"] == pytest.approx(time.time() - last["time"] - last["duration"], abs=60)
     code, line = health("--config", str(tmp_path / "missing.toml"))
     assert code == 2 and line.startswith("DOWN: config: "), line
+
+
+def test_service_role_of_a_real_lease_keeper(tmp_path):
+    from lyasched.live.lease import LeaseKeeper
+    from lyasched.live.metrics import service_role
+
+    keeper = LeaseKeeper(tmp_path / "lease.json", SLOT)
+    svc = SimpleNamespace(lease=keeper)
+    assert service_role(svc) == "standby"  # not holding it yet
+    what, _ = keeper.hold()
+    assert what == "taken" and service_role(svc) == "active"
+    assert service_role(SimpleNamespace(lease=None)) == "active"

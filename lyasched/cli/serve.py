@@ -150,9 +150,10 @@ def start_metrics(service: Any, cfg: Any) -> Any:
     ``cfg.metrics_address:cfg.metrics_port``; None when off. A port that cannot be bound: exit 1."""
     if cfg.metrics_port is None:
         return None
-    from lyasched.live.metrics import ServiceMetrics
+    from lyasched.live.metrics import ServiceMetrics, service_role
 
     metrics = ServiceMetrics()
+    metrics.follow_role(lambda: service_role(service))  # active while it holds the lease, else standby
     try:
         metrics.start(cfg.metrics_port, cfg.metrics_address)
     except OSError as e:

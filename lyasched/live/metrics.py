@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
     from lyasched.live.context import SlotContext
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lyasched.metrics")
 
 PREFIX = "lyasched"
-ROLES = ("active", "standby")  # `ServiceMetrics.set_role`: today always active (a lease feature may set standby)
+ROLES = ("active", "standby")  # the role gauge: `ServiceMetrics.set_role`, or `follow_role` (serve: `service_role`)
 # slot durations (s): from a few ms (short queues) to past the default 30 s slot
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -44,6 +45,34 @@ def slurm_errors(ctx: SlotContext, slurm_failed: bool) -> int:
     """Slurm errors of one slot: the slot itself when Slurm did not answer, plus each start whose
     ``scontrol update`` or ``release`` failed (decision rows with action ``failed``)."""
     return int(slurm_failed) + sum(1 for d in ctx.decisions if d.get("action") == "failed")
+
+
+def service_role(service: Any) -> str:
+    """A `Service`'s role now: active while it holds the lease (lyasched.live.lease), or has none;
+    else standby (``serve --standby`` waiting, or an active service that lost the lease)."""
+    lease = getattr(service, "lease", None)
+    return "active" if lease is None or lease.epoch is not None else "standby"
+
+
+class _Role:
+    """The role gauge, one series per role (1 for the current one), read at each scrape."""
+
+    def __init__(self) -> None:
+        self.role = "active"
+        self.source: Callable[[], str] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        role = self.role
+        if self.source is not None:
+            try:
+                role = self.source()
+            except Exception:  # noqa: BLE001 - a scrape must not fail for it
+                log.exception("metrics: role source failed")
+        fam = GaugeMetricFamily(f"{PREFIX}_role", "This service's role: active (holds the lease and schedules) "
+                                "or standby (waits).", labels=[f"{PREFIX}_role"])
+        for r in ROLES:
+            fam.add_metric([r], 1.0 if r == role else 0.0)
+        yield fam
 
 
 class ServiceMetrics:
@@ -73,19 +102,22 @@ class ServiceMetrics:
                                "(its start, the slots table's time column).", registry=r)
         self.last_ok = Gauge(f"{p}_last_successful_slot_timestamp_seconds", "Unix time of the last slot "
                              "recorded without an error.", registry=r)
-        self.role = Enum(f"{p}_role", "This service's role: active (schedules) or standby.", states=list(ROLES),
-                         registry=r)
-        self.role.state("active")
+        self._role = _Role()
+        r.register(self._role)  # a collector: collect() at each scrape
         for kind in ("shrink", "grow", "resize", "suspend"):  # series exist (at 0) before the first move
             self.moves.labels(kind=kind)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     def set_role(self, role: str) -> None:
-        """Set the role gauge (one of `ROLES`)."""
+        """Set the role gauge (one of `ROLES`; without `follow_role`)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        self.role.state(role)
+        self._role.role = role
+
+    def follow_role(self, source: Callable[[], str]) -> None:
+        """Read the role from ``source()`` at each scrape (serve: `service_role` of its service)."""
+        self._role.source = source
 
     def observe_slot(self, ctx: SlotContext, slurm_failed: bool) -> None:
         """One recorded slot (`Service.slot_hooks`): its report and decision rows."""
