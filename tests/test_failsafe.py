@@ -326,3 +326,21 @@ def test_failsafe_command_fresh_and_missing_lease(tmp_path):
     assert r.exit_code == 0 and r.output.startswith("lease fresh") and "grace 150s" in r.output
     r = CliRunner().invoke(main, ["failsafe", "--config", str(cfg), "--grace", "-1"])
     assert r.exit_code == 2 and "--grace must be > 0" in r.output
+
+
+def test_service_back_within_release_grace_leaves_a_pending_failsafe_job_alone(tmp_path):
+    path, clock = tmp_path / "lease.json", Clock()
+    db = records.open_records(":memory:")
+    slurm = FakeSlurm(jobs=[FakeJob("101", summary("uid-00000101", gmin=2))])
+    service(db, slurm, path, clock, StartAs({}), release_grace=60).run_slot()
+    clock.t += 70
+    run_failsafe(slurm, path, clock.t)  # released; Slurm has not started it (reason Resources)
+    clock.t += 5
+    svc = service(db, slurm, path, clock, StartAs({"101": ((0, 1),)}), release_grace=60)
+    for i in range(3):
+        rep = svc.run_slot()
+        # within the grace it counts as released (running, to the policy); after it, it is left to Slurm
+        assert rep.error == "" and rep.running == (1 if i < 2 else 0) and rep.waiting == 0
+        clock.t += 40  # past the release grace (from the fail-safe's release) at the third slot
+    assert slurm.actions("hold") == [] and [c[2] for c in slurm.actions("release")] == ["101"]
+    assert records.get_job(db, "uid-00000101")["state"] == "released"
