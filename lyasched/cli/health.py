@@ -83,7 +83,7 @@ def check(db_path: str | os.PathLike, slot_seconds: float, max_age: float | None
     h = Health(DOWN, "", str(db_path), slot_seconds, limit)
     try:
         rdb = records.open_readonly(db_path)
-    except records.RecordsUnavailable as e:
+    except (records.RecordsUnavailable, sqlite3.Error, OSError) as e:
         h.message = _fold(str(e), 300)
         return h
     try:
