@@ -199,7 +199,7 @@ def check_cost_table(db_path: Path) -> None:
     if not os.path.lexists(db_path):
         return
     try:
-        open_db(db_path).conn.close()
+        open_db(db_path, what="cost table").conn.close()
     except DatabaseUnusable as e:
         raise SubmitError(str(e)) from None
     except (sqlite3.Error, OSError) as e:  # e.g. locked past the busy timeout

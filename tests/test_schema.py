@@ -223,11 +223,11 @@ def _corrupt_page(p: Path) -> Path:  # a page of the jobs table overwritten: mal
 
 
 DAMAGED = {
-    "truncated": (_truncated, "damaged lyasched database ("),
-    "random-bytes": (_random_bytes, "damaged lyasched database (not an SQLite database)"),
-    "short-header": (_short, "damaged lyasched database (truncated: 60 bytes)"),
-    "corrupt-page": (_corrupt_page, "damaged lyasched database ("),
-    "directory": (_directory, "cannot open the lyasched database (Is a directory)"),
+    "truncated": (_truncated, "damaged {what} ("),
+    "random-bytes": (_random_bytes, "damaged {what} (not an SQLite database)"),
+    "short-header": (_short, "damaged {what} (truncated: 60 bytes)"),
+    "corrupt-page": (_corrupt_page, "damaged {what} ("),
+    "directory": (_directory, "cannot open the {what} (Is a directory)"),
     "newer": (_newer, f"written by a newer lyasched (schema {SCHEMA_VERSION + 1}"),
 }
 
@@ -239,7 +239,7 @@ def test_open_db_gives_one_line(case: str, tmp_path: Path) -> None:
     with pytest.raises(DatabaseUnusable) as e:
         open_db(p)
     line = str(e.value)
-    assert "\n" not in line and line.startswith(f"{p}: ") and fragment in line
+    assert "\n" not in line and line.startswith(f"{p}: ") and fragment.format(what="lyasched database") in line
     if case not in ("newer",):
         assert "move it aside" in line
 
@@ -282,7 +282,7 @@ def test_serve_refuses_to_start(case: str, tmp_path: Path, fake: Fake) -> None: 
     r = _serve(tmp_path, p)
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert r.exit_code != 0 and len(lines) == 1, r.output
-    assert lines[0].startswith(f"Error: {p}: ") and fragment in lines[0]
+    assert lines[0].startswith(f"Error: {p}: ") and fragment.format(what="service database") in lines[0]
     assert fake.calls() == []  # decided nothing: not one Slurm call
 
 
@@ -297,7 +297,7 @@ def test_lyasub_exits_before_submitting(case: str, tmp_path: Path, fake: Fake,  
                            catch_exceptions=False)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.exit_code == 1 and len(lines) == 1, r.stderr
-    assert lines[0].startswith(f"lyasub: error: {p}: ") and fragment in lines[0]
+    assert lines[0].startswith(f"lyasub: error: {p}: ") and fragment.format(what="cost table") in lines[0]
     assert fake.calls("sbatch") == [] and fake.calls() == []  # no profiling job, no training job, no Slurm call
 
 
@@ -309,17 +309,18 @@ def test_lyasub_with_the_recorded_file_migrates_it_and_submits(tmp_path: Path, f
     assert len(fake.training_sbatches()) == 1 and _version(p) == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("case", ["newer", "random-bytes", "directory"])
-def test_readers_refuse_too(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case, fragment", [("newer", DAMAGED["newer"][1]),
+                                            ("random-bytes", "cannot read lyasched database")])
+def test_readers_refuse_too(case: str, fragment: str, tmp_path: Path) -> None:
     """lyastat's read-only open (and lyasub's read of the calibrated links) reads nothing from a
     newer or damaged file, and leaves it as it is."""
     from lyasched.store.records import RecordsUnavailable, open_readonly
 
-    make, fragment = DAMAGED[case]
-    p = make(tmp_path / "lyasched.db")
+    p = DAMAGED[case][0](tmp_path / "lyasched.db")
     with pytest.raises(RecordsUnavailable) as e:
         open_readonly(p)
-    assert str(e.value).startswith(f"{p}: ") and fragment in str(e.value) and "\n" not in str(e.value)
+    line = str(e.value)
+    assert line.startswith(f"{p}: ") and fragment in line and "\n" not in line
     if case == "newer":
         assert _version(p) == SCHEMA_VERSION + 1
         _copy_recorded(tmp_path / "ok.db")

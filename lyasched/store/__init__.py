@@ -29,28 +29,28 @@ def default_path() -> Path:
     return Path.home() / ".local" / "share" / "lyasched" / "lyasched.db"
 
 
-def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
+def open_db(path: str | os.PathLike | None = None, *, what: str = "lyasched database") -> sqlite_utils.Database:
     """Open (creating if needed) a lyasched database with WAL and a busy timeout, checked and
     migrated to this lyasched's schema (`lyasched.store.schema`, once per process and file).
 
     Raises `schema.DatabaseUnusable` (one line: the file and what to do) for a file that cannot
-    be opened, is damaged, or was written by a newer lyasched."""
+    be opened, is damaged, or was written by a newer lyasched; ``what`` names the file in it."""
     p = Path(path) if path is not None else default_path()
     memory = str(p) == ":memory:"
     ident = None
     if not memory:
-        ident = schema.check_file(p)
+        ident = schema.check_file(p, what)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise schema.DatabaseUnusable(schema.unreadable_line(p, f"its directory: {e.strerror or e}")) from None
+            raise schema.DatabaseUnusable(schema.unreadable_line(p, f"its directory: {e.strerror or e}", what)) from None
     try:
         conn = sqlite3.connect(str(p), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
     except sqlite3.Error as e:
-        raise schema.DatabaseUnusable(schema.unreadable_line(p, str(e))) from None
+        raise schema.DatabaseUnusable(schema.unreadable_line(p, str(e), what)) from None
     try:
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        schema.prepare(conn, p, ident)  # first: a refused file is left exactly as it was
+        schema.prepare(conn, p, ident, what)  # first: a refused file is left exactly as it was
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -58,7 +58,8 @@ def open_db(path: str | os.PathLike | None = None) -> sqlite_utils.Database:
         conn.close()
         if schema.is_busy(e):
             raise
-        line = schema.unreadable_line(p, str(e)) if "unable to open" in str(e) else schema.damaged_line(p, str(e))
+        line = (schema.unreadable_line(p, str(e), what) if "unable to open" in str(e)
+                else schema.damaged_line(p, str(e), what))
         raise schema.DatabaseUnusable(line) from None
     except BaseException:
         conn.close()

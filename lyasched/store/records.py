@@ -152,7 +152,7 @@ def open_records(path: str | os.PathLike) -> sqlite_utils.Database:
     """Open (creating) the service database, readable by everyone (0644), with its tables."""
     p = Path(path)
     fresh = str(p) != ":memory:" and not p.exists()
-    db = open_db(p)
+    db = open_db(p, what="service database")
     ensure_schema(db)
     if fresh:
         for f in (p, Path(f"{p}-wal"), Path(f"{p}-shm")):
@@ -176,10 +176,6 @@ def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
         raise RecordsUnavailable(f"{p}: permission denied (ask the operator for read access, docs/service.md)") from None
     if not exists:
         raise RecordsUnavailable(f"{p}: no lyasched database (is `lyasched serve` running? see --db)")
-    try:  # not a database, a directory in its place (lyasched.store.schema; quick_check is the writers')
-        schema.check_file(p)
-    except schema.DatabaseUnusable as e:
-        raise RecordsUnavailable(str(e)) from None
     # mode=ro works while the service runs (its -wal/-shm files exist, 0644). When it is stopped
     # they are gone and a reader that may not create files in the directory cannot open a WAL
     # database read-only; then nobody is writing, so reading it as immutable is exact.
@@ -198,7 +194,7 @@ def open_readonly(path: str | os.PathLike) -> sqlite_utils.Database:
         found = schema.user_version(conn)
     except sqlite3.Error as e:
         conn.close()
-        raise RecordsUnavailable(schema.damaged_line(p, str(e))) from None
+        raise RecordsUnavailable(schema.damaged_line(p, str(e), "service database")) from None
     if found > schema.SCHEMA_VERSION:  # its tables may mean something else now: read nothing
         conn.close()
         raise RecordsUnavailable(schema.newer_line(p, found))

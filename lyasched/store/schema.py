@@ -2,7 +2,7 @@
 
 A lyasched database (the service's records, a cost table, or one file holding both) carries its
 layout's version in ``PRAGMA user_version``. `lyasched.store.open_db` calls `prepare` once per
-process and file:
+process and file (again if the file was replaced or changed on disk since):
 
 - a file that cannot be opened (a directory in its place, no permission), that is not an SQLite
   database, or that fails ``PRAGMA quick_check`` (truncated, corrupt) raises `DatabaseUnusable`:
@@ -61,12 +61,12 @@ def newer_line(path: str | os.PathLike, found: int) -> str:
             "upgrade lyasched or point db at another file")
 
 
-def damaged_line(path: str | os.PathLike, why: str) -> str:
-    return f"{path}: damaged lyasched database ({_one_line(why)}): {WHAT_TO_DO}"
+def damaged_line(path: str | os.PathLike, why: str, what: str = "lyasched database") -> str:
+    return f"{path}: damaged {what} ({_one_line(why)}): {WHAT_TO_DO}"
 
 
-def unreadable_line(path: str | os.PathLike, why: str) -> str:
-    return (f"{path}: cannot open the lyasched database ({_one_line(why)}): fix its path or permissions, "
+def unreadable_line(path: str | os.PathLike, why: str, what: str = "lyasched database") -> str:
+    return (f"{path}: cannot open the {what} ({_one_line(why)}): fix its path or permissions, "
             f"or move it aside (lyasched then creates a fresh one)")
 
 
@@ -141,10 +141,13 @@ def migrate(conn: sqlite3.Connection, path: str | os.PathLike) -> int:
 
 # ---------------------------------------------------------------- checks at open
 
-_checked: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the files this process checked
+# the files this process checked, as (st_dev, st_ino, st_size, st_mtime_ns): a file replaced, or
+# rewritten by someone else, since is checked again (the service's opens are one per thread, lyasub's a few)
+Ident = tuple[int, int, int, int]
+_checked: set[Ident] = set()
 
 
-def check_file(path: str | os.PathLike) -> tuple[int, int] | None:
+def check_file(path: str | os.PathLike, what: str = "lyasched database") -> Ident | None:
     """Before SQLite opens ``path``: a directory in its place, no permission to read it, or a
     file that is not an SQLite database (its header) raise `DatabaseUnusable`. Returns the
     file's identity, None when it does not exist (or is empty: a fresh database)."""
@@ -154,19 +157,19 @@ def check_file(path: str | os.PathLike) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise DatabaseUnusable(unreadable_line(p, e.strerror or str(e))) from None
+        raise DatabaseUnusable(unreadable_line(p, e.strerror or str(e), what)) from None
     try:
         with open(p, "rb") as f:
             head = f.read(100)
     except OSError as e:
-        raise DatabaseUnusable(unreadable_line(p, e.strerror or str(e))) from None
+        raise DatabaseUnusable(unreadable_line(p, e.strerror or str(e), what)) from None
     if not head:
         return None
     if not head.startswith(HEADER[: len(head)]) or len(head) < len(HEADER):
-        raise DatabaseUnusable(damaged_line(p, "not an SQLite database"))
+        raise DatabaseUnusable(damaged_line(p, "not an SQLite database", what))
     if len(head) < 100:
-        raise DatabaseUnusable(damaged_line(p, f"truncated: {st.st_size} bytes"))
-    return st.st_dev, st.st_ino
+        raise DatabaseUnusable(damaged_line(p, f"truncated: {st.st_size} bytes", what))
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def is_busy(e: sqlite3.Error) -> bool:
@@ -175,9 +178,11 @@ def is_busy(e: sqlite3.Error) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def prepare(conn: sqlite3.Connection, path: str | os.PathLike, ident: tuple[int, int] | None) -> None:
+def prepare(conn: sqlite3.Connection, path: str | os.PathLike, ident: Ident | None,
+            what: str = "lyasched database") -> None:
     """Check and migrate a freshly opened file (see the module docstring). ``ident`` is what
-    `check_file` returned (None: a fresh file, or ``:memory:``). Once per process and file."""
+    `check_file` returned (None: a fresh file, or ``:memory:``). Once per process and file, while
+    the file is unchanged (``_checked``)."""
     if ident is not None and ident in _checked:
         return
     try:
@@ -187,7 +192,7 @@ def prepare(conn: sqlite3.Connection, path: str | os.PathLike, ident: tuple[int,
         if ident is not None:
             rows = conn.execute("PRAGMA quick_check(1)").fetchall()
             if [tuple(r) for r in rows] != [("ok",)]:
-                raise DatabaseUnusable(damaged_line(path, f"quick_check: {rows[0][0] if rows else 'no answer'}"))
+                raise DatabaseUnusable(damaged_line(path, f"quick_check: {rows[0][0] if rows else 'no answer'}", what))
         if found < SCHEMA_VERSION:
             try:
                 migrate(conn, path)
@@ -198,6 +203,11 @@ def prepare(conn: sqlite3.Connection, path: str | os.PathLike, ident: tuple[int,
     except sqlite3.Error as e:
         if is_busy(e):
             raise
-        raise DatabaseUnusable(damaged_line(path, str(e))) from None
+        raise DatabaseUnusable(damaged_line(path, str(e), what)) from None
     if ident is not None:
         _checked.add(ident)
+        try:  # as it is now, after a migration's write
+            st = os.stat(path)
+            _checked.add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            pass
