@@ -190,7 +190,7 @@ def test_metrics_options_and_config():
 
 
 def health(*args: str):
-    r = CliRunner().invoke(lyasched_main, ["health", *args])
+    r = CliRunner().invoke(lyasched_main, ["health", *args], env={"LYASCHED_DB": None, "LYASCHED_CONFIG": None})
     lines = r.output.strip().splitlines()
     assert len(lines) == 1, r.output
     return r.exit_code, lines[0]
@@ -300,3 +300,56 @@ def test_service_role_of_a_real_lease_keeper(tmp_path):
     what, _ = keeper.hold()
     assert what == "taken" and service_role(svc) == "active"
     assert service_role(SimpleNamespace(lease=None)) == "active"
+
+
+def test_serve_metrics_port_end_to_end(tmp_path):
+    """`lyasched serve --metrics-port 0` as a process, against tests/fake_slurm.py on PATH: its
+    /metrics follow the slots it records, and `lyasched health` finds it ok."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("squeue", "scontrol"):
+        (bindir / tool).symlink_to(Path(__file__).with_name("fake_slurm.py"))
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "config.toml").write_text(f'[service]\nslot_seconds = 1\ndb = "db/lyasched.db"\n'
+                                          '[metrics]\naddress = "127.0.0.1"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LYASCHED_", "FAKE_"))}
+    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", FAKE_SLURM_DIR=str(tmp_path / "slurm"),
+               LYASCHED_SLURM_BACKEND="cli")
+    exe = Path(sys.executable).with_name("lyasched")
+    proc = subprocess.Popen([str(exe), "serve", "--config", str(tmp_path / "config.toml"), "--metrics-port", "0"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "serve exited"
+            if m := re.search(r"metrics: http://127\.0\.0\.1:(\d+)/metrics", line):
+                port = int(m.group(1))
+        assert port is not None
+        got: dict[str, float] = {}
+        while got.get("lyasched_slots_total", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            got = scrape(port)
+        db = records.open_readonly(tmp_path / "db" / "lyasched.db")
+        slots = list(db.query("select * from slots order by id"))
+        assert 2 <= got["lyasched_slots_total"] <= len(slots)  # the records may be a slot ahead
+        seen = slots[int(got["lyasched_slots_total"]) - 1]  # the last slot the scrape had seen
+        assert got["lyasched_last_slot_timestamp_seconds"] == pytest.approx(seen["time"])
+        assert got["lyasched_free_gpus"] == seen["free_gpus"] and got["lyasched_jobs_waiting"] == seen["waiting"]
+        assert got["lyasched_role{lyasched_role=active}"] == 1
+        r = CliRunner().invoke(lyasched_main, ["health", "--config", str(tmp_path / "config.toml")],
+                               env={"LYASCHED_DB": None})
+        assert r.exit_code == 0 and r.output.startswith("OK: "), r.output
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
