@@ -353,3 +353,18 @@ def test_serve_metrics_port_end_to_end(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 0
+
+
+def test_metrics_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    import click
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        svc = SimpleNamespace(slot_hooks=[], lease=None)
+        with pytest.raises(click.ClickException, match=f"metrics: cannot listen on 127.0.0.1:{port}"):
+            start_metrics(svc, Config(metrics_port=port))
+        assert svc.slot_hooks == []  # nothing fed when nothing serves
