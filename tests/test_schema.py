@@ -325,3 +325,22 @@ def test_readers_refuse_too(case: str, fragment: str, tmp_path: Path) -> None:
         assert _version(p) == SCHEMA_VERSION + 1
         _copy_recorded(tmp_path / "ok.db")
         open_readonly(tmp_path / "ok.db").conn.close()  # a sound unversioned file still reads
+
+
+def _open_and_count(path: str) -> int:
+    from lyasched.store import open_db as od
+
+    db = od(path)
+    try:
+        return int(db.execute("select count(*) from jobs").fetchone()[0])
+    finally:
+        db.conn.close()
+
+
+def test_processes_opening_an_unversioned_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    import multiprocessing
+
+    p = _copy_recorded(tmp_path / "lyasched.db")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        counts = pool.map(_open_and_count, [str(p)] * 8)
+    assert counts == [40] * 8 and _version(p) == SCHEMA_VERSION

@@ -133,7 +133,8 @@ def migrate(conn: sqlite3.Connection, path: str | os.PathLike) -> int:
                 m.apply(conn)
         conn.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # (SQLite may have rolled back already, e.g. disk full)
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return found
