@@ -166,15 +166,19 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
         gs = sorted({r.gpus for r in multi})
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(multi)} run(s) on "
                    f"{'/'.join(map(str, gs))} GPUs")
-    # A kind of link with no run borrows the other's factor: what the model's all-reduce costs
-    # relative to the ring model on one kind is the best guess for the other, and learning must
-    # never make the unmeasured kind look cheaper than before relative to the measured one.
-    if len(learned) == 1:
-        (kind, k), = learned.items()
-        other = "inter" if kind == "intra" else "intra"
-        prof = replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
-        why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
-    return prof, why
+    return _borrow(prof, learned, why), why
+
+
+def _borrow(prof: Profile, learned: dict[str, float], why: list[str]) -> Profile:
+    """A kind of link with no run borrows the other's factor: what the model's all-reduce costs
+    relative to the ring model on one kind is the best guess for the other, and learning must
+    never make the unmeasured kind look cheaper than before relative to the measured one."""
+    if len(learned) != 1:
+        return prof
+    (kind, k), = learned.items()
+    other = "inter" if kind == "intra" else "intra"
+    why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
+    return replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
 
 
 TRUST_USERS = 3  # distinct users whose fits outvote any one of them
@@ -225,11 +229,7 @@ def refit_shared(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tu
     for kind, k in learned.items():
         prof = replace(prof, **{f"comm_scale_{kind}": k})  # type: ignore[arg-type]  # a float field by name
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(votes[kind])} user(s)' runs")
-    if len(learned) == 1:  # as in `refit`: the unmeasured kind of link borrows the measured one's factor
-        (kind, k), = learned.items()
-        other = "inter" if kind == "intra" else "intra"
-        prof = replace(prof, **{f"comm_scale_{other}": k})  # type: ignore[arg-type]  # a float field by name
-        why.append(f"{other}-node all-reduce x{k:.3g} too (no {other}-node run yet)")
+    prof = _borrow(prof, learned, why)
     if math.isfinite(bound):
         why.append(f"kept within x{bound:g} of the profile ({n} user(s) reported, {TRUST_USERS} outvote one)")
     return prof, why

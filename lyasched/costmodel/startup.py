@@ -39,11 +39,6 @@ class StartupTerm:
 def _ensure(db: Any) -> None:
     db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (cluster TEXT, launcher TEXT, job_id TEXT, seconds REAL, "
                "time REAL, user TEXT DEFAULT '')")
-    if "user" not in {r[1] for r in db.execute(f"PRAGMA table_info({TABLE})").fetchall()}:
-        try:  # a database from before samples were kept per user: its samples count as one user's
-            db.execute(f"ALTER TABLE {TABLE} ADD COLUMN user TEXT DEFAULT ''")
-        except Exception:  # another process added it first
-            pass
 
 
 def observe(db: Any, cluster: str, launcher: str, seconds: float, job_id: str = "", user: str = "") -> None:
@@ -66,7 +61,6 @@ def term(db: Any, launcher: str = DEFAULT_LAUNCHER, cluster: str | None = None) 
         if row is None:
             return None
         cluster = row[0]
-    _ensure(db)
     per_user: dict[str, list[float]] = {}
     for sec, user in db.execute(f"SELECT seconds, user FROM {TABLE} WHERE cluster = ? AND launcher = ? "
                                 "ORDER BY rowid DESC LIMIT ?", [cluster, launcher, WINDOW * USERS]).fetchall():

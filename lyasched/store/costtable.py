@@ -129,11 +129,6 @@ def ensure_table(db: sqlite_utils.Database) -> None:
                     pass
     db.execute(f"CREATE TABLE IF NOT EXISTS {RUNS} (signature TEXT, device_type TEXT, job_id TEXT, "
                "placement TEXT, local_bsz REAL, step_time REAL, time TEXT, user TEXT DEFAULT '')")
-    if "user" not in {r[1] for r in db.execute(f"PRAGMA table_info({RUNS})").fetchall()}:
-        try:  # a database from before runs were kept per user: its runs count as one user's
-            db.execute(f"ALTER TABLE {RUNS} ADD COLUMN user TEXT DEFAULT ''")
-        except Exception:  # another process added it first
-            pass
     db.execute(f"CREATE TABLE IF NOT EXISTS {EVENTS} (signature TEXT, device_type TEXT, time TEXT, event TEXT, "
                "detail TEXT, alpha REAL, beta REAL, comm_scale_intra REAL, comm_scale_inter REAL)")
     db.execute(f"CREATE TABLE IF NOT EXISTS {OWN} (signature TEXT, device_type TEXT, user TEXT, learned_json TEXT, "
