@@ -40,6 +40,11 @@ def _fmt_table(workload: str, summary: dict, info: str) -> str:
     return "\n".join([f"{workload}: {info}", line(heads), *(line(r) for r in rows)])
 
 
+def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
+    """A policy's figures with its per-tenant ones (tenant = the job's user; docs/model.md, section 5)."""
+    return {**figures, "tenants": tenants[0], "fairness": tenants[1]}
+
+
 @click.command("replay")
 @click.option("--workload", "-w", required=True, help="Built-in group (seed-small-scattered, seed-small-bursty, seed-large-scattered, seed-large-bursty), a synthetic workload synth:[PRESET,]KEY=VALUE,... (docs/simulator.md) or a CSV trace path.")
 @click.option("--policies", "-p", default=None, help="Comma-separated policy names (default: all registered but the srpt-oracle reference).")
@@ -61,6 +66,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
            max_jobs, start, end, out_dir, params, as_json) -> None:
     """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
     from lyasched.sim import InvalidDecision, Simulation
+    from lyasched.sim.fairness import tenant_summary
     from lyasched.sim.metrics import lower_bound, summarize, write_jobs_csv
     from lyasched.sim.workloads import TraceError, load_workload
 
@@ -105,7 +111,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         "slot_s": slot,
         "estimate_error": estimate_error,
         "params": {n: p for n, p in pparams.items() if p},
-        "policies": {r.policy: summarize(r) for r in results},
+        "policies": {r.policy: _with_tenants(summarize(r), tenant_summary(r)) for r in results},
         "lower_bound": lower_bound(sim.best_true_runs()),
     }
     if out_dir:

@@ -112,6 +112,7 @@ class LyapunovPolicy:
     relative: bool = True  # externality relative to the job shortest-first would start instead
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
+    tenant_weight: float = 1.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
@@ -192,6 +193,12 @@ class LyapunovPolicy:
             return s
 
         s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
+        credit_t = self._tenant_credit(state, vtheta, total_gpus)
+        if credit_t is not None:  # per GPU: in place, -inf (not allowed) stays -inf
+            per = credit_t[:, None] * g[None, :]
+            s_one += per
+            s_multi += per
+            notes = {**notes, "tenant_credit": credit_t}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
@@ -210,6 +217,28 @@ class LyapunovPolicy:
             np.copyto(multi, np.inf, where=over)
             best = np.fmin(one, multi).min(axis=1)
         return one, multi, best, None, {}
+
+    def _tenant_credit(self, state: SlotState, vtheta: float, total_gpus: int) -> np.ndarray | None:
+        """Per waiting job, the drift reduction per GPU of starting it, from its tenant's virtual
+        queue (docs/model.md, section 5): Y_k = max(0, entitled - received GPU-seconds), relative
+        to the least-behind tenant with a job waiting (what any start gets, so it cannot change
+        whether GPUs are used, only by whom), in cluster-seconds, times V*Theta so that it reads
+        against the penalty. None (no change at all) without tenant input, with one tenant
+        waiting, or when no waiting tenant is behind another."""
+        book = state.tenants
+        if book is None or self.tenant_weight <= 0:
+            return None
+        users = [w.user for w in state.waiting]
+        names = set(users)
+        if len(names) < 2:
+            return None
+        y = {k: max(0.0, book.deficit(k)) for k in names}
+        floor = min(y.values())
+        if max(y.values()) - floor <= 0:
+            return None
+        scale = self.tenant_weight * vtheta / total_gpus
+        per_tenant = {k: scale * (v - floor) / total_gpus for k, v in y.items()}
+        return np.fromiter(map(per_tenant.__getitem__, users), dtype=float, count=len(users))
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most
@@ -282,7 +311,7 @@ class LyapunovPolicy:
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
-        if not starts and cand.size == 0:
+        if not starts and cand.size == 0 and "tenant_credit" not in arr:  # a tenant's credit grows otherwise
             info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 

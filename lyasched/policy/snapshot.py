@@ -21,6 +21,7 @@ import numpy as np
 
 from lyasched.policy.placement import Placement
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob
+from lyasched.policy.tenants import TenantBook
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class ClusterSnapshot:
     running: tuple[RunningObs, ...] = ()
     arrivals_t: np.ndarray | None = None
     arrivals_cum_gpu_s: np.ndarray | None = None
+    tenants: TenantBook | None = None  # shares and GPU-time per tenant (lyasched.policy.tenants); None = unknown
 
 
 def expected_end(start: float, predicted_run: float, time_limit: float, slot_len: float) -> float:
@@ -122,6 +124,7 @@ class SlotStateBuilder:
             running=self._running(snap),
             arrivals_t=snap.arrivals_t,
             arrivals_cum_gpu_s=snap.arrivals_cum_gpu_s,
+            tenants=snap.tenants,
         )
 
 

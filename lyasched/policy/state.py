@@ -16,6 +16,7 @@ import numpy as np
 from lyasched.costmodel.cost import CostModel
 from lyasched.costmodel.jobspec import Job
 from lyasched.policy.placement import EQUAL_PER_NODE, Placement
+from lyasched.policy.tenants import TenantBook
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class SlotState:
     # run time there). None = unknown: the policy then never hands out more GPUs than asked.
     arrivals_t: np.ndarray | None = None
     arrivals_cum_gpu_s: np.ndarray | None = None
+    # Tenants' shares and GPU-time received / entitled so far (lyasched.policy.tenants); a job's
+    # tenant is its ``user``. None = no tenant input: the policy ignores tenants.
+    tenants: TenantBook | None = None
 
     @property
     def max_gpus(self) -> int:

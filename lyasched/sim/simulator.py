@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from lyasched.costmodel.jobspec import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
+from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
@@ -158,6 +159,8 @@ class Simulation:
         restart_overhead: float = DEFAULT_RESTART_OVERHEAD,
         end_fraction: dict[str, float] | None = None,
         checkpointable: str = "all",
+        shares: Mapping[str, float] | None = None,
+        tenant_input: bool = True,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -168,6 +171,12 @@ class Simulation:
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate job ids")
         self.cluster = cluster
+        # tenants (a job's user) and their shares: the policies see each tenant's GPU-time received
+        # and entitled (SlotState.tenants) when there are two or more tenants and tenant_input is on
+        self.shares = {str(k): float(v) for k, v in (shares or {}).items()}
+        if any(not (v > 0 and math.isfinite(v)) for v in self.shares.values()):
+            raise ValueError("tenant shares must be > 0")
+        self.tenant_input = tenant_input and len({j.user for j in jobs}) >= 2
         self.cost = CostModel(cluster)
         self.slot_len = float(slot_len)
         self.restart_overhead = float(restart_overhead)
@@ -279,6 +288,10 @@ class Simulation:
         slot_q: list[float] = []
         slot_z: list[float] = []
 
+        ledger = TenantLedger(capacity=float(total), shares=dict(self.shares)) if self.tenant_input else None
+        pending: list[tuple[float, int, str, float, float]] = []  # ledger events since the last slot
+        req_g = [float(min(j.requested_gpus, total)) for j in jobs]
+
         waiting: list[int] = []  # job indices, kept sorted (= by submit time)
         wlist: list[WaitingJob] = []  # their views, same order (tuple(list) is C-speed)
         views: dict[int, WaitingJob] = {}
@@ -341,6 +354,8 @@ class Simulation:
                         continue  # preempted since
                     stop(running[i], end, finished=True)
                     records[i].end = end
+                    if ledger is not None:
+                        pending.append((end, i, jobs[i].user, -float(records[i].gpus), 0.0))
                     note_util(end)
                     done += 1
                     changed_running = True
@@ -353,6 +368,8 @@ class Simulation:
                     by_id[jobs[i].job_id] = i
                     waiting.append(i)
                     wlist.append(views[i])
+                    if ledger is not None:
+                        pending.append((jobs[i].submit_time, i, jobs[i].user, 0.0, req_g[i]))
                     next_arrival += 1
                     waiting_view = None
                 if changed_running:
@@ -367,6 +384,17 @@ class Simulation:
                         waiting_view = tuple(wlist)
                     if running_view is None:
                         running_view = tuple(r.obs for r in running.values())
+                    book = None
+                    if ledger is not None:
+                        pending.sort(key=lambda e: e[0])  # each event at its own time, in time order
+                        for et, _, k, dh, da in pending:
+                            ledger.advance(et)
+                            if dh:
+                                ledger.hold(k, dh)
+                            if da:
+                                ledger.ask(k, da)
+                        pending.clear()
+                        book = ledger.book(t)
                     state = builder.build(ClusterSnapshot(
                         now=t,
                         slot_len=slot,
@@ -377,6 +405,7 @@ class Simulation:
                         running=running_view,
                         arrivals_t=self._arr_t[:next_arrival],
                         arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
+                        tenants=book,
                     ))
                     if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
                         state = mv.policy_view(self, state, running, records, oracle, moves)
@@ -397,6 +426,8 @@ class Simulation:
                             raise InvalidDecision(f"{pname}: preempt of {jid!r}, which is not checkpointable")
                         r = running[i]
                         tokens[i] += 1
+                        if ledger is not None:
+                            pending.append((t, i, jobs[i].user, -float(r.gpus), req_g[i]))
                         stop(r, t, finished=False)
                         records[i].preemptions += 1
                         views[i] = self._view(i, frac[i], float(self.move_costs[i]), oracle, attained[i])
@@ -431,6 +462,8 @@ class Simulation:
                         if d.job_id in preempted:
                             rec.resizes += 1
                         rec.gpus, rec.spans_nodes = d.gpus, spans
+                        if ledger is not None:
+                            pending.append((t, i, jobs[i].user, float(d.gpus), -req_g[i]))
                         started.add(i)
                         acted = True
                     if started:

@@ -1,0 +1,110 @@
+"""Tenants: who is entitled to how much GPU-time, and how far each is behind (docs/fairness.md).
+
+A tenant (a user, or an account when known) has a share (equal unless given). At each moment
+the cluster's GPUs are split among the tenants with demand (GPUs held + GPUs asked by waiting
+jobs) in proportion to their shares, water-filled: a tenant asking for less than its part gets
+what it asks and leaves the rest to the others. Integrated over time this is the GPU-time a
+tenant was *entitled* to; the GPU-time it held is what it *received*.
+
+`TenantLedger` keeps both as demand changes; the simulator keeps one per replay, the live
+service can keep one from its records. A `TenantBook` is its frozen copy at one slot: what a
+policy reads (``SlotState.tenants``), so the policy itself stays pure and memoryless. The
+measurement (`lyasched.sim.fairness`) replays a finished run's events through the same ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity: float) -> dict[str, float]:
+    """Each tenant's part of ``capacity``: proportional to its share, capped at its demand, the
+    capped tenants' rest re-split among the others (max-min fair by weight). Tenants with no
+    demand get nothing; a share missing from ``shares`` is 1."""
+    active = {k: d for k, d in demand.items() if d > 0}
+    out = {k: 0.0 for k in demand}
+    left = float(capacity)
+    while active and left > 1e-12:
+        w = {k: max(float(shares.get(k, 1.0)), 0.0) for k in active}
+        tot = sum(w.values())
+        if tot <= 0:
+            break
+        capped = {k: d for k, d in active.items() if d <= left * w[k] / tot}
+        if not capped:
+            for k in active:
+                out[k] += left * w[k] / tot
+            break
+        for k, d in capped.items():
+            out[k] += d
+            left -= d
+            del active[k]
+    return out
+
+
+@dataclass(frozen=True)
+class TenantBook:
+    """Per tenant at one moment: share, GPU-seconds received and entitled so far (all tenants
+    seen). What a policy reads; ``None`` in ``SlotState.tenants`` means no tenant input."""
+
+    shares: Mapping[str, float]
+    received: Mapping[str, float]
+    entitled: Mapping[str, float]
+
+    def deficit(self, tenant: str) -> float:
+        """GPU-seconds the tenant is behind its entitlement (negative: ahead)."""
+        return self.entitled.get(tenant, 0.0) - self.received.get(tenant, 0.0)
+
+
+@dataclass
+class TenantLedger:
+    """Received and entitled GPU-seconds per tenant, integrated as demand changes.
+
+    Call `advance(t)` before each change at time t (times never go back; an earlier t is
+    taken as the last one), then `hold` / `ask` with signed GPU counts."""
+
+    capacity: float
+    shares: dict[str, float] = field(default_factory=dict)
+    t: float = -math.inf
+    held: dict[str, float] = field(default_factory=dict)
+    asked: dict[str, float] = field(default_factory=dict)
+    received: dict[str, float] = field(default_factory=dict)
+    entitled: dict[str, float] = field(default_factory=dict)
+    _rate: dict[str, float] | None = None  # entitlement rate until demand changes
+
+    def advance(self, t: float) -> None:
+        if not math.isfinite(self.t):
+            self.t = t
+            return
+        dt = t - self.t
+        if dt <= 0:
+            return
+        rate = self._rate
+        if rate is None:
+            demand = {k: self.held.get(k, 0.0) + self.asked.get(k, 0.0) for k in set(self.held) | set(self.asked)}
+            rate = self._rate = waterfill(demand, self.shares, self.capacity)
+        for k, g in self.held.items():
+            if g:
+                self.received[k] = self.received.get(k, 0.0) + g * dt
+        for k, e in rate.items():
+            if e:
+                self.entitled[k] = self.entitled.get(k, 0.0) + e * dt
+        self.t = t
+
+    def hold(self, tenant: str, gpus: float) -> None:
+        self.held[tenant] = self.held.get(tenant, 0.0) + gpus
+        self.received.setdefault(tenant, 0.0)
+        self.entitled.setdefault(tenant, 0.0)
+        self._rate = None
+
+    def ask(self, tenant: str, gpus: float) -> None:
+        self.asked[tenant] = self.asked.get(tenant, 0.0) + gpus
+        self.received.setdefault(tenant, 0.0)
+        self.entitled.setdefault(tenant, 0.0)
+        self._rate = None
+
+    def book(self, t: float) -> TenantBook:
+        """The ledger at time t (advanced there), frozen for a policy."""
+        self.advance(t)
+        return TenantBook(dict(self.shares), dict(self.received), dict(self.entitled))
