@@ -47,8 +47,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # `runuser`, start the service with the host's Python, stop slurmctld by its host pid): the docker
 # cluster has its own versions of these (tests/test_docker_*.py). Node id prefix -> why.
 NATIVE_ONLY = {
-    "tests/test_failsafe_slurm.py": "not yet passing on the docker cluster: there the fail-safe's run takes the lease "
-                                    "but releases none of the waiting jobs (open; the native test passes)",
     "tests/test_unit_slurm.py": "slurm/unit-sandbox mounts in this host's namespaces (the docker svc host has no "
                                 "unit installed)",
     "tests/test_faults.py": "reliability.faults stops this host's slurmctld by pid (docker: test_docker_faults.py)",

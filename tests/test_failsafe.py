@@ -17,7 +17,7 @@ from lyasched.live import lease as leases
 from lyasched.live.lease import Lease, LeaseKeeper
 from lyasched.policy import make_policy
 from lyasched.service import Service
-from lyasched.slurm import as_backend
+from lyasched.slurm import SlurmError, as_backend
 from lyasched.store import records
 from lyasched.summary import CostSummary
 from test_service import FakeJob, FakeSlurm, StartAs, summary
@@ -156,6 +156,24 @@ def test_failed_release_is_reported_and_the_job_stays_held(tmp_path):
     res = run_failsafe(slurm, path, T0)
     assert res.released == [] and [f["job_id"] for f in res.failed] == ["101"]
     assert leases.read_log(leases.log_path(path)) == []
+
+
+def test_refused_admin_comment_does_not_stop_the_release(tmp_path):
+    """Slurm lets only an Administrator set AdminComment (the docker cluster's service account is an
+    Operator): the job is released anyway and the log says the note is missing and why."""
+    path = tmp_path / "lease.json"
+    fresh_lease(path, renewed_at=T0 - 100)
+    slurm = FakeSlurm(jobs=[FakeJob("101", summary("uid-00000101", gmin=2))])
+
+    def annotate(job_id: str, text: str) -> None:
+        raise SlurmError(["scontrol", "update"], "Access/permission denied for job " + job_id, 1)
+
+    res = fs.run(as_backend(slurm), annotate, path, None, clock=lambda: T0, holder="failsafe@ctl:9")
+    assert [e["job_id"] for e in res.released] == ["101"] and not res.failed
+    assert ["scontrol", "release", "101"] in slurm.calls
+    (entry,) = leases.read_log(leases.log_path(path))
+    assert entry["admin_comment"] is False and "permission denied" in entry["admin_comment_error"]
+    assert entry["by"] == "failsafe@ctl:9" and "did not renew" in entry["why"]
 
 
 # ---------------------------------------------------------------- the service comes back

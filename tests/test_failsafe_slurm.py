@@ -131,6 +131,8 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
     print("FAILSAFE-TIMING " + json.dumps(timing))
     (job_dir.parent / f"failsafe-timing-{int(stopped)}.json").write_text(json.dumps(timing))
 
+    logged = {e["job_id"]: e for e in leases.read_log(leases.log_path(lease_path))}
+    assert set(logged) == set(ids.values()), logged
     for name, job_id in ids.items():
         n, per = asks[name][1]
         info = show_job(job_id)
@@ -139,7 +141,13 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
             (info.num_nodes, info.gpus_per_node) == (n, per), (name, info)
         out = subprocess.run(sub.scontrol_show_job_command(job_id), capture_output=True, text=True, timeout=30).stdout
         note = sub.parse_scontrol_show(out).get("AdminComment", "")
-        assert note.startswith(fs.ADMIN_TAG) and "did not renew its lease" in note, note
+        entry = logged[job_id]
+        assert entry["by"].startswith("failsafe@") and "did not renew its lease" in entry["why"], entry
+        if cluster.service_user == "root":  # a Slurm administrator: the note is in the job itself
+            assert entry["admin_comment"] is True
+            assert note.startswith(fs.ADMIN_TAG) and "did not renew its lease" in note, note
+        else:  # an Operator may release but not set AdminComment: released anyway, the log says so
+            assert entry["admin_comment"] is False and "denied" in entry["admin_comment_error"], entry
 
     # a job submitted while the service is still away (the fail-safe's next run is not needed)
     late = lyasub(as_user, test_user, job_dir, "--job-name", "late", "--model", "mlp", "--iterations", "3",

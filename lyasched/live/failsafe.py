@@ -144,8 +144,15 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
     n, per = req
     text = (f"{ADMIN_TAG} released at {iso(now)} by {holder} (epoch {epoch}): {why}; "
             f"{n}x{per} GPUs as requested (gmin={s.min_gpus})")
+    note: str | None = None  # None: the AdminComment is set
+    try:  # who and why, in the job itself, before it is changed
+        annotate(job.job_id, text)
+    except SlurmError as e:
+        # Slurm lets only an Administrator (not an Operator) set AdminComment: the release must not
+        # wait on it (fail open); the log line and the lease marker still say who and why.
+        note = str(e).splitlines()[0][:300]
+        log.warning("job %s: AdminComment not set (%s); released anyway, recorded in %s", job.job_id, note, log_file)
     try:
-        annotate(job.job_id, text)  # who and why, in the job itself, before it is changed
         slurm.resize(job.job_id, n, per, ())  # its request, no node list (a leftover update is overwritten)
         slurm.release(job.job_id)
     except SlurmError as e:
@@ -154,7 +161,8 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
         log.error("job %s: fail-safe release failed: %s", job.job_id, msg)
         return
     entry = {"job_id": job.job_id, "uid": s.uid, "user": job.user, "at": now, "epoch": epoch, "by": holder,
-             "gpus": n * per, "nodes": n, "per_node": per, "why": why}
+             "gpus": n * per, "nodes": n, "per_node": per, "why": why,
+             "admin_comment": note is None, **({"admin_comment_error": note} if note else {})}
     leases.append_log(log_file, entry)
     res.released.append(entry)
     log.warning("job %s (%s): released by the fail-safe on %dx%d GPUs: %s", job.job_id, job.user, n, per, why)
