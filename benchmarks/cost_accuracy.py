@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from lyasched.costmodel.calibration import (  # noqa: E402
     Accuracy,
+    BATCH_FITS,
     AppData,
     calibrate_app,
     leave_one_app_out,
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-out", action="append", default=[], metavar="APP",
                     help="predict APP (name or cluster/app) but use it in no other app's fit; repeatable; adds to "
                          "the held_out= list of its cluster's CLUSTER file")
+    ap.add_argument("--batch-fit", choices=list(BATCH_FITS), default="shape",
+                    help="t(b) from the 1-GPU rows: flat-then-linear in relative error (shape, default) or the "
+                         "least-squares line used before (line: a baseline)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles"),
@@ -233,7 +237,7 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
             print("error: leave-one-app-out needs at least two applications", file=sys.stderr)
             return 2
         print(f"leave-one-app-out over {len(apps)} apps ...", file=sys.stderr)
-        reports = leave_one_app_out(apps, fp)
+        reports = leave_one_app_out(apps, fp, args.batch_fit)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -30,7 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
+from lyasched.costmodel.batchshape import fit_batch_shape, leave_one_batch_out  # noqa: E402
 from lyasched.costmodel.fit import fit_linear  # noqa: E402
+
+TARGET = {"loo_median": 0.05, "loo_max": 0.15}  # issue 34: the cost model's t(b), held-out batches
 
 MODELS = ["mlp", "mlp-large", "resnet", "resnet20", "vgg", "vgg11", "mobilenet", "recsys", "transformer"]
 
@@ -71,6 +74,8 @@ def analyse(results: list[dict]) -> list[dict]:
             tt = t[:i] + t[i + 1:]
             f = fit_linear(bb, tt)
             loo.append((f.intercept + f.slope * b[i]) / t[i] - 1)
+        shape = fit_batch_shape(b, t)
+        sloo = leave_one_batch_out(b, t)
         rows.append({
             "model": r["model"], "device": r["device_name"], "params": r["params"],
             "alpha_ms": r["alpha"] * 1e3, "beta_us": r["beta"] * 1e6, "r2": r["r2"],
@@ -83,6 +88,12 @@ def analyse(results: list[dict]) -> list[dict]:
             "loo_abs_err_median": statistics.median(abs(e) for e in loo),
             "loo_abs_err_max": max(abs(e) for e in loo),
             "batches": b, "step_ms": [round(y * 1e3, 4) for y in t], "fit_err": [round(e, 4) for e in fit_err],
+            # the cost model's t(b) (lyasched.costmodel.batchshape): flat up to the knee, then linear
+            "shape": {"alpha_ms": shape.alpha * 1e3, "beta_us": shape.beta * 1e6, "knee": shape.knee,
+                      "fit_abs_err_median": shape.median_abs_rel_err,
+                      "loo_abs_err_median": statistics.median(abs(e) for e in sloo),
+                      "loo_abs_err_max": max(abs(e) for e in sloo),
+                      "loo_err": [round(e, 4) for e in sloo]},
         })
     return rows
 
@@ -100,6 +111,20 @@ def table(rows: list[dict]) -> str:
             f"{r['t_min_ms']:.3f} | {r['t_max_ms']:.3f} | {r['flat_until']} | {r['m0_mib']:.1f} | {r['m1_kib']:.1f} | "
             f"{r['max_batch']} ({r['stopped']}) | {100 * r['fit_abs_err_median']:.1f}% / {100 * r['fit_abs_err_max']:.1f}% | "
             f"{100 * r['fit_err_smallest_batch']:+.1f}% | {100 * r['loo_abs_err_median']:.1f}% / {100 * r['loo_abs_err_max']:.1f}% |")
+    out += ["", "flat-then-linear t(b) = alpha + beta*max(0, b - knee) (the cost model's, "
+            "lyasched.costmodel.batchshape); target leave-one-batch-out median <= "
+            f"{TARGET['loo_median']:.0%}, max <= {TARGET['loo_max']:.0%}", "",
+            "| model | alpha ms | beta us/sample | knee | fit err median | leave-one-batch-out median / max | worst batch | target |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            continue
+        s = r["shape"]
+        worst = r["batches"][max(range(len(s["loo_err"])), key=lambda i: abs(s["loo_err"][i]))]
+        ok = s["loo_abs_err_median"] <= TARGET["loo_median"] and s["loo_abs_err_max"] <= TARGET["loo_max"]
+        out.append(f"| {r['model']} | {s['alpha_ms']:.3f} | {s['beta_us']:.3f} | {s['knee']:g} | "
+                   f"{100 * s['fit_abs_err_median']:.1f}% | {100 * s['loo_abs_err_median']:.1f}% / "
+                   f"{100 * s['loo_abs_err_max']:.1f}% | {worst} | {'met' if ok else 'missed'} |")
     return "\n".join(out)
 
 
@@ -130,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     rows = analyse(results)
     if args.json:
-        print(json.dumps({"models": rows}, indent=1))
+        print(json.dumps({"models": rows, "target": TARGET}, indent=1))
     else:
         dev = next((r["device"] for r in rows if "device" in r), "?")
         print(f"device: {dev}\n")

@@ -213,19 +213,32 @@ def read_scalability_csv(path: str | Path) -> list[PlacementRow]:
 # ---------------------------------------------------------------- fitting
 
 
-def fit_compute(model: str, rows: Iterable[PlacementRow]) -> Profile:
-    """t(b) = alpha + beta*b from the single-GPU rows (sync_time there is ~0: nothing to
-    all-reduce, so the whole step is compute)."""
+# How t(b) is fitted to the single-GPU rows: "shape" (flat-then-linear in relative error,
+# lyasched.costmodel.batchshape) or "line" (the least-squares line used before; a baseline).
+BATCH_FITS = ("shape", "line")
+
+
+def fit_compute(model: str, rows: Iterable[PlacementRow], batch_fit: str = "shape") -> Profile:
+    """t(b) from the single-GPU rows (sync_time there is ~0: nothing to all-reduce, so the whole
+    step is compute): flat-then-linear (`fit_batch_shape`), or the straight line (``line``)."""
+    from lyasched.costmodel.batchshape import fit_batch_shape
+
     single = [r for r in rows if r.gpus == 1]
     if len(single) < 2:
         raise ValueError(f"{model}: need at least 2 single-GPU rows to fit t(b), found {len(single)}")
-    f = fit_linear([r.local_bsz for r in single], [r.step_time for r in single])
-    return Profile(model=model, alpha=f.intercept, beta=f.slope, params=1, bytes_per_param=1, source="measured")
+    if batch_fit not in BATCH_FITS:
+        raise ValueError(f"batch_fit must be one of {BATCH_FITS}, not {batch_fit!r}")
+    if batch_fit == "line":
+        f = fit_linear([r.local_bsz for r in single], [r.step_time for r in single])
+        return Profile(model=model, alpha=f.intercept, beta=f.slope, params=1, bytes_per_param=1, source="measured")
+    bf = fit_batch_shape([r.local_bsz for r in single], [r.step_time for r in single])
+    return Profile(model=model, alpha=bf.alpha, beta=bf.beta, knee=bf.knee, params=1, bytes_per_param=1,
+                   source="measured")
 
 
 def _predict(profile: Profile, comm_volume_time: float, overlap: float, slowdown: float, b: np.ndarray, g: int) -> np.ndarray:
     """Vectorised iter_time_placement for one placement: comm = 2(g-1)/g * V/bw."""
-    compute = profile.alpha + profile.beta * b
+    compute = profile.alpha + profile.beta * np.maximum(0.0, b - profile.knee)
     if g == 1:
         return compute
     comm = 2.0 * (g - 1) / g * comm_volume_time
@@ -451,7 +464,8 @@ def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
     return (2,) if (2,) in present else present[0]
 
 
-def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | None = None) -> list[HeldOutReport]:
+def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | None = None,
+                      batch_fit: str = "shape") -> list[HeldOutReport]:
     """For every application A: fit the cluster's `CommShape` on the OTHER applications of A's
     cluster (all of them when A is its cluster's only one), A's compute t(b) on A's single-GPU
     rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
@@ -462,7 +476,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     keys = [a.key for a in apps]
     if len(set(keys)) != len(keys):
         raise ValueError("two applications with the same cluster/app name")
-    compute = {a.key: fit_compute(a.app, a.rows) for a in apps}
+    compute = {a.key: fit_compute(a.app, a.rows, batch_fit) for a in apps}
     reports: list[HeldOutReport] = []
     for a in apps:
         others = [o for o in apps if o.key != a.key and not o.held_out]
@@ -470,13 +484,13 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
         if not train:
             raise ValueError("leave-one-app-out needs at least two applications")
         shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
-                                   o.grad_bytes) for o in train], CommShape(parallel=a.parallel))
+                                   o.grad_bytes, compute[o.key].knee) for o in train], CommShape(parallel=a.parallel))
         prof = compute[a.key]
         fp = fit_placement if fit_placement is not None else protocol_fit_placement(a.rows)
         seen = [r for r in a.rows if r.placement == fp]
         if not seen:
             raise ValueError(f"{a.key}: placement {PlacementRow(fp, 0, 0).label} not in the data")
-        v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen, a.grad_bytes))
+        v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen, a.grad_bytes, prof.knee))
 
         def errs(rows: Iterable[PlacementRow]) -> list[float]:
             return [abs(shape.step_time(prof.step_time(r.local_bsz), v, r.placement, a.grad_bytes) / r.step_time - 1.0)

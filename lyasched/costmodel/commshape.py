@@ -210,20 +210,22 @@ class Rows:
     k: np.ndarray
     t: np.ndarray
     grad_bytes: float | None = None  # the model's gradient bytes V, when known
+    knee: float = 0.0  # per-GPU batch where compute stops being flat (`Profile.knee`)
 
     @classmethod
-    def of(cls, app: str, alpha: float, beta: float, rows: Sequence, grad_bytes: float | None = None) -> "Rows":
+    def of(cls, app: str, alpha: float, beta: float, rows: Sequence, grad_bytes: float | None = None,
+           knee: float = 0.0) -> "Rows":
         """From `lyasched.costmodel.calibration.PlacementRow`-like rows (placement, local_bsz, step_time)."""
         rows = [r for r in rows if sum(r.placement) > 1 and r.step_time > 0]
         return cls(app, alpha, beta,
                    np.array([r.local_bsz for r in rows], float), np.array([sum(r.placement) for r in rows], float),
                    np.array([len(r.placement) for r in rows], float),
                    np.array([max(r.placement) for r in rows], float), np.array([r.step_time for r in rows], float),
-                   grad_bytes)
+                   grad_bytes, knee)
 
     @property
     def compute(self) -> np.ndarray:
-        return self.alpha + self.beta * self.b
+        return self.alpha + self.beta * np.maximum(0.0, self.b - self.knee)
 
 
 def fit_v(shape: CommShape, data: Rows) -> float:

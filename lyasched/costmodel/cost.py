@@ -1,7 +1,7 @@
 """Cost model: how long one training job runs on g GPUs.
 
-Run time on g GPUs = iterations x (t(B/g) + comm(g)), with t(b) = alpha + beta*b the
-fitted per-iteration compute time at per-GPU batch b, and comm(g) a ring all-reduce of
+Run time on g GPUs = iterations x (t(B/g) + comm(g)), with t(b) = alpha + beta*max(0, b - knee)
+the fitted per-iteration compute time at per-GPU batch b (knee = 0: a straight line), and comm(g) a ring all-reduce of
 the gradients over the slowest link the g GPUs use. docs/model.md derives every term.
 """
 
@@ -20,7 +20,7 @@ class Profile:
 
     model: str
     alpha: float  # fixed per-iteration time (s): kernel launches, optimizer step
-    beta: float  # per-sample time (s/sample)
+    beta: float  # per-sample time (s/sample), beyond the knee
     params: int  # number of trainable parameters
     bytes_per_param: int = 4  # gradient element size (fp32 = 4)
     mem_base: float = 0.0  # peak memory at batch 0 (bytes): weights, grads, optimizer state
@@ -30,10 +30,14 @@ class Profile:
     # 1 = the ring model as calibrated for the cluster.
     comm_scale_intra: float = 1.0
     comm_scale_inter: float = 1.0
+    # Per-GPU batch up to which a step takes alpha whatever the batch (a GPU not yet busy:
+    # lyasched.costmodel.batchshape); 0 = the straight line t(b) = alpha + beta*b.
+    knee: float = 0.0
 
     def step_time(self, local_batch: float) -> float:
-        """Compute time of one training step at per-GPU batch ``local_batch``."""
-        return self.alpha + self.beta * local_batch
+        """Compute time of one training step at per-GPU batch ``local_batch``: flat up to the
+        knee, then linear (`lyasched.costmodel.batchshape`)."""
+        return self.alpha + self.beta * max(0.0, local_batch - self.knee)
 
     @property
     def grad_bytes(self) -> float:

@@ -55,11 +55,20 @@ class ProfileResult:
         return self.params * self.bytes_per_param
 
     def to_profile(self) -> Profile:
-        """The cost model's view: t(b) = alpha + beta*b, mem(b) = m0 + m1*b."""
+        """The cost model's view: t(b) flat then linear in the batch where the measured sweep shows
+        a knee (`lyasched.costmodel.batchshape`; else alpha + beta*b, the result's own line), and
+        mem(b) = m0 + m1*b. alpha/beta of the result stay the line: what summaries carry."""
+        from lyasched.costmodel.batchshape import MIN_LEVELS, fit_batch_shape
+
+        alpha, beta, knee = self.alpha, self.beta, 0.0
+        if self.source == "measured" and len(self.batches) == len(self.step_times) and len(set(self.batches)) >= MIN_LEVELS:
+            bf = fit_batch_shape(self.batches, self.step_times)
+            if bf.knee > 0:
+                alpha, beta, knee = bf.alpha, bf.beta, bf.knee
         return Profile(
-            model=self.model, alpha=self.alpha, beta=self.beta, params=self.params,
+            model=self.model, alpha=alpha, beta=beta, params=self.params,
             bytes_per_param=self.bytes_per_param, mem_base=self.m0, mem_per_sample=self.m1,
-            source=self.source,
+            source=self.source, knee=knee,
         )
 
     def to_dict(self) -> dict[str, Any]:
