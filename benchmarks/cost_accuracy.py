@@ -49,7 +49,7 @@ from lyasched.costmodel.calibration import (  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--protocol", choices=["leave-one-app-out", "per-app"], default="leave-one-app-out")
+    ap.add_argument("--protocol", choices=["leave-one-app-out", "per-app", "online"], default="leave-one-app-out")
     ap.add_argument("--profiles", action="append", default=None,
                     help="directory with <app>/placements.csv, one per cluster, repeatable (default "
                          "../shared/data/profiles from the repo, benchmarks/data/profiles, "
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles"),
                              str(REPO / "benchmarks" / "data" / "profiles-h200host"),
                              str(REPO / "benchmarks" / "data" / "profiles-rerun")]
-    if args.protocol == "leave-one-app-out":
+    if args.protocol in ("leave-one-app-out", "online"):
         return leave_one_out(dirs, args)
     if len(dirs) > 1 and args.profiles is None:
         dirs = dirs[:1]
@@ -236,6 +236,8 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
         if len(apps) < 2:
             print("error: leave-one-app-out needs at least two applications", file=sys.stderr)
             return 2
+        if args.protocol == "online":
+            return online(apps, args)
         print(f"leave-one-app-out over {len(apps)} apps ...", file=sys.stderr)
         reports = leave_one_app_out(apps, fp, args.batch_fit)
     except (ValueError, OSError) as e:
@@ -303,6 +305,48 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
                   f"median={x.median_abs_rel_err:6.1%}  p90={x.p90_abs_rel_err:6.1%}")
     print("target per app and overall: median <= 10%, p90 <= 20%" + ("; 'overall' leaves the held-out apps out"
                                                                      if held_errs else ""))
+    return 0
+
+
+ONLINE_KS = (1, 2, 3)
+ONLINE_TARGET = {"k": 2, "median_abs_rel_err": 0.05, "p90_abs_rel_err": 0.10}
+
+
+def online(apps: list[AppData], args: argparse.Namespace) -> int:
+    """--protocol online: per application, its own model from the first k placements it meets
+    (`lyasched.costmodel.online.online_protocol`), the cluster fit from the other apps as prior."""
+    from lyasched.costmodel.online import online_protocol
+
+    print(f"online protocol over {len(apps)} apps ...", file=sys.stderr)
+    reports = online_protocol(apps, ONLINE_KS, args.batch_fit)
+    design = [r for r in reports if not r.held_out]
+    overall = {k: summarize([e for r in design for e in r.errors.get(k, [])]) for k in ONLINE_KS}
+    if args.json:
+        print(json.dumps({
+            "protocol": "online",
+            "apps": {f"{r.cluster}/{r.app}": {"held_out": r.held_out, "order": r.order,
+                                              "online": {str(k): summarize(e).as_dict() for k, e in r.errors.items()}}
+                     for r in reports},
+            "overall": {str(k): a.as_dict() for k, a in overall.items()},
+            "target": ONLINE_TARGET,
+        }, indent=2))
+        return 0
+    print("online: the job's own model (cluster fit from the other apps as prior) from the rows of the first k "
+          "placements it meets (its request, then neighbours); every other placement predicted")
+    t = ONLINE_TARGET
+    print(f"\n{'app':45s} {'placements met':28s}" + "".join(f"  k={k}: median / p90 (rows)" for k in ONLINE_KS))
+    for r in reports:
+        cells = "".join(f"  {a.median_abs_rel_err:6.1%} / {a.p90_abs_rel_err:6.1%} ({a.rows:4d})"
+                        for a in (summarize(r.errors[k]) for k in ONLINE_KS if k in r.errors))
+        met = r.errors.get(t["k"])
+        ok = "" if met is None else ("  met" if summarize(met).median_abs_rel_err <= t["median_abs_rel_err"]
+                                      and summarize(met).p90_abs_rel_err <= t["p90_abs_rel_err"] else "  missed")
+        name = f"{r.cluster}/{r.app}" + (" (held out)" if r.held_out else "")
+        print(f"{name:45s} {' '.join(r.order[:3]):28s}{cells}{ok}")
+    print(f"\n{'overall':45s} {'':28s}" + "".join(f"  {a.median_abs_rel_err:6.1%} / {a.p90_abs_rel_err:6.1%} ({a.rows:4d})"
+                                               for a in overall.values()))
+    print(f"target with k = {t['k']} on every application: median <= {t['median_abs_rel_err']:.0%}, "
+          f"p90 <= {t['p90_abs_rel_err']:.0%}")
     return 0
 
 

@@ -1,0 +1,156 @@
+"""One job's own throughput model, fitted from the step times it reports (pure, no torch).
+
+The cluster's `CommShape` (fitted on other applications) says how an all-reduce grows with GPUs
+and nodes, overlaps the backward pass and slows co-located replicas; one number, v, says how long
+this model's all-reduce takes. That is all a new job has. Once the job has run, its own step
+times on the placements it met say more: Pollux (OSDI'21) refits every job's throughput model
+from the job's own measurements. `fit_job` does the same here as a maximum a posteriori fit:
+
+    minimise  sum over the job's rows of (predicted/measured - 1)^2 / NOISE^2
+            + sum over parameters of ((p - p_cluster) / PRIOR_SD[p])^2
+
+over the job's own v, inter-node ratio, growth with GPUs and nodes, overlap and multi-GPU
+compute slowdown, with the cluster's values as the prior. A job seen on one placement moves
+little beyond v (the prior holds what one placement cannot identify); seen on a second, with
+another GPU or node count, the growth terms follow its own data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from lyasched.costmodel.commshape import CommShape, Rows, _BOUNDS, _vec_step, fit_v
+from lyasched.costmodel.cost import Profile
+
+NOISE = 0.05  # relative scatter of one measured step time (run to run: docs/calibration.md)
+# Prior widths around the cluster's values (log parameters: factors; d_*: per GPU / per doubling)
+PRIOR_SD = {"log_v": 3.0, "log_inter": 0.7, "d_intra": 0.3, "d_inter": 0.1, "d_nodes": 0.5,
+            "log_compute": 0.15, "gamma": 1.0}
+PARAMS = tuple(PRIOR_SD)
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """One job's fitted step-time model: its compute t(b), its own shape and v."""
+
+    profile: Profile
+    shape: CommShape
+    v: float
+    compute_scale: float  # multi-GPU compute relative to the cluster's contention model
+    grad_bytes: float | None
+    rows: int  # measured rows it was fitted on
+
+    def step_time(self, placement: Sequence[int], local_bsz: float) -> float:
+        """Predicted step time (s) of ``placement`` (GPUs per node) at per-GPU batch ``local_bsz``."""
+        c = self.profile.step_time(local_bsz)
+        if sum(placement) <= 1:
+            return c
+        return self.shape.step_time(c * self.compute_scale, self.v, placement, self.grad_bytes)
+
+
+def _unpack(x: np.ndarray, base: CommShape) -> tuple[float, CommShape, float]:
+    p = dict(zip(PARAMS, x))
+    shape = replace(base, inter_ratio=float(math.exp(p["log_inter"])), d_intra=float(p["d_intra"]),
+                    d_inter=float(p["d_inter"]), d_nodes=float(p["d_nodes"]), gamma=float(p["gamma"]))
+    return float(math.exp(p["log_v"])), shape, float(math.exp(p["log_compute"]))
+
+
+def _predict(shape: CommShape, v: float, cscale: float, data: Rows) -> np.ndarray:
+    """Vectorised JobModel.step_time over ``data``'s multi-GPU rows."""
+    x = np.array([getattr(shape, f) for f in _BOUNDS])
+    f = shape.bw_share(data.grad_bytes)
+    lat = shape.lat_s if f > 0 else 0.0
+    bytes_s = lat * (data.grad_bytes or 0.0) / shape.lat_bytes if lat > 0 else 0.0
+    return _vec_step(x, data.compute * cscale, np.full_like(data.t, v), data.g, data.n, data.k,
+                     shape.parallel, f, lat, bytes_s)
+
+
+def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_bytes: float | None = None) -> JobModel:
+    """The job's own model from its measured rows (`PlacementRow`-like: placement, local_bsz,
+    step_time) with the cluster's shape as the prior; see the module doc."""
+    from scipy.optimize import least_squares
+
+    data = Rows.of(profile.model, profile.alpha, profile.beta, rows, grad_bytes, profile.knee)
+    if data.t.size == 0:
+        raise ValueError(f"{profile.model}: no multi-GPU rows to fit the job's own model on")
+    v0 = fit_v(cluster, data)
+    prior = np.array([math.log(v0), math.log(cluster.inter_ratio), cluster.d_intra, cluster.d_inter,
+                      cluster.d_nodes, 0.0, cluster.gamma])
+    sd = np.array([PRIOR_SD[p] for p in PARAMS])
+    lo = np.array([math.log(1e-9), math.log(_BOUNDS["inter_ratio"][0]), 0.0, 0.0, 0.0, math.log(0.5),
+                   _BOUNDS["gamma"][0]])
+    hi = np.array([math.log(1e4), math.log(_BOUNDS["inter_ratio"][1]), _BOUNDS["d_intra"][1], _BOUNDS["d_inter"][1],
+                   _BOUNDS["d_nodes"][1], math.log(2.0), _BOUNDS["gamma"][1]])
+    if cluster.shared_cores:  # a CPU node's overlap is not fitted (commshape.SHARED_CORES_FIXED)
+        lo[-1] = hi[-1] = cluster.gamma
+        hi[-1] += 1e-9
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        v, shape, cs = _unpack(x, cluster)
+        fit = (_predict(shape, v, cs, data) / data.t - 1.0) / NOISE
+        return np.concatenate([fit, (x - prior) / sd])
+
+    r = least_squares(resid, np.clip(prior, lo, hi), bounds=(lo, hi))
+    v, shape, cs = _unpack(r.x, cluster)
+    return JobModel(profile, shape, v, cs, grad_bytes, int(data.t.size))
+
+
+def neighbour_order(request: tuple[int, ...], placements: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The placements a job asking for ``request`` meets, in order: the request, then the others
+    by distance in GPUs and nodes (log2 of each ratio, summed: one step = doubling either), ties
+    by fewer GPUs then by label. What a scheduler that grows and shrinks a job tries next."""
+    g0, n0 = sum(request), len(request)
+
+    def dist(p: tuple[int, ...]) -> tuple[float, int, str]:
+        return (abs(math.log2(sum(p) / g0)) + abs(math.log2(len(p) / n0)), sum(p), "".join(map(str, p)))
+
+    rest = sorted((p for p in set(placements) if p != request), key=dist)
+    return ([request] if request in placements else []) + rest
+
+
+@dataclass
+class OnlineReport:
+    """`online_protocol`'s result for one application: per k, the errors on what was not seen."""
+
+    app: str
+    cluster: str
+    held_out: bool
+    order: list[str]  # the placements in the order the job meets them (labels)
+    errors: dict[int, list[float]]  # k -> |pred/measured - 1| on every row of an unseen placement
+
+
+def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fit: str = "shape") -> list[OnlineReport]:
+    """For every application A (`calibration.AppData`): the cluster's shape from the OTHER
+    applications of A's cluster (as `leave_one_app_out`), A's compute from its 1-GPU rows; then,
+    for each k, A's own model (`fit_job`) from the rows of the first k placements A meets
+    (`neighbour_order` from its request, `calibration.protocol_fit_placement`), predicting every
+    multi-GPU row of every other placement (scalability.csv included)."""
+    from lyasched.costmodel.calibration import PlacementRow, fit_compute, protocol_fit_placement
+    from lyasched.costmodel.commshape import fit_shape
+
+    compute = {a.key: fit_compute(a.app, a.rows, batch_fit) for a in apps}
+    out: list[OnlineReport] = []
+    for a in apps:
+        others = [o for o in apps if o.key != a.key and not o.held_out]
+        train = [o for o in others if o.cluster == a.cluster] or others
+        if not train:
+            raise ValueError("the online protocol needs at least two applications")
+        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
+                                   o.grad_bytes, compute[o.key].knee) for o in train], CommShape(parallel=a.parallel))
+        prof = compute[a.key]
+        every = [r for r in list(a.rows) + list(a.scalability) if r.gpus > 1 and r.step_time > 0]
+        order = neighbour_order(protocol_fit_placement(a.rows), [r.placement for r in a.rows if r.gpus > 1])
+        rep = OnlineReport(a.app, a.cluster, a.held_out, [PlacementRow(p, 0, 0).label for p in order], {})
+        for k in ks:
+            if k > len(order):
+                continue
+            seen_p = set(order[:k])
+            job = fit_job(prof, shape, [r for r in every if r.placement in seen_p], a.grad_bytes)
+            rep.errors[k] = [abs(job.step_time(r.placement, r.local_bsz) / r.step_time - 1.0)
+                             for r in every if r.placement not in seen_p]
+        out.append(rep)
+    return out
