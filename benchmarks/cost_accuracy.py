@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from lyasched.costmodel.calibration import (  # noqa: E402
     Accuracy,
     BATCH_FITS,
+    by_placement,
     AppData,
     calibrate_app,
     leave_one_app_out,
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-fit", choices=list(BATCH_FITS), default="shape",
                     help="t(b) from the 1-GPU rows: flat-then-linear in relative error (shape, default) or the "
                          "least-squares line used before (line: a baseline)")
+    ap.add_argument("--by", choices=["placement", "shape"], default=None,
+                    help="leave-one-app-out: add per-app residual tables by placement, or by nodes x GPUs per node "
+                         "(shape); signed median > 0: predicted too slow")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles"),
@@ -261,6 +265,7 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
                     "scalability": r.scalability.as_dict() if r.scalability else None,
                     "by_nodes": {str(n): a.as_dict() for n, a in r.by_nodes.items()},
                     "by_gpus_one_node": {str(g): a.as_dict() for g, a in r.by_gpus.items()},
+                    **({f"by_{args.by}": by_placement(r.residuals, args.by)} if args.by else {}),
                     "fit": {"alpha": r.profile.alpha, "beta": r.profile.beta, "v_s": r.v, "fitted_on": r.fitted_on,
                             "shape": r.shape.to_dict(), "shape_fitted_on": r.shape_from,
                             "grad_bytes": r.grad_bytes, "bw_share": r.shape.bw_share(r.grad_bytes)},
@@ -296,6 +301,8 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
         if r.scalability:
             x = r.scalability
             print(f"  scalability.csv rows={x.rows:4d}  median={x.median_abs_rel_err:6.1%}  p90={x.p90_abs_rel_err:6.1%}")
+        if args.by:
+            print_by(by_placement(r.residuals, args.by), args.by)
     for name, errs in (("overall (all rows)", every), ("overall placements.csv", place_all),
                        ("overall scalability.csv", scal_all), ("held-out apps", held_errs),
                        ("overall with held-out", every + held_errs if held_errs else [])):
@@ -306,6 +313,15 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
     print("target per app and overall: median <= 10%, p90 <= 20%" + ("; 'overall' leaves the held-out apps out"
                                                                      if held_errs else ""))
     return 0
+
+
+def print_by(table: dict[str, dict], group: str) -> None:
+    """One residual table (`calibration.by_placement`), compact: several groups per line."""
+    cells = [f"{k:>{8 if group == 'shape' else 6}s} {v['rows']:3d} {v['median_rel_err']:+6.1%} {v['p90_abs_rel_err']:5.1%}"
+             for k, v in table.items()]
+    print(f"    by {group}: rows, signed median (> 0: predicted too slow), p90 |error|")
+    for i in range(0, len(cells), 4):
+        print("     " + "   ".join(cells[i:i + 4]))
 
 
 ONLINE_KS = (1, 2, 3)

@@ -450,6 +450,25 @@ class HeldOutReport:
     by_gpus: dict[int, Accuracy] = field(default_factory=dict)
     grad_bytes: float | None = None
     held_out: bool = False
+    # every predicted row's placement and signed error (pred/measured - 1): `by_placement`
+    residuals: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+
+
+def by_placement(residuals: Iterable[tuple[tuple[int, ...], float]], group: str = "placement") -> dict[str, dict]:
+    """Signed residuals grouped by placement label (``placement``) or by nodes x the most GPUs on
+    one node (``shape``, e.g. "2x4"): rows, median signed error (> 0: predicted too slow), median
+    and p90 of the absolute error. Where the model is wrong in a pattern, not at random."""
+    groups: dict[str, list[float]] = {}
+    for p, e in residuals:
+        key = PlacementRow(p, 0, 0).label if group == "placement" else f"{len(p)}x{max(p)}"
+        groups.setdefault(key, []).append(e)
+    out = {}
+    for key in sorted(groups, key=lambda k: (len(k) if group == "placement" else int(k.split("x")[0]), k)):
+        e = np.asarray(groups[key])
+        out[key] = {"rows": int(e.size), "median_rel_err": float(np.median(e)),
+                    "median_abs_rel_err": float(np.median(np.abs(e))),
+                    "p90_abs_rel_err": float(np.percentile(np.abs(e), 90))}
+    return out
 
 
 def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
@@ -492,9 +511,11 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
             raise ValueError(f"{a.key}: placement {PlacementRow(fp, 0, 0).label} not in the data")
         v = fit_v(shape, Rows.of(a.key, prof.alpha, prof.beta, seen, a.grad_bytes, prof.knee))
 
+        def signed(r: PlacementRow) -> float:
+            return shape.step_time(prof.step_time(r.local_bsz), v, r.placement, a.grad_bytes) / r.step_time - 1.0
+
         def errs(rows: Iterable[PlacementRow]) -> list[float]:
-            return [abs(shape.step_time(prof.step_time(r.local_bsz), v, r.placement, a.grad_bytes) / r.step_time - 1.0)
-                    for r in rows if r.step_time > 0]
+            return [abs(signed(r)) for r in rows if r.step_time > 0]
 
         held = [r for r in a.rows if r.gpus > 1 and r.placement != fp]
         e = errs(held)
@@ -504,6 +525,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
             rep.by_nodes[n] = summarize(errs([r for r in held if r.nodes == n]))
         for g in sorted({r.gpus for r in held if r.nodes == 1}):
             rep.by_gpus[g] = summarize(errs([r for r in held if r.nodes == 1 and r.gpus == g]))
+        rep.residuals = [(r.placement, signed(r)) for r in held + list(a.scalability) if r.step_time > 0]
         if a.scalability:
             rep.scal_errors = errs(a.scalability)
             rep.scalability = summarize(rep.scal_errors)

@@ -101,15 +101,23 @@ def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_byte
 
 def neighbour_order(request: tuple[int, ...], placements: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """The placements a job asking for ``request`` meets, in order: the request, then the others
-    by distance in GPUs and nodes (log2 of each ratio, summed: one step = doubling either), ties
-    by fewer GPUs then by label. What a scheduler that grows and shrinks a job tries next."""
+    nearest in GPUs and nodes (log2 of each ratio, summed: one step = doubling either). lyasched
+    places the same GPUs on every node (`lyasched.policy.placement`), so such placements come
+    first, and a new GPU or node count before another placement of a count already met (which
+    tells the job nothing new about its growth); ties by fewer GPUs, then by label."""
     g0, n0 = sum(request), len(request)
-
-    def dist(p: tuple[int, ...]) -> tuple[float, int, str]:
-        return (abs(math.log2(sum(p) / g0)) + abs(math.log2(len(p) / n0)), sum(p), "".join(map(str, p)))
-
-    rest = sorted((p for p in set(placements) if p != request), key=dist)
-    return ([request] if request in placements else []) + rest
+    left = set(placements) - {request}
+    order = [request] if request in placements else []
+    met = {(g0, n0)}
+    while left:
+        def key(p: tuple[int, ...]) -> tuple[bool, bool, float, int, str]:
+            return (len(set(p)) > 1, (sum(p), len(p)) in met,
+                    abs(math.log2(sum(p) / g0)) + abs(math.log2(len(p) / n0)), sum(p), "".join(map(str, p)))
+        nxt = min(left, key=key)
+        order.append(nxt)
+        met.add((sum(nxt), len(nxt)))
+        left.discard(nxt)
+    return order
 
 
 @dataclass
