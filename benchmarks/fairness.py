@@ -174,6 +174,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a third of the jobs, two Philly windows of 1,000 jobs")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=("design", "heldout"), default=None)
+    ap.add_argument("--names", default=None, help="only workloads whose name starts with one of these (comma-separated)")
     ap.add_argument("--policies", default="lyapunov,elastic,tiresias")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE")
     ap.add_argument("--sweep", action="store_true", help="average JCT on the robustness sweep's design workloads instead")
@@ -188,7 +189,10 @@ def main() -> None:
         print(json.dumps(out) if a.json else json.dumps(out, indent=1))
         return
     rows = []
+    names = tuple(a.names.split(",")) if a.names else None
     for w in workloads(a.quick, a.only):
+        if names and not w["name"].startswith(names):
+            continue
         t = time.perf_counter()
         r = run_one(w, policies, params)
         rows.append(r)

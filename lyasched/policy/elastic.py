@@ -115,6 +115,17 @@ class ElasticPolicy(LyapunovPolicy):
         a shortest-first start would serve them (the scan's order)."""
         return None
 
+    def _swap_tenants(self, state: SlotState):
+        """The tenant term of a swap (docs/model.md, section 5): per tenant its credit per GPU over
+        V*Theta, the core's, so a job of a tenant behind may take GPUs from one ahead; None when
+        the term is off or changes nothing this slot."""
+        if state.tenants is None or self.tenant_weight <= 0:
+            return None
+        total = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        if self._tenants_behind(state, [w.user for w in state.waiting], total) is None:
+            return None
+        return lambda k: self.tenant_behind(state, k)
+
     def _move_interval(self, r: MovableJob) -> float:
         """How long ``r`` runs after its last start or move before it may move (an extension point,
         ``move_backoff`` in variants). Shipped: `min_move_interval`, whatever its moves so far."""
@@ -232,6 +243,7 @@ class ElasticPolicy(LyapunovPolicy):
         inert = True
         searches = 0
         nfree = sum(free)  # kept with `free`: most candidates are turned away on the count alone
+        behind = self._swap_tenants(state)
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
@@ -269,6 +281,9 @@ class ElasticPolicy(LyapunovPolicy):
                 # j gains the wait it skips, at most until the victims' GPUs would come back anyway
                 saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
                 score = gain - self.V * theta * (pen_j + cost - saved)
+                if behind is not None:  # j's tenant gains g GPUs, each victim's loses what it gives up
+                    given = sum(behind(r.user) * (r.gpus - (new[0] if new is not None else 0)) for r, new, _, _ in chosen)
+                    score += self.V * theta * (behind(w.user) * g - given)
                 if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost, chosen, free, avail):
                     continue
             if not score > 0:

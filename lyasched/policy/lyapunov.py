@@ -120,6 +120,7 @@ class LyapunovPolicy:
         self._started: list[int] = []  # scratch for one decide() call
         self._best = np.zeros(0)
         self._rows = RowCache()
+        self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
 
     def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
@@ -225,20 +226,37 @@ class LyapunovPolicy:
         whether GPUs are used, only by whom), in cluster-seconds, times V*Theta so that it reads
         against the penalty. None (no change at all) without tenant input, with one tenant
         waiting, or when no waiting tenant is behind another."""
-        book = state.tenants
-        if book is None or self.tenant_weight <= 0:
+        users = [w.user for w in state.waiting] if state.tenants is not None and self.tenant_weight > 0 else []
+        behind = self._tenants_behind(state, users, total_gpus)
+        if behind is None:
             return None
-        users = [w.user for w in state.waiting]
+        per_tenant = {k: vtheta * v for k, v in behind.items()}
+        return np.fromiter(map(per_tenant.__getitem__, users), dtype=float, count=len(users))
+
+    def _tenants_behind(self, state: SlotState, users: list[str], total_gpus: int) -> dict[str, float] | None:
+        """Per tenant of a waiting job (``users``), its credit per GPU over V*Theta:
+        tenant_weight x (Y_k - the least Y_k among them) / G^2, G the cluster's GPUs (the
+        shortfall in seconds of the whole cluster, per GPU of it); tenants of no waiting job via
+        `tenant_behind`. None when the term is off or changes nothing (`_tenant_credit`)."""
+        book = state.tenants
         names = set(users)
-        if len(names) < 2:
+        if book is None or len(names) < 2:
             return None
         y = {k: max(0.0, book.deficit(k)) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
-        scale = self.tenant_weight * vtheta / total_gpus
-        per_tenant = {k: scale * (v - floor) / total_gpus for k, v in y.items()}
-        return np.fromiter(map(per_tenant.__getitem__, users), dtype=float, count=len(users))
+        scale = self.tenant_weight / (total_gpus * total_gpus)
+        self._tenant_floor = (floor, scale)
+        return {k: scale * (v - floor) for k, v in y.items()}
+
+    def tenant_behind(self, state: SlotState, tenant: str) -> float:
+        """Any tenant's credit per GPU over V*Theta, against this slot's floor (0 when the
+        slot's `_tenants_behind` was None)."""
+        if state.tenants is None or self._tenant_floor is None:
+            return 0.0
+        floor, scale = self._tenant_floor
+        return scale * max(0.0, max(0.0, state.tenants.deficit(tenant)) - floor)
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most
@@ -251,6 +269,7 @@ class LyapunovPolicy:
         return wait + slot
 
     def decide(self, state: SlotState) -> SlotResult:
+        self._tenant_floor = None
         if not state.waiting:
             return SlotResult(starts=(), q=0.0, z=0.0)
         free = FreeGpus(state.free, state.gpus_per_node)
@@ -328,7 +347,8 @@ class LyapunovPolicy:
     def _fill(self, state: SlotState, arr: dict, free: FreeGpus) -> list[Decision]:
         """Work conservation: GPUs the scores left free go to waiting jobs that fit at their request.
 
-        Shortest estimated GPU-time at the request first. Fewer GPUs than asked stay the scores'
+        Shortest estimated GPU-time at the request first (the jobs of tenants furthest behind
+        first, when there are such). Fewer GPUs than asked stay the scores'
         choice (bounded by ``max_stretch``): filling only ever gives a job what it asked for.
         """
         req, run_req, one, multi = arr["req"], arr["run_req"], arr["one"], arr["multi"]
@@ -347,7 +367,9 @@ class LyapunovPolicy:
         cand = np.flatnonzero(has & (r <= free.total))
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        for j in cand[np.lexsort((cand, key[cand]))]:
+        tc = arr.get("tenant_credit")
+        order = np.lexsort((cand, key[cand])) if tc is None else np.lexsort((cand, key[cand], -tc[cand]))
+        for j in cand[order]:  # with tenants behind: theirs first (docs/model.md, section 5)
             g = int(r[j])  # the request
             if free.total < g:
                 continue

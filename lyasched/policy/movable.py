@@ -111,6 +111,7 @@ def movable_job(
         attained=base.attained,
         preemptible=checkpointable,
         predicted_end=base.predicted_end,
+        user=base.user,
         requested_gpus=max(1, min(requested, len(one))),
         move_cost_s=move_cost,
         waited_s=waited,

@@ -34,6 +34,7 @@ class RunningObs:
     predicted_run: float = math.nan  # predicted run time on this placement; nan = unknown
     time_limit: float = math.inf  # inf = none
     attained_before: float = 0.0  # GPU-seconds received in earlier runs (preempted before)
+    user: str = ""  # its tenant; "" = unknown
     # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start)
     _view: list = field(default_factory=list, compare=False, repr=False)
 
@@ -96,6 +97,7 @@ class SlotStateBuilder:
             attained=obs.attained_before + (gpus * max(0.0, now - obs.start_time) if live else 0.0),
             preemptible=live,
             predicted_end=obs.start_time + obs.predicted_run,
+            user=obs.user,
         )
 
     def _running(self, snap: ClusterSnapshot) -> tuple[RunningJob, ...]:

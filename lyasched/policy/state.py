@@ -58,6 +58,7 @@ class RunningJob:
     attained: float = 0.0  # GPU-seconds received so far (for LAS-style policies)
     preemptible: bool = False
     predicted_end: float = math.nan  # start + predicted run time (lyapunov's release forecast); nan = unknown
+    user: str = ""  # its tenant (lyasched.policy.tenants); "" = unknown
 
 
 @dataclass(frozen=True)

@@ -451,7 +451,7 @@ class Simulation:
                         overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
                         end = t + overhead + frac[i] * true_full
                         tokens[i] += 1
-                        obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i])
+                        obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i], jobs[i].user)
                         running[i] = _Running(
                             i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs
                         )

@@ -1,0 +1,149 @@
+"""Tenants (issue 36): water-filled entitlement, the ledger, per-tenant figures, the tenant queue."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lyasched.cli.replay import replay
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Link, Profile
+from lyasched.costmodel.jobspec import Job
+from lyasched.policy import make_policy
+from lyasched.policy.state import RunningJob, SlotState, waiting_job
+from lyasched.policy.tenants import TenantBook, TenantLedger, waterfill
+from lyasched.sim import Simulation
+from lyasched.sim.fairness import tenant_summary
+from lyasched.sim.tenancy import Tenant, tenant_workload
+from lyasched.sim.workloads import load_workload
+
+RESNET = Profile("resnet", 0.02, 0.0015, 25_000_000, mem_base=2e9, mem_per_sample=80e6)
+
+
+def test_waterfill_equal_and_capped():
+    assert waterfill({"a": 10, "b": 10}, {}, 8) == {"a": 4.0, "b": 4.0}
+    # a tenant asking for less than its part leaves the rest to the others
+    out = waterfill({"a": 1, "b": 10, "c": 10}, {}, 9)
+    assert out["a"] == 1.0 and out["b"] == pytest.approx(4.0) and out["c"] == pytest.approx(4.0)
+    assert waterfill({"a": 0, "b": 3}, {}, 8) == {"a": 0.0, "b": 3.0}  # no demand, nothing; never above demand
+
+
+def test_waterfill_shares():
+    out = waterfill({"a": 100, "b": 100}, {"a": 3, "b": 1}, 8)
+    assert out["a"] == pytest.approx(6.0) and out["b"] == pytest.approx(2.0)
+    out = waterfill({"a": 1, "b": 100}, {"a": 3, "b": 1}, 8)  # a's unused part goes to b
+    assert out["a"] == 1.0 and out["b"] == pytest.approx(7.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdef"), st.floats(0, 50), min_size=1),
+       st.dictionaries(st.sampled_from("abcdef"), st.floats(0.1, 10)), st.floats(0, 100))
+def test_waterfill_properties(demand, shares, cap):
+    out = waterfill(demand, shares, cap)
+    assert all(-1e-9 <= out[k] <= demand[k] + 1e-9 for k in demand)
+    assert sum(out.values()) == pytest.approx(min(cap, sum(demand.values())), abs=1e-6)
+
+
+def test_ledger_integrates():
+    led = TenantLedger(capacity=4.0)
+    led.advance(0.0)
+    led.ask("a", 4)
+    led.ask("b", 4)
+    led.advance(10.0)  # both waiting: 2 GPUs each entitled
+    led.ask("a", -4)
+    led.hold("a", 4)  # a takes everything
+    book = led.book(20.0)
+    assert book.entitled == {"a": 40.0, "b": 40.0}
+    assert book.received == {"a": 40.0, "b": 0.0}
+    assert book.deficit("b") == 40.0 and book.deficit("a") == 0.0
+
+
+def _jobs(users, n=12, iters=40_000, gap=5.0, gpus=1):
+    return [Job(f"j{i:02d}", RESNET, 64, iters, submit_time=gap * i, min_gpus=1, max_gpus=2, requested_gpus=gpus,
+                user=users[i % len(users)]) for i in range(n)]
+
+
+CL = ClusterSpec(nodes=1, gpus_per_node=2, intra=Link(50e9, 1e-5), inter=Link(5e9, 5e-5))
+
+
+def test_tenant_summary_accounts_every_gpu_second():
+    sim = Simulation(_jobs(["a", "b", "c"]), CL, estimate_error=0.0)
+    res = sim.run(make_policy("fifo"), name="fifo")
+    tenants, fair = tenant_summary(res)
+    assert set(tenants) == {"a", "b", "c"} and sum(t["jobs"] for t in tenants.values()) == 12
+    assert sum(t["gpu_s"] for t in tenants.values()) == pytest.approx(res.busy_gpu_s)
+    # entitlement never exceeds the cluster, and covers what was received while there was demand
+    assert sum(t["entitled_gpu_s"] for t in tenants.values()) <= CL.total_gpus * res.makespan + 1e-6
+    assert sum(t["entitled_gpu_s"] for t in tenants.values()) >= res.busy_gpu_s - 1e-6
+    assert 0 < fair["worst_share_ratio"] <= 1.0 + 1e-9
+    assert fair["worst_tenant_slowdown"] >= fair["best_tenant_slowdown"] >= 1.0 - 1e-9
+
+
+def _state(book):
+    cm = CostModel(CL)
+    ws = tuple(waiting_job(j, cm, 2) for j in [
+        Job("a1", RESNET, 64, 40_000, submit_time=0.0, min_gpus=1, max_gpus=1, user="a"),
+        Job("b1", RESNET, 64, 40_000, submit_time=0.0, min_gpus=1, max_gpus=1, user="b"),
+    ])
+    run = RunningJob("r", 1, ((0, 1),), 0.0, 1e5, predicted_end=1e5, user="a")
+    return SlotState(now=600.0, slot_len=30.0, free=(1,), gpus_per_node=2, waiting=ws, running=(run,), tenants=book)
+
+
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_tenant_behind_goes_first(policy):
+    """Two identical jobs, one free GPU: today the FIFO tie-break (a1) wins; the tenant behind wins
+    with the tenant term, whichever it is."""
+    today = make_policy(policy).decide(_state(None))
+    assert [d.job_id for d in today.starts] == ["a1"]
+    behind_b = TenantBook({}, {"a": 5e4, "b": 0.0}, {"a": 3e4, "b": 3e4})
+    assert [d.job_id for d in make_policy(policy).decide(_state(behind_b)).starts] == ["b1"]
+    behind_a = TenantBook({}, {"a": 0.0, "b": 5e4}, {"a": 3e4, "b": 3e4})
+    assert [d.job_id for d in make_policy(policy).decide(_state(behind_a)).starts] == ["a1"]
+    # even tenants, or the term off: today's decision, bit for bit
+    even = TenantBook({}, {"a": 1e4, "b": 1e4}, {"a": 3e4, "b": 3e4})
+    assert make_policy(policy).decide(_state(even)).starts == today.starts
+    assert make_policy(policy, tenant_weight=0.0).decide(_state(behind_b)).starts == today.starts
+
+
+def _digest(res):
+    return [(r.job.job_id, [(s.start, s.end, s.gpus) for s in r.segments]) for r in res.records], list(res.slot_q)
+
+
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_one_tenant_decides_as_today(policy):
+    w = load_workload("seed-small-bursty", seed=1)
+    one = [replace(j, user="everyone") for j in w.jobs]
+    a = Simulation(one, w.cluster, seed=1).run(make_policy(policy), name=policy)
+    b = Simulation(w.jobs, w.cluster, seed=1, tenant_input=False).run(make_policy(policy), name=policy)
+    assert _digest(a) == _digest(b)
+
+
+def test_tenant_workload_is_reproducible_and_labelled():
+    ts = [Tenant("x", "synth:jobs=30,load=0.5", 2.0), Tenant("y", "synth:jobs=20,load=0.3,arrival=bursts")]
+    w1, shares = tenant_workload("t", ts, nodes=2, gpus_per_node=4, seed=3)
+    w2, _ = tenant_workload("t", ts, nodes=2, gpus_per_node=4, seed=3)
+    assert w1.jobs == w2.jobs and shares == {"x": 2.0, "y": 1.0}
+    assert {j.user for j in w1.jobs} == {"x", "y"} and len({j.job_id for j in w1.jobs}) == 50
+    with pytest.raises(ValueError):
+        tenant_workload("t", [ts[0], ts[0]], nodes=2, gpus_per_node=4)
+
+
+def test_shares_must_be_positive():
+    with pytest.raises(ValueError):
+        Simulation(_jobs(["a", "b"]), CL, shares={"a": 0.0})
+
+
+def test_replay_json_reports_tenants():
+    r = CliRunner().invoke(replay, ["-w", "seed-small-scattered", "-p", "fifo,lyapunov", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for name, pol in out["policies"].items():
+        assert set(pol["fairness"]) >= {"worst_share_ratio", "worst_tenant_slowdown"}
+        t = pol["tenants"]
+        assert sum(v["jobs"] for v in t.values()) == out["jobs"]
+        assert all(set(v) == {"jobs", "avg_jct_s", "avg_slowdown", "gpu_s", "entitled_gpu_s"} for v in t.values())
+        assert min(v["gpu_s"] / v["entitled_gpu_s"] for v in t.values()) == pytest.approx(pol["fairness"]["worst_share_ratio"])
+        assert math.isfinite(pol["fairness"]["worst_tenant_slowdown"])
