@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by", choices=["placement", "shape"], default=None,
                     help="leave-one-app-out: add per-app residual tables by placement, or by nodes x GPUs per node "
                          "(shape); signed median > 0: predicted too slow")
+    ap.add_argument("--online-fit", choices=["job", "v"], default="job",
+                    help="--protocol online: fit the job's own compute, all-reduce and growth (job, default) or only "
+                         "its all-reduce time v (v: the baseline, the offline model refitted on every placement seen)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     dirs = args.profiles or [str(shared_profiles()), str(REPO / "benchmarks" / "data" / "profiles"),
@@ -334,12 +337,12 @@ def online(apps: list[AppData], args: argparse.Namespace) -> int:
     from lyasched.costmodel.online import online_protocol
 
     print(f"online protocol over {len(apps)} apps ...", file=sys.stderr)
-    reports = online_protocol(apps, ONLINE_KS, args.batch_fit)
+    reports = online_protocol(apps, ONLINE_KS, args.batch_fit, args.online_fit)
     design = [r for r in reports if not r.held_out]
     overall = {k: summarize([e for r in design for e in r.errors.get(k, [])]) for k in ONLINE_KS}
     if args.json:
         print(json.dumps({
-            "protocol": "online",
+            "protocol": "online", "online_fit": args.online_fit,
             "apps": {f"{r.cluster}/{r.app}": {"held_out": r.held_out, "order": r.order,
                                               "online": {str(k): summarize(e).as_dict() for k, e in r.errors.items()}}
                      for r in reports},

@@ -432,3 +432,14 @@ def test_measure_ddp_profiles_from_raw_rebuilds_the_recorded_h200_host_recsys_ro
         proc = subprocess.run([sys.executable, script, *extra, "--out", str(out)], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error:")
         assert not out.exists()
+
+
+def test_by_placement_groups_signed_residuals():
+    from lyasched.costmodel.calibration import by_placement
+
+    res = [((2, 2), 0.1), ((2, 2), -0.3), ((2, 2), 0.2), ((1, 1, 1), -0.05), ((4, 4), 0.0)]
+    t = by_placement(res)
+    assert list(t) == ["22", "44", "111"] and t["22"]["rows"] == 3
+    assert t["22"]["median_rel_err"] == pytest.approx(0.1) and t["22"]["median_abs_rel_err"] == pytest.approx(0.2)
+    s = by_placement(res, "shape")
+    assert list(s) == ["2x2", "2x4", "3x1"] and s["3x1"]["median_rel_err"] == pytest.approx(-0.05)

@@ -18,7 +18,7 @@ another GPU or node count, the growth terms follow its own data.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,10 +27,16 @@ from lyasched.costmodel.commshape import CommShape, Rows, _BOUNDS, _vec_step, fi
 from lyasched.costmodel.cost import Profile
 
 NOISE = 0.05  # relative scatter of one measured step time (run to run: docs/calibration.md)
-# Prior widths around the cluster's values (log parameters: factors; d_*: per GPU / per doubling)
-PRIOR_SD = {"log_v": 3.0, "log_inter": 0.7, "d_intra": 0.3, "d_inter": 0.1, "d_nodes": 0.5,
+# Prior widths around the cluster's values (log parameters: factors; d_*: per GPU / per doubling).
+# The growth terms are held tight: two or three placements of 3-4 nodes said little about 16 nodes
+# (looser priors extrapolated the growth and missed the 12-16-node rows by 30-80%: docs/calibration.md)
+PRIOR_SD = {"log_v": 3.0, "log_inter": 0.7, "d_intra": 0.1, "d_inter": 0.03, "d_nodes": 0.1,
             "log_compute": 0.15, "gamma": 1.0}
 PARAMS = tuple(PRIOR_SD)
+PER_PLACEMENT = True  # rows of one placement count as one observation (see fit_job)
+# What fit_job may move: "job" every parameter above, "v" only v (the offline protocol's one
+# number per application, refitted on every placement seen: the baseline)
+FITS = ("job", "v")
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,8 @@ def _predict(shape: CommShape, v: float, cscale: float, data: Rows) -> np.ndarra
                      shape.parallel, f, lat, bytes_s)
 
 
-def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_bytes: float | None = None) -> JobModel:
+def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_bytes: float | None = None,
+            fit: str = "job") -> JobModel:
     """The job's own model from its measured rows (`PlacementRow`-like: placement, local_bsz,
     step_time) with the cluster's shape as the prior; see the module doc."""
     from scipy.optimize import least_squares
@@ -80,7 +87,9 @@ def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_byte
     v0 = fit_v(cluster, data)
     prior = np.array([math.log(v0), math.log(cluster.inter_ratio), cluster.d_intra, cluster.d_inter,
                       cluster.d_nodes, 0.0, cluster.gamma])
-    sd = np.array([PRIOR_SD[p] for p in PARAMS])
+    if fit not in FITS:
+        raise ValueError(f"fit must be one of {FITS}, not {fit!r}")
+    sd = np.array([PRIOR_SD[p] if fit == "job" or p == "log_v" else 1e-6 for p in PARAMS])
     lo = np.array([math.log(1e-9), math.log(_BOUNDS["inter_ratio"][0]), 0.0, 0.0, 0.0, math.log(0.5),
                    _BOUNDS["gamma"][0]])
     hi = np.array([math.log(1e4), math.log(_BOUNDS["inter_ratio"][1]), _BOUNDS["d_intra"][1], _BOUNDS["d_inter"][1],
@@ -89,9 +98,15 @@ def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_byte
         lo[-1] = hi[-1] = cluster.gamma
         hi[-1] += 1e-9
 
+    # rows of one placement share its all-reduce: they count as one observation, so a placement
+    # measured at many batches does not outweigh the prior more than one measured at few
+    labels = [tuple(r.placement) for r in rows if sum(r.placement) > 1 and r.step_time > 0]
+    per = {p: labels.count(p) for p in set(labels)}
+    w = np.array([1.0 / math.sqrt(per[p]) for p in labels]) if PER_PLACEMENT else np.ones(len(labels))
+
     def resid(x: np.ndarray) -> np.ndarray:
         v, shape, cs = _unpack(x, cluster)
-        fit = (_predict(shape, v, cs, data) / data.t - 1.0) / NOISE
+        fit = w * (_predict(shape, v, cs, data) / data.t - 1.0) / NOISE
         return np.concatenate([fit, (x - prior) / sd])
 
     r = least_squares(resid, np.clip(prior, lo, hi), bounds=(lo, hi))
@@ -129,9 +144,11 @@ class OnlineReport:
     held_out: bool
     order: list[str]  # the placements in the order the job meets them (labels)
     errors: dict[int, list[float]]  # k -> |pred/measured - 1| on every row of an unseen placement
+    residuals: dict[int, list[tuple[tuple[int, ...], float]]] = field(default_factory=dict)  # k -> signed
 
 
-def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fit: str = "shape") -> list[OnlineReport]:
+def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fit: str = "shape",
+                    fit: str = "job") -> list[OnlineReport]:
     """For every application A (`calibration.AppData`): the cluster's shape from the OTHER
     applications of A's cluster (as `leave_one_app_out`), A's compute from its 1-GPU rows; then,
     for each k, A's own model (`fit_job`) from the rows of the first k placements A meets
@@ -157,8 +174,9 @@ def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fi
             if k > len(order):
                 continue
             seen_p = set(order[:k])
-            job = fit_job(prof, shape, [r for r in every if r.placement in seen_p], a.grad_bytes)
-            rep.errors[k] = [abs(job.step_time(r.placement, r.local_bsz) / r.step_time - 1.0)
-                             for r in every if r.placement not in seen_p]
+            job = fit_job(prof, shape, [r for r in every if r.placement in seen_p], a.grad_bytes, fit)
+            rep.residuals[k] = [(r.placement, job.step_time(r.placement, r.local_bsz) / r.step_time - 1.0)
+                                for r in every if r.placement not in seen_p]
+            rep.errors[k] = [abs(e) for _, e in rep.residuals[k]]
         out.append(rep)
     return out
