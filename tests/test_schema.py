@@ -344,3 +344,37 @@ def test_processes_opening_an_unversioned_file_at_once_migrate_it_once(tmp_path:
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         counts = pool.map(_open_and_count, [str(p)] * 8)
     assert counts == [40] * 8 and _version(p) == SCHEMA_VERSION
+
+
+OTHER_PROCESS = """
+import sys
+from lyasched.store import records
+db = records.open_records(sys.argv[1])  # a standby or a one-off command: opens, reads, closes
+db.conn.execute("select count(*) from slots").fetchone()
+db.conn.close()
+"""
+
+
+def test_another_process_closing_its_connection_does_not_take_the_wal_from_under_us(tmp_path):
+    """Two services on one database (active and standby, on shared storage): the active opens a
+    connection per thread, so it opens the file more than once. The header check must not read the
+    file with a plain open() then: closing that descriptor drops every POSIX lock this process holds
+    on it, SQLite's too, and the other process's close then deletes the WAL our writes go to."""
+    import subprocess
+    import sys
+
+    from lyasched.store import records
+
+    p = tmp_path / "service.db"
+    first = records.open_records(p)
+    records.record_decision(first, time=1.0, uid="u1", slurm_id="1", action="start", gpus=1)
+    second = records.open_records(p)  # the slot thread's own connection, same process
+    subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(p)], check=True, timeout=60)
+    assert Path(f"{p}-wal").exists()  # still ours
+    records.record_decision(second, time=2.0, uid="u2", slurm_id="2", action="start", gpus=1)
+    got = subprocess.run([sys.executable, "-c", "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("
+                          "'select count(*) from decisions').fetchone()[0])", str(p)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert got == "2"  # another process sees both writes
+    first.conn.close()
+    second.conn.close()

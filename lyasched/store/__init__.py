@@ -53,6 +53,7 @@ def open_db(path: str | os.PathLike | None = None, *, what: str = "lyasched data
         schema.prepare(conn, p, ident, what)  # first: a refused file is left exactly as it was
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
+            schema.opened(p)  # from now on its header is not read with open() in this process
         conn.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.Error as e:
         conn.close()

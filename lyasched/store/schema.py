@@ -146,6 +146,20 @@ def migrate(conn: sqlite3.Connection, path: str | os.PathLike) -> int:
 # rewritten by someone else, since is checked again (the service's opens are one per thread, lyasub's a few)
 Ident = tuple[int, int, int, int]
 _checked: set[Ident] = set()
+# files (st_dev, st_ino) this process has opened with SQLite: their header is never read again with a
+# plain open(). Closing *any* descriptor of a file drops all of the process's POSIX locks on it,
+# SQLite's included; another process closing its last connection then believes it is the last one,
+# checkpoints and deletes the WAL under us, and our later writes go to a deleted file (lost).
+_opened: set[tuple[int, int]] = set()
+
+
+def opened(path: str | os.PathLike) -> None:
+    """Say that this process now holds an SQLite connection to ``path`` (see ``_opened``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _opened.add((st.st_dev, st.st_ino))
 
 
 def check_file(path: str | os.PathLike, what: str = "lyasched database") -> Ident | None:
@@ -159,6 +173,8 @@ def check_file(path: str | os.PathLike, what: str = "lyasched database") -> Iden
         return None
     except OSError as e:
         raise DatabaseUnusable(unreadable_line(p, e.strerror or str(e), what)) from None
+    if (st.st_dev, st.st_ino) in _opened:  # checked when first opened; reading it now would drop our locks
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
     try:
         with open(p, "rb") as f:
             head = f.read(100)
