@@ -27,7 +27,7 @@ address = "127.0.0.1"      # bind address
 [failsafe]                 # when the service stops (docs/service.md, "When the service stops")
 lease = "/var/lib/lyasched/lease.json"  # renewed every slot; on storage the controller host shares (default: beside db)
 grace = 150                # `lyasched failsafe` releases held jobs once the lease is this stale (default 5 slots, >= 60 s)
-takeover_slots = 3         # `lyasched serve --standby` takes over after this many slots without renewal (<= 3)
+takeover_slots = 2         # `lyasched serve --standby` takes over after this many slots without renewal (<= 3)
 
 [cluster]                  # what the cost model assumes about the hardware
 gpu_mem = 32e9
@@ -87,7 +87,7 @@ class Config:
     metrics_address: str = "127.0.0.1"  # [metrics] address: what the metrics server binds
     failsafe_lease: Path | None = None  # [failsafe] lease: the service's lease file (None: lease.json beside db)
     failsafe_grace: float | None = None  # [failsafe] grace (None: 5 slots of the lease, at least 60 s)
-    failsafe_takeover_slots: float = 3.0  # [failsafe] takeover_slots: a standby takes over after this many slots
+    failsafe_takeover_slots: float = 2.0  # [failsafe] takeover_slots: a standby takes over after this many slots
     source: str = "<defaults>"
 
 

@@ -283,7 +283,7 @@ def test_lease_lost_during_a_slot_fences_its_actions(tmp_path):
     assert slurm.actions("update") == [] and slurm.actions("release") == []
 
 
-def test_standby_takes_over_after_three_slots_and_the_old_active_stops(tmp_path):
+def test_standby_takes_over_after_two_slots_and_the_old_active_stops(tmp_path):
     path, clock = tmp_path / "lease.json", Clock()
     slurm = FakeSlurm(jobs=[FakeJob("101", summary("uid-00000101"))])
     a = service(records.open_records(":memory:"), slurm, path, clock, StartAs({}))
@@ -291,7 +291,7 @@ def test_standby_takes_over_after_three_slots_and_the_old_active_stops(tmp_path)
     a.run_slot()
     clock.t += 2
     assert b.run_slot().error.startswith("standby")  # A renewed 2 s ago
-    clock.t += 4  # A silent for 6 s = 3 slots: not yet
+    clock.t += 2  # A silent for 4 s = 2 slots: not yet
     assert b.run_slot().error.startswith("standby")
     clock.t += 0.5
     assert b.run_slot().error == "" and leases.read(path).epoch == 2 and leases.read(path).holder == b.lease.holder
@@ -323,10 +323,10 @@ def test_failsafe_then_stale_service_wakes_up_takes_back_before_acting(tmp_path)
 def test_config_failsafe_section(tmp_path):
     cfg = from_mapping({"service": {"db": "/x/y/l.db"}})
     assert lease_path(cfg) == Path("/x/y/lease.json") and cfg.failsafe_grace is None
-    cfg = from_mapping({"failsafe": {"lease": "shared/lease.json", "grace": 90, "takeover_slots": 2}},
+    cfg = from_mapping({"failsafe": {"lease": "shared/lease.json", "grace": 90, "takeover_slots": 3}},
                        base_dir=tmp_path)
     assert lease_path(cfg) == tmp_path / "shared/lease.json" and cfg.failsafe_grace == 90
-    assert cfg.failsafe_takeover_slots == 2
+    assert cfg.failsafe_takeover_slots == 3
     for bad, msg in [({"grace": 0}, "failsafe.grace must be > 0"), ({"takeover_slots": 4}, "takeover_slots must be <= 3"),
                      ({"lease": ""}, "failsafe.lease must be"), ({"x": 1}, "unknown key failsafe.x")]:
         with pytest.raises(ConfigError, match=msg):

@@ -68,6 +68,16 @@ def wait_until(what, check, timeout: float = 60, every: float = 0.5):
 
 def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, test_user, other_user, as_user,
                                                                  slurm_jobs, cluster):
+    fail_open_and_back(work, job_dir, test_user, other_user, as_user, slurm_jobs, cluster,
+                       stop=lambda svc: (svc.send_signal(signal.SIGKILL), svc.wait(timeout=30)), restart=lambda: None,
+                       label="process SIGKILLed")
+
+
+def fail_open_and_back(work, job_dir, test_user, other_user, as_user, slurm_jobs, cluster, stop, restart,
+                       label: str) -> dict:
+    """The scenario: jobs wait, ``stop(svc)`` takes the service away (its process, or its host),
+    the fail-safe releases them after the grace, they run as the user, ``restart()`` brings the
+    host back and a new service adopts them and schedules a late job. Returns the timing."""
     cfg = write_config(work, test_user)
     db_path, lease_path = work / "lyasched.db", work / "lease.json"
     # another user's plain job takes every GPU: the service sees the lyasched jobs but cannot start them
@@ -103,8 +113,7 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
     assert first is not None and first.role == leases.SERVICE and first.slot_seconds == 2
 
     # the service dies (no clean stop), and the GPUs come free at the same moment
-    svc.send_signal(signal.SIGKILL)
-    svc.wait(timeout=30)
+    stop(svc)
     stopped = time.time()
     subprocess.run(["scancel", plain], check=True, timeout=30)
 
@@ -127,7 +136,7 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
     started = wait_until("the released jobs to start", all_started, timeout=90, every=0.25)
     running_at = time.time()
     timing = {"stop_to_release_s": round(released_at - stopped, 1), "stop_to_all_running_s": round(running_at - stopped, 1),
-              "grace_s": GRACE, "timer_period_s": 2}
+              "grace_s": GRACE, "timer_period_s": 2, "stop": label, "cluster": cluster.kind}
     print("FAILSAFE-TIMING " + json.dumps(timing))
     (job_dir.parent / f"failsafe-timing-{int(stopped)}.json").write_text(json.dumps(timing))
 
@@ -155,6 +164,7 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
     slurm_jobs.append(late)
 
     # the service comes back: it takes the lease back, records the fail-safe's jobs, schedules the late one
+    restart()
     svc2 = start_service(cluster, cfg, work / "serve2.log")
     all_ids = [*ids.values(), late]
     done = wait_all(all_ids, log=work / "serve2.log")
@@ -181,6 +191,7 @@ def test_killed_service_fails_open_to_slurm_and_takes_back_over(work, job_dir, t
     assert records.consistency_problems(db) == []
     log2 = (work / "serve2.log").read_text()
     assert "taken with epoch" in log2 and "Traceback" not in log2
+    return timing
 
 
 def squeue_jobs_any(job_id: str) -> str:

@@ -167,7 +167,7 @@ class LeaseKeeper:
     path: Path
     slot_seconds: float
     take_now: bool = True
-    takeover_slots: float = 3.0
+    takeover_slots: float = 2.0  # + the standby's own slot: it acts within 3 slots of a stop
     clock: Callable[[], float] = time.time
     holder: str = field(default_factory=me)
     epoch: int | None = None  # the epoch this service holds (None: not holding)
