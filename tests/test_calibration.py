@@ -443,3 +443,42 @@ def test_by_placement_groups_signed_residuals():
     assert t["22"]["median_rel_err"] == pytest.approx(0.1) and t["22"]["median_abs_rel_err"] == pytest.approx(0.2)
     s = by_placement(res, "shape")
     assert list(s) == ["2x2", "2x4", "3x1"] and s["3x1"]["median_rel_err"] == pytest.approx(-0.05)
+
+
+def test_two_node_allreduce_grows_with_the_gpus_per_node_and_is_fitted():
+    """A two-node all-reduce grows with log2 of the GPUs on the fuller node (d_two_nodes); from
+    three nodes on it does not. fit_shape recovers the term from apps measured on such a cluster."""
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape
+
+    truth = CommShape(gamma=2.0, s_multi=0.05, inter_ratio=5.0, d_inter=0.02, d_nodes=0.1, d_two_nodes=0.4)
+    base = CommShape(**{**truth.to_dict(), "d_two_nodes": 0.0})
+    assert truth.comm_factor(8, 2, per_node_max=4) == pytest.approx(base.comm_factor(8, 2, per_node_max=4) * 1.8)
+    assert truth.comm_factor(2, 2, per_node_max=1) == base.comm_factor(2, 2, per_node_max=1)
+    assert truth.comm_factor(12, 3, per_node_max=4) == base.comm_factor(12, 3, per_node_max=4)
+    placements = [(2,), (4,), (1, 1), (2, 2), (1, 4), (4, 4), (1, 1, 1), (2, 2, 2), (4, 4, 4), (2, 2, 2, 2)]
+
+    def rows(name: str, v: float) -> Rows:
+        recs = [PlacementRow(p, b, truth.step_time(0.01 + 2e-4 * b, v, p)) for p in placements for b in (8, 32, 128)]
+        return Rows.of(name, 0.01, 2e-4, recs)
+
+    fit = fit_shape([rows("a", 0.02), rows("b", 0.08), rows("c", 0.3)])
+    assert fit.d_two_nodes == pytest.approx(0.4, rel=0.05)
+    one_node = fit_shape([Rows.of("x", 0.01, 2e-4, [PlacementRow((g,), 8, 0.02 * g) for g in (2, 3, 4)])])
+    assert one_node.d_two_nodes == 0.0  # no multi-node rows: not identifiable, stays at the default
+
+
+def test_benchmark_online_protocol_json(tmp_path):
+    """--protocol online --json: per app and k, median/p90/rows beside the existing keys."""
+    pollux = tmp_path / "pollux"
+    for app, src in (("cifar10", "placements_cifar10_subset.csv"), ("imagenet", "placements_imagenet_subset.csv")):
+        (pollux / app).mkdir(parents=True)
+        (pollux / app / "placements.csv").write_text((DATA / src).read_text())
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--protocol", "online",
+                          "--profiles", str(pollux), "--json"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["protocol"] == "online" and set(doc["apps"]) == {"pollux/cifar10", "pollux/imagenet"}
+    for app in doc["apps"].values():
+        assert app["order"][0] == "2222" and set(app["online"]) == {"1", "2", "3"}
+        rows = [app["online"][k]["rows"] for k in ("1", "2", "3")]
+        assert rows[0] > rows[1] > rows[2] > 0  # each further placement seen leaves fewer to predict
+        assert all(0 < app["online"][k]["median_abs_rel_err"] <= app["online"][k]["p90_abs_rel_err"] for k in "123")
