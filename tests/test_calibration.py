@@ -482,3 +482,13 @@ def test_benchmark_online_protocol_json(tmp_path):
         rows = [app["online"][k]["rows"] for k in ("1", "2", "3")]
         assert rows[0] > rows[1] > rows[2] > 0  # each further placement seen leaves fewer to predict
         assert all(0 < app["online"][k]["median_abs_rel_err"] <= app["online"][k]["p90_abs_rel_err"] for k in "123")
+
+
+def test_placement_scatter_is_zero_on_smooth_rows_and_sees_noise():
+    from lyasched.costmodel.calibration import placement_scatter
+
+    smooth = [PlacementRow((2, 2), b, 0.1 + 1e-3 * b + 1e-6 * b * b) for b in (4, 8, 16, 32, 64)]
+    assert max(placement_scatter(smooth)) < 1e-9
+    noisy = smooth[:2] + [PlacementRow((2, 2), 16, smooth[2].step_time * 1.2)] + smooth[3:]
+    assert max(placement_scatter(noisy)) > 0.05
+    assert placement_scatter(smooth[:4]) == [] and placement_scatter([PlacementRow((1,), 4, 1.0)]) == []

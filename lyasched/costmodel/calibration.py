@@ -471,6 +471,27 @@ def by_placement(residuals: Iterable[tuple[tuple[int, ...], float]], group: str 
     return out
 
 
+def placement_scatter(rows: Iterable[PlacementRow]) -> list[float]:
+    """|relative residual| of every multi-GPU row about its OWN placement's least-squares quadratic
+    in the batch (3 parameters per placement, fitted in relative error, in-sample): how far the
+    measurements scatter about any smooth curve. No model predicting a placement it has not seen
+    can expect to beat it."""
+    by: dict[tuple[int, ...], list[PlacementRow]] = {}
+    for r in rows:
+        if r.gpus > 1 and r.step_time > 0:
+            by.setdefault(r.placement, []).append(r)
+    out: list[float] = []
+    for rs in by.values():
+        if len({r.local_bsz for r in rs}) < 5:  # 3 parameters: keep 2 degrees of freedom
+            continue
+        b = np.array([r.local_bsz for r in rs])
+        t = np.array([r.step_time for r in rs])
+        a = np.vstack([np.ones_like(b), b, b * b]).T / t[:, None]
+        x = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
+        out += [float(e) for e in np.abs(a @ x - 1.0)]
+    return out
+
+
 def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
     """The ONE multi-GPU placement of a held-out application the protocol may see: 2 GPUs on
     each of as many nodes as measured (`default_fit_placement`) when it has multi-node rows,

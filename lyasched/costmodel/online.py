@@ -145,6 +145,7 @@ class OnlineReport:
     order: list[str]  # the placements in the order the job meets them (labels)
     errors: dict[int, list[float]]  # k -> |pred/measured - 1| on every row of an unseen placement
     residuals: dict[int, list[tuple[tuple[int, ...], float]]] = field(default_factory=dict)  # k -> signed
+    scatter: list[float] = field(default_factory=list)  # `calibration.placement_scatter` of its rows
 
 
 def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fit: str = "shape",
@@ -154,7 +155,7 @@ def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fi
     for each k, A's own model (`fit_job`) from the rows of the first k placements A meets
     (`neighbour_order` from its request, `calibration.protocol_fit_placement`), predicting every
     multi-GPU row of every other placement (scalability.csv included)."""
-    from lyasched.costmodel.calibration import PlacementRow, fit_compute, protocol_fit_placement
+    from lyasched.costmodel.calibration import PlacementRow, fit_compute, placement_scatter, protocol_fit_placement
     from lyasched.costmodel.commshape import fit_shape
 
     compute = {a.key: fit_compute(a.app, a.rows, batch_fit) for a in apps}
@@ -169,7 +170,8 @@ def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fi
         prof = compute[a.key]
         every = [r for r in list(a.rows) + list(a.scalability) if r.gpus > 1 and r.step_time > 0]
         order = neighbour_order(protocol_fit_placement(a.rows), [r.placement for r in a.rows if r.gpus > 1])
-        rep = OnlineReport(a.app, a.cluster, a.held_out, [PlacementRow(p, 0, 0).label for p in order], {})
+        rep = OnlineReport(a.app, a.cluster, a.held_out, [PlacementRow(p, 0, 0).label for p in order], {},
+                           scatter=placement_scatter(list(a.rows) + list(a.scalability)))
         for k in ks:
             if k > len(order):
                 continue
