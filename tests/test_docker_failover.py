@@ -159,8 +159,12 @@ def test_standby_on_another_host_takes_over_and_the_woken_active_is_fenced(work,
                     p.kill()
 
 
-def test_failsafe_and_the_woken_service_at_the_same_moment(work, job_dir, test_user, other_user, as_user, slurm_jobs,
-                                                           cluster):
+@pytest.mark.parametrize("order", ["together", "failsafe-first"])
+def test_failsafe_and_the_woken_service_at_the_same_moment(order, work, job_dir, test_user, other_user, as_user,
+                                                           slurm_jobs, cluster):
+    """``together``: SIGCONT and the fail-safe's run at one barrier (whichever takes the lease lock
+    first wins); ``failsafe-first``: the service wakes the moment the fail-safe's run returns (it
+    released everything): the woken service is fenced, takes the lease back and adopts."""
     cfg = write_config(work, test_user)
     db_path, lease_path = work / "lyasched.db", work / "lease.json"
     r = as_user(other_user, "sbatch", "--parsable", "--nodes=3", "--gres=gpu:4", "--time=5",
@@ -191,12 +195,16 @@ def test_failsafe_and_the_woken_service_at_the_same_moment(work, job_dir, test_u
 
         def wake() -> None:
             go.wait()
+            if order == "failsafe-first":
+                done.wait(timeout=120)
             svc.send_signal(signal.SIGCONT)
 
         def failsafe() -> None:
             go.wait()
             out["res"] = run_failsafe(cluster, cfg)
+            done.set()
 
+        done = threading.Event()
         threads = [threading.Thread(target=wake), threading.Thread(target=failsafe)]
         for t in threads:
             t.start()
@@ -204,8 +212,10 @@ def test_failsafe_and_the_woken_service_at_the_same_moment(work, job_dir, test_u
             t.join(timeout=120)
         res = out["res"]
         assert isinstance(res, dict)
-        done = wait_all(ids, timeout=150, log=work / "serve.log")
-        assert {i: j.state for i, j in done.items()} == {i: "COMPLETED" for i in ids}
+        if order == "failsafe-first":
+            assert res["action"] == "released" and len(res["released"]) == len(ids), res
+        final = wait_all(ids, timeout=150, log=work / "serve.log")
+        assert {i: j.state for i, j in final.items()} == {i: "COMPLETED" for i in ids}
 
         def followed() -> bool:
             rows = {r["slurm_id"]: r for r in records.list_jobs(records.open_readonly(db_path))}
@@ -219,7 +229,7 @@ def test_failsafe_and_the_woken_service_at_the_same_moment(work, job_dir, test_u
             (res["action"], released, got)
         assert all(len(starts(job_dir, i)) == 1 for i in ids), {i: starts(job_dir, i) for i in ids}
         assert "Traceback" not in (work / "serve.log").read_text()
-        report("failsafe-vs-waking-service", failsafe_action=res["action"], released_by_failsafe=len(released),
+        report(f"failsafe-vs-waking-service ({order})", failsafe_action=res["action"], released_by_failsafe=len(released),
                started_by_service=len(ids) - len(released), started_twice=0)
     finally:
         svc.send_signal(signal.SIGCONT)
