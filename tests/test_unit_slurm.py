@@ -26,13 +26,15 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare")
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
-def test_the_shipped_unit_verifies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["lyasched.service", "lyasched-failsafe.service", "lyasched-failsafe.timer"])
+def test_the_shipped_units_verify(tmp_path: Path, name: str) -> None:
     lyasched = shutil.which("lyasched") or str(Path(os.sys.executable).parent / "lyasched")
-    unit = tmp_path / "lyasched.service"  # the unit as shipped, with ExecStart where lyasched is installed here
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/lyasched", lyasched))
-    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    for shipped in UNIT.parent.glob("lyasched*.*"):  # as shipped, with ExecStart where lyasched is installed here
+        if shipped.suffix in {".service", ".timer"}:
+            (tmp_path / shipped.name).write_text(shipped.read_text().replace("/usr/local/bin/lyasched", lyasched))
+    r = subprocess.run(["systemd-analyze", "verify", str(tmp_path / name)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "lyasched.service:" not in r.stderr, r.stderr  # no warning about the unit itself
+    assert f"{name}:" not in r.stderr and "lyasched" not in r.stderr, r.stderr  # no warning about our units
 
 
 @needs_root
