@@ -330,3 +330,30 @@ def test_job_finished_teaches_the_cost_table_only_from_a_completed_predicted_job
     entry = costtable.get(db, s.sig, "gpu")
     assert entry is not None and entry.observations == 1 and entry.correction > 1.0
     assert records.get_job(db, s.uid)["refined"] == 1
+
+
+def test_refit_on_a_shaped_cluster_learns_the_models_own_allreduce_and_predicts_unseen_placements():
+    """With a fitted cluster shape, a model whose all-reduce is 3x the ring's and 2x the cluster's
+    inter-node ratio: its runs on one node (4 GPUs) and across two nodes (2x2) teach it both, and the
+    policy's iter_time then predicts placements it never ran on (8 and 12 GPUs)."""
+    from lyasched.costmodel.commshape import CommShape
+
+    shape = CommShape(gamma=2.0, s_multi=0.05, sigma=0.02, inter_ratio=4.0, d_intra=0.1, d_inter=0.02, d_nodes=0.1)
+    cl = replace(CLUSTER, shape=shape)
+    base = Profile("m", alpha=0.01, beta=1e-4, params=10_000_000)
+    truth_v = 3.0 * CostModel(replace(CLUSTER, shape=None)).comm_time(base, 2, False)
+    own = replace(shape, inter_ratio=8.0)
+
+    def measured(placement: tuple[int, ...], b: int) -> float:
+        return own.step_time(base.step_time(b), truth_v, placement, base.grad_bytes)
+
+    runs = [Run(p, b, measured(p, b)) for p in ((4,), (2, 2)) for b in (16, 64)]
+    prof, why = refit(base, cl, runs)
+    assert any("the cluster's shape as the prior" in w for w in why)
+    assert prof.comm_scale_intra == pytest.approx(3.0, rel=0.05)
+    for p in ((4, 4), (4, 4, 4), (2,)):
+        got = predict_step(prof, cl, p, 32)
+        assert got == pytest.approx(measured(p, 32), rel=0.03)
+    # the ring-model refit (no shape) cannot: it learns factors for a different model of the step
+    plain, _ = refit(base, CLUSTER, runs)
+    assert abs(predict_step(plain, cl, (4, 4, 4), 32) / measured((4, 4, 4), 32) - 1) > 0.05

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile, ring_allreduce_time
-from lyasched.costmodel.fit import fit_linear
+from lyasched.costmodel.batchshape import fit_batch_shape
 
 
 WARMUP_STEPS = 2  # first steps of a rank left out (allocator, caches, DDP bucket rebuild)
@@ -141,8 +141,8 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
     single = [r for r in runs if r.gpus == 1 and r.step_time > 0]
     batches = {r.local_bsz for r in single}
     if len(batches) >= 2:
-        f = fit_linear([r.local_bsz for r in single], [r.step_time for r in single])
-        prof = replace(prof, alpha=f.intercept, beta=f.slope)
+        f = fit_batch_shape([r.local_bsz for r in single], [r.step_time for r in single])
+        prof = replace(prof, alpha=f.alpha, beta=f.beta, knee=f.knee)
         why.append(f"compute refitted on {len(single)} 1-GPU run(s) at {len(batches)} batch sizes")
     elif single:
         ratios = [r.step_time / base.step_time(r.local_bsz) for r in single if base.step_time(r.local_bsz) > 0]
@@ -150,6 +150,8 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
             c = float(statistics.median(ratios))
             prof = replace(prof, alpha=base.alpha * c, beta=base.beta * c)
             why.append(f"compute x{c:.3f} from {len(single)} 1-GPU run(s)")
+    if cluster.shape is not None:
+        return _refit_shaped(prof, cluster, runs, why)
     learned: dict[str, float] = {}
     for kind, pick in (("intra", lambda r: len(r.placement) == 1), ("inter", lambda r: len(r.placement) > 1)):
         multi = [r for r in runs if r.gpus > 1 and pick(r) and r.step_time > 0]
@@ -167,6 +169,28 @@ def refit(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tuple[Pro
         why.append(f"{kind}-node all-reduce x{k:.3g} of the ring model from {len(multi)} run(s) on "
                    f"{'/'.join(map(str, gs))} GPUs")
     return _borrow(prof, learned, why), why
+
+
+def _refit_shaped(prof: Profile, cluster: ClusterSpec, runs: Sequence[Run], why: list[str]) -> tuple[Profile, list[str]]:
+    """The all-reduce of a cluster with a fitted `CommShape`: the model's own v and inter-node ratio
+    from every multi-GPU run it reported, the cluster's shape as the prior
+    (`lyasched.costmodel.online.fit_job`), stored as the factors `CostModel.iter_time` applies:
+    v relative to the ring model's 2-GPU all-reduce (intra), times the job's inter-node ratio over
+    the cluster's (inter). An unmeasured kind of link follows the cluster's ratio, not a guess."""
+    from lyasched.costmodel.online import fit_job
+
+    assert cluster.shape is not None
+    multi = [r for r in runs if r.gpus > 1 and r.step_time > 0]
+    ring2 = ring_allreduce_time(prof.grad_bytes, 2, cluster.intra)
+    if not multi or ring2 <= 0:
+        return prof, why
+    job = fit_job(prof, cluster.shape, multi, prof.grad_bytes, fit="comm")
+    ki = job.v / ring2
+    ke = ki * job.shape.inter_ratio / cluster.shape.inter_ratio
+    gs = "/".join(map(str, sorted({r.gpus for r in multi})))
+    why.append(f"all-reduce x{ki:.3g} (one node), x{ke:.3g} (across nodes) of the ring model: this model's own "
+               f"fit to {len(multi)} run(s) on {gs} GPUs, the cluster's shape as the prior")
+    return replace(prof, comm_scale_intra=ki, comm_scale_inter=ke), why
 
 
 def _borrow(prof: Profile, learned: dict[str, float], why: list[str]) -> Profile:
@@ -223,7 +247,7 @@ def refit_shared(base: Profile, cluster: ClusterSpec, runs: Sequence[Run]) -> tu
     if votes["compute"]:
         (b1, b2), y = BOUND_BATCHES, [pick(votes["compute"], i, base.step_time(b)) for i, b in enumerate(BOUND_BATCHES)]
         beta = (y[1] - y[0]) / (b2 - b1)
-        prof = replace(prof, alpha=y[0] - beta * b1, beta=beta)
+        prof = replace(prof, alpha=y[0] - beta * b1, beta=beta, knee=0.0)  # the line through the bounds
         why.append(f"compute from {len(votes['compute'])} user(s)' 1-GPU runs")
     learned = {k: pick(votes[k], 0, getattr(base, f"comm_scale_{k}")) for k in ("intra", "inter") if votes[k]}
     for kind, k in learned.items():

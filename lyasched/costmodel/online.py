@@ -34,9 +34,11 @@ PRIOR_SD = {"log_v": 3.0, "log_inter": 0.7, "d_intra": 0.1, "d_inter": 0.03, "d_
             "log_compute": 0.15, "gamma": 1.0}
 PARAMS = tuple(PRIOR_SD)
 PER_PLACEMENT = True  # rows of one placement count as one observation (see fit_job)
-# What fit_job may move: "job" every parameter above, "v" only v (the offline protocol's one
-# number per application, refitted on every placement seen: the baseline)
-FITS = ("job", "v")
+# What fit_job may move: "job" every parameter above; "comm" v and the inter-node ratio (what a
+# `Profile` can carry: lyasched.costmodel.learn); "v" only v (the offline protocol's one number per
+# application, refitted on every placement seen: the baseline)
+FITS = ("job", "comm", "v")
+_FREE = {"job": PARAMS, "comm": ("log_v", "log_inter"), "v": ("log_v",)}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_byte
                       cluster.d_nodes, 0.0, cluster.gamma])
     if fit not in FITS:
         raise ValueError(f"fit must be one of {FITS}, not {fit!r}")
-    sd = np.array([PRIOR_SD[p] if fit == "job" or p == "log_v" else 1e-6 for p in PARAMS])
+    sd = np.array([PRIOR_SD[p] if p in _FREE[fit] else 1e-6 for p in PARAMS])
     lo = np.array([math.log(1e-9), math.log(_BOUNDS["inter_ratio"][0]), 0.0, 0.0, 0.0, math.log(0.5),
                    _BOUNDS["gamma"][0]])
     hi = np.array([math.log(1e4), math.log(_BOUNDS["inter_ratio"][1]), _BOUNDS["d_intra"][1], _BOUNDS["d_inter"][1],
