@@ -18,8 +18,14 @@ side: `CommShape.parallel`). Apps named by ``held_out=`` in a cluster's CLUSTER 
 ``--held-out``) are predicted the same way but are in no other app's training set, and are
 reported apart from "overall". docs/calibration.md.
 
-    python benchmarks/cost_accuracy.py [--protocol leave-one-app-out|per-app] [--profiles DIR ...]
-        [--held-out APP ...] [--json]
+Protocol ``online`` (issue 34): the same cluster fit as prior; of each app its 1-GPU rows and
+the rows of the first k = 1, 2, 3 placements it would meet (its request, then neighbours); the
+job's own model (`lyasched.costmodel.online.fit_job`) predicts every other placement. ``--by
+placement|shape`` adds signed residual tables to leave-one-app-out. The list of (application,
+node count) target misses closes the default output.
+
+    python benchmarks/cost_accuracy.py [--protocol leave-one-app-out|per-app|online] [--profiles DIR ...]
+        [--held-out APP ...] [--by placement|shape] [--batch-fit shape|line] [--online-fit job|v] [--json]
 """
 
 from __future__ import annotations

@@ -492,3 +492,21 @@ def test_placement_scatter_is_zero_on_smooth_rows_and_sees_noise():
     noisy = smooth[:2] + [PlacementRow((2, 2), 16, smooth[2].step_time * 1.2)] + smooth[3:]
     assert max(placement_scatter(noisy)) > 0.05
     assert placement_scatter(smooth[:4]) == [] and placement_scatter([PlacementRow((1,), 4, 1.0)]) == []
+
+
+def test_benchmark_by_shape_tables_and_target_misses(tmp_path):
+    """--by shape --json: each app's signed residuals by nodes x GPUs per node, and the list of
+    (application, node count) that miss the target, beside the existing keys."""
+    pollux = tmp_path / "pollux"
+    for app, src in (("cifar10", "placements_cifar10_subset.csv"), ("imagenet", "placements_imagenet_subset.csv")):
+        (pollux / app).mkdir(parents=True)
+        (pollux / app / "placements.csv").write_text((DATA / src).read_text())
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cost_accuracy.py"), "--profiles", str(pollux),
+                          "--by", "shape", "--json"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    for app in doc["apps"].values():
+        table = app["by_shape"]
+        assert sum(g["rows"] for g in table.values()) == app["all"]["rows"]
+        assert all(-1 < g["median_rel_err"] < 1 for g in table.values())
+    for m in doc["target_misses"]:
+        assert m["median_abs_rel_err"] > 0.10 or m["p90_abs_rel_err"] > 0.20
