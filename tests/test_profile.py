@@ -322,6 +322,12 @@ def test_gpu_profiles_analysis_of_the_recorded_h200_run(tmp_path):
         assert r["fit_err"] == pytest.approx(want, abs=1e-4)
         assert r["fit_abs_err_max"] == pytest.approx(max(abs(e) for e in want), abs=1e-4)
         assert r["loo_abs_err_max"] >= r["fit_abs_err_max"] - 1e-9  # held-out points fit no better
+        # the cost model's flat-then-linear t(b), each batch predicted from the others
+        from lyasched.costmodel.batchshape import leave_one_batch_out
+        loo = leave_one_batch_out(raw[name]["batches"], raw[name]["step_times"])
+        assert r["shape"]["loo_err"] == pytest.approx(loo, abs=1e-4) and r["shape"]["knee"] >= 0
+    assert json.loads(proc.stdout)["target"] == {"loo_median": 0.05, "loo_max": 0.15}
+    assert sum(r["shape"]["knee"] > 0 for r in rows.values()) >= 5  # the GPU sweeps are flat, then linear
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_profiles.py"), "--from", str(bad)],
