@@ -464,10 +464,10 @@ def by_placement(residuals: Iterable[tuple[tuple[int, ...], float]], group: str 
         groups.setdefault(key, []).append(e)
     out = {}
     for key in sorted(groups, key=lambda k: (len(k) if group == "placement" else int(k.split("x")[0]), k)):
-        e = np.asarray(groups[key])
-        out[key] = {"rows": int(e.size), "median_rel_err": float(np.median(e)),
-                    "median_abs_rel_err": float(np.median(np.abs(e))),
-                    "p90_abs_rel_err": float(np.percentile(np.abs(e), 90))}
+        errs = np.asarray(groups[key])
+        out[key] = {"rows": int(errs.size), "median_rel_err": float(np.median(errs)),
+                    "median_abs_rel_err": float(np.median(np.abs(errs))),
+                    "p90_abs_rel_err": float(np.percentile(np.abs(errs), 90))}
     return out
 
 
