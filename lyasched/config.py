@@ -19,6 +19,7 @@ V = 10.0
 
 [slurm]
 backend = "auto"           # "auto" | "cli" | "pyslurm" (docs/slurm-backends.md)
+limits = "auto"            # Slurm's QOS/association GPU limits: "auto" (when sacctmgr answers) | "on" | "off"
 
 [metrics]                  # Prometheus metrics of `lyasched serve` (absent: off; docs/service.md, Monitoring)
 port = 9464                # 0 = any free port (logged)
@@ -77,6 +78,7 @@ class Config:
     users: tuple[str, ...] = ()  # schedule only these users' jobs (() = everybody's)
     device: str = ""  # cost-table device key for refinement ("" = the nodes' GPU type, else "gpu")
     slurm_backend: str = "auto"  # [slurm] backend: "auto" | "cli" | "pyslurm"
+    slurm_limits: str = "auto"  # [slurm] limits: "auto" | "on" | "off" (lyasched.live.limits)
     policy: str = "lyapunov"
     params: Mapping[str, Any] = field(default_factory=dict)
     gpu_mem: float = 32e9
@@ -224,8 +226,12 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
 
     sl = _table(where, "slurm", data.get("slurm", {}))
     for key in sl:
-        if key != "backend":
-            raise ConfigError(f"{where}: unknown key slurm.{key} (known: backend)")
+        if key not in {"backend", "limits"}:
+            raise ConfigError(f"{where}: unknown key slurm.{key} (known: backend, limits)")
+    if "limits" in sl:
+        if sl["limits"] not in ("auto", "on", "off"):
+            raise ConfigError(f"{where}: slurm.limits must be one of auto, on, off, got {sl['limits']!r}")
+        kw["slurm_limits"] = sl["limits"]
     if "backend" in sl:
         from lyasched.slurm.backend import BACKENDS
 

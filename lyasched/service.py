@@ -42,7 +42,9 @@ from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
 from lyasched.live import failsafe  # when the service stops: the fail-safe's releases, adopted
 from lyasched.live.inputs import PolicyInputs
+from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
+from lyasched.live.limits import LimitsWatch
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -89,8 +91,10 @@ class Service:
         policy: Policy | None = None,
         clock: Callable[[], float] = time.time,
         lease: LeaseKeeper | None = None,
+        limits: LimitsWatch | None = None,
     ) -> None:
         self.config = config
+        self.limits = limits  # lyasched.live.limits: Slurm's GPU limits (None: not read)
         # lyasched.live.lease: held each slot before acting (None: no lease, e.g. tests and tools)
         self.lease = lease
         self._adopt = False  # the lease was just taken: adopt what the fail-safe released meanwhile
@@ -216,6 +220,13 @@ class Service:
         waiting, running = observe.sort_jobs(obs, seen, ctx, self.inputs, self.config.release_grace,
                                              self._hold_again)
 
+        view = None
+        if self.limits is not None:  # Slurm's QOS/association GPU limits: never release into one
+            released = {j.job_id for j, row in seen.values() if row and row.get("state") == "released"}
+            view = self.limits.view(obs.jobs, released, ctx.now)
+            if view is not None:
+                waiting, kept_out = limits.cap(waiting, view)
+                ctx.limit_why = kept_out
         free = obs.free
         snap = self.inputs.snapshot(ctx, self.config.slot_seconds, free, cluster.gpus_per_node, waiting, running)
         self.last_snapshot = snap
@@ -229,15 +240,35 @@ class Service:
         result = self.policy.decide(state) if waiting or (movable and sum(free) > 0) else None
         ctx.free = list(free)  # as the starts and moves take them
         if result is None:
+            if view is not None:
+                self._note_limits(seen, ctx.limit_why)
             return
         if self.lease is not None and (lost := self.lease.lost()):  # fencing: a newer epoch acts, not this one
             report.error = f"fenced, not acting: {lost}"
             log.warning("%s", report.error)
             return
+        if view is not None:  # the slot's starts together (two may each fit a limit, not both)
+            result, refused = limits.admit(result, view)
+            ctx.limit_why.update(refused)
+            self._note_limits(seen, ctx.limit_why)
         report.q, report.z = float(result.q), float(result.z)  # Q and Z after the slot's decisions (none: both 0)
         if result.preempt:  # moves: lyasched.live.mover (the decision -> Slurm commands of a move)
             self.mover.carry_out(result, seen, state, ctx, self.stop_requested)
         self.starter.carry_out(result, waiting, seen, ctx, self.stop_requested)  # lyasched.live.starter
+
+    def _note_limits(self, seen: dict, why: dict[str, str]) -> None:
+        """The records of waiting jobs a Slurm limit kept out this slot say which (lyastat); the
+        others' old limit reason is cleared."""
+        for uid, (job, row) in seen.items():
+            if row is None or row.get("state") != "waiting":
+                continue
+            old = str(row.get("reason") or "")
+            reason = f"{limits.REASON}: {why[job.job_id]}" if job.job_id in why else ""
+            if reason and old != reason:
+                records.upsert_job(self.db, uid, reason=reason)
+                log.info("job %s: not started: %s", job.job_id, reason)
+            elif not reason and old.startswith(limits.REASON):
+                records.upsert_job(self.db, uid, reason="")
 
     def _hold_again(self, job: Any, row: dict, ctx: SlotContext) -> None:
         """A released job Slurm has not started is held again, unless the fail-safe released it."""

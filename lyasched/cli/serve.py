@@ -110,7 +110,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     log.info("Slurm backend: %s (%s)", slurm.name, why)
     keeper = lease_keeper(cfg, standby)  # lyasched.live.lease: renewed every slot; fences a stale service
     try:
-        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm, lease=keeper)
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm, lease=keeper, limits=limits_watch(cfg, slurm))
     except UnsupportedPolicy as e:  # a policy the chosen backend cannot carry out (moves without signal/requeue)
         raise BadInput(str(e)) from None
     except (ValueError, TypeError, ImportError) as e:
@@ -160,6 +160,16 @@ def start_metrics(service: Any, cfg: Any) -> Any:
         raise click.ClickException(f"metrics: cannot listen on {cfg.metrics_address}:{cfg.metrics_port}: {e}") from None
     service.slot_hooks.append(metrics.observe_slot)
     return metrics
+
+
+def limits_watch(cfg: Any, slurm: Any) -> Any:
+    """Slurm's GPU limits read each slot (``[slurm] limits``; lyasched.live.limits); None when off."""
+    from lyasched.live.limits import LimitsWatch
+    from lyasched.slurm.backend import SlurmQuery
+
+    if cfg.slurm_limits == "off" or not isinstance(slurm, SlurmQuery):
+        return None
+    return LimitsWatch(slurm.query, cfg.slurm_limits, accounting=lambda: slurm.config().accounting)
 
 
 def lease_keeper(cfg: Any, standby: bool) -> Any:

@@ -27,6 +27,7 @@ class SlotContext:
     decision_ids: list[int] = field(default_factory=list)  # decisions already written (starts), slot set later
     corrections: dict[str, float] = field(default_factory=dict)  # one cost-table read per model per slot
     models: dict[tuple[str, str], tuple] = field(default_factory=dict)  # (sig, user) -> (correction, learned profile, start-up s), once per slot
+    limit_why: dict[str, str] = field(default_factory=dict)  # Slurm id -> the Slurm limit keeping it out (lyasched.live.limits)
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
 
     @property

@@ -104,6 +104,15 @@ class SlurmHistory(Slurm, Protocol):
         ...
 
 
+@runtime_checkable
+class SlurmQuery(Slurm, Protocol):
+    """Read-only queries by their command line (sacctmgr's limits, squeue's accounts and QOS:
+    lyasched.live.limits), on top of `Slurm`: both backends run the CLI tools for them."""
+
+    def query(self, argv: Sequence[str]) -> str:
+        ...
+
+
 class BackendChoiceError(ValueError):
     """The backend asked for cannot be used here (one line; `lyasched serve` exits 2)."""
 

@@ -31,6 +31,10 @@ class CliSlurm:
     def _run(self, argv: Sequence[str], idempotent: bool = True) -> str:
         return self.runner.run(list(argv), idempotent=idempotent)
 
+    def query(self, argv: Sequence[str]) -> str:
+        """A read-only Slurm query's output (sacctmgr, squeue: lyasched.live.limits)."""
+        return self._run(argv)
+
     # ------------------------------------------------------------ reading
 
     def nodes(self) -> list[NodeInfo]:

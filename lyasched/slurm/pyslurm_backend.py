@@ -234,6 +234,9 @@ class PySlurm:
     def history(self, since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> str:
         return self.cli.history(since, until, partition, fields)  # sacct, as accounting
 
+    def query(self, argv: Sequence[str]) -> str:
+        return self.cli.query(argv)  # sacctmgr and squeue (lyasched.live.limits)
+
     def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
         self.cli.resize(job_id, num_nodes, gpus_per_node, nodes)  # scontrol update (NumNodes: see module doc)
 
