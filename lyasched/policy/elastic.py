@@ -238,12 +238,15 @@ class ElasticPolicy(LyapunovPolicy):
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
         older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
-        order = heapq.nsmallest(self.max_candidates, cands)
+        behind = self._swap_tenants(state)
+        if behind is None:
+            order = heapq.nsmallest(self.max_candidates, cands)
+        else:  # the jobs of the tenants furthest behind first, shortest first within a tenant
+            order = heapq.nsmallest(self.max_candidates, cands, key=lambda c: (-behind(left[c[2]].user), c))
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
         searches = 0
         nfree = sum(free)  # kept with `free`: most candidates are turned away on the count alone
-        behind = self._swap_tenants(state)
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
@@ -261,8 +264,8 @@ class ElasticPolicy(LyapunovPolicy):
                 continue
             wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
             ahead += g
-            if not wait_j > t_j:  # not even a free swap would help it
-                continue
+            if not wait_j > t_j and not (behind is not None and behind(w.user) > 0):
+                continue  # not even a free swap would help it (unless its tenant is behind: the tenant term may)
             inert = False
             if searches >= self.max_searches:
                 continue

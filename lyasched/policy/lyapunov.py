@@ -112,7 +112,7 @@ class LyapunovPolicy:
     relative: bool = True  # externality relative to the job shortest-first would start instead
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
-    tenant_weight: float = 1.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
+    tenant_weight: float = 300.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
