@@ -57,6 +57,9 @@ case $ROLE in
     # The service account: a Slurm operator (may release/update other users' jobs); job_submit.lua
     # lists its uid in PRIVILEGED_UIDS (docker/render.py).
     sacctmgr -i -Q add user lyasched account=root adminlevel=Operator >/dev/null 2>&1 || true
+    # The test users' associations (AccountingStorageEnforce=associations: no association, no job).
+    sacctmgr -i -Q add account research description=tests organization=lyasched >/dev/null 2>&1 || true
+    sacctmgr -i -Q add user lyatest,lyaother account=research >/dev/null 2>&1 || true
     start slurmctld -D
     log "mariadb, slurmdbd, slurmctld started"
     ;;

@@ -30,6 +30,9 @@ AccountingStorageHost=ctl
 AccountingStoragePort=6819
 # GPU counts in sacct's AllocTRES (lyasched whatif reads them: docs/whatif.md).
 AccountingStorageTRES=gres/gpu
+# Associations, QOS and their limits enforced, as a site with accounting runs (the limits test,
+# tests/test_docker_limits.py, sets a QOS GPU limit; docker/init.sh gives every user an association).
+AccountingStorageEnforce=associations,limits,qos
 """
 
 SLURMDBD = f"""# Rendered by docker/render.py: slurmdbd of the docker test cluster (ctl), MariaDB on localhost.
