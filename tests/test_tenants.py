@@ -147,3 +147,22 @@ def test_replay_json_reports_tenants():
         assert all(set(v) == {"jobs", "avg_jct_s", "avg_slowdown", "gpu_s", "entitled_gpu_s"} for v in t.values())
         assert min(v["gpu_s"] / v["entitled_gpu_s"] for v in t.values()) == pytest.approx(pol["fairness"]["worst_share_ratio"])
         assert math.isfinite(pol["fairness"]["worst_tenant_slowdown"])
+
+
+def test_whatif_reports_users_gpu_time():
+    from pathlib import Path
+
+    from lyasched.cli import main
+
+    sacct = str(Path(__file__).parent / "data" / "sacct_awkward.txt")
+    r = CliRunner().invoke(main, ["whatif", "--sacct", sacct, "-p", "fifo", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    for m in (s["actual"], s["policies"]["fifo"]):
+        assert 0 < m["worst_user_share_ratio"] <= 1.0 + 1e-9
+    for fig in [u["actual"] for u in s["users"].values()] + [u["policies"]["fifo"] for u in s["users"].values()]:
+        assert fig["gpu_s"] >= 0 and fig["entitled_gpu_s"] > 0
+    got = sum(u["policies"]["fifo"]["gpu_s"] for u in s["users"].values())
+    assert got > 0
+    ratios = [u["actual"]["gpu_s"] / u["actual"]["entitled_gpu_s"] for u in s["users"].values()]
+    assert min(ratios) == pytest.approx(s["actual"]["worst_user_share_ratio"])

@@ -9,7 +9,7 @@ tenant is entitled only while it has work waiting or running. docs/model.md, sec
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,21 +17,25 @@ from lyasched.policy.tenants import TenantLedger
 from lyasched.sim.simulator import SimResult
 
 
-def tenant_ledger(res: SimResult, shares: Mapping[str, float] | None = None) -> TenantLedger:
-    """The run's events replayed through a ledger: every job's waits and segments, in time order."""
-    total = res.cluster.total_gpus
+Runs = Sequence[tuple[float, float, float]]  # (start, end, GPUs) of each run of a job
+
+
+def ledger_of(jobs: Iterable[tuple[str, float, float, Runs]], capacity: float,
+              shares: Mapping[str, float] | None = None) -> TenantLedger:
+    """Jobs (tenant, arrival, GPUs asked, runs in order) replayed through a ledger, in time order:
+    a job asks from its arrival until its first run and between runs, holds during each, and asks
+    for nothing after its last (a replay's records, or what a cluster's accounting recorded)."""
     ev: list[tuple[float, int, str, float, float]] = []  # (time, order, tenant, d held, d asked)
-    for r in res.records:
-        k, req = r.job.user, float(min(r.job.requested_gpus, total))
-        t0 = r.job.submit_time
+    for k, t0, req, runs in jobs:
+        req = float(min(req, capacity))
         ev.append((t0, 1, k, 0.0, req))
-        for s in r.segments:
-            ev.append((s.start, 1, k, float(s.gpus), -req))
-            ev.append((s.end, 0, k, -float(s.gpus), req))
-        if r.segments:
-            ev.append((r.end, 0, k, 0.0, -req))  # finished: the last segment's end asks for nothing
+        for start, end, g in runs:
+            ev.append((start, 1, k, float(g), -req))
+            ev.append((end, 0, k, -float(g), req))
+        if runs:
+            ev.append((runs[-1][1], 0, k, 0.0, -req))  # finished: the last run's end asks for nothing
     ev.sort(key=lambda e: (e[0], e[1]))
-    led = TenantLedger(capacity=float(total), shares=dict(shares or {}))
+    led = TenantLedger(capacity=float(capacity), shares=dict(shares or {}))
     for t, _, k, dh, da in ev:
         led.advance(t)
         if dh:
@@ -39,6 +43,13 @@ def tenant_ledger(res: SimResult, shares: Mapping[str, float] | None = None) -> 
         if da:
             led.ask(k, da)
     return led
+
+
+def tenant_ledger(res: SimResult, shares: Mapping[str, float] | None = None) -> TenantLedger:
+    """The replay's jobs (tenant = user) through `ledger_of`."""
+    jobs = ((r.job.user, r.job.submit_time, r.job.requested_gpus, [(s.start, s.end, s.gpus) for s in r.segments])
+            for r in res.records)
+    return ledger_of(jobs, float(res.cluster.total_gpus), shares)
 
 
 def tenant_summary(res: SimResult, shares: Mapping[str, float] | None = None) -> tuple[dict, dict]:
