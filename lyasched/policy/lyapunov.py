@@ -112,7 +112,8 @@ class LyapunovPolicy:
     relative: bool = True  # externality relative to the job shortest-first would start instead
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
-    tenant_weight: float = 300.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
+    tenant_weight: float = 100.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
+    tenant_slack: float = 0.05  # a tenant counts as behind only past this share of its entitlement
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
 
@@ -242,7 +243,8 @@ class LyapunovPolicy:
         names = set(users)
         if book is None or len(names) < 2:
             return None
-        y = {k: max(0.0, book.deficit(k)) for k in names}
+        slack = self.tenant_slack
+        y = {k: max(0.0, book.deficit(k) - slack * book.entitled.get(k, 0.0)) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -256,7 +258,8 @@ class LyapunovPolicy:
         if state.tenants is None or self._tenant_floor is None:
             return 0.0
         floor, scale = self._tenant_floor
-        return scale * max(0.0, max(0.0, state.tenants.deficit(tenant)) - floor)
+        y = max(0.0, state.tenants.deficit(tenant) - self.tenant_slack * state.tenants.entitled.get(tenant, 0.0))
+        return scale * max(0.0, y - floor)
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most

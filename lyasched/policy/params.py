@@ -54,6 +54,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "relative": Param("bool", help="imposed delay relative to the job shortest-first would start instead"),
         "max_stretch": Param("float", lo=1.0, hi=1e6, help="fewer GPUs than asked only while the run stays within this factor of the request's"),
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
+        "tenant_slack": Param("float", lo=0.0, hi=1.0, help="a tenant counts as behind only once it has received less than (1 - this) of its entitled GPU-time"),
         "tenant_weight": Param("float", lo=0.0, hi=1e9, help="weight of a tenant's GPU-time deficit against its entitlement (0: tenants ignored)"),
     },
     "elastic": {},  # filled below: the lyapunov core's parameters and the moves'
