@@ -33,8 +33,7 @@ from lyasched.policy.params import ParamError, parse_params
 from lyasched.sim import Simulation
 from lyasched.sim.fairness import tenant_summary
 from lyasched.sim.metrics import summarize
-from lyasched.sim.tenancy import Tenant, tenant_workload
-from lyasched.sim.workloads import read_trace, select_rows, size_cluster, trace_jobs
+from lyasched.sim.workloads import Tenant, read_trace, select_rows, size_cluster, tenant_workload, trace_jobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")

@@ -17,8 +17,7 @@ from lyasched.policy.state import RunningJob, SlotState, waiting_job
 from lyasched.policy.tenants import TenantBook, TenantLedger, waterfill
 from lyasched.sim import Simulation
 from lyasched.sim.fairness import tenant_summary
-from lyasched.sim.tenancy import Tenant, tenant_workload
-from lyasched.sim.workloads import load_workload
+from lyasched.sim.workloads import Tenant, load_workload, tenant_workload
 
 RESNET = Profile("resnet", 0.02, 0.0015, 25_000_000, mem_base=2e9, mem_per_sample=80e6)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -370,3 +370,39 @@ def _refit(job: Job, cost: CostModel) -> Job:
         raise TraceError(f"job {job.job_id} ({job.profile.model}) cannot run on {total} GPUs")
     req = job.requested_gpus if job.requested_gpus in allowed else max(g for g in allowed if g <= max(job.requested_gpus, allowed[0]))
     return Job(**{**job.__dict__, "max_gpus": max_gpus, "requested_gpus": req})
+
+
+# --------------------------------------------------------------------------- multi-tenant workloads
+# Several tenants, each with its own synthetic job stream (a ``synth:`` spec generated on the shared
+# cluster, so its ``load`` is that tenant's offered load there), merged on one cluster; jobs are
+# renamed ``TENANT-ID`` and their ``user`` is the tenant. Shares (equal unless given) go to the
+# simulator and the fairness figures (lyasched.sim.fairness; docs/fairness.md).
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    spec: str  # a synth: spec; its nodes/gpn are replaced by the shared cluster's
+    share: float = 1.0
+
+
+def tenant_workload(name: str, tenants: Sequence[Tenant], *, nodes: int, gpus_per_node: int,
+                    seed: int = 0) -> tuple[Workload, dict[str, float]]:
+    """The tenants' jobs merged on a ``nodes`` x ``gpus_per_node`` cluster, and their shares.
+    Tenant k's jobs are generated from seed ``seed * 1000 + k``: same seed, same jobs."""
+    from lyasched.sim.synth import synth_workload
+
+    if len({t.name for t in tenants}) != len(tenants):
+        raise ValueError("tenant names must differ")
+    jobs, ends = [], {}
+    for k, t in enumerate(tenants):
+        w = synth_workload(t.spec, seed=seed * 1000 + k, nodes=nodes, gpus_per_node=gpus_per_node)
+        for j in w.jobs:
+            jid = f"{t.name}-{j.job_id}"
+            jobs.append(replace(j, job_id=jid, user=t.name))
+            if j.job_id in w.end_fraction:
+                ends[jid] = w.end_fraction[j.job_id]
+    cluster = ClusterSpec(nodes=nodes, gpus_per_node=gpus_per_node)
+    desc = "; ".join(f"{t.name} (share {t.share:g}): {t.spec}" for t in tenants)
+    shares = {t.name: float(t.share) for t in tenants}
+    return Workload(name=name, jobs=tuple(jobs), cluster=cluster, description=desc, end_fraction=ends), shares
