@@ -88,6 +88,7 @@ class Config:
     metrics_port: int | None = None  # [metrics] port: Prometheus metrics of serve (None = off; 0 = any free port)
     metrics_address: str = "127.0.0.1"  # [metrics] address: what the metrics server binds
     failsafe_lease: Path | None = None  # [failsafe] lease: the service's lease file (None: lease.json beside db)
+    tenant_shares: dict[str, float] = field(default_factory=dict)  # [tenants] shares: user -> share (equal when absent)
     failsafe_grace: float | None = None  # [failsafe] grace (None: 5 slots of the lease, at least 60 s)
     failsafe_takeover_slots: float = 2.0  # [failsafe] takeover_slots: a standby takes over after this many slots
     source: str = "<defaults>"
@@ -166,10 +167,10 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
     """Validate a parsed TOML document and build a Config (relative db paths resolve against
     ``base_dir``, the config file's directory)."""
     where = source
-    unknown = set(data) - {"service", "policy", "cluster", "slurm", "metrics", "failsafe"}
+    unknown = set(data) - {"service", "policy", "cluster", "slurm", "metrics", "failsafe", "tenants"}
     if unknown:
         raise ConfigError(f"{where}: unknown table [{sorted(unknown)[0]}] (known: service, policy, cluster, slurm, metrics, "
-                          "failsafe)")
+                          "failsafe, tenants)")
     d = Config()
     kw: dict[str, Any] = {"source": source}
 
@@ -253,7 +254,21 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
         kw["shape"] = _shape(where, cl["shape"])
     kw.update(_metrics(where, data.get("metrics", {})))
     kw.update(_failsafe(where, data.get("failsafe", {}), base_dir))
+    kw.update(_tenants(where, data.get("tenants", {})))
     return Config(**kw)
+
+
+def _tenants(where: str, value: Any) -> dict[str, Any]:
+    """[tenants] shares: {user = share} (lyasched.live.tenants; equal when absent)."""
+    t = _table(where, "tenants", value)
+    unknown = set(t) - {"shares"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key tenants.{sorted(unknown)[0]} (known: shares)")
+    shares = _table(where, "tenants.shares", t.get("shares", {}))
+    out = {}
+    for user, v in shares.items():
+        out[str(user)] = _number(where, f"tenants.shares.{user}", v, hi=1e9)
+    return {"tenant_shares": out} if out else {}
 
 
 def _failsafe(where: str, value: Any, base_dir: Path | None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import sqlite_utils
@@ -45,6 +46,7 @@ from lyasched.live.inputs import PolicyInputs
 from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.limits import LimitsWatch
+from lyasched.live.tenants import LiveTenants
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -95,6 +97,8 @@ class Service:
     ) -> None:
         self.config = config
         self.limits = limits  # lyasched.live.limits: Slurm's GPU limits (None: not read)
+        # lyasched.live.tenants: each tenant's GPU-time received and entitled, as replay keeps it
+        self.tenants = LiveTenants(config.tenant_shares)
         # lyasched.live.lease: held each slot before acting (None: no lease, e.g. tests and tools)
         self.lease = lease
         self._adopt = False  # the lease was just taken: adopt what the fail-safe released meanwhile
@@ -229,6 +233,9 @@ class Service:
                 ctx.limit_why = kept_out
         free = obs.free
         snap = self.inputs.snapshot(ctx, self.config.slot_seconds, free, cluster.gpus_per_node, waiting, running)
+        if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
+            self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
+        snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running))
         self.last_snapshot = snap
         state = self.builder.build(snap)
         movable = 0

@@ -205,6 +205,7 @@ class PolicyInputs:
             start_time=job.start_time or row.get("released_at") or now,
             predicted_run=float(pred) if pred else math.nan,
             time_limit=job.time_limit,
+            user=job.user,  # its tenant (lyasched.live.tenants)
         )
 
     def load_arrivals(self) -> None:

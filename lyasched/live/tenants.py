@@ -1,0 +1,89 @@
+"""The service's tenant ledger: what `replay` gives the policy (``SlotState.tenants``), kept live.
+
+The simulator keeps a `TenantLedger` (lyasched.policy.tenants) from its own events: a job asks
+for its requested GPUs from its submission until it starts, holds its GPUs while it runs, and
+asks again if it is put back to wait. The service sees the same events through its slots: a job
+first seen waiting asks from its Slurm submit time, a job seen running holds from its start
+time, a job gone from the running set frees its GPUs at the slot that notices. The events are
+applied in time order, as the simulator applies its own, and the policy gets the same frozen
+`TenantBook` at each slot, so what `replay` measures is what `serve` does.
+
+A tenant is the job's user (the simulator's too). Shares are ``[tenants] shares`` of the config
+(equal when not given). At start the ledger is rebuilt from the service's records (every job's
+submission, start, end and GPUs), so a restart does not forget who received what. Like the
+simulator, the policy gets no tenant input until two tenants have been seen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from lyasched.policy.snapshot import RunningObs
+from lyasched.policy.state import WaitingJob
+from lyasched.policy.tenants import TenantBook, TenantLedger
+
+Event = tuple[float, int, str, float, float]  # (time, order: frees before takes, tenant, d held, d asked)
+
+
+class LiveTenants:
+    def __init__(self, shares: Mapping[str, float] | None = None) -> None:
+        self.shares = {k: float(v) for k, v in (shares or {}).items()}
+        self.ledger: TenantLedger | None = None
+        self.asking: dict[str, tuple[str, float]] = {}  # Slurm id -> (tenant, GPUs asked)
+        self.holding: dict[str, tuple[str, float]] = {}  # Slurm id -> (tenant, GPUs held)
+
+    def _apply(self, events: list[Event]) -> None:
+        assert self.ledger is not None
+        for t, _, k, dh, da in sorted(events, key=lambda e: (e[0], e[1])):
+            self.ledger.advance(t)
+            if dh:
+                self.ledger.hold(k, dh)
+            if da:
+                self.ledger.ask(k, da)
+
+    def rebuild(self, rows: Iterable[Mapping[str, Any]], capacity: float) -> None:
+        """The ledger of the records' past: finished jobs' whole lives (the live ones are taken
+        up by the first `book`, from what Slurm shows then)."""
+        self.ledger = TenantLedger(capacity=float(capacity), shares=dict(self.shares))
+        ev: list[Event] = []
+        for r in rows:
+            user, t0, g = str(r.get("user") or ""), r.get("submit_time"), r.get("gpus")
+            start, end = r.get("started"), r.get("ended")
+            if r.get("state") != "finished" or not user or t0 is None or not g or start is None or end is None:
+                continue
+            req = float(min(g, capacity))
+            ev += [(float(t0), 1, user, 0.0, req), (float(start), 1, user, float(g), -req),
+                   (float(end), 0, user, -float(g), 0.0)]
+        self._apply(ev)
+
+    def book(self, now: float, capacity: float, waiting: Sequence[WaitingJob],
+             running: Sequence[RunningObs]) -> TenantBook | None:
+        """This slot's book (None until two tenants have been seen): the events since the last
+        slot applied at their times, then the ledger at ``now``."""
+        if self.ledger is None:
+            self.ledger = TenantLedger(capacity=float(capacity), shares=dict(self.shares))
+        ev: list[Event] = []
+        wait = {w.job_id: w for w in waiting}
+        run = {r.job_id: r for r in running}
+        for jid, r in run.items():
+            if jid in self.holding:
+                continue
+            asked = self.asking.pop(jid, None)
+            start = r.start_time if math.isfinite(r.start_time) else now
+            ev.append((start, 1, r.user, float(r.gpus), -asked[1] if asked else 0.0))
+            self.holding[jid] = (r.user, float(r.gpus))
+        for jid in [j for j in self.holding if j not in run]:  # finished, or put back to wait
+            k, g = self.holding.pop(jid)
+            ev.append((now, 0, k, -g, 0.0))
+        for jid, w in wait.items():
+            if jid not in self.asking and jid not in self.holding:
+                req = float(min(w.requested_gpus, capacity))
+                ev.append((w.submit_time, 1, w.user, 0.0, req))
+                self.asking[jid] = (w.user, req)
+        for jid in [j for j in self.asking if j not in wait and j not in run]:  # cancelled while waiting
+            k, req = self.asking.pop(jid)
+            ev.append((now, 0, k, 0.0, -req))
+        self._apply(ev)
+        book = self.ledger.book(now)
+        return book if len([k for k in book.received if k]) >= 2 else None
