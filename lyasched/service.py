@@ -46,7 +46,7 @@ from lyasched.live.inputs import PolicyInputs
 from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.limits import LimitsWatch
-from lyasched.live.tenants import LiveTenants
+from lyasched.live.tenants import META_KEY, LiveTenants, book_json
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -236,6 +236,8 @@ class Service:
         if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
             self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
         snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running))
+        if snap.tenants is not None:  # `lyastat --tenants`
+            records.set_meta(self.db, META_KEY, book_json(snap.tenants, ctx.now))
         self.last_snapshot = snap
         state = self.builder.build(snap)
         movable = 0

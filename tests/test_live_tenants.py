@@ -73,3 +73,24 @@ def test_the_service_hands_the_policy_its_tenants(db):
     service(records.open_records(":memory:"), one, p1).run_slot()
     assert p1.states[-1].tenants is None  # one tenant: decided exactly as without tenants
     assert not math.isnan(t.deficit("alice"))
+
+
+def test_lyastat_tenants_shows_the_last_book(db, tmp_path):
+    from click.testing import CliRunner
+
+    from lyasched.cli.lyastat import main
+
+    path = tmp_path / "service.db"
+    fdb = records.open_records(path)
+    slurm = FakeSlurm(jobs=[FakeJob("101", summary("uid-00000101")),
+                            FakeJob("102", summary("uid-00000102"), user="bob", state="RUNNING", reason="None",
+                                    start=1_000_000.0, nodes=("node1",), gpn=2)])
+    service(fdb, slurm, StartAs({})).run_slot()
+    r = CliRunner().invoke(main, ["--db", str(path), "--tenants", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    got = json.loads(r.output)["tenants"]["tenants"]
+    assert set(got) == {"alice", "bob"} and got["bob"]["received_gpu_s"] > 0 and got["alice"]["share"] == 1.0
+    text = CliRunner().invoke(main, ["--db", str(path), "--tenants"]).output
+    assert "TENANT" in text and "alice" in text and "bob" in text

@@ -179,11 +179,12 @@ def _utf8(value: str | None, what: str) -> None:
 @click.option("--all", "-a", "all_users", is_flag=True, help="Jobs of every user.")
 @click.option("--user", "-u", default=None, help="Jobs of this user (default: you).")
 @click.option("--queue", "-q", is_flag=True, help="The scheduler's state: Q, Z, free GPUs, last slot.")
+@click.option("--tenants", "-t", is_flag=True, help="Each tenant's share, GPU-time entitled and received.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--db", default=None, help="Service database (default: $LYASCHED_DB, else service.db of the config).")
 @click.option("--config", default=None, help="Service config to take the database path from.")
 @click.option("--no-slurm", is_flag=True, help="Records only: do not ask squeue for live states.")
-def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
+def main(jobid, all_users, user, queue, tenants, as_json, db, config, no_slurm) -> None:
     """Show lyasched jobs: predicted vs observed run time, GPUs given, why waiting."""
     from lyasched.store import records
 
@@ -204,6 +205,9 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
     if queue:
         show_queue(rdb, as_json)
         return
+    if tenants:
+        show_tenants(rdb, as_json)
+        return
     if jobid:
         show_job(rdb, jobid, now, as_json, no_slurm, config)
         return
@@ -215,6 +219,28 @@ def main(jobid, all_users, user, queue, as_json, db, config, no_slurm) -> None:
         click.echo(json.dumps({"user": who, "jobs": views}, indent=2))
     else:
         click.echo(format_table(views))
+
+
+def show_tenants(rdb, as_json: bool) -> None:
+    """The tenant ledger the service's last slot handed its policy (lyasched.live.tenants)."""
+    from lyasched.live.tenants import META_KEY
+    from lyasched.store import records
+
+    raw = records.get_meta(rdb, META_KEY) if "meta" in rdb.table_names() else None
+    book = json.loads(raw) if raw else None
+    if as_json:
+        click.echo(json.dumps({"tenants": book}, indent=2))
+        return
+    if not book or not book.get("tenants"):
+        click.echo("tenants: none yet (the service tracks them once two users' jobs have been seen)")
+        return
+    click.echo(f"tenants at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(book['time']))} "
+               f"(GPU-hours; a share of 1 unless configured):")
+    click.echo(f"  {'TENANT':<16} {'SHARE':>6} {'ENTITLED':>10} {'RECEIVED':>10} {'RATIO':>6}")
+    for name, t in sorted(book["tenants"].items()):
+        ratio = f"{t['received_gpu_s'] / t['entitled_gpu_s']:.2f}" if t["entitled_gpu_s"] > 0 else "-"
+        click.echo(f"  {name:<16} {t['share']:>6g} {t['entitled_gpu_s'] / 3600:>10.2f} "
+                   f"{t['received_gpu_s'] / 3600:>10.2f} {ratio:>6}")
 
 
 def show_queue(rdb, as_json: bool) -> None:

@@ -16,12 +16,15 @@ simulator, the policy gets no tenant input until two tenants have been seen.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from lyasched.policy.snapshot import RunningObs
 from lyasched.policy.state import WaitingJob
 from lyasched.policy.tenants import TenantBook, TenantLedger
+
+META_KEY = "tenants"  # the records' meta row with the last slot's book (`lyastat --tenants`)
 
 Event = tuple[float, int, str, float, float]  # (time, order: frees before takes, tenant, d held, d asked)
 
@@ -87,3 +90,11 @@ class LiveTenants:
         self._apply(ev)
         book = self.ledger.book(now)
         return book if len([k for k in book.received if k]) >= 2 else None
+
+
+def book_json(book: TenantBook, now: float) -> str:
+    """The book as `lyastat --tenants` reads it from the records."""
+    names = sorted(set(book.received) | set(book.entitled))
+    return json.dumps({"time": now, "tenants": {k: {
+        "share": float(book.shares.get(k, 1.0)), "entitled_gpu_s": round(book.entitled.get(k, 0.0), 3),
+        "received_gpu_s": round(book.received.get(k, 0.0), 3)} for k in names}})
