@@ -73,7 +73,8 @@ def actual_outcome(hist: Sequence[HistoryJob], total_gpus: int) -> Outcome:
     b = np.cumsum(np.asarray(ev_d)[order])
     keep = np.r_[t[1:] != t[:-1], True]  # last value at each time
     makespan = max(j.end for j in hist) - t0
-    runs = [(j.arrival, float(j.gpus), [(r.start, r.end, float(r.gpus)) for r in j.runs]) for j in hist]
+    runs: list[tuple[float, float, Runs]] = [
+        (j.arrival, float(j.gpus), [(r.start, r.end, float(r.gpus)) for r in j.runs]) for j in hist]
     return Outcome("actual", jct, run, gpus, busy, makespan, total_gpus, t[keep], b[keep], runs=runs)
 
 
@@ -156,8 +157,9 @@ def by_group(keys: Sequence[str], outcomes: Sequence[Outcome], gpu_s: np.ndarray
         for o in outcomes:
             jct, wait, sd = cols[o.name]
             fig = {"avg_jct_s": float(jct[i]), "avg_wait_s": float(wait[i]), "avg_slowdown": float(sd[i])}
-            if shares[o.name] is not None:
-                got, due = shares[o.name]
+            pair = shares[o.name]
+            if pair is not None:
+                got, due = pair
                 fig["gpu_s"], fig["entitled_gpu_s"] = float(got.get(name, 0.0)), float(due.get(name, 0.0))
             if o.name == "actual":
                 row["actual"] = fig
