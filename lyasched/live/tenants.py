@@ -38,12 +38,7 @@ class LiveTenants:
 
     def _apply(self, events: list[Event]) -> None:
         assert self.ledger is not None
-        for t, _, k, dh, da in sorted(events, key=lambda e: (e[0], e[1])):
-            self.ledger.advance(t)
-            if dh:
-                self.ledger.hold(k, dh)
-            if da:
-                self.ledger.ask(k, da)
+        self.ledger.apply((t, k, dh, da) for t, _, k, dh, da in sorted(events, key=lambda e: (e[0], e[1])))
 
     def rebuild(self, rows: Iterable[Mapping[str, Any]], capacity: float) -> None:
         """The ledger of the records' past: finished jobs' whole lives (the live ones are taken

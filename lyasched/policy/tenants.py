@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
 
 def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity: float) -> dict[str, float]:
@@ -103,6 +103,16 @@ class TenantLedger:
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
         self._rate = None
+
+    def apply(self, events: Iterable[tuple[float, str, float, float]]) -> None:
+        """Events (time, tenant, change in GPUs held, change in GPUs asked), in time order: the
+        one way the simulator, the measurement and the service feed a ledger."""
+        for t, k, dh, da in events:
+            self.advance(t)
+            if dh:
+                self.hold(k, dh)
+            if da:
+                self.ask(k, da)
 
     def book(self, t: float) -> TenantBook:
         """The ledger at time t (advanced there), frozen for a policy."""

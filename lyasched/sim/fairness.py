@@ -36,12 +36,7 @@ def ledger_of(jobs: Iterable[tuple[str, float, float, Runs]], capacity: float,
             ev.append((runs[-1][1], 0, k, 0.0, -req))  # finished: the last run's end asks for nothing
     ev.sort(key=lambda e: (e[0], e[1]))
     led = TenantLedger(capacity=float(capacity), shares=dict(shares or {}))
-    for t, _, k, dh, da in ev:
-        led.advance(t)
-        if dh:
-            led.hold(k, dh)
-        if da:
-            led.ask(k, da)
+    led.apply((t, k, dh, da) for t, _, k, dh, da in ev)
     return led
 
 

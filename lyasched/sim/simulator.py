@@ -387,12 +387,7 @@ class Simulation:
                     book = None
                     if ledger is not None:
                         pending.sort(key=lambda e: e[0])  # each event at its own time, in time order
-                        for et, _, k, dh, da in pending:
-                            ledger.advance(et)
-                            if dh:
-                                ledger.hold(k, dh)
-                            if da:
-                                ledger.ask(k, da)
+                        ledger.apply((et, k, dh, da) for et, _, k, dh, da in pending)
                         pending.clear()
                         book = ledger.book(t)
                     state = builder.build(ClusterSnapshot(
