@@ -28,8 +28,8 @@ from conftest import CLUSTER, ClusterProcess
 from lyasched.live import lease as leases
 from lyasched.store import records
 from test_docker_cluster import sleeper_job, starts
-from test_failsafe_slurm import GRACE, fail_open_and_back, run_failsafe, squeue_jobs_any, start_service, wait_until, \
-    write_config
+from test_failsafe_slurm import GRACE, fail_open_and_back, fill_the_gpus, run_failsafe, start_service, stop_service, \
+    wait_recorded_waiting, wait_until, write_config
 from test_serve_slurm import REPO, squeue_jobs, wait_all, work  # noqa: F401 (work: a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
@@ -150,13 +150,7 @@ def test_standby_on_another_host_takes_over_and_the_woken_active_is_fenced(work,
                takeover_slots=2, jobs=len(ids), started_twice=0)
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_service(p)
 
 
 @pytest.mark.parametrize("order", ["together", "failsafe-first"])
@@ -167,24 +161,12 @@ def test_failsafe_and_the_woken_service_at_the_same_moment(order, work, job_dir,
     released everything): the woken service is fenced, takes the lease back and adopts."""
     cfg = write_config(work, test_user)
     db_path, lease_path = work / "lyasched.db", work / "lease.json"
-    r = as_user(other_user, "sbatch", "--parsable", "--nodes=3", "--gres=gpu:4", "--time=5",
-                f"--chdir={job_dir}", "--output=/dev/null", "--wrap", "sleep 300")
-    assert r.returncode == 0, r.stderr
-    plain = r.stdout.strip()
-    slurm_jobs.append(plain)
-    wait_until("the plain job to run", lambda: squeue_jobs_any(plain) == "RUNNING")
+    plain = fill_the_gpus(as_user, other_user, job_dir, slurm_jobs)
     ids = [sleeper_job(as_user, test_user, job_dir, f"w{k}", 2, gpus=g) for k, g in enumerate((1, 2, 4))]
     slurm_jobs.extend(ids)
     svc = start_service(cluster, cfg, work / "serve.log")
     try:
-        def recorded() -> bool:
-            try:
-                rows = records.list_jobs(records.open_readonly(db_path))
-            except Exception:  # noqa: BLE001 - not created yet
-                return False
-            return {r["slurm_id"] for r in rows if r["state"] == "waiting"} >= set(ids)
-
-        wait_until("the service to record the jobs", recorded, timeout=60)
+        wait_recorded_waiting(db_path, ids)
         svc.send_signal(signal.SIGSTOP)  # frozen with the jobs waiting
         subprocess.run(["scancel", plain], check=True, timeout=30)
         renewed = leases.read(lease_path).renewed_at
@@ -232,9 +214,4 @@ def test_failsafe_and_the_woken_service_at_the_same_moment(order, work, job_dir,
         report(f"failsafe-vs-waking-service ({order})", failsafe_action=res["action"], released_by_failsafe=len(released),
                started_by_service=len(ids) - len(released), started_twice=0)
     finally:
-        svc.send_signal(signal.SIGCONT)
-        svc.send_signal(signal.SIGTERM)
-        try:
-            svc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            svc.kill()
+        stop_service(svc)

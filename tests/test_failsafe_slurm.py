@@ -49,6 +49,43 @@ def start_service(cluster, cfg: Path, log: Path) -> subprocess.Popen:
                              stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
 
 
+def fill_the_gpus(as_user, other_user: str, job_dir: Path, slurm_jobs: list[str]) -> str:
+    """Another user's plain job on all 12 GPUs, running: lyasched jobs wait behind it."""
+    r = as_user(other_user, "sbatch", "--parsable", "--nodes=3", "--gres=gpu:4", "--time=5",
+                f"--chdir={job_dir}", "--output=/dev/null", "--wrap", "sleep 300")
+    assert r.returncode == 0, r.stderr
+    plain = r.stdout.strip()
+    slurm_jobs.append(plain)
+    wait_until("the plain job to run", lambda: squeue_jobs_any(plain) == "RUNNING")
+    return plain
+
+
+def wait_recorded_waiting(db_path: Path, ids) -> None:
+    """Until the service's records list every one of ``ids`` as waiting."""
+    want = set(ids)
+
+    def recorded() -> bool:
+        try:
+            rows = records.list_jobs(records.open_readonly(db_path))
+        except Exception:  # noqa: BLE001 - not created yet (the service is starting)
+            return False
+        return {r["slurm_id"] for r in rows if r["state"] == "waiting"} >= want
+
+    wait_until("the service to record the jobs", recorded, timeout=60)
+
+
+def stop_service(proc) -> None:
+    """End a service a test started, frozen or not (SIGCONT, SIGTERM, then SIGKILL after 30 s)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGCONT)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def run_failsafe(cluster, cfg: Path) -> dict:
     r = cluster.run(cluster.service_user, cluster.which("lyasched"), "failsafe", "--config", str(cfg), "--json",
                     timeout=120)
@@ -81,12 +118,7 @@ def fail_open_and_back(work, job_dir, test_user, other_user, as_user, slurm_jobs
     cfg = write_config(work, test_user)
     db_path, lease_path = work / "lyasched.db", work / "lease.json"
     # another user's plain job takes every GPU: the service sees the lyasched jobs but cannot start them
-    r = as_user(other_user, "sbatch", "--parsable", "--nodes=3", "--gres=gpu:4", "--time=5",
-                f"--chdir={job_dir}", "--output=/dev/null", "--wrap", "sleep 300")
-    assert r.returncode == 0, r.stderr
-    plain = r.stdout.strip()
-    slurm_jobs.append(plain)
-    wait_until("the plain job to run", lambda: squeue_jobs_any(plain) == "RUNNING")
+    plain = fill_the_gpus(as_user, other_user, job_dir, slurm_jobs)
 
     asks = {  # (lyasub options, what the fail-safe must give: nodes, GPUs per node)
         "one": (("--min-gpus", "1", "--max-gpus", "4", "--global-batch", "8"), (1, 1)),
@@ -101,14 +133,7 @@ def fail_open_and_back(work, job_dir, test_user, other_user, as_user, slurm_jobs
 
     svc = start_service(cluster, cfg, work / "serve1.log")
 
-    def recorded() -> bool:
-        try:
-            rows = records.list_jobs(records.open_readonly(db_path))
-        except Exception:  # noqa: BLE001 - not created yet (the service is starting)
-            return False
-        return {r["slurm_id"] for r in rows if r["state"] == "waiting"} >= set(ids.values())
-
-    wait_until("the service to record the jobs", recorded, timeout=60)
+    wait_recorded_waiting(db_path, ids.values())
     first = leases.read(lease_path)
     assert first is not None and first.role == leases.SERVICE and first.slot_seconds == 2
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from test_failsafe_slurm import wait_until, write_config
+from test_failsafe_slurm import stop_service, wait_until, write_config
 from test_serve_slurm import REPO, lyasub, wait_all, work  # noqa: F401 (work: a fixture)
 
 pytestmark = pytest.mark.slurm
@@ -79,9 +79,4 @@ def test_metrics_and_health_of_a_running_service(work, job_dir, test_user, as_us
         assert line.startswith("OK:"), line
         assert "Traceback" not in (work / "serve.log").read_text()
     finally:
-        svc.send_signal(signal.SIGCONT)
-        svc.send_signal(signal.SIGTERM)
-        try:
-            svc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            svc.kill()
+        stop_service(svc)
