@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lyasched.costmodel.cost import CostModel, Profile
+from lyasched.costmodel.goodput import Adaptive
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,15 @@ class Job:
     # move_cost_s is its checkpoint + relaunch time (None: the scheduler's default)
     checkpointable: bool = False
     move_cost_s: float | None = None
+    # goodput (lyasched.costmodel.goodput): the scheduler picks the batch per GPU count from
+    # global_batch (M0) up to adaptive.max_batch, and iterations are base steps; None = fixed batch
+    adaptive: Adaptive | None = None
 
     def allowed_counts(self, cost: CostModel) -> list[int]:
+        if self.adaptive is not None:
+            from lyasched.costmodel import goodput
+
+            return goodput.allowed_counts(cost, self)
         return cost.allowed_counts(self.profile, self.global_batch, self.min_gpus, self.max_gpus)
 
     def work(self) -> float:
@@ -34,4 +42,9 @@ class Job:
         return self.iterations * self.profile.step_time(self.global_batch)
 
     def run_time(self, cost: CostModel, g: int, spans_nodes: bool = False) -> float:
+        """Run time on g GPUs from the start (an adaptive job: at its best batch, re-tuned as it goes)."""
+        if self.adaptive is not None:
+            from lyasched.costmodel import goodput
+
+            return goodput.run_time(cost, self, g, spans_nodes)
         return cost.run_time(self.profile, self.global_batch, self.iterations, g, spans_nodes)

@@ -1,0 +1,312 @@
+"""Goodput of a job that lets the scheduler choose its batch (issue 35; docs/model.md, "Goodput").
+
+A job that opts in (`Job.adaptive`, an `Adaptive`) has a base global batch M0 (its
+``global_batch``: the batch its learning rate is tuned for), a largest global batch
+(``max_batch``) and a gradient noise scale phi that changes with the fraction of its base steps
+done (`NoiseScale`). Its length (``iterations``) is counted in base steps: one step at global
+batch M advances it by ``(M / M0) * efficiency(phi, M0, M)`` base steps, with the statistical
+efficiency ``(phi + M0) / (phi + M)`` (McCandlish et al. 2018, as Pollux uses it). Goodput is
+base steps per second; a step at batch M on g GPUs takes `step_time` (the cost model's
+iteration time, with gradient accumulation when M/g samples do not fit in one GPU's memory).
+
+The job re-tunes its batch as training goes on, at fixed progress steps: the base steps are cut
+into ``PIECES`` equal pieces and in piece k it runs at the batch that maximises goodput at phi
+of the piece's middle (`piece_phi`). So the time to finish from any progress on a fixed
+configuration is a sum over pieces (`run_time`), and the progress after some seconds walks the
+same pieces (`progress_after`): replay, the policies' rows and the live service all use these.
+
+API (stable; the policies and the simulator import only these names):
+
+- `NoiseScale.parse("0:120;0.5:900;1:4000")` / ``NoiseScale.parse("500")``, ``.at(f)``, ``.format()``
+- `Adaptive(max_batch, noise)`; `efficiency(phi, m0, m)`; `base_steps_per_step(phi, m0, m)`
+- `accumulation(cost, profile, m, g)` (micro-steps, 0 = does not fit), `step_time(cost, profile, m, g, spans)`
+- `batch_candidates(cost, job, g)`, `goodput(cost, job, g, spans, m, phi)`,
+  `best_batch(cost, job, g, spans, fraction_done)`
+- `allowed_counts(cost, job)`, `piece_times(cost, job, g, spans)`,
+  `run_time(cost, job, g, spans, fraction_done=0, first_batch=None)`,
+  `progress_after(cost, job, g, spans, fraction_done, seconds, first_batch=None)`,
+  `remaining_rows(cost, job, max_gpus, fraction_done)` (per-GPU-count rows as `waiting_job` builds them)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lyasched.costmodel.cost import CostModel, Profile
+
+if TYPE_CHECKING:
+    from lyasched.costmodel.jobspec import Job
+
+PIECES = 8  # progress steps at which a job re-tunes its batch (equal shares of its base steps)
+GRID_RATIO = 2.0 ** 0.5  # geometric step of the batch candidates between the smallest and max_batch
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    """phi as a function of the fraction of base steps done: points ``((fraction, phi), ...)``,
+    fractions in [0, 1] increasing, linearly interpolated, constant outside them."""
+
+    points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise ValueError("noise scale: no points")
+        last = -math.inf
+        for f, phi in self.points:
+            if not (0.0 <= f <= 1.0) or not f > last:
+                raise ValueError(f"noise scale: fractions must be in [0, 1] and increasing, got {f:g}")
+            if not (phi > 0 and math.isfinite(phi)):
+                raise ValueError(f"noise scale: phi must be a finite number > 0, got {phi:g}")
+            last = f
+
+    @classmethod
+    def constant(cls, phi: float) -> "NoiseScale":
+        return cls(((0.0, float(phi)),))
+
+    @classmethod
+    def parse(cls, text: str) -> "NoiseScale":
+        """``"0:120;0.5:900;1:4000"`` (fraction:phi pairs) or a single number (a constant phi)."""
+        s = text.strip()
+        if not s:
+            raise ValueError("noise scale: empty")
+        try:
+            if ":" not in s and ";" not in s:
+                return cls.constant(float(s))
+            pts = []
+            for part in s.split(";"):
+                f, _, phi = part.partition(":")
+                if not _:
+                    raise ValueError(f"noise scale: {part!r} is not fraction:phi")
+                pts.append((float(f), float(phi)))
+        except ValueError as e:
+            if str(e).startswith("noise scale"):
+                raise
+            raise ValueError(f"noise scale: cannot read {text!r} (want 0:120;0.5:900;1:4000 or one number)") from None
+        return cls(tuple(pts))
+
+    def format(self) -> str:
+        if len(self.points) == 1 and self.points[0][0] == 0.0:
+            return f"{self.points[0][1]:g}"
+        return ";".join(f"{f:g}:{phi:g}" for f, phi in self.points)
+
+    def at(self, fraction: float) -> float:
+        pts = self.points
+        if fraction <= pts[0][0]:
+            return pts[0][1]
+        for (f0, p0), (f1, p1) in zip(pts, pts[1:]):
+            if fraction <= f1:
+                return p0 + (p1 - p0) * (fraction - f0) / (f1 - f0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """A job's opt-in to batch choice: its largest global batch and its noise scale. The base
+    batch M0 is the job's ``global_batch``; its ``iterations`` are base steps."""
+
+    max_batch: int
+    noise: NoiseScale
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max batch must be >= 1, got {self.max_batch}")
+
+
+def efficiency(phi: float, m0: float, m: float) -> float:
+    """Statistical efficiency of batch m relative to m0: (phi + m0) / (phi + m)."""
+    return (phi + m0) / (phi + m)
+
+
+def base_steps_per_step(phi: float, m0: float, m: float) -> float:
+    """Base steps one step at global batch m is worth: (m / m0) * efficiency."""
+    return (m / m0) * efficiency(phi, m0, m)
+
+
+def accumulation(cost: CostModel, profile: Profile, m: int, g: int) -> int:
+    """Micro-steps per step for global batch m on g GPUs (m a multiple of g): 1 when m/g samples
+    fit in one GPU's memory, else the fewest that make each micro-batch fit; 0 when not even one
+    sample fits."""
+    local = m // g
+    if local < 1:
+        return 0
+    if profile.memory(local) <= cost.cluster.gpu_mem:
+        return 1
+    if profile.mem_per_sample <= 0:
+        return 0  # the model itself does not fit
+    fit = int((cost.cluster.gpu_mem - profile.mem_base) // profile.mem_per_sample)
+    if fit < 1:
+        return 0
+    return -(-local // fit)
+
+
+def step_time(cost: CostModel, profile: Profile, m: int, g: int, spans_nodes: bool) -> float:
+    """Seconds per step at global batch m (a multiple of g) on g GPUs: the cost model's iteration
+    time at the micro-batch, plus the compute of the other micro-steps of a gradient accumulation
+    (one all-reduce per step); inf when no micro-batch fits."""
+    s = accumulation(cost, profile, m, g)
+    if s == 0:
+        return math.inf
+    micro = -(-(m // g) // s)
+    return cost.iter_time(profile, g * micro, g, spans_nodes) + (s - 1) * profile.step_time(micro)
+
+
+def batch_candidates(cost: CostModel, job: Job, g: int) -> tuple[int, ...]:
+    """The global batches a job may run at on g GPUs: multiples of g from the smallest >= M0 up to
+    max_batch, on a geometric grid (ratio ``GRID_RATIO``) plus the largest; () when none. A
+    non-adaptive job: its fixed batch when the cost model allows g."""
+    ad = job.adaptive
+    if ad is None:
+        return (job.global_batch,) if cost.allowed(job.profile, job.global_batch, g) else ()
+    return _candidates(job.global_batch, ad.max_batch, g)
+
+
+@lru_cache(maxsize=65536)
+def _candidates(m0: int, top: int, g: int) -> tuple[int, ...]:
+    lo = g * (-(-m0 // g))
+    hi = g * (max(top, m0) // g)
+    if g < 1 or lo > hi:
+        return ()
+    out = []
+    x = float(lo)
+    while True:
+        m = g * int(round(x / g))
+        if m > hi:
+            break
+        if not out or m > out[-1]:
+            out.append(m)
+        x *= GRID_RATIO
+    if out[-1] != hi:
+        out.append(hi)
+    return tuple(out)
+
+
+def goodput(cost: CostModel, job: Job, g: int, spans_nodes: bool, m: int, phi: float) -> float:
+    """Base steps per second at global batch m on g GPUs when the noise scale is phi."""
+    t = step_time(cost, job.profile, m, g, spans_nodes)
+    if not math.isfinite(t) or t <= 0:
+        return 0.0
+    return base_steps_per_step(phi, job.global_batch, m) / t
+
+
+def _best(cost: CostModel, job: Job, g: int, spans_nodes: bool, phi: float) -> tuple[int, float]:
+    """(batch, goodput) of the best candidate at phi; the smallest batch wins ties; (0, 0) if none."""
+    best_m, best_v = 0, 0.0
+    for m in batch_candidates(cost, job, g):
+        v = goodput(cost, job, g, spans_nodes, m, phi)
+        if v > best_v * (1 + 1e-12):
+            best_m, best_v = m, v
+    return best_m, best_v
+
+
+def piece_phi(job: Job, k: int) -> float:
+    """phi the job tunes its batch for in piece k (of ``PIECES``): at the piece's middle."""
+    assert job.adaptive is not None
+    return job.adaptive.noise.at((k + 0.5) / PIECES)
+
+
+def piece_of(fraction_done: float) -> int:
+    return min(PIECES - 1, max(0, int(math.floor(fraction_done * PIECES + 1e-12))))
+
+
+def best_batch(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done: float = 0.0) -> int:
+    """The global batch the job runs at on g GPUs at this progress (its fixed batch if it does
+    not opt in); 0 when g is not allowed."""
+    if job.adaptive is None:
+        return job.global_batch if batch_candidates(cost, job, g) else 0
+    return _best(cost, job, g, spans_nodes, piece_phi(job, piece_of(fraction_done)))[0]
+
+
+def allowed_counts(cost: CostModel, job: Job) -> list[int]:
+    """GPU counts (within the job's min/max) with at least one batch that fits."""
+    hi = min(job.max_gpus, cost.cluster.total_gpus)
+    return [g for g in range(max(1, job.min_gpus), hi + 1)
+            if any(accumulation(cost, job.profile, m, g) for m in batch_candidates(cost, job, g))]
+
+
+def piece_times(cost: CostModel, job: Job, g: int, spans_nodes: bool) -> tuple[float, ...]:
+    """Seconds each piece takes on g GPUs at its best batch (inf when g is not allowed)."""
+    return _piece_times(cost, job.profile, job.global_batch, job.iterations, job.adaptive, g, spans_nodes)
+
+
+@lru_cache(maxsize=65536)
+def _piece_times(cost: CostModel, profile: Profile, m0: int, iterations: int, ad: Adaptive | None, g: int,
+                 spans: bool) -> tuple[float, ...]:
+    from lyasched.costmodel.jobspec import Job  # cycle: Job carries an Adaptive
+
+    job = Job("", profile, m0, iterations, adaptive=ad)
+    width = iterations / PIECES
+    out = []
+    for k in range(PIECES):
+        _, v = _best(cost, job, g, spans, piece_phi(job, k))
+        out.append(width / v if v > 0 else math.inf)
+    return tuple(out)
+
+
+def _first_piece_time(cost: CostModel, job: Job, g: int, spans: bool, k: int, first_batch: int) -> float:
+    """Seconds a whole piece k takes at ``first_batch`` (a start at a batch the scheduler chose)."""
+    v = goodput(cost, job, g, spans, first_batch, piece_phi(job, k))
+    return job.iterations / PIECES / v if v > 0 else math.inf
+
+
+def run_time(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done: float = 0.0,
+             first_batch: int | None = None) -> float:
+    """Seconds to finish from ``fraction_done`` of the base steps on g GPUs, re-tuning the batch
+    at every piece; ``first_batch``: the batch of the first (partial) piece (None: its best)."""
+    if job.adaptive is None:
+        return (1.0 - fraction_done) * job.run_time(cost, g, spans_nodes)
+    f = min(1.0, max(0.0, fraction_done))
+    if f >= 1.0:
+        return 0.0
+    times = piece_times(cost, job, g, spans_nodes)
+    k = piece_of(f)
+    head = times[k] if first_batch is None else _first_piece_time(cost, job, g, spans_nodes, k, first_batch)
+    left = (k + 1) - f * PIECES  # share of piece k still to do
+    return left * head + sum(times[k + 1:])
+
+
+def progress_after(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done: float, seconds: float,
+                   first_batch: int | None = None) -> float:
+    """Fraction of base steps done after ``seconds`` of computing from ``fraction_done`` on g
+    GPUs (the inverse of `run_time`); at most 1."""
+    f = min(1.0, max(0.0, fraction_done))
+    if job.adaptive is None:
+        full = job.run_time(cost, g, spans_nodes)
+        return min(1.0, f + seconds / full) if full > 0 else 1.0
+    times = piece_times(cost, job, g, spans_nodes)
+    left = max(0.0, seconds)
+    k = piece_of(f)
+    first = True
+    while k < PIECES and f < 1.0:
+        t = times[k] if not (first and first_batch is not None) else _first_piece_time(
+            cost, job, g, spans_nodes, k, first_batch)
+        first = False
+        share = (k + 1) / PIECES - f
+        need = share * PIECES * t
+        if left < need:
+            return f + (left / (PIECES * t) if math.isfinite(t) and t > 0 else 0.0)
+        left -= need
+        f = (k + 1) / PIECES
+        k += 1
+    return 1.0
+
+
+def remaining_rows(cost: CostModel, job: Job, max_gpus: int, fraction_done: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Remaining run time on k+1 GPUs (k < max_gpus) packed on one node / spread over several,
+    from ``fraction_done``, inf where not allowed: the rows `lyasched.policy.state.waiting_job`
+    gives an adaptive job."""
+    gpn = cost.cluster.gpus_per_node
+    one = np.full(max_gpus, np.inf)
+    multi = np.full(max_gpus, np.inf)
+    for g in allowed_counts(cost, job):
+        if g > max_gpus:
+            continue
+        if g <= gpn:
+            one[g - 1] = run_time(cost, job, g, False, fraction_done)
+        if g > 1:
+            multi[g - 1] = run_time(cost, job, g, True, fraction_done)
+    return one, multi
