@@ -28,6 +28,9 @@ ALTERNATIVES = {"ElapsedRaw": "Elapsed"}
 # is said in the report (docs/whatif.md): Eligible -> Submit; NodeList -> the cluster from
 # --nodes/--gpus-per-node or scontrol; Timelimit -> no limit; ReqTRES -> only AllocTRES is read.
 OPTIONAL: tuple[str, ...] = ("Eligible", "NodeList", "Timelimit", "ReqTRES")
+# Read when the header has them, never required and never reported missing: the job's name keys
+# the run-time estimates of `whatif --managed` (lyasched.estimates, docs/estimates.md).
+EXTRA: tuple[str, ...] = ("JobName",)
 
 _NO_TIME = frozenset({"", "Unknown", "None", "N/A", "(null)"})
 _STATE = re.compile(r"[A-Z][A-Z_]*")
@@ -69,6 +72,7 @@ class SacctRecord:
     # of Eligible, NodeList, Timelimit: those with no value on this line (no such column, an empty
     # value, Eligible Unknown, NodeList "None assigned"); what stands in for them is the history's
     unrecorded: frozenset[str] = frozenset()
+    name: str = ""  # JobName when recorded, else ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,9 @@ def _header(line: str, source: str) -> dict[str, int]:
                 missing.append(f)
         else:
             cols[f] = i
+    for f in EXTRA:
+        if f.lower() in index:
+            cols[f] = index[f.lower()]
     if missing:
         raise SacctError(source, 1, None, f"header lacks field(s) {', '.join(missing)}; record with "
                          f"sacct --parsable2 --allusers --allocations --duplicates --format={SACCT_FORMAT}")
@@ -253,4 +260,5 @@ def _record(f: list[str], cols: dict[str, int], n: int, job_id: str, source: str
         gpu_type=kind or rkind,
         time_limit=limit if math.isfinite(limit) else None,
         unrecorded=frozenset(unrecorded),
+        name=get("JobName"),
     )
