@@ -25,7 +25,8 @@ API (stable; the policies and the simulator import only these names):
 - `allowed_counts(cost, job)`, `piece_times(cost, job, g, spans)`,
   `run_time(cost, job, g, spans, fraction_done=0, first_batch=None)`,
   `progress_after(cost, job, g, spans, fraction_done, seconds, first_batch=None)`,
-  `remaining_rows(cost, job, max_gpus, fraction_done)` (per-GPU-count rows as `waiting_job` builds them)
+  `remaining_rows(cost, job, max_gpus, fraction_done)` (per-GPU-count rows as `waiting_job` builds them),
+  `piece_table(cost, job, max_gpus)` (the same rows from any progress, vectorised: `PieceTable.rows`)
 """
 
 from __future__ import annotations
@@ -167,11 +168,13 @@ def batch_candidates(cost: CostModel, job: Job, g: int) -> tuple[int, ...]:
 
 @lru_cache(maxsize=65536)
 def _candidates(m0: int, top: int, g: int) -> tuple[int, ...]:
+    if g < 1:
+        return ()
     lo = g * (-(-m0 // g))
     hi = g * (max(top, m0) // g)
-    if g < 1 or lo > hi:
+    if lo > hi:
         return ()
-    out = []
+    out: list[int] = []
     x = float(lo)
     while True:
         m = g * int(round(x / g))
@@ -223,9 +226,16 @@ def best_batch(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_do
 
 def allowed_counts(cost: CostModel, job: Job) -> list[int]:
     """GPU counts (within the job's min/max) with at least one batch that fits."""
-    hi = min(job.max_gpus, cost.cluster.total_gpus)
-    return [g for g in range(max(1, job.min_gpus), hi + 1)
-            if any(accumulation(cost, job.profile, m, g) for m in batch_candidates(cost, job, g))]
+    return list(_allowed(cost, job.profile, job.global_batch, job.adaptive, job.min_gpus, job.max_gpus))
+
+
+@lru_cache(maxsize=65536)
+def _allowed(cost: CostModel, profile: Profile, m0: int, ad: Adaptive | None, lo: int, hi: int) -> tuple[int, ...]:
+    if ad is None:
+        return tuple(cost.allowed_counts(profile, m0, lo, hi))
+    top = min(hi, cost.cluster.total_gpus)
+    return tuple(g for g in range(max(1, lo), top + 1)
+                 if any(accumulation(cost, profile, m, g) for m in _candidates(m0, ad.max_batch, g)))
 
 
 def piece_times(cost: CostModel, job: Job, g: int, spans_nodes: bool) -> tuple[float, ...]:
@@ -295,18 +305,59 @@ def progress_after(cost: CostModel, job: Job, g: int, spans_nodes: bool, fractio
     return 1.0
 
 
-def remaining_rows(cost: CostModel, job: Job, max_gpus: int, fraction_done: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Remaining run time on k+1 GPUs (k < max_gpus) packed on one node / spread over several,
-    from ``fraction_done``, inf where not allowed: the rows `lyasched.policy.state.waiting_job`
-    gives an adaptive job."""
+@dataclass(frozen=True)
+class PieceTable:
+    """Seconds each piece takes on k+1 GPUs at its best batch, one node (``one[piece, k]``) and
+    several (``multi``), inf where not allowed; ``rows`` is the time left from any progress as
+    numpy rows (what the simulator hands the policies every slot, without a loop over counts)."""
+
+    one: np.ndarray  # [PIECES, max_gpus]
+    multi: np.ndarray
+    one_suffix: np.ndarray  # [PIECES + 1, max_gpus]: sum of pieces k.. (0 at PIECES)
+    multi_suffix: np.ndarray
+
+    def rows(self, fraction_done: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        f = min(1.0, max(0.0, fraction_done))
+        if f >= 1.0:
+            return np.where(np.isfinite(self.one[0]), 0.0, np.inf), np.where(np.isfinite(self.multi[0]), 0.0, np.inf)
+        k = piece_of(f)
+        left = (k + 1) - f * PIECES
+        return (left * self.one[k] + self.one_suffix[k + 1], left * self.multi[k] + self.multi_suffix[k + 1])
+
+
+def piece_table(cost: CostModel, job: Job, max_gpus: int) -> PieceTable:
+    """The job's `PieceTable` for counts 1..max_gpus (memoised per job shape)."""
+    return _piece_table(cost, job.profile, job.global_batch, job.iterations, job.adaptive, job.min_gpus,
+                        job.max_gpus, max_gpus)
+
+
+@lru_cache(maxsize=4096)
+def _piece_table(cost: CostModel, profile: Profile, m0: int, iterations: int, ad: Adaptive | None, lo: int, hi: int,
+                 max_gpus: int) -> PieceTable:
+    from lyasched.costmodel.jobspec import Job  # cycle: Job carries an Adaptive
+
+    job = Job("", profile, m0, iterations, min_gpus=lo, max_gpus=hi, adaptive=ad)
     gpn = cost.cluster.gpus_per_node
-    one = np.full(max_gpus, np.inf)
-    multi = np.full(max_gpus, np.inf)
+    one = np.full((PIECES, max_gpus), np.inf)
+    multi = np.full((PIECES, max_gpus), np.inf)
     for g in allowed_counts(cost, job):
         if g > max_gpus:
             continue
         if g <= gpn:
-            one[g - 1] = run_time(cost, job, g, False, fraction_done)
+            one[:, g - 1] = piece_times(cost, job, g, False)
         if g > 1:
-            multi[g - 1] = run_time(cost, job, g, True, fraction_done)
-    return one, multi
+            multi[:, g - 1] = piece_times(cost, job, g, True)
+
+    def suffix(t: np.ndarray) -> np.ndarray:
+        out = np.zeros((PIECES + 1, max_gpus))
+        out[:PIECES] = np.cumsum(t[::-1], axis=0)[::-1]
+        return out
+
+    return PieceTable(one, multi, suffix(one), suffix(multi))
+
+
+def remaining_rows(cost: CostModel, job: Job, max_gpus: int, fraction_done: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Remaining run time on k+1 GPUs (k < max_gpus) packed on one node / spread over several,
+    from ``fraction_done``, inf where not allowed: the rows `lyasched.policy.state.waiting_job`
+    gives an adaptive job."""
+    return piece_table(cost, job, max_gpus).rows(fraction_done)

@@ -13,6 +13,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from lyasched.costmodel import goodput
 from lyasched.costmodel.cost import CostModel
 from lyasched.costmodel.jobspec import Job
 from lyasched.policy.placement import EQUAL_PER_NODE, Placement
@@ -88,13 +89,16 @@ class SlotState:
 
 @dataclass(frozen=True)
 class Decision:
-    """Start ``job_id`` on ``gpus`` GPUs placed as ``placement``."""
+    """Start ``job_id`` on ``gpus`` GPUs placed as ``placement`` (at global batch ``batch``)."""
 
     job_id: str
     gpus: int
     placement: Placement
     score: float = 0.0
     reason: str = ""
+    # global batch to (re)start an adaptive job at (lyasched.costmodel.goodput); None: a fixed-batch
+    # job's own batch, an adaptive job's best batch for these GPUs at its progress
+    batch: int | None = None
 
     @property
     def spans_nodes(self) -> bool:
@@ -147,23 +151,30 @@ def capabilities(policy: object) -> Capabilities:
     return caps if isinstance(caps, Capabilities) else Capabilities()
 
 
-def waiting_job(job: Job, cost: CostModel, max_gpus: int) -> WaitingJob:
-    """Precompute a job's run-time rows for GPU counts 1..max_gpus (done once per job)."""
+def waiting_job(job: Job, cost: CostModel, max_gpus: int, fraction_done: float = 0.0) -> WaitingJob:
+    """Precompute a job's run-time rows for GPU counts 1..max_gpus (done once per job), from
+    ``fraction_done`` of it (an adaptive job's base steps: its rows are the time left at its best
+    batch per count, re-tuned as phi changes, `lyasched.costmodel.goodput.remaining_rows`)."""
     gpn = cost.cluster.gpus_per_node
-    one = np.full(max_gpus, np.inf)
-    multi = np.full(max_gpus, np.inf)
-    for g in job.allowed_counts(cost):
-        if g > max_gpus:
-            continue
-        if g <= gpn:
-            one[g - 1] = job.run_time(cost, g, spans_nodes=False)
-        if g > 1:
-            multi[g - 1] = job.run_time(cost, g, spans_nodes=True)
+    if job.adaptive is not None:
+        one, multi = goodput.remaining_rows(cost, job, max_gpus, fraction_done)
+    else:
+        one = np.full(max_gpus, np.inf)
+        multi = np.full(max_gpus, np.inf)
+        for g in job.allowed_counts(cost):
+            if g > max_gpus:
+                continue
+            if g <= gpn:
+                one[g - 1] = job.run_time(cost, g, spans_nodes=False)
+            if g > 1:
+                multi[g - 1] = job.run_time(cost, g, spans_nodes=True)
+        if fraction_done:
+            one, multi = one * (1.0 - fraction_done), multi * (1.0 - fraction_done)
     limit = job.time_limit if job.time_limit is not None else math.inf
     return WaitingJob(
         job_id=job.job_id,
         submit_time=job.submit_time,
-        work=job.work(),
+        work=job.work() * (1.0 - fraction_done) if fraction_done else job.work(),
         run_one_node=one,
         run_multi_node=multi,
         requested_gpus=min(job.requested_gpus, max_gpus),
