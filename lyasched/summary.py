@@ -63,7 +63,11 @@ _FIELDS: tuple[_Field, ...] = (
     _Field("src", "source", "src"),
 )
 CK = _Field("ck", "checkpointable", "int", 1, 1)  # optional; only ever 1 (absent: not checkpointable)
-_BY_KEY = {f.key: f for f in (*_FIELDS, CK)}
+# optional; only ever 1: a plain job of a managed partition, tagged by job_submit.lua from its request
+# (no profile: the service estimates its run time from history, docs/managed.md)
+PL = _Field("pl", "plain", "int", 1, 1)
+_FLAGS = (CK, PL)
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -118,6 +122,7 @@ class CostSummary:
     mem_per_sample: float = 0.0
     source: str = "m"  # "m" measured, "e" estimated
     checkpointable: bool = False  # key ck, optional: 1 = the scheduler may move the job
+    plain: bool = False  # key pl, optional: 1 = a managed partition's plain job (no profile)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -141,8 +146,9 @@ class CostSummary:
                 continue
             if not f.lo <= v <= f.hi:
                 raise ValueError(f"cost summary: {f.key}={v!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
-        if not isinstance(self.checkpointable, bool):
-            raise ValueError(f"cost summary: ck must be a bool, got {self.checkpointable!r}")
+        for flag in _FLAGS:
+            if not isinstance(getattr(self, flag.attr), bool):
+                raise ValueError(f"cost summary: {flag.key} must be a bool, got {getattr(self, flag.attr)!r}")
         if self.max_gpus < self.min_gpus:
             raise ValueError(f"cost summary: gmax={self.max_gpus} is below gmin={self.min_gpus}")
         if len(self._encode_unchecked()) > MAX_LEN:
@@ -154,8 +160,7 @@ class CostSummary:
             v = getattr(self, f.attr)
             # repr of a float round-trips exactly and is plain or exponent notation
             parts.append(f"{f.key}={float(v)!r}" if f.kind == "float" else f"{f.key}={v}")
-        if self.checkpointable:
-            parts.append(f"{CK.key}=1")
+        parts.extend(f"{flag.key}=1" for flag in _FLAGS if getattr(self, flag.attr))
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -186,9 +191,9 @@ class CostSummary:
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
-            if f is CK:
+            if f in _FLAGS:
                 if values[f.attr] != 1:
-                    raise ValueError(f"cost summary: ck={raw!r} must be 1 (or absent)")
+                    raise ValueError(f"cost summary: {key}={raw!r} must be 1 (or absent)")
                 values[f.attr] = True
         missing = [f.key for f in _FIELDS if f.attr not in values]
         if missing:

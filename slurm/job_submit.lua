@@ -106,6 +106,7 @@ local FIELDS = {
 		return nil, "must be m or e"
 	end,
 	ck = int_field(1, 1), -- optional (not in ORDER): the job is checkpointable (lyasub --checkpointable)
+	pl = int_field(1, 1), -- optional: a plain job of a managed partition, tagged by this plugin (no profile)
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 
@@ -193,12 +194,195 @@ local function refuse_line_breaks(job_desc)
 	return false
 end
 
+--[[ Managed partitions (docs/managed.md): every batch job with GPUs submitted to one of them, by any
+tool (sbatch, submitit, dask-jobqueue, a portal), is taken by lyasched at submission: tagged with a
+summary built from its request (rigid: its GPU count) and held like a lyasub job. Interactive
+allocations (srun/salloc: no batch script) and jobs of the pass-through accounts are left alone.
+The list lives in lyasched-managed.conf next to this file, read at each submission (no restart):
+    partitions = gpu,big
+    pass_accounts = admins
+    max_gpus_per_node = 8
+    max_gpus = 64
+A held job skips Slurm's own check that some nodes can ever satisfy it, so the last two stand in for
+it: a request beyond them is rejected at submission, as Slurm rejects it outside a managed partition.
+--]]
+local MANAGED_CONF = "lyasched-managed.conf"
+
+local function conf_dir()
+	local src = debug.getinfo(1, "S").source
+	return (src:match("^@(.*)/[^/]*$")) or "/etc/slurm"
+end
+
+local function split_set(text)
+	local set = {}
+	for word in (text or ""):gmatch("[^,%s]+") do
+		set[word] = true
+	end
+	return set
+end
+
+local function managed_conf()
+	local f = io.open(conf_dir() .. "/" .. MANAGED_CONF, "r")
+	local conf = { partitions = {}, pass_accounts = {}, max_gpus_per_node = nil, max_gpus = nil }
+	if f == nil then
+		return conf
+	end
+	for line in f:lines() do
+		local key, value = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
+		if key == "partitions" or key == "pass_accounts" then
+			conf[key] = split_set(value)
+		elseif key == "max_gpus_per_node" or key == "max_gpus" then
+			conf[key] = tonumber(value)
+		end
+	end
+	f:close()
+	return conf
+end
+
+local function is_set(v)
+	return v ~= nil and v ~= slurm.NO_VAL and v ~= slurm.NO_VAL16 and v ~= 4294967294 and v ~= 65534 and v ~= 0
+end
+
+-- GPUs a request asks for in all (0: none): --gpus (per job), --gres/--gpus-per-node (per node x
+-- nodes), --gpus-per-task (x tasks). Typed requests (gres:gpu:a100:2) count too.
+local function gpu_count(spec)
+	if spec == nil then
+		return 0
+	end
+	local total = 0
+	for item in spec:gmatch("[^,]+") do
+		if item:match("gpu") then
+			local n = item:match(":(%d+)$") or item:match("=(%d+)$")
+			total = total + (tonumber(n) or 1)
+		end
+	end
+	return total
+end
+
+-- Returns the GPUs in all and, when the request fixes it, per node.
+local function requested_gpus(job_desc)
+	local per_job = gpu_count(job_desc.tres_per_job)
+	if per_job > 0 then
+		return per_job, nil
+	end
+	local per_node = gpu_count(job_desc.tres_per_node)
+	if per_node > 0 then
+		local nodes = is_set(job_desc.min_nodes) and job_desc.min_nodes or 1
+		return per_node * nodes, per_node
+	end
+	local per_task = gpu_count(job_desc.tres_per_task)
+	if per_task > 0 then
+		local tasks = is_set(job_desc.num_tasks) and job_desc.num_tasks or 1
+		return per_task * tasks, nil
+	end
+	return 0, nil
+end
+
+-- The partition a job goes to: its own, or the default one of those it may use.
+local function target_partitions(job_desc, part_list)
+	local out = {}
+	if job_desc.partition ~= nil and job_desc.partition ~= "" then
+		for name in job_desc.partition:gmatch("[^,]+") do
+			out[#out + 1] = name
+		end
+		return out
+	end
+	for name, part in pairs(part_list or {}) do
+		if part.flag_default == 1 or part.flag_default == true then
+			out[#out + 1] = part.name or name
+		end
+	end
+	return out
+end
+
+local function random_id()
+	local t = {}
+	for i = 1, 8 do
+		t[i] = string.format("%04x", math.random(0, 65535))
+	end
+	return "m" .. table.concat(t)
+end
+
+-- Returns "take" (tag and hold), "pass" (leave alone), or nil and a reason (reject).
+local function managed_decision(job_desc, part_list)
+	local conf = managed_conf()
+	if next(conf.partitions) == nil then
+		return "pass"
+	end
+	local parts = target_partitions(job_desc, part_list)
+	local inside, outside = 0, 0
+	for _, name in ipairs(parts) do
+		if conf.partitions[name] then
+			inside = inside + 1
+		else
+			outside = outside + 1
+		end
+	end
+	if inside == 0 then
+		return "pass"
+	end
+	if job_desc.script == nil or job_desc.script == "" then
+		return "pass" -- interactive: srun/salloc without a batch script
+	end
+	if job_desc.account ~= nil and conf.pass_accounts[job_desc.account] then
+		return "pass"
+	end
+	local gpus, per_node = requested_gpus(job_desc)
+	if gpus == 0 then
+		return "pass"
+	end
+	local unavailable = "Requested node configuration is not available"
+	if per_node ~= nil and conf.max_gpus_per_node ~= nil and per_node > conf.max_gpus_per_node then
+		return nil, string.format("%s: %d GPUs per node, the managed partitions' nodes have at most %d",
+			unavailable, per_node, conf.max_gpus_per_node)
+	end
+	if conf.max_gpus ~= nil and gpus > conf.max_gpus then
+		return nil, string.format("%s: %d GPUs, the managed partitions have %d", unavailable, gpus, conf.max_gpus)
+	end
+	if outside > 0 then
+		return nil, "a job with GPUs cannot list a managed partition together with others; submit to one"
+	end
+	if gpus > 1024 then
+		return nil, string.format("%d GPUs is more than lyasched schedules (1024)", gpus)
+	end
+	if job_desc.comment ~= nil and job_desc.comment ~= "" then
+		return nil, "--comment is reserved for the scheduler in a managed partition; submit without it"
+	end
+	return "take", gpus
+end
+
+local function plain_summary(gpus)
+	return string.format(
+		"%sid=%s;sig=plain;b=%d;it=1;gmin=%d;gmax=%d;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1",
+		PREFIX, random_id(), gpus, gpus, gpus
+	)
+end
+
+local function hold(job_desc)
+	-- Held until `lyasched serve` sizes and releases it.
+	job_desc.priority = 0
+	-- Not requeueable: otherwise its owner could `scontrol requeue` it after release and it would
+	-- start again without the scheduler deciding (requeue does not go through slurm_job_modify).
+	job_desc.requeue = 0
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	if refuse_line_breaks(job_desc) then
 		return slurm.ERROR
 	end
 	local comment = job_desc.comment
 	if not claims_lyasched(comment) then
+		local what, gpus = managed_decision(job_desc, part_list)
+		if what == nil then
+			slurm.log_user("lyasched: %s", gpus)
+			return slurm.ERROR
+		end
+		if what == "take" then
+			job_desc.comment = plain_summary(gpus)
+			hold(job_desc)
+			slurm.log_info("lyasched: taking job %s (%d GPUs) from uid %u in a managed partition",
+				tostring(job_desc.name), gpus, submit_uid)
+		end
 		return slurm.SUCCESS
 	end
 	local summary, why
@@ -212,11 +396,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		slurm.log_info("lyasched: rejected job from uid %u: %s", submit_uid, why)
 		return slurm.ERROR
 	end
-	-- Held until `lyasched serve` sizes and releases it.
-	job_desc.priority = 0
-	-- Not requeueable: otherwise its owner could `scontrol requeue` it after release and it would
-	-- start again without the scheduler deciding (requeue does not go through slurm_job_modify).
-	job_desc.requeue = 0
+	hold(job_desc)
 	slurm.log_info("lyasched: holding job %s (id=%s) from uid %u", tostring(job_desc.name), summary.id, submit_uid)
 	return slurm.SUCCESS
 end
@@ -242,5 +422,6 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	return slurm.SUCCESS
 end
 
+math.randomseed(os.time())
 slurm.log_info("lyasched job_submit.lua loaded")
 return slurm.SUCCESS

@@ -19,7 +19,7 @@ import numpy as np
 import sqlite_utils
 
 from lyasched.costmodel import startup
-from lyasched.live import learning
+from lyasched.live import learning, plain
 from lyasched.costmodel.cost import ClusterSpec
 from lyasched.costmodel.jobspec import Job
 from lyasched.live.context import SlotContext
@@ -49,6 +49,7 @@ class PolicyInputs:
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         self.load_arrivals()
+        self.plain = plain.load(self.db)  # run-time estimates of managed partitions' plain jobs
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -133,6 +134,8 @@ class PolicyInputs:
     def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
         assert cost is not None
+        if s.plain:
+            return self.plain_waiting(ctx, s, job)
         mkey = (s.sig, job.user or "")  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
         model = ctx.models.get(mkey)
         if model is None:  # once per model and user per slot: correction, learned profile, start-up term
@@ -180,6 +183,31 @@ class PolicyInputs:
                 self.db, s.uid, pred_one=encode_times(wj.run_one_node),
                 pred_multi=encode_times(wj.run_multi_node), work=wj.work,
             )
+        return wj
+
+    def plain_waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
+        """A managed partition's plain job (lyasched.live.plain): its run time is the estimate
+        from the history of similar jobs, capped at its time limit; its rows are rebuilt when
+        the estimate changes (a similar job finished)."""
+        cost = ctx.cost
+        assert cost is not None
+        est = self.plain.estimate(job, s, ctx.now)
+        key = (s.uid, job.job_id)
+        inputs = (cost.cluster, est, s, job.time_limit, job.submit_time, job.user)
+        ctx.rows_used.add(key)
+        hit = self.rows.get(key)
+        if hit is not None and hit[0] == inputs:
+            return hit[1]
+        limit = job.time_limit if math.isfinite(job.time_limit) else None
+        j = plain.plain_job(job.job_id, s, est, job.submit_time or self.clock(), job.user, limit)
+        wj = waiting_job(j, cost, cost.cluster.total_gpus)
+        wj = replace(wj, run_one_node=clamp_run_times(wj.run_one_node, limit, 1.0),
+                     run_multi_node=clamp_run_times(wj.run_multi_node, limit, 1.0))
+        self.rows[key] = (inputs, wj)
+        self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
+        records.upsert_job(self.db, s.uid, pred_one=encode_times(wj.run_one_node.tolist()),
+                           pred_multi=encode_times(wj.run_multi_node.tolist()), work=wj.work,
+                           reason=f"estimate {est.mean_s:.0f} s from {est.source} (n={est.n}, spread {est.spread:.2f})")
         return wj
 
     def decode(self, comment: str) -> tuple[CostSummary | None, str]:

@@ -20,7 +20,7 @@ import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
-from lyasched.live import step
+from lyasched.live import plain, step
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.placement import fit_placement
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
@@ -141,7 +141,11 @@ class Starter:
         intent["id"] = records.open_intent(self.db, **intent)
         self.crash.reach("before_update")
         try:
-            self.slurm.resize(job.job_id, len(placement), per_node, node_names)
+            # A plain job of a managed partition keeps the shape its user asked for (its script may
+            # count on its nodes and tasks): released as submitted, Slurm places it. A lyasub job
+            # runs one launcher per node: it is given the policy's nodes and GPUs.
+            if not plain.is_plain(row.get("summary")):
+                self.slurm.resize(job.job_id, len(placement), per_node, node_names)
         except SlurmError as e:
             # The job is still held (a held job never runs), whether or not the update reached Slurm.
             msg = str(e).splitlines()[0][:300]

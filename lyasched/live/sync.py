@@ -33,8 +33,9 @@ class RecordSync:
     not); ``users`` the users whose jobs are followed (empty: everybody's)."""
 
     def __init__(self, db: Any, slurm: Slurm, decode: Callable[[str], tuple[CostSummary | None, str]],
-                 users: Sequence[str]) -> None:
+                 users: Sequence[str], plain_finished: Callable[[dict], None] | None = None) -> None:
         self._db = db
+        self.plain_finished = plain_finished  # a managed partition's plain job ended (lyasched.live.plain)
         self.slurm = slurm
         self.decode = decode
         self.users = users
@@ -178,6 +179,12 @@ class RecordSync:
         return self._accounting
 
     def _finish(self, ctx: SlotContext, row: dict, slurm_state: str, observed: float | None) -> None:
-        """What a finished job teaches the cost table (lyasched.live.learning.job_finished)."""
+        """What a finished job teaches the cost table (lyasched.live.learning.job_finished), or,
+        for a plain job (no profile), the run-time estimates of the jobs after it."""
+        s = self.decode(row["summary"])[0] if row.get("summary") else None
+        if s is not None and s.plain:
+            if self.plain_finished is not None:
+                self.plain_finished({**row, "state": "finished", "slurm_state": slurm_state, "observed": observed})
+            return
         learning.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
                            lambda: learning.workdir_of(self.slurm, row["slurm_id"]))

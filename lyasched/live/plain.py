@@ -1,0 +1,103 @@
+"""Plain jobs of managed partitions, live: their run time estimated from history (docs/managed.md).
+
+job_submit.lua tags a plain GPU batch job of a managed partition with a summary that carries no
+profile (``pl=1``: its GPU count, rigid). The service predicts it from the history of similar
+jobs (`lyasched.estimates`): the finished plain jobs in its own records (read at start, then
+each finished one as it ends) and, where accounting exists, the site's `sacct` history. The
+policy then sees such a job exactly as the simulator and `whatif --managed` see a trace row: a
+`Job` whose run time at its GPU count is the estimate (`plain_job`), capped at its time limit by
+the same clamp as every job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterable
+
+from lyasched.costmodel.cost import Profile
+from lyasched.costmodel.jobspec import Job
+from lyasched.estimates import Estimate, Finished, Request, RuntimeEstimator
+from lyasched.slurm.types import SlurmJob
+from lyasched.summary import CostSummary
+
+log = logging.getLogger("lyasched.live.plain")
+
+PLAIN_SIG = "plain"  # the sig job_submit.lua writes: no cost-table entry is ever made for it
+
+
+def request_of(user: str, name: str, gpus: int, time_limit: float | None, partition: str = "",
+               account: str = "") -> Request:
+    limit = time_limit if time_limit is not None and math.isfinite(time_limit) and time_limit > 0 else None
+    return Request(user=user or "", account=account or "", gpus=max(1, int(gpus)), name=name or "",
+                   time_limit=limit, partition=partition or "")
+
+
+def plain_job(job_id: str, s: CostSummary, estimate: Estimate, submit_time: float, user: str,
+              time_limit: float | None) -> Job:
+    """The job the policy sees: one step as long as the estimate, at its fixed GPU count, no
+    gradient to exchange (one parameter), so its run time is the estimate on any placement."""
+    profile = Profile(model=PLAIN_SIG, alpha=max(1.0, float(estimate.mean_s)), beta=0.0, params=1,
+                      bytes_per_param=4, mem_base=0.0, mem_per_sample=0.0, source="estimated")
+    return Job(job_id=job_id, profile=profile, global_batch=s.min_gpus, iterations=1, submit_time=submit_time,
+               min_gpus=s.min_gpus, max_gpus=s.min_gpus, requested_gpus=s.min_gpus, time_limit=time_limit,
+               user=user)
+
+
+class PlainJobs:
+    """The estimator the service keeps for plain jobs: rebuilt from the records at start."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = (), history: Iterable[Finished] = ()) -> None:
+        self.estimator = RuntimeEstimator()
+        past = sorted([*history, *filter(None, map(finished_from_row, rows))], key=lambda f: (f.end, f.submit))
+        self.estimator.observe_all(past)
+        self.known = len(past)
+
+    def estimate(self, job: SlurmJob, s: CostSummary, now: float) -> Estimate:
+        return self.estimator.estimate(self.request(job, s), now)
+
+    @staticmethod
+    def request(job: SlurmJob, s: CostSummary) -> Request:
+        return request_of(job.user, job.name, s.min_gpus, job.time_limit, job.partition,
+                          job.extra.get("account", ""))
+
+    def finished(self, row: dict[str, Any]) -> None:
+        """A plain job just ended: it teaches the estimates of the jobs after it."""
+        f = finished_from_row(row)
+        if f is not None:
+            self.estimator.observe(f)
+            self.known += 1
+
+
+def is_plain(summary_text: str | None) -> bool:
+    if not summary_text:
+        return False
+    try:
+        return CostSummary.decode(summary_text).plain
+    except ValueError:
+        return False
+
+
+def finished_from_row(row: dict[str, Any]) -> Finished | None:
+    """A finished plain job's record as the estimator learns it (None: not one, or not ended)."""
+    if row.get("state") != "finished" or not is_plain(row.get("summary")):
+        return None
+    observed, started = row.get("observed"), row.get("started")
+    if not observed or observed <= 0 or started is None:
+        return None
+    s = CostSummary.decode(row["summary"])
+    limit = row.get("time_limit")
+    req = request_of(row.get("user") or "", row.get("name") or "", s.min_gpus,
+                     float(limit) if limit is not None else None)
+    submit = row.get("submit_time") or started
+    return Finished(request=req, submit=float(submit), start=float(started), elapsed=float(observed),
+                    state=row.get("slurm_state") or "COMPLETED")
+
+
+def load(db: Any) -> PlainJobs:
+    """The estimator from the finished plain jobs in the records."""
+    rows = db.query("select * from jobs where state = 'finished' and summary like '%;pl=1%'")
+    out = PlainJobs(rows)
+    if out.known:
+        log.info("plain jobs: %d finished ones in the records teach the estimates", out.known)
+    return out
