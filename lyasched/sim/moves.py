@@ -60,6 +60,9 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
         if moves:
             j = sim.jobs[r.idx]
             t = sim._template(j)
+            if j.adaptive is not None:
+                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, bool(mask[r.idx]), state.now))
+                continue
             out.append(movable_view(
                 rj, job=j, template=t, plain=plain_rows(t, sim._plain_rows), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
                 overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
@@ -71,6 +74,30 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
         else:
             out.append(rj)
     return replace(state, running=tuple(out))
+
+
+def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool, checkpointable: bool,
+                  now: float) -> MovableJob:
+    """An adaptive job (lyasched.costmodel.goodput) as a moving policy sees it: its progress in
+    base steps estimated from the prediction as `movable_view` does (the predicted compute done
+    so far, walked through its re-tuning pieces), its rows the time left from there."""
+    from lyasched.costmodel import goodput
+
+    j = sim.jobs[r.idx]
+    factor = float(sim.factors[r.idx]) if oracle else 1.0
+    segment = base.predicted_end - base.start_time - r.overhead
+    ahead = base.predicted_end - now
+    done_s = max(0.0, segment - max(0.0, ahead)) if math.isfinite(segment) else 0.0
+    p0 = 1.0 - r.frac_at_start
+    p = goodput.progress_after(sim.cost, j, r.gpus, r.spans, p0, done_s / factor, r.batch)
+    one, multi = sim._pieces(j).rows(p)
+    tpl = WaitingJob(job_id="", submit_time=0.0, work=sim._template(j).work * (1.0 - p), run_one_node=one,
+                     run_multi_node=multi)
+    return movable_job(
+        base, one=tpl.run_one_node, multi=tpl.run_multi_node, work=tpl.work, scale=j.iterations * factor,
+        requested=j.requested_gpus, move_cost=float(sim.move_costs[r.idx]), checkpointable=checkpointable,
+        waited=waited_so_far(now, j.submit_time, record.run_s, base.start_time), moves=record.preemptions,
+    )
 
 
 def plain_rows(template: WaitingJob, memo: dict[int, tuple[WaitingJob, bool]]) -> bool:

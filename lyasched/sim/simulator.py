@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from lyasched.costmodel import goodput
 from lyasched.costmodel.cost import ClusterSpec, CostModel
 from lyasched.costmodel.jobspec import Job
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
@@ -63,6 +64,7 @@ class Segment:
     spans_nodes: bool
     overhead: float
     done: float
+    batch: int = 0  # global batch it started at (an adaptive job re-tunes it at each progress piece)
 
 
 @dataclass
@@ -127,6 +129,7 @@ class _Running:
     true_full: float  # true run time of the whole job on this configuration
     token: int
     obs: RunningObs  # what a policy is shown of it (lyasched.policy.snapshot)
+    batch: int | None = None  # an adaptive job's batch of its first piece (Decision.batch); None: its best
 
 
 def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
@@ -217,7 +220,7 @@ class Simulation:
 
     # --- rows -------------------------------------------------------------------------
     def _template(self, job: Job) -> WaitingJob:
-        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus)
+        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive)
         t = self._templates.get(key)
         if t is None:
             unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
@@ -233,8 +236,13 @@ class Simulation:
         j = self.jobs[i]
         t = self._template(j)
         scale = j.iterations * frac * (self.factors[i] if oracle else 1.0)
-        one = t.run_one_node * scale
-        multi = t.run_multi_node * scale
+        if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
+            per = j.iterations * (self.factors[i] if oracle else 1.0)
+            one, multi = self._pieces(j).rows(1.0 - frac)
+            one, multi = one * per, multi * per
+        else:
+            one = t.run_one_node * scale
+            multi = t.run_multi_node * scale
         if overhead:
             one = one + overhead
             multi = multi + overhead
@@ -249,6 +257,21 @@ class Simulation:
             user=j.user,
             attained=attained,
         )
+
+    def _pieces(self, job: Job) -> goodput.PieceTable:
+        """An adaptive job's per-iteration piece table (memoised per job shape in goodput)."""
+        unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
+        return goodput.piece_table(self.cost, unit, self.row_len)
+
+    def true_left(self, i: int, g: int, spans: bool, frac: float, batch: int | None = None) -> float:
+        """True compute time of the share ``frac`` still to do of job i on g GPUs (an adaptive
+        job: re-tuning its batch, its first piece at ``batch`` when given)."""
+        j = self.jobs[i]
+        if j.adaptive is not None:
+            return float(self.factors[i]) * goodput.run_time(self.cost, j, g, spans, 1.0 - frac, batch)
+        row = self._template(j)
+        unit = float((row.run_multi_node if spans else row.run_one_node)[g - 1])
+        return frac * unit * j.iterations * float(self.factors[i])
 
     def best_true_runs(self) -> np.ndarray:
         """Each job's shortest true run time (no waiting): the per-job JCT lower bound."""
@@ -325,11 +348,18 @@ class Simulation:
             nonlocal busy, busy_gpu_s
             rec = records[r.idx]
             elapsed = t - r.start
+            j = jobs[r.idx]
             if finished:
                 fdone = r.frac_at_start
+            elif j.adaptive is not None:  # progress in base steps, walking its re-tuning pieces
+                p0 = 1.0 - r.frac_at_start
+                secs = max(0.0, elapsed - r.overhead) / float(factors[r.idx])
+                fdone = min(r.frac_at_start, goodput.progress_after(self.cost, j, r.gpus, r.spans, p0, secs, r.batch) - p0)
             else:
                 fdone = min(r.frac_at_start, max(0.0, elapsed - r.overhead) / r.true_full)
-            rec.segments.append(Segment(r.start, t, r.gpus, r.spans, r.overhead, fdone))
+            batch0 = j.global_batch if j.adaptive is None else (
+                r.batch or goodput.best_batch(self.cost, j, r.gpus, r.spans, 1.0 - r.frac_at_start))
+            rec.segments.append(Segment(r.start, t, r.gpus, r.spans, r.overhead, fdone, batch0))
             rec.run_s += elapsed
             rec.gpu_s += elapsed * r.gpus
             attained[r.idx] += elapsed * r.gpus
@@ -440,15 +470,21 @@ class Simulation:
                         for node, take in d.placement:
                             free[node] -= take
                         busy += d.gpus
-                        row = self._template(jobs[i])
-                        unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
-                        true_full = unit * jobs[i].iterations * float(factors[i])
+                        batch = d.batch if jobs[i].adaptive is not None else None
+                        if jobs[i].adaptive is not None:
+                            true_full = math.nan  # not linear in the share left: stop() walks the pieces
+                            left_s = self.true_left(i, d.gpus, spans, frac[i], batch)
+                        else:
+                            row = self._template(jobs[i])
+                            unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
+                            true_full = unit * jobs[i].iterations * float(factors[i])
+                            left_s = frac[i] * true_full
                         overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
-                        end = t + overhead + frac[i] * true_full
+                        end = t + overhead + left_s
                         tokens[i] += 1
                         obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i], jobs[i].user)
                         running[i] = _Running(
-                            i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs
+                            i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch
                         )
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.goodput import Adaptive, NoiseScale
 from lyasched.costmodel.jobspec import Job
 from lyasched.sim.models import MODELS, OTHER_MODELS, profile
 
@@ -35,6 +36,10 @@ MODEL_MIXES: dict[str, tuple[str, ...]] = {
               "transformer_big", "deepspeech2", "wav2vec2_base", "dlrm", "ncf"),
 }
 DURATIONS = ("heavy", "const", "bimodal")
+# noise-scale curves of adaptive jobs (phi0 = the job's phi at the start, drawn per job):
+# rising: phi0 -> 8 phi0 over the run; flat: phi0 throughout; late: phi0 until 60%, then -> 10 phi0;
+# mixed: each adaptive job one of the three, uniformly
+PHI_SHAPES = ("rising", "flat", "late", "mixed")
 ARRIVALS = ("poisson", "bursts", "diurnal")
 
 
@@ -55,6 +60,12 @@ class SynthSpec:
     models: str = "cnn"  # cnn | good | bad | mixed
     cancel: float = 0.0  # share of jobs cancelled after U(5%, 60%) of their run
     fail: float = 0.0  # share of jobs failing after U(0%, 15%) of their run
+    # goodput (lyasched.costmodel.goodput): share of jobs that let the scheduler choose their batch,
+    # the shape of their phi curve, and their largest batch as a multiple of their base batch M0;
+    # phi0 = M0 x 2^U(-2, 3): from models a large batch barely helps (phi0 << M0) to ones it does
+    adaptive: float = 0.0
+    phi: str = "mixed"  # rising | flat | late | mixed
+    max_mult: float = 32.0
 
 
 # Shaped like the two failures of issue 8, and named so a sweep can hold them apart.
@@ -65,13 +76,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 160 mixed training jobs on 16x4 GPUs, some asking for 24-32 GPUs, moderate load
     "mixed160": dict(jobs=160, nodes=16, gpn=4, load=0.8, one_gpu=0.35, max_req=32, dur="heavy",
                      mean_h=1.5, arrival="poisson", models="mixed"),
+    # issue 35: mixed160's shape with 3/4 of the jobs adaptive (batch chosen with the GPUs), phi
+    # curves of every shape, load 1 (set load=0.5 / 2 for the other two)
+    "adaptive": dict(jobs=160, nodes=16, gpn=4, load=1.0, one_gpu=0.35, max_req=32, dur="heavy",
+                     mean_h=1.5, arrival="poisson", models="mixed", adaptive=0.75, phi="mixed"),
 }
 
-_CHOICES = {"dur": DURATIONS, "arrival": ARRIVALS, "models": tuple(MODEL_MIXES)}
+_CHOICES = {"dur": DURATIONS, "arrival": ARRIVALS, "models": tuple(MODEL_MIXES), "phi": PHI_SHAPES}
 _RANGES: dict[str, tuple[float, float]] = {
     "jobs": (1, 200_000), "nodes": (1, 4096), "gpn": (1, 64), "load": (1e-3, 100.0),
     "one_gpu": (0.0, 1.0), "max_req": (1, 65536), "mean_h": (1e-3, 1e4), "bursts": (1, 10_000),
-    "cancel": (0.0, 1.0), "fail": (0.0, 1.0),
+    "cancel": (0.0, 1.0), "fail": (0.0, 1.0), "adaptive": (0.0, 1.0), "max_mult": (1.0, 4096.0),
 }
 
 
@@ -184,6 +199,29 @@ def _arrivals(rng: np.random.Generator, spec: SynthSpec, n: int, span: float) ->
     return t - t[0]
 
 
+def _adaptive(jobs: list[Job], spec: SynthSpec, seed: int) -> list[Job]:
+    """Opt a share of the jobs in to batch choice, from an RNG stream of its own (so the jobs, their
+    arrivals and the other knobs' draws are those of the same spec without adaptive jobs). A job
+    keeps its global batch as M0 and its iterations as base steps."""
+    rng = np.random.default_rng([int(seed), 0xADA])
+    n = len(jobs)
+    opt = rng.random(n) < spec.adaptive
+    scale = 2.0 ** rng.uniform(-2.0, 3.0, n)
+    shapes = rng.integers(3, size=n)
+    out = []
+    for i, j in enumerate(jobs):
+        if not opt[i]:
+            out.append(j)
+            continue
+        phi0 = float(j.global_batch * scale[i])
+        shape = spec.phi if spec.phi != "mixed" else PHI_SHAPES[int(shapes[i])]
+        pts = {"rising": ((0.0, phi0), (1.0, 8 * phi0)), "flat": ((0.0, phi0),),
+               "late": ((0.0, phi0), (0.6, phi0), (1.0, 10 * phi0))}[shape]
+        top = max(j.global_batch, int(round(j.global_batch * spec.max_mult)))
+        out.append(replace(j, adaptive=Adaptive(top, NoiseScale(pts))))
+    return out
+
+
 def synth_workload(spec: SynthSpec | str, seed: int = 0, *, nodes: int | None = None,
                    gpus_per_node: int | None = None, load: float | None = None) -> Synth:
     """Generate ``spec`` (a SynthSpec or a ``synth:`` string) from ``seed``; same seed, same jobs.
@@ -229,12 +267,18 @@ def synth_workload(spec: SynthSpec | str, seed: int = 0, *, nodes: int | None = 
     span = demand / (spec.load * total)
     times = _arrivals(rng, spec, n, span)
     jobs = [replace(j, submit_time=float(round(t, 3))) for j, t in zip(jobs, times)]
+    if spec.adaptive > 0:
+        jobs = _adaptive(jobs, spec, seed)
     ends: dict[str, float] = {}
     for i, j in enumerate(jobs):
         if u_end[i] < spec.fail:
             ends[j.job_id] = 0.15 * float(u_at[i]) + 1e-3
         elif u_end[i] < spec.fail + spec.cancel:
             ends[j.job_id] = 0.05 + 0.55 * float(u_at[i])
+    if spec.adaptive > 0:
+        extra = f", {spec.adaptive:.0%} adaptive ({spec.phi} phi, max batch {spec.max_mult:g} x M0)"
+    else:
+        extra = ""
     desc = (f"{n} jobs, {spec.one_gpu:.0%} 1-GPU, up to {spec.max_req}, {spec.dur} durations (mean {spec.mean_h:g} h), "
-            f"{spec.arrival} arrivals, {spec.models} models, {spec.cancel:.0%} cancelled, {spec.fail:.0%} failed, load {spec.load:g}")
+            f"{spec.arrival} arrivals, {spec.models} models, {spec.cancel:.0%} cancelled, {spec.fail:.0%} failed, load {spec.load:g}{extra}")
     return Synth(name=spec_name(spec), jobs=tuple(jobs), cluster=cluster, end_fraction=ends, description=desc)

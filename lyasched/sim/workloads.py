@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Link
+from lyasched.costmodel.goodput import Adaptive, NoiseScale
 from lyasched.costmodel.jobspec import Job
 from lyasched.sim.models import MODELS, epoch_iterations, profile
 
@@ -159,6 +160,7 @@ class TraceRow:
     duration: float
     gpus: int
     group: str
+    adaptive: Adaptive | None = None  # optional columns max_batch and noise_scale (lyasched.costmodel.goodput)
 
 
 def _parse_time(text: str) -> float:
@@ -188,6 +190,7 @@ def read_trace(path: str) -> list[TraceRow]:
             if missing:
                 raise TraceError(f"trace {path}: missing column(s) {', '.join(missing)}")
             gcol = "cluster" if "cluster" in cols else "user" if "user" in cols else None
+            adaptive_cols = "max_batch" in cols or "noise_scale" in cols
             for k, r in enumerate(reader):
                 line = k + 2
                 vals = (r.get(tcol), r.get("duration"), r.get("num_gpus"))
@@ -214,7 +217,8 @@ def read_trace(path: str) -> list[TraceRow]:
                 if duration > TRACE_MAX_DURATION or g > TRACE_MAX_GPUS:
                     raise TraceError(f"trace {path} line {line}: duration {duration:g} or num_gpus {g:g} out of range "
                                      f"(at most {TRACE_MAX_DURATION:g} s and {TRACE_MAX_GPUS} GPUs)")
-                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else ""))
+                ad = _adaptive(path, line, r) if adaptive_cols else None
+                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad))
     except UnicodeDecodeError:
         raise TraceError(f"trace {path}: not a text CSV file") from None
     except csv.Error as e:
@@ -222,6 +226,25 @@ def read_trace(path: str) -> list[TraceRow]:
     if not out:
         raise TraceError(f"trace {path}: no jobs")
     return out
+
+
+def _adaptive(path: str, line: int, r: dict) -> Adaptive | None:
+    """A row's opt-in to batch choice: both ``max_batch`` and ``noise_scale`` set, or neither."""
+    mb, ns = (r.get("max_batch") or "").strip(), (r.get("noise_scale") or "").strip()
+    if not mb and not ns:
+        return None
+    if not (mb and ns):
+        raise TraceError(f"trace {path} line {line}: max_batch and noise_scale go together (one is empty)")
+    try:
+        m = float(mb)
+    except ValueError:
+        raise TraceError(f"trace {path} line {line}: bad max_batch {mb!r}") from None
+    if not math.isfinite(m) or m != int(m) or m < 1:
+        raise TraceError(f"trace {path} line {line}: max_batch must be a positive integer, got {mb!r}")
+    try:
+        return Adaptive(int(m), NoiseScale.parse(ns))
+    except ValueError as e:
+        raise TraceError(f"trace {path} line {line}: {e}") from None
 
 
 def select_rows(
@@ -257,6 +280,9 @@ def size_cluster(
 def trace_jobs(rows: Sequence[TraceRow], cluster: ClusterSpec, seed: int = 0) -> list[Job]:
     """Give each trace row a CNN profile and solve its iterations to match its duration.
 
+    A row with ``max_batch`` and ``noise_scale`` opts in to batch choice (`Job.adaptive`): its
+    global batch is then its base batch M0 and its iterations base steps.
+
     Row r gets model ``MODELS[h % len]`` (h from an RNG seeded by (seed, r), so the choice
     does not depend on the window), ImageNet data, global batch = requested GPUs x the model's
     typical per-GPU batch, max_gpus = max(requested, GPUs per node) and
@@ -290,6 +316,7 @@ def trace_jobs(rows: Sequence[TraceRow], cluster: ClusterSpec, seed: int = 0) ->
                 requested_gpus=g,
                 time_limit=limit,
                 user=r.group,
+                adaptive=r.adaptive,
             )
         )
     return jobs
