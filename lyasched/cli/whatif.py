@@ -68,12 +68,16 @@ def _write_atomic(path: str, text: str) -> None:
               help="Sigma of log(recorded/predicted run time) the policies face; 0 = exact predictions.")
 @click.option("--rigid", is_flag=True,
               help="Keep every job on the GPU count it had: policies choose when jobs start, not how many GPUs they get.")
+@click.option("--managed", is_flag=True,
+              help="As if the GPU partitions had been managed by lyasched: GPU counts as recorded (--rigid), and every "
+                   "policy sees each job's run time as estimated from the jobs that ended before it arrived (docs/estimates.md) "
+                   "instead of --estimate-error; backfill is shown planning with these estimates and with the time limits.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the job profiles, estimate errors and random policies.")
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, as for lyasched replay (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.html (self-contained) and summary.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the tables.")
-def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, rigid, seed, params,
-           out_dir, as_json) -> None:
+def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, rigid, managed, seed,
+           params, out_dir, as_json) -> None:
     """Replay the site's accounting history under each policy and compare with what happened."""
     from lyasched.sim import InvalidDecision
     from lyasched.slurm import SlurmError
@@ -92,7 +96,10 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     if until is not None and since is None:
         raise click.BadParameter("--until needs --since", param_hint="--until")
     named = policies is not None
-    names = [p.strip() for p in policies.split(",") if p.strip()] if named else defaults.default_policies()
+    if managed:
+        rigid, estimate_error = True, 0.0
+    default = defaults.managed_policies() if managed else defaults.default_policies()
+    names = [p.strip() for p in policies.split(",") if p.strip()] if named else default
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise click.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}", param_hint="--policies")
@@ -138,9 +145,20 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         raise BadInput(str(e)) from None
     _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}")
 
+    est_figures = None
     try:
-        rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
-                             rigid=rigid, progress=sys.stderr.isatty(), say=_say)
+        if managed:
+            from lyasched.estimates.sacct import names_by_line
+            from lyasched.whatif import managed as mg
+
+            ests = mg.history_estimates(hist.jobs, names_by_line(parsed.records))
+            est_figures = mg.estimate_figures(hist.jobs, ests)
+            _say(mg.describe_estimates(est_figures))
+            rep = mg.replay_managed(hist.jobs, site.spec, ests, names, pparams, slot=slot, seed=seed,
+                                    progress=sys.stderr.isatty(), say=_say)
+        else:
+            rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
+                                 rigid=rigid, progress=sys.stderr.isatty(), say=_say)
     except HistoryTooBig as e:
         raise BadInput(str(e)) from None
     except (InvalidDecision, RuntimeError, TypeError, ValueError) as e:
@@ -150,17 +168,17 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     outcomes = [actual_outcome(hist.jobs, site.spec.total_gpus)]
     outcomes += [policy_outcome(r, rep.index, n) for r in rep.results]
     choice = None
-    if not named:  # the default set: show the best candidate only, and say how it was picked
+    if not named and not managed:  # the default set: show the best candidate only, and say how it was picked
         recorded = np.array([j.gpus for j in hist.jobs], dtype=int)
         users = [j.user for j in hist.jobs]
         choice = defaults.pick_best({o.name: metrics_summary(o, recorded, users) for o in outcomes[1:]
                                      if o.name in defaults.CANDIDATES})
         outcomes = [o for o in outcomes if o.name not in defaults.CANDIDATES or o.name == choice["chosen"]]
         _say(f"best other baseline by average JCT: {choice['chosen']} (of {', '.join(choice['candidates'])})")
-    labels = defaults.labels([o.name for o in outcomes[1:]], choice["chosen"] if choice else None)
+    labels = defaults.labels([o.name for o in outcomes[1:]], choice["chosen"] if choice else None, managed=managed)
     summary = build_summary(source, hist, parsed.steps, site, outcomes, slot=slot, estimate_error=estimate_error,
                             seed=seed, params=pparams, rigid=rigid, missing=parsed.missing, labels=labels,
-                            choice=choice)
+                            choice=choice, managed=est_figures)
     for a in summary["assumptions"]:
         _say(f"assumed: {a['text']}")
     if out_dir:

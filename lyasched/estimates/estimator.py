@@ -124,7 +124,7 @@ class RuntimeEstimator:
         if k == 0:
             return None
         last = track.runs[max(0, k - self.params.history): k]
-        return _cap(sum(r for _, r in last) / len(last), limit), len(last)
+        return _cap(max(sum(r for _, r in last) / len(last), self.params.floor_s), limit), len(last)
 
     def _spread(self, track_errs: list[tuple[float, float]], source: str, now: float) -> float:
         p = self.params

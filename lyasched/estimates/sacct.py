@@ -8,9 +8,10 @@ run is what the user's jobs do too); a requeued job's earlier runs count as runs
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from lyasched.estimates.model import Finished, Request
+from lyasched.whatif.history import HistoryJob
 from lyasched.whatif.sacct import SacctRecord, parse_sacct
 
 
@@ -18,6 +19,23 @@ def request_of(rec: SacctRecord, gpus: int | None = None) -> Request:
     """What the job asked for, as a plain job's request (no script key: sacct has none)."""
     return Request(user=rec.user, account=rec.account, gpus=rec.alloc_gpus if gpus is None else gpus,
                    name=rec.name, time_limit=rec.time_limit, partition=rec.partition)
+
+
+def request_of_job(job: HistoryJob, name: str = "") -> Request:
+    """A replayed history job (`lyasched.whatif.history`: requeued runs merged) as a request."""
+    return Request(user=job.user, account=job.account, gpus=job.gpus, name=name, time_limit=job.time_limit,
+                   partition=job.partition)
+
+
+def finished_of_job(job: HistoryJob, name: str = "") -> Finished:
+    """A history job as a finished one: its last run (the one that ended it), submitted at its arrival."""
+    return Finished(request_of_job(job, name), submit=job.arrival, start=job.end - job.work_s, elapsed=job.work_s,
+                    state=job.state)
+
+
+def names_by_line(records: Iterable[SacctRecord]) -> Mapping[int, str]:
+    """JobName by sacct line (HistoryJob.line names its last run's line); empty names left out."""
+    return {r.line: r.name for r in records if r.name}
 
 
 def finished_from_records(records: Iterable[SacctRecord], gpu_only: bool = True) -> list[Finished]:

@@ -25,6 +25,12 @@ def default_policies() -> list[str]:
     return list(dict.fromkeys([LYASCHED, SLURM, *CANDIDATES]))
 
 
+def managed_policies() -> list[str]:
+    """What ``--managed`` replays by default: lyasched and backfill (backfill twice: with the
+    same estimates and with the time limits, lyasched.whatif.managed)."""
+    return list(dict.fromkeys([LYASCHED, SLURM]))
+
+
 def pick_best(figures: dict[str, dict]) -> dict:
     """The candidate with the lowest average JCT (ties: the earlier in CANDIDATES), with every
     candidate's figure: ``{"chosen", "by", "candidates": {name: avg_jct_s}}``."""
@@ -33,11 +39,15 @@ def pick_best(figures: dict[str, dict]) -> dict:
     return {"chosen": best, "by": CHOSEN_BY, "candidates": cands}
 
 
-def labels(names: Sequence[str], chosen: str | None = None) -> dict[str, str]:
-    """How the tables and plots name each outcome."""
+def labels(names: Sequence[str], chosen: str | None = None, managed: bool = False) -> dict[str, str]:
+    """How the tables and plots name each outcome (``managed``: backfill's two runs told apart)."""
     out = {"actual": "actual (recorded)"}
     for n in names:
-        if n == LYASCHED:
+        if managed and n == SLURM:
+            out[n] = f"{n} (Slurm, estimates)"
+        elif managed and n == f"{SLURM}-limits":
+            out[n] = f"{SLURM} (Slurm, time limits)"
+        elif n == LYASCHED:
             out[n] = f"{n} (lyasched)"
         elif n == SLURM:
             out[n] = f"{n} (Slurm)"

@@ -52,10 +52,12 @@ def build_summary(
     missing: Sequence[str] = (),
     labels: dict[str, str] | None = None,
     choice: dict | None = None,
+    managed: dict | None = None,
 ) -> dict:
     """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual".
     ``missing``: the optional sacct fields the header lacks; ``labels``: how the report names each
-    outcome ("lyapunov (lyasched)"); ``choice``: how the default set's other baseline was picked."""
+    outcome ("lyapunov (lyasched)"); ``choice``: how the default set's other baseline was picked;
+    ``managed``: the estimates' figures of a ``--managed`` replay (lyasched.whatif.managed)."""
     jobs = hist.jobs
     recorded = np.array([j.gpus for j in jobs], dtype=int)
     users = [j.user for j in jobs]
@@ -64,7 +66,7 @@ def build_summary(
     first, last = min(j.arrival for j in jobs), max(j.end for j in jobs)
     counts = {**{k: 0 for k in COUNT_KEYS}, **hist.counts, "steps": steps}
     c = site.spec
-    return {
+    out: dict[str, Any] = {
         "source": source,
         "period": {
             "first_arrival": datetime.fromtimestamp(first).isoformat(timespec="seconds"),
@@ -89,6 +91,15 @@ def build_summary(
         "users": by_group(users, outcomes, gpu_s),
         "accounts": by_group(accounts, outcomes, gpu_s),
     }
+    if managed is not None:
+        pol: dict[str, dict] = out["policies"]
+        base = pol.get("backfill", {}).get("avg_jct_s")
+        out["managed"] = {
+            "estimates": managed,
+            # average JCT over backfill's with the same estimates (the issue's target: lyapunov <= 0.85)
+            "avg_jct_vs_backfill": ({n: m["avg_jct_s"] / base for n, m in pol.items()} if base else None),
+        }
+    return out
 
 
 def human_s(s: float) -> str:
@@ -130,9 +141,18 @@ def format_tables(s: dict, top_users: int = 10) -> str:
         f"{j['never_started']} never started, {j['other_partition']} other partitions; "
         f"{j['requeued']} requeued; {j['steps']} step lines skipped",
         f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
-        f"estimate error {s['estimate_error']:g}; "
+        + ("run times estimated from earlier jobs (--managed); " if s.get("managed") else f"estimate error {s['estimate_error']:g}; ")
         + ("GPU counts as recorded (--rigid)" if s["rigid"] else "policies may choose GPU counts (jobs treated as elastic data-parallel training)"),
     ]
+    m = s.get("managed")
+    if m:
+        e = m["estimates"]
+        out.append(f"estimates: median error {e['median_rel_error']:.0%} of the run, median log(est/actual) "
+                   f"{e['median_log_ratio']:+.2f}, {e['within_2x']:.0%} within 2x; sources: "
+                   + ", ".join(f"{k} {v}" for k, v in e["sources"].items()))
+        if m["avg_jct_vs_backfill"]:
+            out.append("average JCT / backfill's with the same estimates: "
+                       + ", ".join(f"{k} {v:.3f}" for k, v in m["avg_jct_vs_backfill"].items()))
     out += [f"assumed: {a['text']}" for a in s.get("assumptions", [])]
     ch = s.get("baseline_choice")
     if ch:

@@ -1,0 +1,172 @@
+"""`lyasched whatif --managed`: the history replayed as if its GPU partitions had been managed
+by lyasched, where a plain job tells only its GPU count, time limit, user, account and name.
+
+Each job's run time, as every policy sees it, is the estimate `lyasched.estimates` would have
+made at its arrival from the jobs that had ended by then in the record (never its own run);
+its true run is the recorded one. The simulation's rows are built from the estimates and the
+per-job true/predicted factors set to recorded / estimated run, so the replay needs no change
+to the simulator: ``Simulation.factors`` is what it multiplies a predicted run by.
+Jobs are rigid (their recorded GPU count). Backfill is replayed twice: planning with the same
+estimates (its time limits replaced by them) and with the users' time limits (what Slurm does).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.jobspec import Job
+from lyasched.estimates import Estimate, RuntimeEstimator
+from lyasched.estimates.estimator import SOURCES, EstimatorParams
+from lyasched.estimates.sacct import finished_of_job, request_of_job
+from lyasched.policy import make_policy
+from lyasched.sim import Simulation
+from lyasched.sim.workloads import TraceRow, trace_jobs
+from lyasched.whatif.history import HistoryJob
+from lyasched.whatif.replay import HistoryTooBig, Replay
+
+BACKFILL = "backfill"
+# the outcome name of backfill planning with the users' time limits (Slurm as it is)
+BACKFILL_LIMITS = "backfill-limits"
+MIN_RUN_S = 1.0  # a recorded run of 0 s is replayed as this (a job occupies its GPUs a moment)
+
+
+def history_estimates(hist: Sequence[HistoryJob], names: Mapping[int, str] | None = None,
+                      params: EstimatorParams | None = None) -> list[Estimate]:
+    """Each job's estimate at its arrival, learnt only from the jobs whose recorded end came
+    strictly before it. ``names``: job name by the sacct line of the job's last run."""
+    names = names or {}
+    reqs = [request_of_job(j, names.get(j.line, "")) for j in hist]
+    est = RuntimeEstimator(params)
+    by_end = sorted(range(len(hist)), key=lambda k: (hist[k].end, k))
+    out: list[Estimate | None] = [None] * len(hist)
+    e = 0
+    for k in sorted(range(len(hist)), key=lambda k: (hist[k].arrival, k)):
+        t = hist[k].arrival
+        while e < len(by_end) and hist[by_end[e]].end < t:
+            j = hist[by_end[e]]
+            est.observe(finished_of_job(j, names.get(j.line, "")))
+            e += 1
+        out[k] = est.estimate(reqs[k], t)
+    return [x for x in out if x is not None]
+
+
+def estimate_figures(hist: Sequence[HistoryJob], ests: Sequence[Estimate]) -> dict[str, Any]:
+    """How good the estimates were against the recorded runs: the median relative error
+    |est - actual| / actual, the median log(est / actual) (below 0: estimates short), the same
+    for the time limits alone, and how many estimates each source gave."""
+    actual = np.maximum(np.array([j.work_s for j in hist], dtype=float), MIN_RUN_S)
+    est = np.maximum(np.array([e.mean_s for e in ests], dtype=float), MIN_RUN_S)
+    src = np.array([e.source for e in ests], dtype=object)
+    rel = np.abs(est - actual) / actual
+    logr = np.log(est / actual)
+    per_source = {}
+    for s in SOURCES:
+        m = src == s
+        if m.any():
+            per_source[s] = {"jobs": int(m.sum()), "median_rel_error": float(np.median(rel[m])),
+                             "median_log_ratio": float(np.median(logr[m]))}
+    lim = np.array([j.time_limit if j.time_limit is not None and j.time_limit > 0 else math.nan for j in hist])
+    has = np.isfinite(lim)
+    out: dict[str, Any] = {
+        "jobs": int(len(ests)),
+        "median_rel_error": float(np.median(rel)),
+        "median_log_ratio": float(np.median(logr)),
+        "median_abs_log_ratio": float(np.median(np.abs(logr))),
+        "within_2x": float(np.mean(np.abs(logr) <= math.log(2.0))),
+        "sources": {s: v["jobs"] for s, v in per_source.items()},
+        "per_source": per_source,
+    }
+    if has.any():
+        lr = np.log(np.maximum(lim[has], MIN_RUN_S) / actual[has])
+        out["time_limits"] = {"jobs": int(has.sum()),
+                              "median_rel_error": float(np.median(np.abs(lim[has] - actual[has]) / actual[has])),
+                              "median_log_ratio": float(np.median(lr))}
+    return out
+
+
+def build_managed_simulations(hist: Sequence[HistoryJob], cluster: ClusterSpec, ests: Sequence[Estimate], *,
+                              slot: float, seed: int) -> tuple[Simulation, Simulation, dict[str, int]]:
+    """Two simulations of the same jobs, true runs = recorded, predicted runs = the estimates:
+    the first with the users' time limits, the second with the predicted runs as the limits
+    (backfill planning with the estimates). Returns them and job id -> history position."""
+    too_big = [j for j in hist if j.gpus > cluster.total_gpus]
+    if too_big:
+        worst = max(too_big, key=lambda j: j.gpus)
+        raise HistoryTooBig(f"{len(too_big)} recorded jobs used more than the cluster's {cluster.total_gpus} GPUs "
+                            f"(job {worst.job_id}: {worst.gpus}); give more --nodes or --gpus-per-node")
+    rows = [TraceRow(k, j.arrival, max(e.mean_s, MIN_RUN_S), j.gpus, j.user) for k, (j, e) in enumerate(zip(hist, ests))]
+    jobs = []
+    for job, h in zip(trace_jobs(rows, cluster, seed), hist):  # rigid: only the recorded GPU count
+        jobs.append(Job(**{**job.__dict__, "time_limit": h.time_limit, "min_gpus": job.requested_gpus,
+                           "max_gpus": job.requested_gpus}))
+    index = {f"t{k}": k for k in range(len(hist))}
+    sim = Simulation(jobs, cluster, slot_len=slot, estimate_error=0.0, seed=seed)
+    gpn = cluster.gpus_per_node
+    pred = np.array([sim.predicted(i).run_time(j.requested_gpus, j.requested_gpus > gpn) for i, j in enumerate(sim.jobs)])
+    recorded = np.array([max(hist[index[j.job_id]].work_s, MIN_RUN_S) for j in sim.jobs])
+    factors = recorded / pred  # true run on the recorded count, packed as it must be = the recorded run
+    sim.factors = factors
+    by_id = dict(zip((j.job_id for j in sim.jobs), pred))
+    est_jobs = [replace(j, time_limit=float(by_id[j.job_id])) for j in jobs]
+    sim_est = Simulation(est_jobs, cluster, slot_len=slot, estimate_error=0.0, seed=seed)
+    if [j.job_id for j in sim_est.jobs] != [j.job_id for j in sim.jobs]:
+        raise RuntimeError("the two managed simulations order the jobs differently")
+    sim_est.factors = factors.copy()
+    return sim, sim_est, index
+
+
+def managed_outcome_names(policies: Sequence[str]) -> list[str]:
+    """The outcomes a managed replay shows: each policy, and backfill once more with time limits."""
+    out = list(policies)
+    if BACKFILL in out:
+        out.insert(out.index(BACKFILL) + 1, BACKFILL_LIMITS)
+    return out
+
+
+def replay_managed(
+    hist: Sequence[HistoryJob],
+    cluster: ClusterSpec,
+    ests: Sequence[Estimate],
+    policies: Sequence[str],
+    params: dict[str, dict[str, Any]],
+    *,
+    slot: float,
+    seed: int,
+    progress: bool = False,
+    say: Callable[[str], None] = lambda s: None,
+) -> Replay:
+    """Every policy on the estimates; backfill also with the users' time limits (named
+    ``backfill-limits``). The Replay's ``sim`` is the one with the users' limits."""
+    t = time.perf_counter()
+    sim, sim_est, index = build_managed_simulations(hist, cluster, ests, slot=slot, seed=seed)
+    say(f"built {len(hist)} managed replay jobs on {cluster.nodes}x{cluster.gpus_per_node} GPUs "
+        f"in {time.perf_counter() - t:.1f} s")
+    runs = managed_outcome_names(policies)
+    results = []
+    for k, name in enumerate(runs, 1):
+        pname = BACKFILL if name == BACKFILL_LIMITS else name
+        pol = make_policy(pname, seed=seed, **params.get(pname, {}))
+        on = sim_est if name == BACKFILL else sim  # only backfill reads limits: give it the estimates
+        say(f"replaying under {name} ({k}/{len(runs)})")
+        res = on.run(pol, progress=progress, name=name)
+        say(f"{name}: done in {res.wall_s:.1f} s")
+        results.append(res)
+    return Replay(sim=sim, index=index, results=results)
+
+
+def describe_estimates(fig: Mapping[str, Any]) -> str:
+    """One line for the terminal: how far the estimates were from the recorded runs."""
+    src = ", ".join(f"{s} {n}" for s, n in fig["sources"].items())
+    line = (f"estimates of {fig['jobs']} jobs from the jobs ended before each: median error "
+            f"{fig['median_rel_error']:.0%} of the run, median log(est/actual) {fig['median_log_ratio']:+.2f}, "
+            f"{fig['within_2x']:.0%} within 2x; sources: {src}")
+    lim = fig.get("time_limits")
+    if lim:
+        line += f"; the time limits alone: median error {lim['median_rel_error']:.0%}"
+    return line
