@@ -34,14 +34,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from lyasched.costmodel.cost import CostModel, Profile
-
-if TYPE_CHECKING:
-    from lyasched.costmodel.jobspec import Job
 
 PIECES = 8  # progress steps at which a job re-tunes its batch (equal shares of its base steps)
 GRID_RATIO = 2.0 ** 0.5  # geometric step of the batch candidates between the smallest and max_batch
@@ -116,6 +113,36 @@ class Adaptive:
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError(f"max batch must be >= 1, got {self.max_batch}")
+
+
+class Job(Protocol):
+    """What the model reads of a job (`lyasched.costmodel.jobspec.Job` has it; that module imports
+    this one, so the model names the fields it needs instead of importing the class)."""
+
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def global_batch(self) -> int: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def adaptive(self) -> Adaptive | None: ...
+    @property
+    def min_gpus(self) -> int: ...
+    @property
+    def max_gpus(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A job reduced to what the model reads (the memoised tables' key)."""
+
+    profile: Profile
+    global_batch: int
+    iterations: int
+    adaptive: Adaptive | None
+    min_gpus: int = 1
+    max_gpus: int = 1
 
 
 def efficiency(phi: float, m0: float, m: float) -> float:
@@ -246,9 +273,7 @@ def piece_times(cost: CostModel, job: Job, g: int, spans_nodes: bool) -> tuple[f
 @lru_cache(maxsize=65536)
 def _piece_times(cost: CostModel, profile: Profile, m0: int, iterations: int, ad: Adaptive | None, g: int,
                  spans: bool) -> tuple[float, ...]:
-    from lyasched.costmodel.jobspec import Job  # cycle: Job carries an Adaptive
-
-    job = Job("", profile, m0, iterations, adaptive=ad)
+    job = _Shape(profile, m0, iterations, ad)
     width = iterations / PIECES
     out = []
     for k in range(PIECES):
@@ -268,7 +293,7 @@ def run_time(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done
     """Seconds to finish from ``fraction_done`` of the base steps on g GPUs, re-tuning the batch
     at every piece; ``first_batch``: the batch of the first (partial) piece (None: its best)."""
     if job.adaptive is None:
-        return (1.0 - fraction_done) * job.run_time(cost, g, spans_nodes)
+        return (1.0 - fraction_done) * cost.run_time(job.profile, job.global_batch, job.iterations, g, spans_nodes)
     f = min(1.0, max(0.0, fraction_done))
     if f >= 1.0:
         return 0.0
@@ -285,7 +310,7 @@ def progress_after(cost: CostModel, job: Job, g: int, spans_nodes: bool, fractio
     GPUs (the inverse of `run_time`); at most 1."""
     f = min(1.0, max(0.0, fraction_done))
     if job.adaptive is None:
-        full = job.run_time(cost, g, spans_nodes)
+        full = cost.run_time(job.profile, job.global_batch, job.iterations, g, spans_nodes)
         return min(1.0, f + seconds / full) if full > 0 else 1.0
     times = piece_times(cost, job, g, spans_nodes)
     left = max(0.0, seconds)
@@ -334,9 +359,7 @@ def piece_table(cost: CostModel, job: Job, max_gpus: int) -> PieceTable:
 @lru_cache(maxsize=4096)
 def _piece_table(cost: CostModel, profile: Profile, m0: int, iterations: int, ad: Adaptive | None, lo: int, hi: int,
                  max_gpus: int) -> PieceTable:
-    from lyasched.costmodel.jobspec import Job  # cycle: Job carries an Adaptive
-
-    job = Job("", profile, m0, iterations, min_gpus=lo, max_gpus=hi, adaptive=ad)
+    job = _Shape(profile, m0, iterations, ad, lo, hi)
     gpn = cost.cluster.gpus_per_node
     one = np.full((PIECES, max_gpus), np.inf)
     multi = np.full((PIECES, max_gpus), np.inf)

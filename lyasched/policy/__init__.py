@@ -34,6 +34,7 @@ POLICIES: dict[str, str] = {
     "optimus": "lyasched.policy.optimus:Optimus",
     "tiresias": "lyasched.policy.tiresias:Tiresias",
     "elastic": "lyasched.policy.elastic:ElasticPolicy",
+    "pollux": "lyasched.policy.pollux:PolluxPolicy",
 }
 
 

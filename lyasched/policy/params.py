@@ -64,6 +64,7 @@ PARAMS: dict[str, dict[str, Param]] = {
     "backfill": {},
     "sjf-oracle": {},
     "srpt-oracle": {"move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none")},
+    "pollux": {"move_cost": Param("float", lo=0.0, hi=1e9, help="restart delay (s) of a job that carries none: the restart penalty's d")},
     "optimus": {"gain": Param("str", choices=("absolute", "relative"), help="marginal gain in seconds or relative to the run")},
     "tiresias": {
         "thresholds": Param("floats", hi=1e12, **_POS, help="attained GPU-seconds at which a job drops to the next queue"),

@@ -1,0 +1,323 @@
+"""Pollux (Qiao et al., OSDI 2021) as a baseline: re-allocate every job's GPUs each interval to
+maximise the generalised mean (p = -1) of the jobs' goodput speed-ups, with the paper's restart
+penalty and placement rules; each job runs at its best batch for the GPUs it gets.
+
+Implemented from the paper's description, not its code; docs/baselines.md says where it differs
+(chiefly: a deterministic greedy search instead of the paper's genetic algorithm).
+
+What it reads: a job's rows (remaining time on every GPU count; for an adaptive job already at its
+best batch per count, `lyasched.costmodel.goodput`), so goodput on g GPUs is proportional to
+1 / remaining(g) and a job's speed-up on g GPUs is ``base / remaining(g)`` with ``base`` its
+remaining time on its smallest allowed count times that count (the paper's fair share, taken as
+the job's smallest allocation scaled linearly). Maximising the p = -1 mean of the speed-ups is
+minimising the sum of their inverses, ``L_j(g) = remaining_j(g) / base_j``.
+
+Each decision:
+
+1. **Admission**: jobs in order of submission (running jobs that cannot move first) take their
+   smallest count while the GPUs last (a job without GPUs has speed-up 0, which p = -1 forbids,
+   so with more jobs than GPUs the oldest are kept);
+2. **Greedy**: repeatedly the admitted job whose objective falls most per added GPU, jumping to
+   any larger count, takes those GPUs, while a step lowers the objective and the counts still
+   pack. A running job's count other than its current one is discounted by the paper's restart
+   factor ``(T - S*d) / (T + d)`` (T its age, S its restarts so far, d its restart delay: its move
+   cost); a non-positive factor forbids the change;
+3. **Placement** (the paper's rules): counts are up to one node's GPUs (one node) or whole nodes
+   (several nodes, never shared with another job, so no node holds two distributed jobs); a
+   running job whose count is kept keeps its GPUs when they still fit; the rest is packed
+   largest first, best fit.
+
+Running jobs whose allocation changes are preempted and started again on the new one in the same
+slot (a resize, as `elastic` does; the simulator charges the same move cost); jobs left without
+GPUs are suspended.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.state import Capabilities, Decision, Placement, RunningJob, SlotResult, SlotState, WaitingJob
+
+
+@dataclass
+class _Job:
+    job_id: str
+    submit: float
+    counts: list[int]  # allowed counts under the placement rules, ascending
+    rem: dict[int, float]  # remaining seconds on each allowed count (no restart in it)
+    base: float
+    current: int = 0  # GPUs it holds now (0: waiting)
+    placement: Placement = ()
+    factor: float = 1.0  # restart factor applied when its count changes (running jobs)
+    fixed: bool = False  # running and not movable: keeps its allocation
+
+    def loss(self, g: int) -> float:
+        """Inverse speed-up on g GPUs (the restart penalty included)."""
+        r = self.rem.get(g, math.inf)
+        if self.current and g != self.current:
+            if self.factor <= 0:
+                return math.inf
+            return r / self.base / self.factor
+        return r / self.base
+
+
+@dataclass
+class PolluxPolicy:
+    """Goodput-driven re-allocation of every job each interval (a Pollux-style baseline)."""
+
+    seed: int = 0
+    move_cost: float = 30.0  # restart delay d of a job that carries none (s)
+    name: str = "pollux"
+
+    # preempts and resizes running jobs (read as MovableJob), like elastic
+    capabilities: ClassVar[Capabilities] = Capabilities(preemptive=True, moves=True)
+
+    def decide(self, state: SlotState) -> SlotResult:
+        gpn = state.gpus_per_node
+        nodes = len(state.free)
+        cap = list(state.free)  # GPUs lyasched may use per node: free + held by running jobs
+        for r in state.running:
+            for node, k in r.placement:
+                cap[node] += k
+        jobs: list[_Job] = []
+        for r in state.running:
+            j = self._running(r, gpn, state.now)
+            if j is not None:
+                jobs.append(j)
+        for w in state.waiting:
+            j = self._waiting(w, gpn)
+            if j is not None:
+                jobs.append(j)
+        alloc = self._allocate(jobs, cap, gpn)
+        return self._decisions(state, jobs, alloc, cap, gpn, nodes)
+
+    # --- the jobs as the search sees them ---------------------------------------------------
+    def _counts(self, one: np.ndarray | None, multi: np.ndarray | None, gpn: int) -> dict[int, float]:
+        rem: dict[int, float] = {}
+        if one is not None:
+            for g in range(1, min(gpn, len(one)) + 1):
+                if math.isfinite(one[g - 1]) and one[g - 1] >= 0:
+                    rem[g] = float(one[g - 1])
+        if multi is not None:
+            for g in range(2 * gpn, len(multi) + 1, gpn):
+                if math.isfinite(multi[g - 1]) and multi[g - 1] >= 0:
+                    rem[g] = float(multi[g - 1])
+        return rem
+
+    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> _Job | None:
+        if not rem:
+            return None
+        counts = sorted(rem)
+        g0 = counts[0]
+        base = max(rem[g0] * g0, 1e-9)
+        return _Job(job_id, submit, counts, rem, base)
+
+    def _waiting(self, w: WaitingJob, gpn: int) -> _Job | None:
+        return self._make(w.job_id, w.submit_time, self._counts(w.run_one_node, w.run_multi_node, gpn))
+
+    def _running(self, r: RunningJob, gpn: int, now: float) -> _Job | None:
+        submit = r.start_time
+        if isinstance(r, MovableJob):
+            rem = self._counts(r.remaining_one_node, r.remaining_multi_node, gpn)
+            submit = now - (r.waited_s + (now - r.start_time))  # at least as old as its wait and this run
+            cost = r.cost(self.move_cost)
+            moves = r.moves
+        else:
+            rem, cost, moves = {}, self.move_cost, 0
+        if r.gpus not in rem:  # keeps what it holds (not movable, or a layout outside the rules)
+            rem[r.gpus] = max(0.0, r.predicted_end - now) if math.isfinite(r.predicted_end) else 1.0
+            fixed = True
+        else:
+            fixed = not r.preemptible
+        j = self._make(r.job_id, submit, rem)
+        if j is None:
+            return None
+        j.current, j.placement, j.fixed = r.gpus, tuple(r.placement), fixed
+        age = max(0.0, now - submit)
+        j.factor = (age - moves * cost) / (age + cost) if age + cost > 0 else 0.0
+        return j
+
+    # --- the search -------------------------------------------------------------------------
+    def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        alloc: dict[str, int] = {}
+        for j in jobs:
+            if j.fixed:
+                alloc[j.job_id] = j.current
+        if not _packs(alloc, cap, gpn):
+            alloc = {}  # cannot happen on a consistent state; start from nothing rather than fail
+        order = sorted((j for j in jobs if not j.fixed), key=lambda j: (j.submit, j.job_id))
+        by_id = {j.job_id: j for j in jobs}
+        total = sum(cap)
+        used = sum(alloc.values())
+        for j in order:  # admission, oldest first, at the smallest count (the current one if cheaper to keep)
+            g = j.counts[0]
+            if j.current and j.loss(j.current) <= j.loss(g):
+                g = j.current
+            if used + g > total:
+                if used + j.counts[0] > total:
+                    continue
+                g = j.counts[0]
+            alloc[j.job_id] = g
+            if not _packs(alloc, cap, gpn):
+                if g != j.counts[0]:
+                    alloc[j.job_id] = j.counts[0]
+                    if _packs(alloc, cap, gpn):
+                        used += j.counts[0]
+                        continue
+                del alloc[j.job_id]
+                continue
+            used += g
+        heap: list[tuple[float, str]] = []
+
+        def push(j: _Job) -> None:
+            g = alloc[j.job_id]
+            best = 0.0
+            lg = j.loss(g)
+            for g2 in j.counts:
+                if g2 <= g or g2 - g > total - used:
+                    continue
+                gain = (lg - j.loss(g2)) / (g2 - g)
+                if gain > best:
+                    best = gain
+            if best > 0:
+                heapq.heappush(heap, (-best, j.job_id))
+
+        for jid in alloc:
+            if not by_id[jid].fixed:
+                push(by_id[jid])
+        while heap and used < total:
+            _, jid = heapq.heappop(heap)
+            j = by_id[jid]
+            g = alloc[jid]
+            lg = j.loss(g)
+            options = sorted(((lg - j.loss(g2)) / (g2 - g), g2) for g2 in j.counts if g < g2 <= g + total - used)
+            took = False
+            for gain, g2 in reversed(options):
+                if gain <= 0:
+                    break
+                alloc[jid] = g2
+                if _packs(alloc, cap, gpn):
+                    used += g2 - g
+                    took = True
+                    break
+                alloc[jid] = g
+            if took:
+                push(j)
+        return alloc
+
+    # --- placements and decisions ------------------------------------------------------------
+    def _decisions(self, state: SlotState, jobs: list[_Job], alloc: dict[str, int], cap: list[int], gpn: int,
+                   nodes: int) -> SlotResult:
+        by_id = {j.job_id: j for j in jobs}
+        placed = _place(alloc, by_id, cap, gpn)
+        if placed is None:  # the kept layouts block the packing: place everything afresh
+            placed = _place(alloc, by_id, cap, gpn, keep=False)
+        while placed is None:  # only jobs that cannot move can block it: drop the youngest movable job
+            movable = [jid for jid in alloc if not by_id[jid].fixed]
+            if not movable:
+                return SlotResult(starts=())
+            del alloc[max(movable, key=lambda x: (by_id[x].submit, x))]
+            placed = _place(alloc, by_id, cap, gpn, keep=False)
+        preempt: list[str] = []
+        starts: list[Decision] = []
+        for r in state.running:
+            j = by_id.get(r.job_id)
+            new = placed.get(r.job_id)
+            if j is None or j.fixed:
+                continue
+            if new is None or tuple(sorted(new)) != tuple(sorted(r.placement)):
+                preempt.append(r.job_id)
+        running_ids = {r.job_id for r in state.running}
+        moved = set(preempt)
+        for jid, pl in sorted(placed.items(), key=lambda kv: (by_id[kv[0]].submit, kv[0])):
+            if jid in running_ids and jid not in moved:
+                continue
+            g = sum(k for _, k in pl)
+            starts.append(Decision(job_id=jid, gpus=g, placement=tuple(sorted(pl)),
+                                   reason=f"pollux: {g} GPUs, speed-up {1.0 / max(by_id[jid].loss(g), 1e-12):.2f}"))
+        return SlotResult(starts=tuple(starts), preempt=tuple(preempt))
+
+
+def _packs(alloc: dict[str, int], cap: list[int], gpn: int) -> bool:
+    """Whether the counts fit: multi-node counts on whole free nodes, the others best fit."""
+    return _pack_counts(sorted(alloc.values(), reverse=True), cap, gpn) is not None
+
+
+def _pack_counts(counts: Sequence[int], cap: list[int], gpn: int) -> list[int] | None:
+    room = list(cap)
+    whole = [i for i, c in enumerate(room) if c >= gpn]
+    wi = 0
+    for g in counts:
+        if g <= gpn:
+            break
+        k = g // gpn
+        if wi + k > len(whole):
+            return None
+        for i in whole[wi:wi + k]:
+            room[i] = 0
+        wi += k
+    for g in counts:
+        if g > gpn:
+            continue
+        best = -1
+        for i, c in enumerate(room):
+            if c >= g and (best < 0 or c < room[best]):
+                best = i
+        if best < 0:
+            return None
+        room[best] -= g
+    return room
+
+
+def _place(alloc: dict[str, int], by_id: dict[str, _Job], cap: list[int], gpn: int,
+           keep: bool = True) -> dict[str, Placement] | None:
+    """Placements for the counts: running jobs whose count is kept stay where they are (``keep``),
+    whole nodes for multi-node jobs, best fit largest first for the rest; None if it does not fit."""
+    room = list(cap)
+    out: dict[str, Placement] = {}
+    exclusive: set[int] = set()
+    kept = [jid for jid, g in alloc.items() if (by_id[jid].fixed or (keep and by_id[jid].current == g))]
+    for jid in sorted(kept, key=lambda x: (not by_id[x].fixed, x)):
+        pl = by_id[jid].placement
+        if all(room[n] >= k and n not in exclusive for n, k in pl):
+            for n, k in pl:
+                room[n] -= k
+            if len(pl) > 1:
+                exclusive.update(n for n, _ in pl)
+            out[jid] = pl
+        elif by_id[jid].fixed:
+            return None
+    rest = sorted((jid for jid in alloc if jid not in out), key=lambda x: (-alloc[x], by_id[x].submit, x))
+    used_nodes = {n for pl in out.values() for n, _ in pl}
+    for jid in rest:
+        g = alloc[jid]
+        if g > gpn:
+            k = g // gpn
+            free_nodes = [i for i in range(len(room)) if room[i] >= gpn and i not in used_nodes]
+            if len(free_nodes) < k:
+                return None
+            pl = tuple((i, gpn) for i in free_nodes[:k])
+            for i, _ in pl:
+                room[i] = 0
+                used_nodes.add(i)
+                exclusive.add(i)
+        else:
+            best = -1
+            for i, c in enumerate(room):
+                if i in exclusive or c < g:
+                    continue
+                if best < 0 or c < room[best]:
+                    best = i
+            if best < 0:
+                return None
+            room[best] -= g
+            used_nodes.add(best)
+            pl = ((best, g),)
+        out[jid] = pl
+    return out
