@@ -338,3 +338,79 @@ def test_starving_policy_is_an_error_not_a_hang():
     jobs, cluster = small_jobs(2)
     with pytest.raises(RuntimeError, match="starves"):
         Simulation(jobs, cluster).run(Never())
+
+
+# --------------------------------------------------------------------------- adaptive jobs (issue 35)
+def adaptive_jobs(n: int = 12, seed: int = 2, iters: tuple[int, int] = (20_000, 80_000)):
+    from dataclasses import replace as _replace
+
+    from lyasched.costmodel.goodput import Adaptive, NoiseScale
+
+    jobs, cluster = small_jobs(n, seed=seed, iters=iters)
+    curves = ("0:50;1:2000", "300", "0:100;0.6:100;1:3000")
+    return [_replace(j, adaptive=Adaptive(2048, NoiseScale.parse(curves[k % 3]))) if k % 4 else j
+            for k, j in enumerate(jobs)], cluster
+
+
+def test_adaptive_rows_equal_waiting_job():
+    jobs, cluster = adaptive_jobs()
+    sim = Simulation(jobs, cluster, seed=1)
+    cost = CostModel(cluster)
+    for i, j in enumerate(sim.jobs):
+        ref = waiting_job(j, cost, sim.row_len)
+        got = sim.predicted(i)
+        np.testing.assert_allclose(got.run_one_node, ref.run_one_node, rtol=1e-12)
+        np.testing.assert_allclose(got.run_multi_node, ref.run_multi_node, rtol=1e-12)
+
+
+def test_adaptive_preemption_conserves_base_steps():
+    """Each segment of an adaptive job lasts its overhead plus the true time the goodput model gives
+    for the base steps it did (re-tuning its batch as it goes), and the segments add up to the job."""
+    from lyasched.costmodel import goodput
+
+    jobs, cluster = adaptive_jobs()
+    sim = Simulation(jobs, cluster, estimate_error=0.25, seed=2, restart_overhead=45.0)
+    res = sim.run(Preempter(quantum=300.0))
+    cost = CostModel(cluster)
+    adaptive = [r for r in res.records if r.job.adaptive is not None]
+    assert adaptive and sum(r.preemptions for r in adaptive) > 3
+    for r in adaptive:
+        assert sum(s.done for s in r.segments) == pytest.approx(1.0)
+        f = 0.0
+        for s in r.segments:
+            compute = goodput.run_time(cost, r.job, s.gpus, s.spans_nodes, f) - goodput.run_time(
+                cost, r.job, s.gpus, s.spans_nodes, f + s.done)
+            assert s.end - s.start == pytest.approx(s.overhead + compute * r.factor, rel=1e-9, abs=1e-6)
+            assert s.batch == goodput.best_batch(cost, r.job, s.gpus, s.spans_nodes, f)
+            f += s.done
+    check_capacity(res, cluster)
+
+
+def test_decision_batch_sets_the_first_piece():
+    from lyasched.costmodel import goodput
+    from lyasched.costmodel.goodput import Adaptive, NoiseScale
+
+    prof = profile("resnet50")
+    job = Job("x", prof, 64, 4000, max_gpus=4, adaptive=Adaptive(4096, NoiseScale.parse("5000")))
+
+    class At:
+        name = "at"
+
+        def __init__(self, batch):
+            self.batch = batch
+
+        def decide(self, state):
+            if not state.waiting:
+                return SlotResult(starts=())
+            return SlotResult(starts=(Decision("x", 4, ((0, 4),), batch=self.batch),))
+
+    cluster = ClusterSpec(nodes=1, gpus_per_node=4)
+    cost = CostModel(cluster)
+    runs = {}
+    for b in (None, 64, 4096):
+        res = Simulation([job], cluster, estimate_error=0.0).run(At(b))
+        rec = res.records[0]
+        runs[b] = rec.end - rec.first_start
+        assert runs[b] == pytest.approx(goodput.run_time(cost, job, 4, False, 0.0, b))
+        assert rec.segments[0].batch == (b or goodput.best_batch(cost, job, 4, False))
+    assert runs[None] <= min(runs[64], runs[4096]) + 1e-9 and runs[64] > runs[None]

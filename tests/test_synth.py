@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from lyasched.costmodel.cost import CostModel
+from lyasched.policy import make_policy
 from lyasched.sim import Simulation
 from lyasched.sim.synth import PRESETS, parse_spec, synth_workload
 from lyasched.sim.workloads import TraceError, load_workload
@@ -60,6 +63,7 @@ def test_models_that_scale_badly_gain_less_from_more_gpus():
 @pytest.mark.parametrize("spec,needle", [
     ("synth:jobs=abc", "not an integer"), ("synth:dur=weird", "choose from"), ("synth:nosuch=1", "unknown knob"),
     ("synth:load=0", "out of range"), ("synth:cancel=0.8,fail=0.5", "at most 1"), ("synth:bogus", "preset"),
+    ("synth:adaptive=1.5", "out of range"), ("synth:phi=spiky", "choose from"), ("synth:max_mult=0.5", "out of range"),
 ])
 def test_bad_specs(spec, needle):
     with pytest.raises(ValueError, match=needle):
@@ -76,3 +80,36 @@ def test_early_endings_shorten_true_runs_only():
         f = w.end_fraction.get(j.job_id, 1.0)
         assert sim.factors[i] == pytest.approx(f)
         assert sim.predicted(i).work == plain.predicted(i).work  # policies see the estimate, not the ending
+
+
+def test_adaptive_knob_opts_jobs_in_and_changes_nothing_else():
+    base = synth_workload("synth:mixed160", 4)
+    mixed = synth_workload("synth:mixed160,adaptive=0.5", 4)
+    assert [replace(j, adaptive=None) for j in mixed.jobs] == list(base.jobs)
+    assert all(j.adaptive is None for j in base.jobs)
+    opted = [j for j in mixed.jobs if j.adaptive is not None]
+    assert 0.3 < len(opted) / len(mixed.jobs) < 0.7
+    for j in opted:
+        assert j.adaptive.max_batch == 32 * j.global_batch
+        phi0 = j.adaptive.noise.at(0.0)
+        assert 0.25 * j.global_batch <= phi0 <= 8 * j.global_batch
+    shapes = {len(j.adaptive.noise.points) for j in opted}
+    assert shapes == {1, 2, 3}  # flat, rising, late
+
+
+@pytest.mark.parametrize("shape,rise", [("rising", 8.0), ("flat", 1.0), ("late", 10.0)])
+def test_phi_shapes(shape, rise):
+    w = synth_workload(f"synth:jobs=60,adaptive=1,phi={shape},max_mult=8", 0)
+    for j in w.jobs:
+        n = j.adaptive.noise
+        assert n.at(1.0) == pytest.approx(rise * n.at(0.0))
+        assert j.adaptive.max_batch == 8 * j.global_batch
+        if shape == "late":
+            assert n.at(0.5) == n.at(0.0)
+
+
+def test_adaptive_preset_replays_with_pollux():
+    w = load_workload("synth:adaptive,jobs=30", seed=0)
+    assert sum(j.adaptive is not None for j in w.jobs) >= 15
+    res = Simulation(w.jobs, w.cluster, seed=0).run(make_policy("pollux"))
+    assert all(np.isfinite(r.end) for r in res.records)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +186,37 @@ def test_philly_head_loads():
     cluster = size_cluster(rows, 0.8)
     jobs = trace_jobs(rows, cluster)
     assert len({j.profile.model for j in jobs}) == len(MODELS)
+
+
+ADAPTIVE = ("submit_time,duration,num_gpus,max_batch,noise_scale\n"
+            "0,3600,1,,\n10,600,2,4096,0:120;0.5:900;1:4000\n20,60,4,2048,500\n")
+
+
+def test_trace_adaptive_columns(tmp_path):
+    from lyasched.costmodel.goodput import NoiseScale
+
+    rows = read_trace(write(tmp_path, ADAPTIVE))
+    assert rows[0].adaptive is None
+    assert rows[1].adaptive.max_batch == 4096 and rows[1].adaptive.noise == NoiseScale.parse("0:120;0.5:900;1:4000")
+    assert rows[2].adaptive.noise.at(0.7) == 500.0
+    cluster = size_cluster(rows, 0.8, gpus_per_node=4)
+    jobs = trace_jobs(rows, cluster)
+    assert [j.adaptive is not None for j in jobs] == [False, True, True]
+    plain = trace_jobs(read_trace(write(tmp_path, GOOD, "plain.csv")), cluster)
+    assert all(j.adaptive is None for j in plain)
+    # a job that opts in keeps its batch as M0 and its iterations (base steps) as solved at the request
+    cost = CostModel(cluster)
+    j = jobs[1]
+    fixed = replace(j, adaptive=None).run_time(cost, 2, False)
+    assert abs(fixed - 600) <= fixed / j.iterations / 2 + 1e-6
+    assert j.run_time(cost, 2, False) <= fixed * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("row,msg", [
+    ("1,5,1,64,\n", "go together"), ("1,5,1,,300\n", "go together"), ("1,5,1,abc,300\n", "bad max_batch"),
+    ("1,5,1,0,300\n", "positive integer"), ("1,5,1,64,0.5:3;0.1:4\n", "increasing"), ("1,5,1,64,0:-1\n", "phi"),
+])
+def test_trace_adaptive_bad_rows(tmp_path, row, msg):
+    with pytest.raises(TraceError, match=msg) as e:
+        read_trace(write(tmp_path, "submit_time,duration,num_gpus,max_batch,noise_scale\n" + row))
+    assert "\n" not in str(e.value) and "line 2" in str(e.value)
