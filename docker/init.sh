@@ -31,7 +31,7 @@ d=$(dirname "$LYASCHED_REPO")
 while [[ $d != / ]]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
 
 mkdir -p /etc/slurm "$STATE"/{ctld,run,log,spool} /run/munge /var/log/munge /var/lib/munge
-install -m 644 "$CONF/slurm.conf" "$CONF/gres.conf" "$CONF/job_submit.lua" /etc/slurm/
+install -m 644 "$CONF/slurm.conf" "$CONF/gres.conf" "$CONF/job_submit.lua" "$CONF/lyasched-managed.conf" /etc/slurm/
 install -o munge -g munge -m 400 "$CONF/munge.key" /etc/munge/munge.key
 chown munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge
 runuser -u munge -- /usr/sbin/munged

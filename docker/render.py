@@ -90,7 +90,8 @@ def main() -> None:
     gres_lines = "\n".join(f"NodeName=node{k} Name=gpu File=/dev/lyafake/node{k}-gpu[0-{a.gpus - 1}]"
                            for k in range(1, a.nnodes + 1))
     keys = {"STATE": STATE, "CTLD_HOST": "ctl", "CTLD_PORT": "6817", "NNODES": str(a.nnodes),
-            "NODE_LIST": f"node[1-{a.nnodes}]", "NODE_LINES": node_lines, "GRES_LINES": gres_lines}
+            "NODE_LIST": f"node[1-{a.nnodes}]", "NODE_LINES": node_lines, "GRES_LINES": gres_lines,
+            "GPUS_PER_NODE": str(a.gpus), "TOTAL_GPUS": str(a.gpus * a.nnodes)}
     tpl = a.repo / "slurm" / "templates"
     slurm_conf = render((tpl / "slurm.conf").read_text(), keys)
     slurm_conf = slurm_conf.replace("SlurmctldHost=ctl(127.0.0.1)", f"SlurmctldHost=ctl({a.ctl_ip})")
@@ -106,7 +107,8 @@ def main() -> None:
 
     a.out.mkdir(parents=True, exist_ok=True)
     files = {"slurm.conf": slurm_conf, "gres.conf": render((tpl / "gres.conf").read_text(), keys),
-             "job_submit.lua": lua, "slurmdbd.conf": SLURMDBD}
+             "job_submit.lua": lua, "slurmdbd.conf": SLURMDBD,
+             "lyasched-managed.conf": render((tpl / "lyasched-managed.conf").read_text(), keys)}
     for name, text in files.items():
         path = a.out / name
         if not path.exists() or path.read_text() != text:
