@@ -136,7 +136,8 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
     except ValueError as e:
         res.skipped.append({"job_id": job.job_id, "user": job.user, "why": f"invalid cost summary: {e}"})
         return
-    req = request_of(s, gpn, n_nodes, gpu_mem) if gpn else None
+    # a managed partition's plain job is released as its user submitted it (its own shape)
+    req = (max(1, job.num_nodes), max(1, job.gpus_per_node)) if s.plain else request_of(s, gpn, n_nodes, gpu_mem) if gpn else None
     if req is None:
         res.skipped.append({"job_id": job.job_id, "user": job.user,
                             "why": f"no GPU count in {s.min_gpus}..{s.max_gpus} fits the cluster's nodes"})
@@ -153,7 +154,8 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
         note = str(e).splitlines()[0][:300]
         log.warning("job %s: AdminComment not set (%s); released anyway, recorded in %s", job.job_id, note, log_file)
     try:
-        slurm.resize(job.job_id, n, per, ())  # its request, no node list (a leftover update is overwritten)
+        if not s.plain:
+            slurm.resize(job.job_id, n, per, ())  # its request, no node list (a leftover update is overwritten)
         slurm.release(job.job_id)
     except SlurmError as e:
         msg = str(e).splitlines()[0][:300]

@@ -1,0 +1,102 @@
+"""Plain jobs of managed partitions in the service, without a cluster (docs/managed.md): the tag
+job_submit.lua writes, the estimate from history, a release that keeps the user's shape, the
+fail-safe doing the same, and the estimator rebuilt from the records after a restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lyasched.live import plain
+from lyasched.store import costtable, records
+from lyasched.summary import CostSummary
+from test_failsafe import fresh_lease, run_failsafe, T0
+from test_service import FakeJob, FakeSlurm, StartAs, db, service  # noqa: F401 (db: a fixture)
+
+# what job_submit.lua writes for `sbatch -p managed --gres=gpu:2` (tests/test_managed_slurm.py checks it does)
+LUA_TAG = "lyasched:v1;id={uid};sig=plain;b=2;it=1;gmin=2;gmax=2;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1"
+
+
+def tag(uid: str) -> str:
+    return LUA_TAG.format(uid=uid)
+
+
+def test_the_plugins_tag_decodes_as_a_rigid_plain_job():
+    s = CostSummary.decode(tag("m0123456789abcdef"))
+    assert s.plain and (s.min_gpus, s.max_gpus) == (2, 2) and not s.checkpointable
+    assert CostSummary.decode(s.encode()) == s
+    with pytest.raises(ValueError, match="pl="):
+        CostSummary.decode(tag("m0123456789abcdef").replace("pl=1", "pl=2"))
+
+
+def test_a_plain_job_is_released_as_submitted_and_predicted_from_its_limit(db):
+    slurm = FakeSlurm(jobs=[FakeJob("201", tag("m0000000000000201"), limit="30:00", gpn=2)])
+    svc = service(db, slurm, StartAs({"201": ((0, 2),)}))
+    svc.run_slot()
+    assert slurm.actions("update") == []  # no resize: the user's nodes, tasks and GPUs stay as asked
+    assert slurm.actions("release") == [["scontrol", "release", "201"]]
+    row = records.get_job(db, "m0000000000000201")
+    pred = json.loads(row["pred_one"])
+    assert pred[0] is None and pred[1] == pytest.approx(1800.0)  # rigid at 2; no history: its limit
+    assert row["state"] == "released"
+
+
+def finished_row(uid: str, user: str, name: str, observed: float, end: float) -> dict:
+    return {"uid": uid, "slurm_id": uid[-3:], "user": user, "name": name, "summary": tag(uid), "state": "finished",
+            "slurm_state": "COMPLETED", "submit_time": end - observed - 5, "started": end - observed, "ended": end,
+            "observed": observed, "time_limit": 1800.0}
+
+
+def test_the_estimate_comes_from_the_users_similar_jobs_that_ended_before():
+    jobs = plain.PlainJobs([finished_row("m0000000000000101", "alice", "sweep", 100.0, T0 - 500),
+                            finished_row("m0000000000000102", "alice", "sweep", 300.0, T0 - 100),
+                            finished_row("m0000000000000103", "bob", "other", 5.0, T0 - 50)])
+    job = FakeJob("301", tag("m0000000000000301"), name="sweep", limit="30:00", gpn=2)
+    from lyasched.slurm import query as q
+    sj = q.parse_squeue(job.line() + "\n")[0]
+    s = CostSummary.decode(sj.comment)
+    est = jobs.estimate(sj, s, T0)
+    assert est.mean_s == pytest.approx(200.0) and est.source.startswith("user+name") and est.n == 2
+    assert jobs.estimate(sj, s, T0 - 200).mean_s == pytest.approx(100.0)  # only what had ended by then
+    assert jobs.estimate(sj, s, T0 - 1000).source in ("limit", "default")
+
+
+def test_the_service_rebuilds_the_estimates_from_its_records(db):
+    for r in (finished_row("m0000000000000111", "alice", "train", 60.0, T0 - 300),
+              finished_row("m0000000000000112", "alice", "train", 80.0, T0 - 200)):
+        records.upsert_job(db, r["uid"], **{k: v for k, v in r.items() if k != "uid"})
+    slurm = FakeSlurm(jobs=[FakeJob("401", tag("m0000000000000401"), name="train", limit="30:00")])
+    svc = service(db, slurm, StartAs({}))
+    svc.run_slot()
+    row = records.get_job(db, "m0000000000000401")
+    assert json.loads(row["pred_one"])[1] == pytest.approx(70.0)
+
+
+def test_a_finished_plain_job_teaches_the_next_and_not_the_cost_table(db):
+    slurm = FakeSlurm(jobs=[FakeJob("501", tag("m0000000000000501"), name="eval", limit="30:00")])
+    svc = service(db, slurm, StartAs({"501": ((0, 2),)}))
+    svc.run_slot()
+    svc.clock_state["t"] += 40  # type: ignore[attr-defined]
+    slurm.jobs[0].state, slurm.jobs[0].reason = "RUNNING", "None"
+    slurm.jobs[0].start, slurm.jobs[0].nodes = svc.clock_state["t"] - 38, ("node1",)  # type: ignore[attr-defined]
+    svc.run_slot()
+    svc.clock_state["t"] += 50  # type: ignore[attr-defined]
+    slurm.jobs[0].state, slurm.jobs[0].end = "COMPLETED", svc.clock_state["t"] - 2  # type: ignore[attr-defined]
+    slurm.jobs.append(FakeJob("502", tag("m0000000000000502"), name="eval", limit="30:00",
+                              submit=svc.clock_state["t"] - 1))  # type: ignore[attr-defined]
+    svc.run_slot()
+    assert records.get_job(db, "m0000000000000501")["state"] == "finished"
+    assert json.loads(records.get_job(db, "m0000000000000502")["pred_one"])[1] == pytest.approx(86.0)  # ran 2 -> 88
+    assert costtable.TABLE not in db.table_names() or not list(db[costtable.TABLE].rows_where("signature = ?", ["plain"]))
+
+
+def test_the_failsafe_releases_a_plain_job_as_submitted(tmp_path):
+    path = tmp_path / "lease.json"
+    fresh_lease(path, renewed_at=T0 - 61, epoch=1)
+    slurm = FakeSlurm(jobs=[FakeJob("601", tag("m0000000000000601"), gpn=2)])
+    res = run_failsafe(slurm, path, T0)
+    assert [e["job_id"] for e in res.released] == ["601"]
+    assert [u for u in slurm.actions("update") if any("TresPerNode" in a for a in u)] == []
+    assert slurm.actions("release") == [["scontrol", "release", "601"]]
+    assert (res.released[0]["nodes"], res.released[0]["per_node"]) == (1, 2)
