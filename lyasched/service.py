@@ -125,7 +125,7 @@ class Service:
         self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage = Outage()  # one log line each way per Slurm outage (lyasched.live.report)
         records.ensure_schema(self.db)
-        self.inputs = PolicyInputs(self._db, clock)  # each job as the policy's input (lyasched.live.inputs)
+        self.inputs = PolicyInputs(self._db, clock, self.slurm)  # each job as the policy's input (lyasched.live.inputs)
         self.sync = RecordSync(self._db, self.slurm, self.inputs.decode, config.users,  # records follow Slurm
                                plain_finished=self.inputs.plain.finished)
         # Slot hooks: called with (ctx, slurm_failed) after each slot is recorded (lyasched.live.metrics);

@@ -5,6 +5,7 @@ fail-safe doing the same, and the estimator rebuilt from the records after a res
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,32 @@ def test_the_failsafe_releases_a_plain_job_as_submitted(tmp_path):
     assert [u for u in slurm.actions("update") if any("TresPerNode" in a for a in u)] == []
     assert slurm.actions("release") == [["scontrol", "release", "601"]]
     assert (res.released[0]["nodes"], res.released[0]["per_node"]) == (1, 2)
+
+
+class AccountingSlurm:
+    """A Slurm with accounting whose sacct answers with a recorded history."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.asked: list[tuple] = []
+
+    def config(self):
+        return type("Config", (), {"accounting": True})()
+
+    def history(self, since, until, partition, fields):
+        self.asked.append((since, tuple(fields)))
+        return self.text
+
+
+def test_the_sites_accounting_teaches_the_estimates_without_counting_a_recorded_job_twice(db):
+    text = (Path(__file__).parent / "data" / "sacct_parsable_elapsed.txt").read_text()
+    slurm = AccountingSlurm(text)
+    got = plain.accounting(slurm, set())
+    assert got and all(f.request.gpus > 0 for f in got) and slurm.asked[0][0] == plain.HISTORY_SINCE
+    assert "JobName" in slurm.asked[0][1]
+    first = got[0]
+    assert any(f.request.name == "train resnet" and f.request.user == "alice" for f in got)
+    assert len(plain.accounting(slurm, {"2001"})) == len(got) - 1  # already in the records: not again
+    assert first.elapsed > 0
+    broken = AccountingSlurm("JobID|User\nnot a table")
+    assert plain.accounting(broken, set()) == []  # a history that does not parse: records only, logged

@@ -39,7 +39,7 @@ class PolicyInputs:
     """The policy-input side of the service: ``db`` opens this thread's records connection,
     ``clock`` stands in for a job's unknown submit time."""
 
-    def __init__(self, db: Callable[[], sqlite_utils.Database], clock: Callable[[], float]) -> None:
+    def __init__(self, db: Callable[[], sqlite_utils.Database], clock: Callable[[], float], slurm: object = None) -> None:
         self._db = db
         self.clock = clock
         # (uid, job) -> (inputs: cluster, model inputs, summary, ...; the rows); waiting jobs only
@@ -49,7 +49,7 @@ class PolicyInputs:
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         self.load_arrivals()
-        self.plain = plain.load(self.db)  # run-time estimates of managed partitions' plain jobs
+        self.plain = plain.load(self.db, slurm)  # run-time estimates of managed partitions' plain jobs
 
     @property
     def db(self) -> sqlite_utils.Database:

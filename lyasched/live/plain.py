@@ -18,12 +18,16 @@ from typing import Any, Iterable
 from lyasched.costmodel.cost import Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.estimates import Estimate, Finished, Request, RuntimeEstimator
+from lyasched.estimates.sacct import finished_from_records
+from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.summary import CostSummary
+from lyasched.whatif.sacct import FIELDS, SacctError, parse_sacct
 
 log = logging.getLogger("lyasched.live.plain")
 
 PLAIN_SIG = "plain"  # the sig job_submit.lua writes: no cost-table entry is ever made for it
+HISTORY_SINCE = "now-30days"  # how far back the site's accounting is read at start
 
 
 def request_of(user: str, name: str, gpus: int, time_limit: float | None, partition: str = "",
@@ -94,10 +98,28 @@ def finished_from_row(row: dict[str, Any]) -> Finished | None:
                     state=row.get("slurm_state") or "COMPLETED")
 
 
-def load(db: Any) -> PlainJobs:
-    """The estimator from the finished plain jobs in the records."""
-    rows = db.query("select * from jobs where state = 'finished' and summary like '%;pl=1%'")
-    out = PlainJobs(rows)
+def load(db: Any, slurm: Any = None) -> PlainJobs:
+    """The estimator from the finished plain jobs in the records and, when Slurm keeps accounting,
+    the GPU jobs of the last 30 days in `sacct` that the records do not have (any partition: a
+    user's jobs elsewhere say how long their jobs run too)."""
+    rows = list(db.query("select * from jobs where state = 'finished' and summary like '%;pl=1%'"))
+    history = accounting(slurm, {str(r["slurm_id"]) for r in rows}) if slurm is not None else []
+    out = PlainJobs(rows, history)
     if out.known:
-        log.info("plain jobs: %d finished ones in the records teach the estimates", out.known)
+        log.info("plain jobs: %d finished jobs (%d from sacct) teach the estimates", out.known, len(history))
     return out
+
+
+def accounting(slurm: Any, known_ids: set[str]) -> list[Finished]:
+    """The finished GPU jobs `sacct` has since HISTORY_SINCE, less ``known_ids``; [] without
+    accounting or when sacct fails (the records alone then teach the estimates)."""
+    try:
+        if not hasattr(slurm, "history") or not slurm.config().accounting:
+            return []
+        text = slurm.history(HISTORY_SINCE, None, None, (*FIELDS, "JobName"))
+        recs = [r for r in parse_sacct(text, "sacct").records if r.job_id.split("_")[0] not in known_ids]
+    except (SlurmError, SacctError, ValueError) as e:
+        log.warning("plain jobs: the site's accounting not read (%s): estimates from the records only",
+                    str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return []
+    return finished_from_records(recs)
