@@ -127,5 +127,7 @@ def test_the_service_runs_plain_jobs_as_their_user_and_learns_their_run_times(
         pred = json.loads(row["pred_one"])
         assert pred[1] is not None and pred[1] < 120, pred  # ~3-5 s learned, far below the 600 s limit
         assert row["user"] == test_user
+        shown = cluster.run(test_user, cluster.which("lyastat"), "--db", str(db_path), later, timeout=60)
+        assert shown.returncode == 0 and "plain job of a managed partition, 2 GPUs" in shown.stdout, shown
     finally:
         stop_service(svc)

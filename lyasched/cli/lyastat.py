@@ -356,7 +356,10 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
     click.echo(format_table([view]))
     click.echo("")
     click.echo(f"uid         {rec.uid}")
-    if profile:
+    if profile.get("plain"):  # a managed partition's job (docs/managed.md): no profile
+        click.echo(f"profile     none: a plain job of a managed partition, {profile['min_gpus']} GPUs as submitted; "
+                   "run time estimated from its user's similar jobs, capped at its time limit")
+    elif profile:
         click.echo(f"profile     {profile['sig']}: alpha={profile['alpha']:g}s beta={profile['beta']:g}s/sample "
                    f"params={profile['params']} B={profile['global_batch']} iterations={profile['iterations']} "
                    f"GPUs {profile['min_gpus']}..{profile['max_gpus']} ({'measured' if profile['source'] == 'm' else 'estimated'})")
