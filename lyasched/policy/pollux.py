@@ -99,15 +99,17 @@ class PolluxPolicy:
 
     # --- the jobs as the search sees them ---------------------------------------------------
     def _counts(self, one: np.ndarray | None, multi: np.ndarray | None, gpn: int) -> dict[int, float]:
+        """Remaining time on each count the placement rules allow: up to one node's GPUs on one
+        node, or whole nodes."""
         rem: dict[int, float] = {}
         if one is not None:
-            for g in range(1, min(gpn, len(one)) + 1):
-                if math.isfinite(one[g - 1]) and one[g - 1] >= 0:
-                    rem[g] = float(one[g - 1])
-        if multi is not None:
-            for g in range(2 * gpn, len(multi) + 1, gpn):
-                if math.isfinite(multi[g - 1]) and multi[g - 1] >= 0:
-                    rem[g] = float(multi[g - 1])
+            head = one[:gpn]
+            for k in np.flatnonzero(np.isfinite(head) & (head >= 0)).tolist():
+                rem[k + 1] = float(head[k])
+        if multi is not None and len(multi) >= 2 * gpn:
+            tail = multi[2 * gpn - 1::gpn]
+            for k in np.flatnonzero(np.isfinite(tail) & (tail >= 0)).tolist():
+                rem[(k + 2) * gpn] = float(tail[k])
         return rem
 
     def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> _Job | None:
@@ -250,29 +252,31 @@ def _packs(alloc: dict[str, int], cap: list[int], gpn: int) -> bool:
 
 
 def _pack_counts(counts: Sequence[int], cap: list[int], gpn: int) -> list[int] | None:
-    room = list(cap)
-    whole = [i for i, c in enumerate(room) if c >= gpn]
-    wi = 0
+    """Room left per free-count after packing ``counts`` (descending): multi-node counts on whole
+    nodes, the others best fit; None when they do not fit. Nodes are tallied by room (0..gpn), so
+    best fit is a scan of gpn buckets, not of the nodes."""
+    have = [0] * (gpn + 1)
+    for c in cap:
+        have[min(c, gpn)] += 1
     for g in counts:
         if g <= gpn:
             break
         k = g // gpn
-        if wi + k > len(whole):
+        if have[gpn] < k:
             return None
-        for i in whole[wi:wi + k]:
-            room[i] = 0
-        wi += k
+        have[gpn] -= k
+        have[0] += k
     for g in counts:
         if g > gpn:
             continue
-        best = -1
-        for i, c in enumerate(room):
-            if c >= g and (best < 0 or c < room[best]):
-                best = i
-        if best < 0:
+        for c in range(g, gpn + 1):
+            if have[c]:
+                have[c] -= 1
+                have[c - g] += 1
+                break
+        else:
             return None
-        room[best] -= g
-    return room
+    return have
 
 
 def _place(alloc: dict[str, int], by_id: dict[str, _Job], cap: list[int], gpn: int,

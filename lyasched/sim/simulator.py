@@ -196,6 +196,7 @@ class Simulation:
                         raise ValueError(f"end fraction of job {j.job_id} must be in (0, 1], got {f}")
                     self.factors[i] *= f
         self._templates: dict[tuple, WaitingJob] = {}
+        self._piece_tables: dict[tuple, goodput.PieceTable] = {}  # adaptive jobs' (lyasched.costmodel.goodput)
         self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
         self._best = np.empty(len(self.jobs))
         self._best_gpu = np.empty(len(self.jobs))
@@ -260,8 +261,12 @@ class Simulation:
 
     def _pieces(self, job: Job) -> goodput.PieceTable:
         """An adaptive job's per-iteration piece table (memoised per job shape in goodput)."""
-        unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
-        return goodput.piece_table(self.cost, unit, self.row_len)
+        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive)
+        t = self._piece_tables.get(key)
+        if t is None:
+            unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
+            t = self._piece_tables[key] = goodput.piece_table(self.cost, unit, self.row_len)
+        return t
 
     def true_left(self, i: int, g: int, spans: bool, frac: float, batch: int | None = None) -> float:
         """True compute time of the share ``frac`` still to do of job i on g GPUs (an adaptive
