@@ -39,8 +39,9 @@ POLICIES: dict[str, str] = {
 
 
 # registered, but run only when named (replay and whatif leave them out of their default set): a
-# reference for the benchmarks, slow on long traces, and no more than that
-REFERENCES: tuple[str, ...] = ("srpt-oracle",)
+# reference for the benchmarks, slow on long traces, and no more than that (pollux: the peer of
+# issue 35's adaptive workloads, re-planning every job each slot)
+REFERENCES: tuple[str, ...] = ("srpt-oracle", "pollux")
 DEFAULT_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p not in REFERENCES)
 
 
