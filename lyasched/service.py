@@ -46,7 +46,7 @@ from lyasched.live.inputs import PolicyInputs
 from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.limits import LimitsWatch
-from lyasched.live.tenants import META_KEY, LiveTenants, book_json
+from lyasched.live.tenants import META_KEY, LiveTenants, SharesWatch, book_json
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -94,8 +94,10 @@ class Service:
         clock: Callable[[], float] = time.time,
         lease: LeaseKeeper | None = None,
         limits: LimitsWatch | None = None,
+        shares: SharesWatch | None = None,
     ) -> None:
         self.config = config
+        self.shares = shares  # lyasched.live.tenants: Slurm's fair-share tree (None: config or equal shares)
         self.limits = limits  # lyasched.live.limits: Slurm's GPU limits (None: not read)
         # lyasched.live.tenants: each tenant's GPU-time received and entitled, as replay keeps it
         self.tenants = LiveTenants(config.tenant_shares)
@@ -234,6 +236,9 @@ class Service:
                 ctx.limit_why = kept_out
         free = obs.free
         snap = self.inputs.snapshot(ctx, self.config.slot_seconds, free, cluster.gpus_per_node, waiting, running)
+        slurm_shares = self.shares.read(ctx.now) if self.shares is not None else None
+        if slurm_shares is not None and slurm_shares != self.tenants.shares:
+            self.tenants.set_shares(slurm_shares)
         if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
             self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
         snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running))

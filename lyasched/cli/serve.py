@@ -110,7 +110,8 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
     log.info("Slurm backend: %s (%s)", slurm.name, why)
     keeper = lease_keeper(cfg, standby)  # lyasched.live.lease: renewed every slot; fences a stale service
     try:
-        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm, lease=keeper, limits=limits_watch(cfg, slurm))
+        service = Service(cfg, lambda: open_records(cfg.db), slurm=slurm, lease=keeper, limits=limits_watch(cfg, slurm),
+                          shares=shares_watch(cfg, slurm))
     except UnsupportedPolicy as e:  # a policy the chosen backend cannot carry out (moves without signal/requeue)
         raise BadInput(str(e)) from None
     except (ValueError, TypeError, ImportError) as e:
@@ -170,6 +171,17 @@ def limits_watch(cfg: Any, slurm: Any) -> Any:
     if cfg.slurm_limits == "off" or not isinstance(slurm, SlurmQuery):
         return None
     return LimitsWatch(slurm.query, cfg.slurm_limits, accounting=lambda: slurm.config().accounting)
+
+
+def shares_watch(cfg: Any, slurm: Any) -> Any:
+    """Slurm's fair-share tree as the tenants' shares (lyasched.live.tenants.SharesWatch); None
+    when ``[tenants] shares`` gives them, or the backend cannot query."""
+    from lyasched.live.tenants import SharesWatch
+    from lyasched.slurm.backend import SlurmQuery
+
+    if cfg.tenant_shares or not isinstance(slurm, SlurmQuery):
+        return None
+    return SharesWatch(slurm.query, accounting=lambda: slurm.config().accounting)
 
 
 def lease_keeper(cfg: Any, standby: bool) -> Any:

@@ -8,8 +8,9 @@ time, a job gone from the running set frees its GPUs at the slot that notices. T
 applied in time order, as the simulator applies its own, and the policy gets the same frozen
 `TenantBook` at each slot, so what `replay` measures is what `serve` does.
 
-A tenant is the job's user (the simulator's too). Shares are ``[tenants] shares`` of the config
-(equal when not given). At start the ledger is rebuilt from the service's records (every job's
+A tenant is the job's user (the simulator's too). Shares are ``[tenants] shares`` of the config;
+without them, where Slurm keeps accounting, the fair-share tree admins already set (`sshare`,
+read every minute by `SharesWatch`); else equal. At start the ledger is rebuilt from the service's records (every job's
 submission, start, end and GPUs), so a restart does not forget who received what. Like the
 simulator, the policy gets no tenant input until two tenants have been seen.
 """
@@ -17,12 +18,17 @@ simulator, the policy gets no tenant input until two tenants have been seen.
 from __future__ import annotations
 
 import json
+import logging
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from lyasched.policy.snapshot import RunningObs
 from lyasched.policy.state import WaitingJob
 from lyasched.policy.tenants import TenantBook, TenantLedger
+from lyasched.slurm import SlurmError
+from lyasched.slurm.shares import SharesParseError, parse_sshare, sshare_command
+
+log = logging.getLogger("lyasched.live.tenants")
 
 META_KEY = "tenants"  # the records' meta row with the last slot's book (`lyastat --tenants`)
 
@@ -35,6 +41,12 @@ class LiveTenants:
         self.ledger: TenantLedger | None = None
         self.asking: dict[str, tuple[str, float]] = {}  # Slurm id -> (tenant, GPUs asked)
         self.holding: dict[str, tuple[str, float]] = {}  # Slurm id -> (tenant, GPUs held)
+
+    def set_shares(self, shares: Mapping[str, float]) -> None:
+        """New shares (Slurm's fair-share tree changed): entitlements accrue at them from now on."""
+        self.shares = {k: float(v) for k, v in shares.items()}
+        if self.ledger is not None:
+            self.ledger.shares = dict(self.shares)
 
     def _apply(self, events: list[Event]) -> None:
         assert self.ledger is not None
@@ -85,6 +97,39 @@ class LiveTenants:
         self._apply(ev)
         book = self.ledger.book(now)
         return book if len([k for k in book.received if k]) >= 2 else None
+
+
+class SharesWatch:
+    """Slurm's fair-share tree as the tenants' shares: ``run(argv) -> stdout`` (the backend's
+    query runner), read at most every ``refresh`` seconds; ``accounting()`` asked first (no
+    store, no sshare call). A failed read keeps the shares read before (equal if none)."""
+
+    def __init__(self, run: Callable[[list[str]], str], accounting: Callable[[], bool], refresh: float = 60.0) -> None:
+        self.run, self.accounting, self.refresh = run, accounting, refresh
+        self.shares: dict[str, float] | None = None
+        self._read_at = -math.inf
+        self.off = False
+
+    def read(self, now: float) -> dict[str, float] | None:
+        """The users' shares, or None (off, or never read)."""
+        if self.off or now - self._read_at < self.refresh:
+            return self.shares
+        self._read_at = now
+        if self.shares is None and not self.accounting():
+            log.info("no accounting store: Slurm's fair-share tree is not read (tenants' shares equal)")
+            self.off = True
+            return None
+        try:
+            got = parse_sshare(self.run(sshare_command()))
+        except (SlurmError, SharesParseError) as e:
+            log.warning("Slurm's fair-share tree not read (%s): %s", str(e).splitlines()[0][:200] if str(e) else e,
+                        "shares as before" if self.shares is not None else "tenants' shares equal")
+            return self.shares
+        if got != self.shares:
+            log.info("tenants' shares from Slurm's fair-share tree: %s",
+                     ", ".join(f"{k}={v:.3g}" for k, v in sorted(got.items())))
+        self.shares = got
+        return got
 
 
 def book_json(book: TenantBook, now: float) -> str:
