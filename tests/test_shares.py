@@ -31,11 +31,14 @@ def test_a_users_share_is_the_product_down_the_tree_summed_over_its_accounts():
 
 def test_parent_shares_and_bad_text():
     assert parse_sshare("Account|User|RawShares|NormShares\nroot|||\n a||1|1.0\n  a|u|parent|\n") == {"u": 1.0}
+    # what the docker cluster's sshare prints (priority/basic: NormShares left empty)
+    real = "Account|User|RawShares|NormShares\nroot|||\n root|lyasched|1|\n root|root|1|\n research||1|\n  research|lyaother|1|\n  research|lyatest|3|\n"
+    assert parse_sshare(real) == pytest.approx({"lyasched": 1 / 3, "root": 1 / 3, "lyaother": 1 / 12, "lyatest": 0.25})
     assert parse_sshare("") == {}
     with pytest.raises(SharesParseError, match="header"):
         parse_sshare("JobID|User\n")
     with pytest.raises(SharesParseError, match="not a number"):
-        parse_sshare("Account|User|RawShares|NormShares\n a|u|1|lots\n")
+        parse_sshare("Account|User|RawShares|NormShares\n a|u|lots|\n")
 
 
 def test_the_watch_reads_every_minute_keeps_the_last_shares_and_never_asks_without_accounting():
