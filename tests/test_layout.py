@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "lyasched")
 
 # the in-job library: what a user's training script imports (jobscripts/README.md, docs/lyasub.md)
-IN_JOB_API = ("lyasched.job.steptimes", "lyasched.job.checkpoint")
+IN_JOB_API = ("lyasched.job.steptimes", "lyasched.job.checkpoint", "lyasched.job.goodput")
 
 
 def _modules() -> dict[str, str]:
