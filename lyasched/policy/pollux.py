@@ -223,7 +223,8 @@ class PolluxPolicy:
         while placed is None:  # only jobs that cannot move can block it: drop the youngest movable job
             movable = [jid for jid in alloc if not by_id[jid].fixed]
             if not movable:
-                return SlotResult(starts=())
+                return SlotResult(starts=(), q=sum(w.work for w in state.waiting),
+                                  z=sum(state.now - w.submit_time for w in state.waiting))
             del alloc[max(movable, key=lambda x: (by_id[x].submit, x))]
             placed = _place(alloc, by_id, cap, gpn, keep=False)
         preempt: list[str] = []
@@ -243,7 +244,10 @@ class PolluxPolicy:
             g = sum(k for _, k in pl)
             starts.append(Decision(job_id=jid, gpus=g, placement=tuple(sorted(pl)),
                                    reason=f"pollux: {g} GPUs, speed-up {1.0 / max(by_id[jid].loss(g), 1e-12):.2f}"))
-        return SlotResult(starts=tuple(starts), preempt=tuple(preempt))
+        started = {d.job_id for d in starts}
+        left = [w for w in state.waiting if w.job_id not in started]  # the queues, as the other baselines report them
+        return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=sum(w.work for w in left),
+                          z=sum(state.now - w.submit_time for w in left))
 
 
 def _packs(alloc: dict[str, int], cap: list[int], gpn: int) -> bool:
