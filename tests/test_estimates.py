@@ -155,3 +155,12 @@ def test_loader_keeps_finished_gpu_runs_in_end_order():
     last = max(f.end for f in fin) + 1
     e = est.estimate(Request(user="alice", account="ml", gpus=alice[0].request.gpus, time_limit=1e6), last)
     assert e.source.startswith("user") and e.mean_s > 0
+
+
+def test_script_key():
+    from lyasched.estimates import script_key
+
+    a = script_key("#!/bin/bash\n#SBATCH -G 4\n\npython train.py  \n")
+    assert a and a == script_key("#!/bin/bash\n#SBATCH -G 4\npython train.py\n")
+    assert a != script_key("#!/bin/bash\n#SBATCH -G 8\npython train.py\n")
+    assert script_key("\n  \n") == ""

@@ -143,3 +143,21 @@ def test_cli_managed_without_names_or_limits():
     assert r.exit_code == 0, r.output + r.stderr
     src = json.loads(r.stdout)["managed"]["estimates"]["sources"]
     assert not any("name" in k for k in src)  # no JobName column: the name keys are never used
+
+
+def test_cli_managed_refuses_estimate_error(tmp_path):
+    f = tmp_path / "h.sacct"
+    f.write_text(habits_text(6))
+    r = CliRunner().invoke(main, ["whatif", "--sacct", str(f), "--managed", "--estimate-error", "0.3"])
+    assert r.exit_code == 2 and "--estimate-error" in r.output and "--managed" in r.output
+
+
+def test_cli_managed_html_report(tmp_path):
+    f = tmp_path / "h.sacct"
+    f.write_text(habits_text(12))
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(main, ["whatif", "--sacct", str(f), "--managed", "--out", str(out)])
+    assert r.exit_code == 0, r.output + r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["managed"]["estimates"]["jobs"] == 12 and "backfill (Slurm, time limits)" in (out / "report.html").read_text()
+    assert "--managed: every policy saw" in (out / "report.html").read_text()

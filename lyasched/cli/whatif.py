@@ -97,6 +97,10 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         raise click.BadParameter("--until needs --since", param_hint="--until")
     named = policies is not None
     if managed:
+        given = click.get_current_context().get_parameter_source("estimate_error")
+        if given is not None and given.name not in ("DEFAULT", "DEFAULT_MAP"):
+            raise click.BadParameter("does not apply with --managed (the policies see each job's estimate from the "
+                                     "jobs that ended before it)", param_hint="--estimate-error")
         rigid, estimate_error = True, 0.0
     default = defaults.managed_policies() if managed else defaults.default_policies()
     names = [p.strip() for p in policies.split(",") if p.strip()] if named else default

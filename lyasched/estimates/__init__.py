@@ -4,6 +4,6 @@ docs/estimates.md says how and why.
 """
 
 from lyasched.estimates.estimator import RuntimeEstimator
-from lyasched.estimates.model import Estimate, Finished, Request
+from lyasched.estimates.model import Estimate, Finished, Request, script_key
 
-__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator"]
+__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator", "script_key"]

@@ -208,6 +208,20 @@ def _choice(s: dict) -> str:
             "with <code>--policies</code>.</p>")
 
 
+def _managed(s: dict) -> str:
+    m = s.get("managed")
+    if not m:
+        return ""
+    e = m["estimates"]
+    src = ", ".join(f"{escape(k)} {v}" for k, v in e["sources"].items())
+    ratio = m.get("avg_jct_vs_backfill") or {}
+    vs = ", ".join(f"{escape(k)} {v:.3f}" for k, v in ratio.items())
+    return (f"<p class=\"note\">--managed: every policy saw each job's run time as estimated from the jobs that "
+            f"ended before it arrived (docs/estimates.md): median error {e['median_rel_error']:.0%} of the run, median "
+            f"log(estimate / actual) {e['median_log_ratio']:+.2f}, {e['within_2x']:.0%} within 2x; sources: {src}."
+            + (f" Average JCT over backfill's with the same estimates: {vs}." if vs else "") + "</p>")
+
+
 def render(s: dict, outcomes: Sequence[Outcome]) -> str:
     """The whole report as one HTML string (plots made here: call only once the replay is done)."""
     pols = list(s["policies"])
@@ -235,6 +249,7 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         _table(["", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user slowdown", "GPU util",
                 "jobs on another GPU count"], summary_rows, first_class="actual"),
         _choice(s),
+        _managed(s),
         "<p class=\"note\">JCT = end - arrival (Eligible time); wait = JCT - time holding GPUs; slowdown = max(1, JCT / "
         "max(run, 10 s)), averaged over jobs; worst user = the highest per-user average. \"actual\" is what the "
         "records say happened; the others are replays of the same jobs (docs/whatif.md).</p>",
