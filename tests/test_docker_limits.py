@@ -102,3 +102,43 @@ def test_lyastat_shows_the_limit_keeping_a_job_back(work, job_dir, test_user, as
     finally:
         svc.terminate()
         svc.wait(timeout=30)
+
+
+@pytest.fixture
+def shares_3_to_1(test_user, other_user):
+    sacctmgr("modify", "user", test_user, "set", "fairshare=3")
+    sacctmgr("modify", "user", other_user, "set", "fairshare=1")
+    yield
+    for u in (test_user, other_user):
+        sacctmgr("modify", "user", u, "set", "fairshare=1")
+
+
+def test_the_tenants_shares_are_slurms_fair_share_tree(work, job_dir, test_user, other_user, as_user, slurm_jobs,
+                                                       cluster, shares_3_to_1):
+    cfg = write_config(work, test_user)
+    text = cfg.read_text().replace(f"users = [{json.dumps(test_user)}]",
+                                   f"users = [{json.dumps(test_user)}, {json.dumps(other_user)}]")
+    assert text != cfg.read_text()
+    cfg.write_text(text)  # no [tenants] shares: the service reads sshare
+    db_path = work / "lyasched.db"
+    svc = start_service(cluster, cfg, work / "serve.log")
+    try:
+        ids = [sleeper_job(as_user, u, job_dir, f"t{k}", 5) for k, u in enumerate((test_user, other_user))]
+        slurm_jobs.extend(ids)
+
+        def book():
+            r = as_user(test_user, "lyastat", "--db", str(db_path), "--tenants", "--json")
+            if r.returncode:
+                return None
+            got = json.loads(r.stdout)
+            tenants = (got.get("tenants") or {}).get("tenants") or {}  # {"tenants": the book}
+            return tenants if test_user in tenants and other_user in tenants else None
+
+        tenants = wait_until("lyastat --tenants to show both users", book, timeout=90)
+        ratio = tenants[test_user]["share"] / tenants[other_user]["share"]
+        assert ratio == pytest.approx(3.0), tenants  # fairshare=3 vs 1 in the same account
+        assert "tenants' shares from Slurm's fair-share tree" in (work / "serve.log").read_text()
+        wait_all(ids, timeout=120, log=work / "serve.log")
+    finally:
+        svc.terminate()
+        svc.wait(timeout=30)
