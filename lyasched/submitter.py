@@ -26,11 +26,11 @@ from typing import Any, Callable, Mapping, Sequence
 from lyasched.clusterview import DEVICE_ENV, GENERIC_DEVICE, ClusterView, gpu_nodes, open_links_db  # noqa: F401
 from lyasched.clusterview import cluster_view as make_view
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
-from lyasched.job.launcher import render, write_script
+from lyasched.job.launcher import AdaptiveLaunch, render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
 from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES
-from lyasched.summary import CostSummary, is_valid_uid, new_uid
+from lyasched.summary import LR_RULES, CostSummary, is_valid_uid, new_uid
 
 PROFILE_TIME_LIMIT = "00:30:00"  # Slurm limit of the profiling job
 PROFILE_MAX_BATCH = 1024  # largest per-GPU batch the profiling job measures
@@ -68,6 +68,9 @@ class SubmitRequest:
     uid: str | None = None  # lyasched job uid; give the same one to make a retry idempotent
     dry_run: bool = False  # everything except sbatch of the training job
     checkpointable: bool = False  # the scheduler may move it (summary key ck; launch.sbatch checkpoint dir + --signal)
+    adaptive_batch: bool = False  # the scheduler chooses the global batch in [B, max_batch] (summary keys mb, lr)
+    max_batch: int | None = None
+    lr_rule: str | None = None  # linear, sqrt, adascale (default with --adaptive-batch: adascale)
 
 
 @dataclass
@@ -102,6 +105,35 @@ def gpu_counts_for_batch(global_batch: int, lo: int, hi: int) -> list[int]:
     return [g for g in range(max(1, lo), hi + 1) if global_batch % g == 0 and global_batch // g >= 1]
 
 
+def max_local_batch(profile: Profile, gpu_mem: float) -> int:
+    """The largest per-GPU micro-batch that fits in ``gpu_mem`` (0: no memory model, no limit):
+    what an adaptive job accumulates gradients past."""
+    if profile.mem_per_sample <= 0:
+        return 0
+    return max(1, int((gpu_mem - profile.mem_base) // profile.mem_per_sample))
+
+
+def adaptive_counts(b: int, mb: int, lo: int, hi: int) -> list[int]:
+    """GPU counts g in [lo, hi] with a multiple of g between b and mb (an adaptive job's batches:
+    lyasched.costmodel.goodput.batch_candidates)."""
+    return [g for g in range(max(1, lo), hi + 1) if g * -(-b // g) <= mb]
+
+
+def check_adaptive(req: SubmitRequest) -> int:
+    """The adaptive-batch options (0: not asked for); RequestError naming the first problem."""
+    if not req.adaptive_batch:
+        if req.max_batch is not None or req.lr_rule is not None:
+            raise RequestError("--max-batch and --lr-rule need --adaptive-batch")
+        return 0
+    if req.max_batch is None:
+        raise RequestError("--adaptive-batch needs --max-batch N (the largest global batch the job accepts)")
+    if not req.global_batch <= req.max_batch <= 1_048_576:
+        raise RequestError(f"--max-batch must be in --global-batch ({req.global_batch})..1048576, got {req.max_batch}")
+    if (req.lr_rule or "adascale") not in LR_RULES:
+        raise RequestError(f"--lr-rule must be one of {', '.join(LR_RULES)}, got {req.lr_rule!r}")
+    return req.max_batch
+
+
 def check_request(req: SubmitRequest) -> int:
     """Validate everything that needs neither Slurm nor torch; returns the iteration count."""
     if not req.command:
@@ -128,8 +160,13 @@ def check_request(req: SubmitRequest) -> int:
             raise RequestError(f"--max-gpus {req.max_gpus} is below --min-gpus {req.min_gpus}")
     if req.min_gpus > 1024 or (req.max_gpus or 0) > 1024:
         raise RequestError("GPU counts above 1024 are not supported")
-    hi = req.max_gpus if req.max_gpus is not None else max(req.min_gpus, min(b, 1024))
-    if not gpu_counts_for_batch(b, req.min_gpus, hi):
+    mb = check_adaptive(req)
+    hi = req.max_gpus if req.max_gpus is not None else max(req.min_gpus, min(mb or b, 1024))
+    if mb:
+        if not adaptive_counts(b, mb, req.min_gpus, hi):
+            raise RequestError(f"no GPU count in {req.min_gpus}..{hi} has a global batch between --global-batch {b} "
+                               f"and --max-batch {mb} that it divides")
+    elif not gpu_counts_for_batch(b, req.min_gpus, hi):
         raise RequestError(
             f"global batch {b} cannot be split evenly over any GPU count in {req.min_gpus}..{hi} "
             "(need B % g == 0 and B/g >= 1)"
@@ -460,8 +497,9 @@ def submit(
     if req.min_gpus > cluster.total_gpus:
         raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
     max_gpus = req.max_gpus
+    mb = req.max_batch if req.adaptive_batch and req.max_batch else 0
     if max_gpus is None:
-        max_gpus = max(req.min_gpus, min(req.global_batch, cluster.total_gpus))
+        max_gpus = max(req.min_gpus, min(mb or req.global_batch, cluster.total_gpus))
 
     # the job's cost: cached measurement > profiling job > FLOP estimate
     profile = None
@@ -494,7 +532,15 @@ def submit(
         source = "estimate"
 
     model = CostModel(cluster)
-    counts = model.allowed_counts(profile, req.global_batch, req.min_gpus, max_gpus)
+    if mb:
+        from lyasched.costmodel.goodput import Adaptive, NoiseScale, allowed_counts
+        from lyasched.costmodel.jobspec import Job
+
+        counts = allowed_counts(model, Job(job_id="", profile=profile, global_batch=req.global_batch, iterations=iterations,
+                                           min_gpus=req.min_gpus, max_gpus=max_gpus,
+                                           adaptive=Adaptive(mb, NoiseScale.constant(1.0))))
+    else:
+        counts = model.allowed_counts(profile, req.global_batch, req.min_gpus, max_gpus)
     if not counts:
         local = req.global_batch / max(1, min(max_gpus, cluster.total_gpus))
         raise RequestError(
@@ -506,7 +552,7 @@ def submit(
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
-            checkpointable=req.checkpointable,
+            checkpointable=req.checkpointable, max_batch=mb, lr_rule=(req.lr_rule or "adascale") if mb else "",
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
@@ -517,7 +563,9 @@ def submit(
     predictions = learning.submit_predictions(db_path, summary, view.device_type, model, counts, getpass.getuser())
 
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
-                    checkpointable=req.checkpointable)
+                    checkpointable=req.checkpointable,
+                    adaptive=AdaptiveLaunch(summary.max_batch, summary.lr_rule, profile.alpha, profile.beta,
+                                            max_local_batch(profile, cluster.gpu_mem)) if mb else None)
     hold = False
     if not req.dry_run:
         try:

@@ -4,8 +4,9 @@ One line, ``lyasched:v1;key=value;...``: `lyasub` encodes it, the job_submit.lua
 validates it at submission and `lyasched serve` decodes it. Python and Lua enforce the same
 grammar and bounds, so anything `encode` writes the plugin accepts, and anything `decode`
 accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (the job is
-checkpointable, `lyasub --checkpointable`: the scheduler may move it), written only when set, so
-the summaries of other jobs are unchanged.
+checkpointable, `lyasub --checkpointable`: the scheduler may move it) and ``mb``/``lr`` (an
+adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule),
+written only when set, so the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -67,7 +68,13 @@ CK = _Field("ck", "checkpointable", "int", 1, 1)  # optional; only ever 1 (absen
 # (no profile: the service estimates its run time from history, docs/managed.md)
 PL = _Field("pl", "plain", "int", 1, 1)
 _FLAGS = (CK, PL)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS)}
+# optional, together or not at all: the job lets the scheduler choose its global batch between b (its
+# base batch M0) and mb, and scales its learning rate by rule lr (lyasub --adaptive-batch, docs/lyasub.md)
+MB = _Field("mb", "max_batch", "int", 1, 1_048_576)
+LR = _Field("lr", "lr_rule", "rule")
+LR_RULES = ("linear", "sqrt", "adascale")
+_ADAPTIVE = (MB, LR)
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -98,6 +105,7 @@ _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
     "uid": _parse_text(_UID_RE, "job uid ([A-Za-z0-9-]{8,64})"),
     "sig": _parse_text(_SIG_RE, "model signature ([A-Za-z0-9_.:-]{1,128})"),
     "src": _parse_text(re.compile(r"[me]\Z"), "source (m or e)"),
+    "rule": _parse_text(re.compile(r"(linear|sqrt|adascale)\Z"), "learning-rate rule (linear, sqrt or adascale)"),
 }
 
 
@@ -123,6 +131,13 @@ class CostSummary:
     source: str = "m"  # "m" measured, "e" estimated
     checkpointable: bool = False  # key ck, optional: 1 = the scheduler may move the job
     plain: bool = False  # key pl, optional: 1 = a managed partition's plain job (no profile)
+    max_batch: int = 0  # key mb, optional (with lr): the largest global batch of an adaptive job; 0 = fixed batch
+    lr_rule: str = ""  # key lr: linear, sqrt or adascale (docs/lyasub.md, "Adaptive batch")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the scheduler chooses this job's batch (keys mb and lr)."""
+        return self.max_batch > 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -151,8 +166,24 @@ class CostSummary:
                 raise ValueError(f"cost summary: {flag.key} must be a bool, got {getattr(self, flag.attr)!r}")
         if self.max_gpus < self.min_gpus:
             raise ValueError(f"cost summary: gmax={self.max_gpus} is below gmin={self.min_gpus}")
+        self._validate_adaptive()
         if len(self._encode_unchecked()) > MAX_LEN:
             raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
+
+    def _validate_adaptive(self) -> None:
+        mb, rule = self.max_batch, self.lr_rule
+        if isinstance(mb, bool) or not isinstance(mb, int) or not isinstance(rule, str):
+            raise ValueError(f"cost summary: mb must be an integer and lr a string, got {mb!r}, {rule!r}")
+        if (mb == 0) != (rule == ""):
+            raise ValueError("cost summary: mb and lr go together (both or neither)")
+        if mb == 0:
+            return
+        if not MB.lo <= mb <= MB.hi:
+            raise ValueError(f"cost summary: mb={mb!r} is out of bounds [{MB.lo:g}, {MB.hi:g}]")
+        if rule not in LR_RULES:
+            raise ValueError(f"cost summary: lr={rule!r} is not a valid learning-rate rule (linear, sqrt or adascale)")
+        if mb < self.global_batch:
+            raise ValueError(f"cost summary: mb={mb} is below b={self.global_batch}")
 
     def _encode_unchecked(self) -> str:
         parts = []
@@ -161,6 +192,8 @@ class CostSummary:
             # repr of a float round-trips exactly and is plain or exponent notation
             parts.append(f"{f.key}={float(v)!r}" if f.kind == "float" else f"{f.key}={v}")
         parts.extend(f"{flag.key}=1" for flag in _FLAGS if getattr(self, flag.attr))
+        if self.max_batch:
+            parts.extend((f"{MB.key}={self.max_batch}", f"{LR.key}={self.lr_rule}"))
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -191,6 +224,8 @@ class CostSummary:
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
+            if f is MB and not MB.lo <= values[f.attr] <= MB.hi:  # 0 would read as "absent"
+                raise ValueError(f"cost summary: mb={raw!r} is out of bounds [{MB.lo:g}, {MB.hi:g}]")
             if f in _FLAGS:
                 if values[f.attr] != 1:
                     raise ValueError(f"cost summary: {key}={raw!r} must be 1 (or absent)")
@@ -208,7 +243,7 @@ class CostSummary:
     @classmethod
     def from_profile(
         cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int,
-        checkpointable: bool = False,
+        checkpointable: bool = False, max_batch: int = 0, lr_rule: str = "",
     ) -> "CostSummary":
         return cls(
             uid=uid,
@@ -225,6 +260,8 @@ class CostSummary:
             mem_per_sample=float(profile.mem_per_sample),
             source="e" if profile.source == "estimated" else "m",
             checkpointable=bool(checkpointable),
+            max_batch=int(max_batch),
+            lr_rule=lr_rule,
         )
 
     def to_profile(self) -> Profile:

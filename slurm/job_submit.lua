@@ -106,6 +106,14 @@ local FIELDS = {
 		return nil, "must be m or e"
 	end,
 	ck = int_field(1, 1), -- optional (not in ORDER): the job is checkpointable (lyasub --checkpointable)
+	-- optional, together (not in ORDER): an adaptive batch (lyasub --adaptive-batch): largest global batch, learning-rate rule
+	mb = int_field(1, 1048576),
+	lr = function(v)
+		if v == "linear" or v == "sqrt" or v == "adascale" then
+			return v
+		end
+		return nil, "must be linear, sqrt or adascale"
+	end,
 	pl = int_field(1, 1), -- optional: a plain job of a managed partition, tagged by this plugin (no profile)
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
@@ -155,6 +163,12 @@ local function validate(summary)
 	end
 	if seen.gmax < seen.gmin then
 		return nil, string.format("gmax=%d is below gmin=%d", seen.gmax, seen.gmin)
+	end
+	if (seen.mb == nil) ~= (seen.lr == nil) then
+		return nil, "mb and lr go together (both or neither)"
+	end
+	if seen.mb ~= nil and seen.mb < seen.b then
+		return nil, string.format("mb=%d is below b=%d", seen.mb, seen.b)
 	end
 	return seen
 end

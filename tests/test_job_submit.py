@@ -127,6 +127,11 @@ LONG_SIG = "s" * 128
     (summary(src="x"), "src=x: must be m or e"),
     (summary(ck="0"), "ck=0: must be in 1..1"),
     (summary(ck="2"), "ck=2: must be in 1..1"),
+    (summary(mb="512"), "mb and lr go together"),
+    (summary(lr="sqrt"), "mb and lr go together"),
+    (summary(mb="128", lr="sqrt"), "mb=128 is below b=256"),
+    (summary(mb="0", lr="sqrt"), "mb=0: must be in 1..1048576"),
+    (summary(mb="512", lr="cubic"), "lr=cubic: must be linear, sqrt or adascale"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
     (PREFIX + "b", "field 'b' is not key=value"),
@@ -159,6 +164,8 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"a": "1.25E-3", "bt": "-0.0", "m0": "12345678901234567890e-7", "m1": "7e+002"},
     {"id": "A" * 64, "sig": "x" * 128},
     {"ck": "1"},  # optional: the job is checkpointable (lyasub --checkpointable)
+    {"mb": "256", "lr": "linear"},  # optional, together: an adaptive batch (lyasub --adaptive-batch)
+    {"mb": "1048576", "lr": "adascale", "ck": "1"},
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)

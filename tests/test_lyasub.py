@@ -100,6 +100,14 @@ BASE = ("--model", "mlp", "--global-batch", "64", "--iterations", "100")
         ((*BASE, "--model-arg", "width", "--", "train.py"), "expected KEY=VALUE"),
         ((*BASE, "--uid", "bad uid!", "--", "train.py"), "--uid"),
         ((*BASE, "--min-gpus", "64", "--no-profile", "--", "train.py"), "exceeds the 12 GPUs"),
+        ((*BASE, "--max-batch", "256", "--", "train.py"), "--max-batch and --lr-rule need --adaptive-batch"),
+        ((*BASE, "--lr-rule", "sqrt", "--", "train.py"), "need --adaptive-batch"),
+        ((*BASE, "--adaptive-batch", "--", "train.py"), "--adaptive-batch needs --max-batch"),
+        ((*BASE, "--adaptive-batch", "--max-batch", "32", "--", "train.py"), "--max-batch must be in --global-batch (64)"),
+        ((*BASE, "--adaptive-batch", "--max-batch", "2000000", "--", "train.py"), "--max-batch must be in"),
+        ((*BASE, "--adaptive-batch", "--max-batch", "256", "--lr-rule", "cubic", "--", "train.py"), "Invalid value for '--lr-rule'"),
+        (("--model", "mlp", "--global-batch", "7", "--iterations", "5", "--min-gpus", "8", "--adaptive-batch",
+          "--max-batch", "7", "--", "train.py"), "no GPU count in 8..8 has a global batch between"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_submits_nothing(fake: Fake, args: tuple, fragment: str) -> None:
@@ -290,3 +298,21 @@ def test_device_key_follows_the_service_config(fake: Fake, tmp_path: Path) -> No
     from lyasched.profile.signature import device_type
 
     assert json.loads(r.stdout)["device_type"] == device_type("NVIDIA A100-SXM4") != "gpu"
+
+
+def test_adaptive_batch_is_carried_in_the_summary_and_the_script(fake: Fake) -> None:
+    """--adaptive-batch: B need not split evenly (the scheduler picks a batch each count divides),
+    the summary carries mb and lr, the script exports them and reads the chosen batch."""
+    r = lyasub("--model", "mlp", "--global-batch", "100", "--iterations", "50", "--no-profile", "--parsable",
+               "--adaptive-batch", "--max-batch", "1000", "--lr-rule", "sqrt", "--max-gpus", "8", "--", "train.py")
+    assert r.exit_code == 0, r.stderr
+    [argv] = fake.training_sbatches()
+    s = CostSummary.decode(next(a.split("=", 1)[1] for a in argv if a.startswith("--comment=")))
+    assert (s.global_batch, s.max_batch, s.lr_rule, s.adaptive) == (100, 1000, "sqrt", True)
+    script = fake.jobs()[r.stdout.strip()]["script"]
+    assert "export LYASCHED_ADAPTIVE=1" in script and "LYASCHED_MAX_BATCH=1000 LYASCHED_LR_RULE=sqrt" in script
+    assert "LYASCHED_BASE_BATCH=100" in script
+    r = lyasub(*BASE, "--no-profile", "--parsable", "--", "train.py")  # without: no mb/lr, not adaptive
+    comment = next(a.split("=", 1)[1] for a in fake.training_sbatches()[-1] if a.startswith("--comment="))
+    assert "mb=" not in comment and "lr=" not in comment
+    assert "export LYASCHED_ADAPTIVE=0" in fake.jobs()[r.stdout.strip()]["script"]

@@ -88,6 +88,12 @@ def test_from_profile_round_trip() -> None:
         (GOOD + ";", "not key=value"),
         (GOOD.replace(";bpp=4", ""), "missing bpp"),
         (GOOD + ";zz=" + "1" * MAX_LEN, "longer than"),
+        (GOOD + ";mb=512", "mb and lr go together"),
+        (GOOD + ";lr=sqrt", "mb and lr go together"),
+        (GOOD + ";mb=128;lr=sqrt", "mb=128 is below b=256"),
+        (GOOD + ";mb=0;lr=sqrt", "out of bounds"),
+        (GOOD + ";mb=2048;lr=cubic", "learning-rate rule"),
+        (GOOD + ";mb=2048;lr=sqrt;mb=4096", "twice"),
     ],
 )
 def test_decode_rejects(text: str, fragment: str) -> None:
@@ -106,6 +112,17 @@ def test_constructor_validates() -> None:
         dataclasses.replace(s, global_batch=True)
     with pytest.raises(ValueError, match="source"):
         dataclasses.replace(s, source="measured")
+
+
+def test_adaptive_keys_are_optional_and_round_trip() -> None:
+    s = CostSummary.decode(GOOD)
+    assert not s.adaptive and "mb=" not in s.encode() and "lr=" not in s.encode()  # other jobs' summaries unchanged
+    a = dataclasses.replace(s, max_batch=4096, lr_rule="adascale")
+    assert a.adaptive and a.encode() == GOOD + ";mb=4096;lr=adascale"
+    assert CostSummary.decode(a.encode()) == a
+    assert CostSummary.decode(GOOD + ";lr=sqrt;mb=256").max_batch == 256  # mb = b: allowed, any order
+    with pytest.raises(ValueError, match="go together"):
+        dataclasses.replace(s, max_batch=512)
 
 
 uids = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-", min_size=8, max_size=64)

@@ -106,13 +106,16 @@ def _duration(seconds: float) -> str:
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="lyasched config for [cluster] (default $LYASCHED_CONFIG or /etc/lyasched/config.toml).")
 @click.option("--uid", help="lyasched job uid; resubmitting with the same uid returns the existing job.")
 @click.option("--checkpointable", is_flag=True, help="The script saves on SIGUSR1 and resumes (lyasched.job.checkpoint): the scheduler may shrink, grow or suspend it (docs/elastic.md).")
+@click.option("--adaptive-batch", is_flag=True, help="The scheduler chooses the global batch (from --global-batch, the batch the learning rate is tuned for, up to --max-batch) with the GPUs; the script measures its gradient noise scale and scales its learning rate (lyasched.job.goodput; docs/lyasub.md).")
+@click.option("--max-batch", type=int, help="With --adaptive-batch: the largest global batch the job accepts.")
+@click.option("--lr-rule", type=click.Choice(["linear", "sqrt", "adascale"]), help="With --adaptive-batch: how the script scales its learning rate with the batch (default adascale).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the sbatch command; submit nothing.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS]...")
 def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, model,
          model_args, global_batch, iterations, epochs, dataset_size, min_gpus, max_gpus, no_profile, db, config,
-         uid, checkpointable, dry_run, parsable, as_json, command) -> int:
+         uid, checkpointable, adaptive_batch, max_batch, lr_rule, dry_run, parsable, as_json, command) -> int:
     """Submit SCRIPT (a torch.distributed training script) to the lyasched scheduler.
 
     The job is submitted held, with its cost summary in the Slurm comment; lyasched serve
@@ -133,6 +136,7 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
         dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
         model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run, checkpointable=checkpointable,
+        adaptive_batch=adaptive_batch, max_batch=max_batch, lr_rule=lr_rule,
         options=SbatchOptions(partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
                               cpus_per_gpu=cpus_per_gpu, job_name=job_name, output=output, error=error,
                               constraint=constraint),
@@ -166,7 +170,9 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
             what = "Found existing" if result.reused else "Submitted"
             runs = " .. ".join(f"~{_duration(pred[g])} on {g} GPU{'s' if g > 1 else ''}" for g in sorted({lo, hi}))
             click.echo(
-                f"{what} lyasched job {result.job_id} ({model}, B={s.global_batch}, {s.iterations} iterations, "
+                f"{what} lyasched job {result.job_id} ({model}, B={s.global_batch}"
+                + (f" adaptive up to {s.max_batch} ({s.lr_rule} learning rate)" if s.adaptive else "")
+                + f", {s.iterations} iterations, "
                 f"{s.min_gpus}-{s.max_gpus} GPUs, cost from {result.profile_source}: {runs}); "
                 "held until the lyasched scheduler starts it"
             )

@@ -94,6 +94,7 @@ def parse_steps(data: bytes | str) -> StepReport | None:
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
     meta: dict[int, dict] = {}
     steps: dict[int, dict[int, tuple[float, float]]] = {}
+    shapes: list[tuple[int, float, float]] = []  # (step, micro-batch, accumulation) of an adaptive job's A lines
     for line in text.splitlines():
         f = line.split("\t")
         try:
@@ -101,6 +102,10 @@ def parse_steps(data: bytes | str) -> StepReport | None:
                 m = json.loads(f[2])
                 if isinstance(m, dict) and 0 <= int(f[1]) < MAX_RANKS:
                     meta[int(f[1])] = m
+            elif f[0] == "A" and len(f) == 4 and int(f[1]) == 0:
+                a = json.loads(f[3])  # an adaptive job's batch from this step on (lyasched.job.steptimes)
+                if isinstance(a, dict):
+                    shapes.append((int(f[2]), _num(a.get("local")), _num(a.get("accum")) or 1.0))
             elif f[0] == "S" and len(f) == 5:
                 rank, i = int(f[1]), int(f[2])
                 begin, dur = float(f[3]), float(f[4])
@@ -111,6 +116,14 @@ def parse_steps(data: bytes | str) -> StepReport | None:
             continue
     if not steps:
         return None
+    local0 = _num((meta.get(0) or next(iter(meta.values()), {})).get("local_bsz"))
+    changed = [i for i, local, accum in shapes if (local, accum) != (local0, 1.0)]
+    if changed:  # an adaptive job changed its batch: only the steps at the reported local batch teach the fit
+        cut = min(changed)
+        steps = {r: {i: v for i, v in per.items() if i < cut} for r, per in steps.items()}
+        steps = {r: per for r, per in steps.items() if per}
+        if not steps:
+            return None
     first = min(b for per in steps.values() for b, _ in per.values())
     common = set.intersection(*(set(per) for per in steps.values()))
     counted = sorted(i for i in common if i >= WARMUP_STEPS) or sorted(common)

@@ -14,6 +14,7 @@ import shlex
 import sys
 from importlib import resources
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 TEMPLATE = "launch.sbatch"
@@ -79,6 +80,24 @@ def render_template(template: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], template)
 
 
+@dataclass(frozen=True)
+class AdaptiveLaunch:
+    """What an adaptive-batch job's launch exports (lyasched.job.goodput reads it): the largest
+    global batch, the learning-rate rule, the prior step time a + bt*b per micro-step (the cost
+    summary's) and the largest per-GPU micro-batch that fits (0: no limit)."""
+
+    max_batch: int
+    lr_rule: str
+    alpha: float = 0.0
+    beta: float = 0.0
+    max_local: int = 0
+
+    def exports(self) -> str:
+        return (f"LYASCHED_MAX_BATCH={int(self.max_batch)} LYASCHED_LR_RULE={quote(self.lr_rule)} "
+                f"LYASCHED_STEP_ALPHA={float(self.alpha)!r} LYASCHED_STEP_BETA={float(self.beta)!r} "
+                f"LYASCHED_MAX_LOCAL_BATCH={int(self.max_local)}")
+
+
 def render(
     command: Sequence[str],
     *,
@@ -90,13 +109,17 @@ def render(
     template: str | None = None,
     checkpointable: bool = False,
     signal_lead_s: int = 120,
+    adaptive: AdaptiveLaunch | None = None,
 ) -> str:
     """The batch script that runs ``command`` (training script and its arguments) under torchrun.
 
     ``model`` and ``iterations`` are exported for scripts that read them (LYASCHED_MODEL,
     LYASCHED_ITERATIONS, as jobscripts/train_example.py does). ``checkpointable``: the job gets a
     checkpoint directory and ``#SBATCH --signal=USR1@signal_lead_s`` (a checkpoint before its time
-    limit too); the scheduler may move it (docs/elastic.md)."""
+    limit too); the scheduler may move it (docs/elastic.md). ``adaptive``: the scheduler chooses the
+    global batch at every (re)start (``global_batch`` is the base batch M0, exported as
+    LYASCHED_BASE_BATCH; the chosen one, read from the job's AdminComment ``lyasched-batch=N``
+    that the service sets before the release, is LYASCHED_GLOBAL_BATCH; docs/lyasub.md)."""
     if not command:
         raise ValueError("no training script given")
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
@@ -109,6 +132,8 @@ def render(
         "torchrun": quote_all(list(torchrun) if torchrun is not None else default_torchrun()),
         "command": quote_all(command),
         "checkpointable": "1" if checkpointable else "0",
+        "adaptive": "1" if adaptive is not None else "0",
+        "adaptive_exports": adaptive.exports() if adaptive is not None else "LYASCHED_MAX_BATCH=",
         "sbatch_signal": f"#SBATCH --signal=USR1@{int(signal_lead_s)}" if checkpointable else "# (not checkpointable: no --signal)",
     }
     return render_template(template if template is not None else template_text(), values)

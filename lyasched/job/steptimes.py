@@ -16,8 +16,16 @@ whole after one another, and the reader skips any line it cannot parse. Format (
 
     M <rank> <json: world, local_rank, local_bsz, nnodes, gpus_per_node, host, launcher, t_created>
     S <rank> <step> <begin, unix seconds> <duration, seconds>
+    A <rank> <step> <json: batch, local, accum, m0, phi, eff, base, lr>   (adaptive jobs, rank 0)
 
-`lyasched.costmodel.learn` reads it when the job ends. No torch import here.
+An ``A`` line (`StepTimes.adaptive`, written by a job that opted in to the adaptive batch,
+lyasched.job.goodput) says the shape of the steps from ``<step>`` on: the global batch, the
+per-GPU micro-batch and accumulation steps, the base batch M0, the smoothed noise scale phi
+(null before an estimate), the statistical efficiency (phi + M0)/(phi + M), the base steps done
+and the learning-rate factor. Readers that predate it skip it (an unknown line type). The
+latest one is also written whole to ``<report>.adaptive.json`` (replaced atomically): the small
+file the service reads each slot while the job runs. `lyasched.costmodel.learn` reads the report
+when the job ends. No torch import here.
 """
 
 from __future__ import annotations
@@ -95,6 +103,22 @@ class StepTimes:
         if len(self._buf) >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
 
+    def adaptive(self, info: dict) -> None:
+        """Report the adaptive batch's state (an ``A`` line, see the module doc) before the next
+        step; rank 0 only (every rank holds the same). Best effort, like the rest."""
+        if self._fd is None or self.rank != 0 or self.path is None:
+            return
+        text = json.dumps(info, separators=(",", ":"), allow_nan=False)
+        self._buf.append(f"A\t{self.rank}\t{self._step}\t{text}\n")
+        self.flush()
+        side = sidecar(self.path)
+        tmp = side.with_name("." + side.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"step": self._step, "time": time.time(), **info}) + "\n")
+            os.replace(tmp, side)
+        except (OSError, ValueError):
+            pass
+
     def flush(self) -> None:
         if self._fd is None or not self._buf:
             return
@@ -114,3 +138,9 @@ class StepTimes:
             except OSError:
                 pass
             self._fd = None
+
+
+def sidecar(report: str | os.PathLike) -> Path:
+    """The latest ``A`` line's file next to a step report (``steps-<job>.tsv`` -> ``steps-<job>.adaptive.json``)."""
+    p = Path(report)
+    return p.with_name(p.stem + ".adaptive.json")
