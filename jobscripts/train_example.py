@@ -18,6 +18,19 @@ LYASCHED_BATCH_PER_GPU, LYASCHED_ITERATIONS (what the Slurm launcher template se
 Movable (lyasub --checkpointable): with $LYASCHED_CHECKPOINT_DIR set (launch.sbatch sets it) the
 script resumes from the newest checkpoint there and, on SIGUSR1, saves one after the current
 step and exits 0 (lyasched.job.checkpoint); `--checkpoint-dir` sets the directory by hand.
+
+Adaptive batch (lyasub --adaptive-batch; `--adaptive-batch` or $LYASCHED_ADAPTIVE=1;
+lyasched.job.goodput): --iterations counts base steps (steps at the base batch M0,
+$LYASCHED_BASE_BATCH); the run starts at the global batch the scheduler chose
+($LYASCHED_GLOBAL_BATCH), measures the gradient noise scale from the per-replica and all-reduced
+gradients (one replica: from gradient accumulation), re-tunes the batch every --retune-every steps
+for the GPUs it has (accumulating past $LYASCHED_MAX_LOCAL_BATCH), scales the learning rate by
+the declared rule and reports phi and the batch in the step report. The checkpoint holds the
+base-step progress and the batch schedule so far: a move to another GPU count resumes exactly.
+`--schedule-out FILE` writes the run's batch schedule (one line per step: step, global batch,
+learning-rate factor, base-step gain); `--batch-schedule FILE` replays one (no measuring, no
+re-tuning), so an uninterrupted reference run follows the same schedule as a moved one and must
+end with the same loss.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from lyasched.job import goodput
 from lyasched.job.checkpoint import Checkpointer
 from lyasched.profile.spec import SpecError, load_spec, parse_args
 from lyasched.job.steptimes import StepTimes
@@ -68,6 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", default=None,
                    help="resume from / save on SIGUSR1 to this directory (default $LYASCHED_CHECKPOINT_DIR; none: off)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N iterations (0: only on signal)")
+    p.add_argument("--adaptive-batch", action="store_true", default=os.environ.get("LYASCHED_ADAPTIVE") == "1",
+                   help="the scheduler and the job choose the batch (env LYASCHED_ADAPTIVE=1; see the module doc)")
+    p.add_argument("--base-batch", type=int, default=_env_int(goodput.ENV_BASE, 0),
+                   help="adaptive: M0, the batch the learning rate is tuned for (env LYASCHED_BASE_BATCH; default the global batch)")
+    p.add_argument("--max-batch", type=int, default=_env_int(goodput.ENV_MAX, 0),
+                   help="adaptive: the largest global batch (env LYASCHED_MAX_BATCH; default 8 x M0)")
+    p.add_argument("--lr-rule", choices=goodput.RULES, default=os.environ.get(goodput.ENV_RULE) or "adascale",
+                   help="adaptive: learning-rate rule (env LYASCHED_LR_RULE; default adascale)")
+    p.add_argument("--max-local-batch", type=int, default=_env_int(goodput.ENV_MAX_LOCAL, 0),
+                   help="adaptive: accumulate gradients past this per-GPU batch (env LYASCHED_MAX_LOCAL_BATCH; 0: never)")
+    p.add_argument("--retune-every", type=int, default=20, help="adaptive: steps between the job's own batch choices")
+    p.add_argument("--noise-decay", type=float, default=0.9, help="adaptive: EMA decay of the noise-scale estimates")
+    p.add_argument("--batch-schedule", default=None, help="adaptive: replay this logged batch schedule exactly")
+    p.add_argument("--schedule-out", default=None, help="adaptive: write the run's batch schedule here at the end")
+    p.add_argument("--stop-at-step", type=int, default=-1,
+                   help="tests: act as if the move signal came during this step (checkpoint after it, exit 0)")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep after each step, outside the timed part (tests: a run long enough to be moved)")
     return p
@@ -116,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     spec.model = model
     opt = spec.make_optimizer()
     ck = Checkpointer(args.checkpoint_dir, every=args.checkpoint_every)
+    if args.adaptive_batch:
+        return train_adaptive(args, spec, model, opt, ck, steps, device, use_cuda, world, rank, distributed)
     first = ck.resume(model, opt, map_location=device)
     if first and rank == 0:
         print(f"resumed from checkpoint at iteration {first} of {args.iterations}", flush=True)
@@ -173,6 +205,118 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary['samples_per_s']:.1f} samples/s; final loss {loss_val:.4f}",
             flush=True,
         )
+        if args.json:
+            print(json.dumps(summary), flush=True)
+    steps.close()
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, device, use_cuda: bool, world: int,
+                   rank: int, distributed: bool) -> int:
+    """The adaptive-batch loop (see the module doc): steps until --iterations base steps are done
+    (or the replayed schedule ends), each at the agent's batch, shaped as micro-batches x
+    accumulation x ranks; the learning rate of every parameter group is its initial one times
+    the rule's factor."""
+    chosen = args.global_batch or args.batch_per_gpu * world
+    m0 = args.base_batch or chosen
+    try:
+        agent = goodput.BatchAgent(
+            m0=m0, max_batch=args.max_batch or 8 * m0, world=world, rule=args.lr_rule, batch=chosen,
+            max_local=args.max_local_batch, prior_alpha=float(os.environ.get(goodput.ENV_ALPHA) or 0.0),
+            prior_beta=float(os.environ.get(goodput.ENV_BETA) or 1.0), retune_every=args.retune_every)
+        replay = goodput.read_schedule(open(args.batch_schedule).read()) if args.batch_schedule else None
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    noise = goodput.GradientNoise(model, decay=args.noise_decay)
+    base_lrs = [g["lr"] for g in opt.param_groups]
+    first = ck.resume(model, opt, map_location=device)
+    if first:
+        saved = torch.load(ck.latest(), map_location="cpu", weights_only=False)
+        agent.load_state_dict(saved["adaptive"], keep_batch=True)  # progress and schedule; this start's batch
+        noise.noise.load_state_dict(saved["noise"])
+        if rank == 0:
+            print(f"resumed from checkpoint at step {first} ({agent.progress:.3f} of {args.iterations} base steps), "
+                  f"batch {agent.batch} on {world} rank(s)", flush=True)
+    phi = noise.noise.phi
+    loss_val = float("nan")
+    reported = None
+
+    def report() -> None:
+        p = agent.plan()
+        steps.adaptive({"batch": p.batch, "local": p.micro, "accum": p.accum, "m0": agent.m0, "phi": phi,
+                        "eff": goodput.efficiency(phi, agent.m0, p.batch) if phi is not None else None,
+                        "base": agent.progress, "lr": agent.lr_factor(phi), "rule": agent.rule})
+
+    while True:
+        it = agent.steps
+        if replay is not None:
+            if it not in replay:
+                break
+            agent.batch, lr_factor, gain = replay[it]
+        elif agent.progress >= args.iterations - 1e-9:
+            break
+        plan = goodput.plan_for(agent.batch, world, agent.max_local)
+        if reported != (plan, it // max(1, agent.retune_every)):
+            report()
+            reported = (plan, it // max(1, agent.retune_every))
+        x, y = batch_slice(spec, args.seed, it, plan.batch, rank, plan.micro * plan.accum, device)
+        steps.begin()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for i in range(plan.accum):
+            lo = i * plan.micro
+            with noise.micro_step(i, plan.accum):
+                loss = spec.loss(model(x[lo:lo + plan.micro]), y[lo:lo + plan.micro]) / plan.accum
+                loss.backward()
+            total += float(loss.detach())
+        phi = noise.finish(plan.micro, plan.accum)
+        if replay is None:  # the rule at this step's estimate (AdaScale's gain is this step's, as its progress)
+            lr_factor = goodput.lr_factor(agent.rule, phi, agent.m0, plan.batch)
+        for g, lr0 in zip(opt.param_groups, base_lrs):
+            g["lr"] = lr0 * lr_factor
+        opt.step()
+        if use_cuda:
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t0
+        steps.end()
+        if replay is not None:
+            agent.step_replayed(plan.batch, lr_factor, gain)
+        else:
+            agent.batch = plan.batch
+            agent.step_done(plan, seconds, phi, lr=lr_factor)
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+        loss_val = total
+        if it == args.stop_at_step:
+            ck.requested = True
+        stop = ck.should_stop(it)
+        if stop or (ck.every and (it + 1) % ck.every == 0):
+            ck.save(it, model, opt, extra={"adaptive": agent.state_dict(), "noise": noise.noise.state_dict()}, stop=stop)
+            if distributed:
+                dist.barrier()
+        if stop:
+            if rank == 0:
+                print(f"checkpointed after step {it + 1} ({agent.progress:.3f} base steps); exiting for a move", flush=True)
+            steps.close()
+            if distributed:
+                dist.destroy_process_group()
+            return ck.exit_code
+    loss_val = global_mean(torch.tensor(loss_val, dtype=torch.float64), distributed)
+    if rank == 0:
+        if args.schedule_out:
+            with open(args.schedule_out, "w") as f:
+                f.write(goodput.format_schedule(agent.schedule))
+        batches = [b for _, b, _, _ in agent.schedule]
+        summary = {"model": args.model, "world_size": world, "adaptive": True, "steps": agent.steps,
+                   "base_steps": agent.progress, "base_batch": agent.m0, "final_batch": agent.batch,
+                   "batches": sorted(set(batches)), "phi": phi, "lr_rule": agent.rule, "final_loss": loss_val}
+        print(f"{args.model}: {world} rank(s), {agent.steps} steps = {agent.progress:.3f} base steps at batches "
+              f"{summary['batches']} (phi {phi if phi is None else round(phi, 2)}); final loss {loss_val:.6f}", flush=True)
         if args.json:
             print(json.dumps(summary), flush=True)
     steps.close()

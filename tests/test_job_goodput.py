@@ -118,7 +118,8 @@ def test_learning_rate_rules():
 def test_plan_accumulates_past_the_largest_local_batch():
     assert gp.plan_for(512, 4, 0) == gp.Plan(512, 128, 1)
     assert gp.plan_for(512, 4, 32) == gp.Plan(512, 32, 4)
-    assert gp.plan_for(500, 4, 32) == gp.Plan(496, 31, 4)  # rounded down to world x accumulation
+    assert gp.plan_for(500, 4, 32) == gp.Plan(500, 25, 5)  # 5 micro-steps split 125 exactly
+    assert gp.plan_for(4 * 127, 4, 32) == gp.Plan(496, 31, 4)  # 127 is prime: rounded down to world x accumulation
     assert gp.plan_for(2, 4, 0) == gp.Plan(4, 1, 1)
 
 

@@ -239,10 +239,14 @@ class Plan:
 
 def plan_for(batch: int, world: int, max_local: int) -> Plan:
     """The step shape of global batch ``batch`` on ``world`` GPUs: the fewest accumulation steps
-    whose micro-batch fits in ``max_local`` (0: no limit), the batch rounded down to a multiple
-    of world x accumulation (never below world)."""
+    whose micro-batch fits in ``max_local`` (0: no limit), more (up to twice as many) if that
+    splits the per-GPU batch exactly, else the batch rounded down to a multiple of world x
+    accumulation (never below world)."""
     per = max(1, batch // world)
     accum = 1 if max_local <= 0 else max(1, -(-per // max_local))
+    exact = next((k for k in range(accum, min(per, 2 * accum) + 1) if per % k == 0), None)
+    if exact is not None:  # the fewest micro-steps (up to twice the least) that split it exactly
+        accum = exact
     micro = max(1, per // accum)
     return Plan(micro * accum * world, micro, accum)
 
@@ -340,10 +344,12 @@ class BatchAgent:
                 best, value = c, v
         return best
 
-    def step_done(self, plan: Plan, seconds: float, phi: float | None) -> bool:
-        """Account one optimizer step at ``plan``; True when the batch changes for the next step."""
+    def step_done(self, plan: Plan, seconds: float, phi: float | None, lr: float | None = None) -> bool:
+        """Account one optimizer step at ``plan`` (``lr``: the learning-rate factor it applied,
+        default the rule's at ``phi``); True when the batch changes for the next step."""
         g = gain(phi, self.m0, plan.batch)
-        self.schedule.append((self.steps, plan.batch, lr_factor(self.rule, phi, self.m0, plan.batch), g))
+        lr = lr_factor(self.rule, phi, self.m0, plan.batch) if lr is None else lr
+        self.schedule.append((self.steps, plan.batch, lr, g))
         self.progress += g
         self.steps += 1
         self.record(plan, seconds)
@@ -353,6 +359,13 @@ class BatchAgent:
                 self.batch = new
                 return True
         return False
+
+    def step_replayed(self, batch: int, lr: float, g: float) -> None:
+        """Account one step of a replayed schedule (``--batch-schedule``): its batch, learning-rate
+        factor and base-step gain as logged, so a replay sums the same progress exactly."""
+        self.schedule.append((self.steps, int(batch), float(lr), float(g)))
+        self.progress += g
+        self.steps += 1
 
     def state_dict(self) -> dict:
         return {"m0": self.m0, "max_batch": self.max_batch, "rule": self.rule, "batch": self.batch,
