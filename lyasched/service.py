@@ -38,6 +38,7 @@ from lyasched.live import learning  # a job's working directory (moves' checkpoi
 from lyasched.config import Config
 from lyasched.costmodel.cost import CostModel
 from lyasched.live import observe
+from lyasched.live import adaptive  # adaptive-batch jobs: phi and batch from their reports, the batch handed at a start
 from lyasched.live import report as slot_report
 from lyasched.live.context import SlotContext
 from lyasched.live.crash import CrashPoints
@@ -128,6 +129,7 @@ class Service:
         self.outage = Outage()  # one log line each way per Slurm outage (lyasched.live.report)
         records.ensure_schema(self.db)
         self.inputs = PolicyInputs(self._db, clock, self.slurm)  # each job as the policy's input (lyasched.live.inputs)
+        self.adaptive = adaptive.Watch()  # adaptive-batch jobs' reports (lyasched.live.adaptive)
         self.sync = RecordSync(self._db, self.slurm, self.inputs.decode, config.users,  # records follow Slurm
                                plain_finished=self.inputs.plain.finished)
         # Slot hooks: called with (ctx, slurm_failed) after each slot is recorded (lyasched.live.metrics);
@@ -220,6 +222,7 @@ class Service:
         self.starter.reconcile(obs.jobs, ctx)
         moving = self.mover.go_on(obs, ctx) if self.caps.moves else {}  # open moves first; their jobs read again
         seen = self.sync.listed(obs.jobs, ctx)
+        self.adaptive.observe(self.db, self.slurm, seen, ctx.now, self.inputs.decode)  # running adaptive jobs' phi and batch
         if self._adopt and self.lease is not None:  # lease taken back: the fail-safe's releases are recorded, left to Slurm
             failsafe.adopt(self.db, seen, self.lease.path, ctx.now)
             self._adopt = False

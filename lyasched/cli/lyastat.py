@@ -320,6 +320,30 @@ def _startup_line(rdb) -> str:
             f"{t.samples} job(s))")
 
 
+def adaptive_view(rdb, uid: str, summary: Any) -> dict[str, Any]:
+    """An adaptive-batch job's batch as the service last read it from the job's report
+    (lyasched.store.adaptive): batch, phi, statistical efficiency, base steps done."""
+    from lyasched.store import adaptive as adaptive_store
+
+    row = adaptive_store.get(rdb, uid) or {}
+    return {"base_batch": summary.global_batch, "max_batch": summary.max_batch, "lr_rule": summary.lr_rule,
+            "batch": row.get("batch"), "local_batch": row.get("local"), "accumulation": row.get("accum"),
+            "phi": row.get("phi"), "efficiency": row.get("eff"), "base_steps": row.get("base"),
+            "iterations": summary.iterations, "chosen": row.get("chosen"), "reported": row.get("reported")}
+
+
+def adaptive_line(a: dict[str, Any]) -> str:
+    head = f"adaptive {a['base_batch']}..{a['max_batch']} ({a['lr_rule']} learning rate)"
+    if a["batch"] is None:
+        chosen = f", started at {a['chosen']}" if a["chosen"] else ""
+        return head + f"{chosen}; no report from the job yet"
+    phi = f"{a['phi']:.4g}" if a["phi"] is not None else "not estimated yet"
+    eff = f"{a['efficiency']:.3f}" if a["efficiency"] is not None else "-"
+    acc = f" = {a['local_batch']} x {a['accumulation']} accumulated per GPU" if (a["accumulation"] or 1) > 1 else ""
+    return (head + f": now {a['batch']}{acc}, phi {phi}, statistical efficiency {eff}, "
+            f"{a['base_steps'] or 0:.1f} of {a['iterations']} base steps")
+
+
 def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config: str | None = None) -> None:
     rec = jobrecord.job_by_slurm_id(rdb, jobid) or jobrecord.job(rdb, jobid)
     if rec is None:
@@ -348,10 +372,11 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
            "to_placement": [[n, g] for n, g in m.to_placement.parts], "state": m.state, "step": m.step,
            "reason": m.reason, "checkpoint_step": m.ckpt_step, "cost_s": m.cost_s,
            "resolution": m.resolution} for m in jobrecord.moves(rdb, rec.uid)]  # docs/elastic.md
+    batch = adaptive_view(rdb, rec.uid, summary) if summary is not None and summary.adaptive else None
     if as_json:
         click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec, "moves": mv,
                                "work": rec.work, "time_limit": rec.time_limit,
-                               "startup": _startup_dict(rdb)}, indent=2))
+                               "startup": _startup_dict(rdb), "adaptive": batch}, indent=2))
         return
     click.echo(format_table([view]))
     click.echo("")
@@ -364,6 +389,8 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
                    f"params={profile['params']} B={profile['global_batch']} iterations={profile['iterations']} "
                    f"GPUs {profile['min_gpus']}..{profile['max_gpus']} ({'measured' if profile['source'] == 'm' else 'estimated'})")
     click.echo(f"predicted   {fmt_seconds(view['predicted'])}   observed {fmt_seconds(view['observed'])}")
+    if batch is not None:
+        click.echo("batch       " + adaptive_line(batch))
     click.echo(f"start-up    {_startup_line(rdb)}")
     if per_gpus:
         allowed = [p for p in per_gpus if p["one_node"] is not None or p["multi_node"] is not None]

@@ -29,6 +29,7 @@ class SlotContext:
     models: dict[tuple[str, str], tuple] = field(default_factory=dict)  # (sig, user) -> (correction, learned profile, start-up s), once per slot
     limit_why: dict[str, str] = field(default_factory=dict)  # Slurm id -> the Slurm limit keeping it out (lyasched.live.limits)
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
+    adaptive: dict[str, tuple] = field(default_factory=dict)  # Slurm id -> (Job, fraction done) of adaptive-batch jobs (lyasched.live.adaptive)
 
     @property
     def index(self) -> dict[str, int]:

@@ -19,8 +19,9 @@ import numpy as np
 import sqlite_utils
 
 from lyasched.costmodel import startup
-from lyasched.live import learning, plain
+from lyasched.live import adaptive, learning, plain
 from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.goodput import Adaptive
 from lyasched.costmodel.jobspec import Job
 from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
@@ -109,6 +110,8 @@ class PolicyInputs:
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
             pred = row.get("predicted")
             seg = float(pred) if pred else math.nan
+            if s.adaptive:  # its rows are already what is left from its reported base steps
+                saved, seg = 0.0, math.nan
             run = max(0.0, ctx.now - rj.start_time)
             out.append(movable_job(
                 rj, one=wj.run_one_node, multi=wj.run_multi_node, work=wj.work, scale=share_left(1.0 - saved, seg - run, seg),
@@ -147,10 +150,17 @@ class PolicyInputs:
         # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
         # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
         key = (s.uid, job.job_id)
-        inputs = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
+        inputs: tuple = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
+        ad, frac = None, 0.0
+        if s.adaptive:  # the batch is the policy's to choose: phi and progress from the job's reports
+            phi, base = adaptive.job_state(self.db, s.uid)
+            ad, frac = adaptive.adaptive_of(s, phi), adaptive.fraction_done(s, base)
+            inputs = (*inputs, ad, round(frac, 3))
         ctx.rows_used.add(key)
         hit = self.rows.get(key)
         wj = hit[1] if hit is not None and hit[0] == inputs else None
+        if ad is not None:
+            ctx.adaptive[job.job_id] = (self._adaptive_job(s, job, ad), round(frac, 3))
         if wj is None:
             correction, learned, startup_s = model
             profile = learned or s.to_profile()
@@ -166,8 +176,9 @@ class PolicyInputs:
                 requested_gpus=s.min_gpus,
                 time_limit=limit,
                 user=job.user,
+                adaptive=ad,
             )
-            wj = waiting_job(j, cost, cost.cluster.total_gpus)
+            wj = waiting_job(j, cost, cost.cluster.total_gpus, round(frac, 3))
             # A summary is not trusted blindly: predictions are scaled by the correction learned
             # from this model's observed run times (bounded) and never exceed the Slurm time limit.
             wj = replace(
@@ -184,6 +195,11 @@ class PolicyInputs:
                 pred_multi=encode_times(wj.run_multi_node), work=wj.work,
             )
         return wj
+
+    def _adaptive_job(self, s: CostSummary, job: SlurmJob, ad: Adaptive) -> Job:
+        """What the starter and the mover choose an adaptive job's batch from (its summary's profile)."""
+        return Job(job_id=job.job_id, profile=s.to_profile(), global_batch=s.global_batch, iterations=s.iterations,
+                   min_gpus=s.min_gpus, max_gpus=s.max_gpus, adaptive=ad)
 
     def plain_waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         """A managed partition's plain job (lyasched.live.plain): its run time is the estimate

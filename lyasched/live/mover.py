@@ -42,12 +42,14 @@ from lyasched import userfiles
 from lyasched.job.checkpoint import MARKER, MARKER_MAX_BYTES, checkpoint_dir, parse_marker
 from lyasched.live.context import SlotContext
 from lyasched.live import step as step_rules  # the record changes (one place: the state machine)
+from lyasched.live import adaptive
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement, fit_placement
 from lyasched.policy.state import SlotResult, SlotState
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
+from lyasched.store import adaptive as adaptive_store
 from lyasched.store import moves, records
 from lyasched.store.placement import NodePlacement, nodes_to_json
 from lyasched.summary import CostSummary
@@ -192,6 +194,10 @@ class Mover:
                     continue
                 rem, _ = view.best_remaining(d.gpus)
                 order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
+                ad = ctx.adaptive.get(jid)
+                if ad is not None and ctx.cost is not None:  # its batch on the new GPUs, handed at the resize
+                    adaptive_store.record_chosen(self.db, row["uid"], jid, adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]),
+                                                 ctx.now)
             if self.begin(job, row, order, ctx) and order.gpus:
                 for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
                     ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
@@ -334,6 +340,9 @@ class Mover:
         nodes = list(placement.nodes)
         try:
             if step == "requeued":
+                chosen = (adaptive_store.get(self.db, m["uid"]) or {}).get("chosen")
+                if chosen:  # an adaptive job: the batch chosen with the move, read by launch.sbatch
+                    adaptive.hand_batch(self.db, self.slurm, m["uid"], jid, int(chosen), now)
                 self.slurm.resize(jid, len(nodes), int(m["per_node"]), nodes)
                 moves.mark(self.db, mid, step="resized")
                 self.crash.reach("move_after_resize")

@@ -20,7 +20,7 @@ import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
-from lyasched.live import plain, step
+from lyasched.live import adaptive, plain, step
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.placement import fit_placement
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
@@ -145,6 +145,10 @@ class Starter:
             # count on its nodes and tasks): released as submitted, Slurm places it. A lyasub job
             # runs one launcher per node: it is given the policy's nodes and GPUs.
             if not plain.is_plain(row.get("summary")):
+                ad = ctx.adaptive.get(job.job_id)
+                if ad is not None and ctx.cost is not None:  # the batch the policy chose, read by launch.sbatch
+                    adaptive.hand_batch(self.db, self.slurm, row["uid"], job.job_id,
+                                        adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]), now)
                 self.slurm.resize(job.job_id, len(placement), per_node, node_names)
         except SlurmError as e:
             # The job is still held (a held job never runs), whether or not the update reached Slurm.

@@ -93,6 +93,15 @@ class SlurmMoves(Slurm, Protocol):
 
 
 @runtime_checkable
+class SlurmAdminComment(Slurm, Protocol):
+    """Set a job's AdminComment (``scontrol update``): how the service hands an adaptive-batch job
+    the batch it chose (docs/lyasub.md); both backends have it, a test's in-memory one need not."""
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        ...
+
+
+@runtime_checkable
 class SlurmHistory(Slurm, Protocol):
     """The accounting store's history over a time window (`lyasched whatif --since`), on top of
     `Slurm`: both backends have it (through sacct); a test's in-memory backend need not."""
