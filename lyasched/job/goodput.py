@@ -24,7 +24,7 @@ Each is smoothed with its own bias-corrected exponential moving average and phi 
 How the two norms are measured, at one extra local norm per step:
 
 * **DDP** (world > 1): a communication hook (``DistributedDataParallel.register_comm_hook``, which
-  torch supports on gloo and nccl alike) adds each bucket's local squared norm before the
+  torch supports on gloo and nccl alike; the tests run it on gloo/CPU) adds each bucket's local squared norm before the
   all-reduce and the reduced bucket's after it. After ``backward`` the local one is |g_b|^2 at
   b = M/world (the rank's accumulated micro-batches), the reduced one |g_M|^2. The local norms are
   averaged over the ranks with one scalar all-reduce (less variance, and every rank then computes
