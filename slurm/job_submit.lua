@@ -365,10 +365,36 @@ local function managed_decision(job_desc, part_list)
 	return "take", gpus
 end
 
-local function plain_summary(gpus)
+-- A key of what the batch script runs: two polynomial hashes (exact in Lua 5.1's doubles) of its
+-- non-blank lines that are not comments or #SBATCH directives, so the same script submitted again
+-- (other names, outputs, resources) has the same key. lyasched.live.plain.script_of reads it from
+-- sig=plain:<16 hex> and estimates the job from its user's earlier runs of that script first.
+local function script_key(script)
+	local h1, h2, n = 0, 0, 0
+	for line in (script or ""):gmatch("[^\n]+") do
+		local body = line:match("^%s*(.-)%s*$")
+		if body ~= "" and body:sub(1, 1) ~= "#" then
+			for i = 1, #body do
+				local c = body:byte(i)
+				h1 = (h1 * 31 + c) % 2147483647
+				h2 = (h2 * 37 + c) % 2147483629
+			end
+			h1 = (h1 * 31 + 10) % 2147483647
+			h2 = (h2 * 37 + 10) % 2147483629
+			n = n + 1
+		end
+	end
+	if n == 0 then
+		return nil
+	end
+	return string.format("%08x%08x", h1, h2)
+end
+
+local function plain_summary(gpus, script)
+	local key = script_key(script)
 	return string.format(
-		"%sid=%s;sig=plain;b=%d;it=1;gmin=%d;gmax=%d;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1",
-		PREFIX, random_id(), gpus, gpus, gpus
+		"%sid=%s;sig=plain%s;b=%d;it=1;gmin=%d;gmax=%d;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1",
+		PREFIX, random_id(), key and (":" .. key) or "", gpus, gpus, gpus
 	)
 end
 
@@ -392,7 +418,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			return slurm.ERROR
 		end
 		if what == "take" then
-			job_desc.comment = plain_summary(gpus)
+			job_desc.comment = plain_summary(gpus, job_desc.script)
 			hold(job_desc)
 			slurm.log_info("lyasched: taking job %s (%d GPUs) from uid %u in a managed partition",
 				tostring(job_desc.name), gpus, submit_uid)

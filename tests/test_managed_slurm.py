@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lyasched.live import plain
 from lyasched.store import records
 from lyasched.summary import CostSummary
 from test_failsafe_slurm import start_service, stop_service, wait_until
@@ -74,6 +75,14 @@ def test_the_plugin_takes_batch_gpu_jobs_and_leaves_the_rest(as_user, test_user,
                    lambda: subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%k"],
                                           capture_output=True, text=True).stdout.strip() in
                    {"RUNNING|(null)", "COMPLETED|(null)", "COMPLETING|(null)"}, timeout=30)
+    # the same script again (other name, directives, comments, indentation): the same script key
+    again = submitted(sbatch(as_user, test_user, job_dir, "-p", PARTITION, "-J", "again", "--gres=gpu:1", "--time=5",
+                             script='#SBATCH --nice=0\n# another comment\n\n  echo "$(id -un) $SLURM_JOB_NUM_NODES $SLURM_GPUS_ON_NODE"\n'),
+                      slurm_jobs)
+    other = submitted(sbatch(as_user, test_user, job_dir, "-p", PARTITION, "--gres=gpu:1", "--time=5",
+                             script="echo something else\n"), slurm_jobs)
+    keys = {i: plain.script_of(CostSummary.decode(j.comment).sig) for i, j in squeue_jobs([two, again, other]).items()}
+    assert len(keys[two]) == 16 and keys[again] == keys[two] != keys[other], keys
     # an interactive allocation is not delayed
     t0 = time.monotonic()
     r = as_user(test_user, "srun", "-p", PARTITION, "--gres=gpu:1", "--time=1", "true", timeout=60)

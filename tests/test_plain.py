@@ -130,3 +130,17 @@ def test_the_sites_accounting_teaches_the_estimates_without_counting_a_recorded_
     assert first.elapsed > 0
     broken = AccountingSlurm("JobID|User\nnot a table")
     assert plain.accounting(broken, set()) == []  # a history that does not parse: records only, logged
+
+
+def test_the_script_key_the_plugin_writes_is_the_first_key_of_the_estimate():
+    assert plain.script_of("plain:5e9b9148459f10ed") == "5e9b9148459f10ed"
+    assert plain.script_of("plain") == "" and plain.script_of("resnet:plain") == ""
+    s = CostSummary.decode(tag("m0000000000000701").replace("sig=plain;", "sig=plain:5e9b9148459f10ed;"))
+    row = {**finished_row("m0000000000000701", "alice", "a-name", 40.0, T0 - 10), "summary": s.encode()}
+    jobs = plain.PlainJobs([row])
+    job = FakeJob("702", s.encode().replace("m0000000000000701", "m0000000000000702"), name="other-name",
+                  limit="30:00", gpn=2)
+    from lyasched.slurm import query as q
+    sj = q.parse_squeue(job.line() + "\n")[0]
+    est = jobs.estimate(sj, CostSummary.decode(sj.comment), T0)
+    assert est.source == "user+script+gpus" and est.mean_s == pytest.approx(40.0)

@@ -31,10 +31,16 @@ HISTORY_SINCE = "now-30days"  # how far back the site's accounting is read at st
 
 
 def request_of(user: str, name: str, gpus: int, time_limit: float | None, partition: str = "",
-               account: str = "") -> Request:
+               account: str = "", script: str = "") -> Request:
     limit = time_limit if time_limit is not None and math.isfinite(time_limit) and time_limit > 0 else None
     return Request(user=user or "", account=account or "", gpus=max(1, int(gpus)), name=name or "",
-                   time_limit=limit, partition=partition or "")
+                   script=script, time_limit=limit, partition=partition or "")
+
+
+def script_of(sig: str) -> str:
+    """The script key job_submit.lua put in a plain job's sig (``plain:<16 hex>``); "" when none."""
+    head, _, key = sig.partition(":")
+    return key if head == PLAIN_SIG and len(key) == 16 else ""
 
 
 def plain_job(job_id: str, s: CostSummary, estimate: Estimate, submit_time: float, user: str,
@@ -63,7 +69,7 @@ class PlainJobs:
     @staticmethod
     def request(job: SlurmJob, s: CostSummary) -> Request:
         return request_of(job.user, job.name, s.min_gpus, job.time_limit, job.partition,
-                          job.extra.get("account", ""))
+                          job.extra.get("account", ""), script_of(s.sig))
 
     def finished(self, row: dict[str, Any]) -> None:
         """A plain job just ended: it teaches the estimates of the jobs after it."""
@@ -92,7 +98,7 @@ def finished_from_row(row: dict[str, Any]) -> Finished | None:
     s = CostSummary.decode(row["summary"])
     limit = row.get("time_limit")
     req = request_of(row.get("user") or "", row.get("name") or "", s.min_gpus,
-                     float(limit) if limit is not None else None)
+                     float(limit) if limit is not None else None, script=script_of(s.sig))
     submit = row.get("submit_time") or started
     return Finished(request=req, submit=float(submit), start=float(started), elapsed=float(observed),
                     state=row.get("slurm_state") or "COMPLETED")
