@@ -131,3 +131,32 @@ def test_fixed_batch_jobs_rows_are_unchanged_by_the_feature(db):
     svc = service(db, slurm, policy)
     svc.run_slot()
     assert "adaptive" not in db.table_names()
+
+
+def test_a_move_hands_the_batch_chosen_for_the_new_gpus_before_its_resize(db, tmp_path):
+    """An adaptive checkpointable job shrunk 4 -> 2 GPUs: the batch best for 2 GPUs at its reported
+    phi and progress goes into its AdminComment after the requeue, before the resize."""
+    from test_mover import MoveAs, MovingSlurm, make, save_marker
+
+    comment = CostSummary(uid="uid-00000001", sig="cnn:test", global_batch=64, iterations=200, min_gpus=1,
+                          max_gpus=8, alpha=0.01, beta=0.002, params=1_000_000, checkpointable=True, max_batch=1024,
+                          lr_rule="sqrt").encode()
+    job = FakeJob("101", comment, state="RUNNING", reason="None", start=1_000_100.0 - 1000, nodes=("node1",), gpn=4)
+    slurm = MovingSlurm(jobs=[job])
+    slurm.nodes[0] = ("node1", 4, 4, "ALLOCATED")
+    adaptive_store.record_status(db, "uid-00000001", "101", {"batch": 256, "m0": 64, "phi": 5000.0, "base": 50.0}, 0.0)
+    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path)
+    svc.run_slot()
+    chosen = adaptive_store.get(db, "uid-00000001")["chosen"]
+    j = Job("101", CostSummary.decode(comment).to_profile(), 64, 200, max_gpus=8,
+            adaptive=Adaptive(1024, NoiseScale.constant(5000.0)))
+    assert chosen == best_batch(CostModel(svc.inputs._last_cluster), j, 2, False, 0.25) > 64
+    assert admin_comments(slurm) == []  # nothing handed until the job is requeued
+    save_marker(tmp_path, step=41)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    sent = slurm.sent()
+    ac = ["scontrol", "update", "JobId=101", f"AdminComment=lyasched-batch={chosen}"]
+    assert ac in sent
+    resize = next(c for c in sent if any(a.startswith("NumNodes=") for a in c))
+    assert sent.index(["scontrol", "requeuehold", "101"]) < sent.index(ac) < sent.index(resize)

@@ -81,8 +81,8 @@ class Watch:
             if now - self._last.get(job.job_id, -math.inf) < self.read_every:
                 continue
             self._last[job.job_id] = now
-            workdir = workdir_of(slurm, job.job_id)
             owner = userfiles.uid_of(job.user)
+            workdir = workdir_of(slurm, job.job_id) if owner is not None else None
             if workdir is None or owner is None:
                 continue
             try:
