@@ -37,6 +37,12 @@ sqrt(2T / interval) times instead of T / interval (the count is the job's comple
 off the state: the simulator's checkpoints, the service's done moves). Pure and deterministic: the only
 state is the core's memo of rows.
 
+Adaptive jobs (a batch chosen with the GPUs, lyasched.costmodel.goodput) need nothing of their
+own here: their rows, waiting or running, are their time left at their best batch per count from
+their progress, so every score, swap and grow above values a count by the goodput it buys, and a
+start's ``Decision.batch`` stays None (the executor's best batch for that count; docs/elastic.md,
+"Adaptive jobs").
+
 Two optional checks on a swap the score accepts, measured and not adopted (docs/model.md,
 section 3, "Robust swaps"), live in benchmarks/experiments/variants/swaps.py: they act through the
 extension points `_swap_check` (a per-slot check that may veto a swap) and `_swap_credit`.
