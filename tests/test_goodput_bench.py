@@ -52,6 +52,16 @@ def test_run_one_gives_every_ratio_and_the_bound():
     assert r["bound_s"]["adaptive"] <= r["bound_s"]["fixed"] * (1 + 1e-9)  # choosing the batch never slows a job alone
 
 
+def test_a_replay_past_the_wall_limit_is_listed_without_figures():
+    w = B.family_row(B.FAMILY, 1.0, 0, "design", jobs=8)
+    r = B.run_one(w, wall_limit_s=0.0)
+    assert r["timed_out"] == [label for label, _, _ in B.RUNS] and r["avg_jct_s"] == {}
+    assert not any(k in r for k in B.RATIOS)
+    ok = B.run_one(w, B.RUNS[:1] + B.RUNS[2:3])  # goodput and elastic only
+    worst, med = B.summary([r, ok])
+    assert set(worst) == set(med) == {"vs_elastic"} and worst["vs_elastic"] == ok["vs_elastic"]
+
+
 def test_json_shape_on_a_tiny_run():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "goodput.py"), "--quick", "--only", "design",
                           "--loads", "1", "--family-only", "--jobs", "12", "--json"],
