@@ -19,6 +19,7 @@ from lyasched.costmodel.jobspec import Job
 from lyasched.live import adaptive
 from lyasched.store import adaptive as adaptive_store
 from lyasched.store import records
+from lyasched.slurm import SlurmError
 from lyasched.summary import CostSummary
 from test_service import FakeJob, FakeSlurm, StartAs, service, summary
 
@@ -160,3 +161,22 @@ def test_a_move_hands_the_batch_chosen_for_the_new_gpus_before_its_resize(db, tm
     assert ac in sent
     resize = next(c for c in sent if any(a.startswith("NumNodes=") for a in c))
     assert sent.index(["scontrol", "requeuehold", "101"]) < sent.index(ac) < sent.index(resize)
+
+
+def test_a_refused_admin_comment_still_starts_the_job_at_its_base_batch(db):
+    """The service not a Slurm administrator: the AdminComment update fails; the job is resized and
+    released all the same (it starts at its base batch and re-tunes itself)."""
+
+    class Refusing(FakeSlurm):
+        def run(self, args, *, idempotent=True, input=None):
+            if any(str(a).startswith("AdminComment=") for a in args):
+                self.calls.append(list(args))
+                raise SlurmError(list(args), "Access/permission denied for job 601")
+            return super().run(args, idempotent=idempotent, input=input)
+
+    slurm = Refusing(jobs=[FakeJob("601", adaptive_summary("uid-00000601"))])
+    svc = service(db, slurm, StartAs({"601": ((0, 2),)}))
+    svc.run_slot()
+    assert len(admin_comments(slurm)) == 1 and slurm.actions("release") == [["scontrol", "release", "601"]]
+    assert records.get_job(db, "uid-00000601")["state"] == "released"
+    assert adaptive_store.get(db, "uid-00000601") is None  # nothing handed, nothing recorded as chosen

@@ -127,9 +127,10 @@ def chosen_batch(job: Job, d: Any, cost: Any, fraction: float) -> int:
 
 
 def hand_batch(db: Any, slurm: Any, uid: str, job_id: str, batch: int, now: float | None = None) -> bool:
-    """Set the job's AdminComment to the batch (before its release) and record it; False when the
-    backend cannot (the job then starts at its base batch and re-tunes itself). Slurm errors
-    propagate: the caller treats them as a failed update of the held job."""
+    """Set the job's AdminComment to the batch (before its release) and record it; False when
+    Slurm or the backend cannot (refused: the service is not a Slurm administrator; or failed):
+    the job then starts at its base batch and re-tunes itself, rather than stay held."""
+    from lyasched.slurm import SlurmError
     from lyasched.slurm.backend import SlurmAdminComment
 
     if batch < 1:
@@ -137,6 +138,11 @@ def hand_batch(db: Any, slurm: Any, uid: str, job_id: str, batch: int, now: floa
     if not isinstance(slurm, SlurmAdminComment):
         log.warning("job %s: this Slurm backend cannot set an AdminComment: it starts at its base batch", job_id)
         return False
-    slurm.set_admin_comment(job_id, f"{ADMIN_PREFIX}{int(batch)}")
+    try:
+        slurm.set_admin_comment(job_id, f"{ADMIN_PREFIX}{int(batch)}")
+    except SlurmError as e:
+        log.warning("job %s: batch %d not handed (%s): it starts at its base batch", job_id, batch,
+                    str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return False
     store.record_chosen(db, uid, job_id, batch, time.time() if now is None else now)
     return True
