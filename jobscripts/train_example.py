@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-local-batch", type=int, default=_env_int(goodput.ENV_MAX_LOCAL, 0),
                    help="adaptive: accumulate gradients past this per-GPU batch (env LYASCHED_MAX_LOCAL_BATCH; 0: never)")
     p.add_argument("--retune-every", type=int, default=20, help="adaptive: steps between the job's own batch choices")
+    p.add_argument("--prior-step-times", action="store_true",
+                   help="adaptive: choose batches from the prior step-time line only, not the measured times "
+                        "(choices that depend on phi alone: reproducible, e.g. for a test)")
     p.add_argument("--noise-decay", type=float, default=0.9, help="adaptive: EMA decay of the noise-scale estimates")
     p.add_argument("--batch-schedule", default=None, help="adaptive: replay this logged batch schedule exactly")
     p.add_argument("--schedule-out", default=None, help="adaptive: write the run's batch schedule here at the end")
@@ -226,7 +229,8 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
         agent = goodput.BatchAgent(
             m0=m0, max_batch=args.max_batch or 8 * m0, world=world, rule=args.lr_rule, batch=chosen,
             max_local=args.max_local_batch, prior_alpha=float(os.environ.get(goodput.ENV_ALPHA) or 0.0),
-            prior_beta=float(os.environ.get(goodput.ENV_BETA) or 1.0), retune_every=args.retune_every)
+            prior_beta=float(os.environ.get(goodput.ENV_BETA) or 1.0), retune_every=args.retune_every,
+            measure=not args.prior_step_times)
         replay = goodput.read_schedule(open(args.batch_schedule).read()) if args.batch_schedule else None
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

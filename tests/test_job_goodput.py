@@ -151,6 +151,13 @@ def test_agent_measured_step_times_override_the_prior():
     assert a.best(1000.0) > 64
 
 
+def test_agent_without_measuring_keeps_to_the_prior():
+    a = _agent(prior_alpha=0.0, prior_beta=1.0, measure=False)
+    a.record(gp.Plan(64, 16, 1), 1.0)
+    a.record(gp.Plan(128, 32, 1), 1.01)
+    assert a.times == {} and a.best(1000.0) == 64
+
+
 def test_agent_progress_in_base_steps_and_state_round_trip():
     a = _agent(retune_every=2)
     plan = a.plan()

@@ -265,6 +265,7 @@ class BatchAgent:
     prior_beta: float = 1.0
     retune_every: int = 50
     grid: int = 12  # candidates between m0 and the max batch (geometric)
+    measure: bool = True  # False: choose from the prior step-time line only (reproducible choices, e.g. tests)
     progress: float = 0.0  # base steps done
     steps: int = 0  # optimizer steps done (all (re)starts)
     times: dict[int, list[float]] = field(default_factory=dict)  # micro-batch -> recent per-micro-step seconds
@@ -298,8 +299,8 @@ class BatchAgent:
 
     # ---- throughput from the job's own step times
     def record(self, plan: Plan, seconds: float) -> None:
-        """One step's measured time (the last 20 per micro-batch are kept)."""
-        if seconds > 0 and math.isfinite(seconds):
+        """One step's measured time (the last 20 per micro-batch are kept; none when not ``measure``)."""
+        if self.measure and seconds > 0 and math.isfinite(seconds):
             per = self.times.setdefault(plan.micro, [])
             per.append(seconds / plan.accum)
             del per[:-20]
