@@ -164,3 +164,12 @@ def test_script_key():
     assert a and a == script_key("#!/bin/bash\n#SBATCH -G 4\npython train.py\n")
     assert a != script_key("#!/bin/bash\n#SBATCH -G 8\npython train.py\n")
     assert script_key("\n  \n") == ""
+
+
+def test_outlived_grows_but_never_past_the_limit():
+    from lyasched.estimates import outlived
+
+    assert outlived(600.0, 100.0, 3600.0) == 600.0
+    assert outlived(600.0, 700.0, 3600.0) == 1400.0
+    assert outlived(600.0, 3000.0, 3600.0) == 3600.0
+    assert outlived(600.0, 5000.0, None) == 10_000.0

@@ -3,7 +3,7 @@ jobs: per-user recent history matched on name/script/GPU count, capped at the ti
 docs/estimates.md says how and why.
 """
 
-from lyasched.estimates.estimator import RuntimeEstimator
+from lyasched.estimates.estimator import RuntimeEstimator, outlived
 from lyasched.estimates.model import Estimate, Finished, Request, script_key
 
-__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator", "script_key"]
+__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator", "outlived", "script_key"]

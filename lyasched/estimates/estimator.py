@@ -181,3 +181,13 @@ class RuntimeEstimator:
         except (KeyError, TypeError) as e:
             raise ValueError(f"malformed RuntimeEstimator state: {e}") from None
         return est
+
+
+def outlived(estimate_s: float, elapsed_s: float, time_limit: float | None) -> float:
+    """The run time to expect of a job still running at ``elapsed_s``: its estimate while it has
+    not reached it; past it, twice what it has run so far (Tsafrir et al. extend an exceeded
+    prediction step by step), never more than its time limit, so a job that outlives its
+    estimate is never taken as longer than the limit Slurm will end it at."""
+    if elapsed_s < estimate_s:
+        return estimate_s
+    return _cap(max(2.0 * elapsed_s, estimate_s), time_limit)
