@@ -161,3 +161,29 @@ def test_cli_managed_html_report(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert s["managed"]["estimates"]["jobs"] == 12 and "backfill (Slurm, time limits)" in (out / "report.html").read_text()
     assert "--managed: every policy saw" in (out / "report.html").read_text()
+
+
+def _bench():
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "managed_whatif.py"
+    spec = importlib.util.spec_from_file_location("managed_whatif", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_history_has_habits_and_loose_limits():
+    bench = _bench()
+    text = bench.synthetic_history(5, jobs=600)
+    assert text == bench.synthetic_history(5, jobs=600)  # fixed by its seed
+    parsed = parse_sacct(text, "synth")
+    h = build_history(parsed.records)
+    assert len(h.jobs) == 600 and all(j.time_limit and j.work_s <= j.time_limit for j in h.jobs)
+    assert {j.state for j in h.jobs} <= {"COMPLETED", "FAILED", "TIMEOUT"}
+    done = [j for j in h.jobs if j.state == "COMPLETED"]
+    assert np.median([j.time_limit / j.work_s for j in done]) > 2  # users ask for much more than they use
+    f = estimate_figures(h.jobs, history_estimates(h.jobs, names_of(parsed)))
+    assert f["sources"].get("user+name+gpus", 0) > len(h.jobs) // 2  # users repeat their jobs
+    assert f["median_rel_error"] < f["time_limits"]["median_rel_error"]
