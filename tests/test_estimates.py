@@ -157,15 +157,6 @@ def test_loader_keeps_finished_gpu_runs_in_end_order():
     assert e.source.startswith("user") and e.mean_s > 0
 
 
-def test_script_key():
-    from lyasched.estimates import script_key
-
-    a = script_key("#!/bin/bash\n#SBATCH -G 4\n\npython train.py  \n")
-    assert a and a == script_key("#!/bin/bash\n#SBATCH -G 4\npython train.py\n")
-    assert a != script_key("#!/bin/bash\n#SBATCH -G 8\npython train.py\n")
-    assert script_key("\n  \n") == ""
-
-
 def test_outlived_grows_but_never_past_the_limit():
     from lyasched.estimates import outlived
 

@@ -4,6 +4,6 @@ docs/estimates.md says how and why.
 """
 
 from lyasched.estimates.estimator import RuntimeEstimator, outlived
-from lyasched.estimates.model import Estimate, Finished, Request, script_key
+from lyasched.estimates.model import Estimate, Finished, Request
 
-__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator", "outlived", "script_key"]
+__all__ = ["Estimate", "Finished", "Request", "RuntimeEstimator", "outlived"]

@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-
-
-def script_key(script: str) -> str:
-    """``Request.script`` for a batch script or command: a short hash of its text with blank lines
-    and trailing spaces dropped, so that resubmitting the same script matches whatever the editor did."""
-    text = "\n".join(ln.rstrip() for ln in script.splitlines() if ln.strip())
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] if text else ""
 
 
 @dataclass(frozen=True)
