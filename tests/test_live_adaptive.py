@@ -180,3 +180,22 @@ def test_a_refused_admin_comment_still_starts_the_job_at_its_base_batch(db):
     assert len(admin_comments(slurm)) == 1 and slurm.actions("release") == [["scontrol", "release", "601"]]
     assert records.get_job(db, "uid-00000601")["state"] == "released"
     assert adaptive_store.get(db, "uid-00000601") is None  # nothing handed, nothing recorded as chosen
+
+
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_the_shipped_policies_start_an_adaptive_job_at_its_best_batch(db, policy):
+    """With a real policy: the batch handed is the best for the GPUs it chose at the reported phi
+    and progress (the policy's Decision.batch, or goodput.best_batch: the same number)."""
+    from lyasched.policy import make_policy
+
+    slurm = FakeSlurm(jobs=[FakeJob("701", adaptive_summary("uid-00000701", mb=4096))])
+    adaptive_store.record_status(db, "uid-00000701", "701", {"batch": 512, "m0": 64, "phi": 20000.0, "base": 20.0}, 0.0)
+    svc = service(db, slurm, make_policy(policy))
+    svc.run_slot()
+    [ac] = admin_comments(slurm)
+    (dec,) = [d for d in records.decisions_for(db, "uid-00000701") if d["action"] == "start"]
+    nodes = json.loads(dec["nodes"])
+    j = Job("701", CostSummary.decode(slurm.jobs[0].comment).to_profile(), 64, 200, max_gpus=8,
+            adaptive=Adaptive(4096, NoiseScale.constant(20000.0)))
+    best = best_batch(CostModel(svc.inputs._last_cluster), j, dec["gpus"], len(nodes) > 1, 0.1)
+    assert ac[-1] == f"AdminComment=lyasched-batch={best}" and best > 64
