@@ -14,7 +14,8 @@ from lyasched.job.launcher import AdaptiveLaunch, render, write_script
 FAKE_SCONTROL = """#!/bin/bash
 if [[ "$*" == "show hostnames "* ]]; then echo n1
 elif [[ "$*" == "--oneliner show node "* ]]; then echo "NodeName=$4 NodeAddr=10.0.0.1"
-elif [[ "$*" == "--oneliner show job "* ]]; then echo "JobId=$4 JobName=x Comment=lyasched:v1;b=1 $FAKE_ADMIN_COMMENT Reason=None"
+elif [[ "$*" == "show job "* ]]; then
+    printf 'JobId=%s JobName=x AdminComment=lyasched-batch=999\n   Comment=lyasched:v1;b=1\n   %s\n   WorkDir=/tmp/a AdminComment=lyasched-batch=777\n' "$3" "$FAKE_ADMIN_COMMENT"
 else exit 1; fi
 """
 FAKE_SRUN = """#!/bin/bash
@@ -51,7 +52,7 @@ AD = AdaptiveLaunch(max_batch=1024, lr_rule="adascale", alpha=0.01, beta=2e-4, m
     ("AdminComment=lyasched-batch=256", 4, 256),
     ("AdminComment=lyasched-batch=258", 4, 256),  # rounded down to what 4 GPUs split
     ("", 4, 64),  # no batch set by the service: the base batch
-    ("AdminComment=somebody-else", 4, 64),
+    ("AdminComment=somebody-else", 4, 64),  # (and a job name or path posing as one is not read: 999, 777)
     ("AdminComment=lyasched-batch=2", 4, 4),  # never below one sample per GPU
 ])
 def test_adaptive_job_takes_the_service_batch(tmp_path, admin, gpus, batch):
