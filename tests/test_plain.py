@@ -144,3 +144,22 @@ def test_the_script_key_the_plugin_writes_is_the_first_key_of_the_estimate():
     sj = q.parse_squeue(job.line() + "\n")[0]
     est = jobs.estimate(sj, CostSummary.decode(sj.comment), T0)
     assert est.source == "user+script+gpus" and est.mean_s == pytest.approx(40.0)
+
+
+def test_the_sites_accounting_is_read_once_when_the_first_plain_job_is_estimated():
+    calls = []
+    older = plain.Finished(plain.request_of("alice", "sweep", 2, 1800.0), submit=T0 - 900, start=T0 - 890,
+                           elapsed=500.0)
+
+    def history():
+        calls.append(1)
+        return [older]
+
+    jobs = plain.PlainJobs([finished_row("m0000000000000801", "alice", "sweep", 100.0, T0 - 100)], history)
+    assert calls == []  # a service without plain jobs never reads sacct
+    from lyasched.slurm import query as q
+    sj = q.parse_squeue(FakeJob("802", tag("m0000000000000802"), name="sweep", limit="30:00", gpn=2).line() + "\n")[0]
+    s = CostSummary.decode(sj.comment)
+    assert jobs.estimate(sj, s, T0).mean_s == pytest.approx(300.0)  # the records' 100 s and sacct's 500 s
+    jobs.estimate(sj, s, T0)
+    assert calls == [1]

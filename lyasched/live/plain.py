@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from lyasched.costmodel.cost import Profile
 from lyasched.costmodel.jobspec import Job
@@ -55,15 +55,28 @@ def plain_job(job_id: str, s: CostSummary, estimate: Estimate, submit_time: floa
 
 
 class PlainJobs:
-    """The estimator the service keeps for plain jobs: rebuilt from the records at start."""
+    """The estimator the service keeps for plain jobs: rebuilt from the records at start; the
+    site's accounting (``history``: a loader, called once, when the first plain job is estimated,
+    so a site without managed partitions never pays for a long sacct) joins it then."""
 
-    def __init__(self, rows: Iterable[dict[str, Any]] = (), history: Iterable[Finished] = ()) -> None:
+    def __init__(self, rows: Iterable[dict[str, Any]] = (),
+                 history: Callable[[], list[Finished]] | None = None) -> None:
+        self.past = sorted(filter(None, map(finished_from_row, rows)), key=_order)
+        self.history = history
         self.estimator = RuntimeEstimator()
-        past = sorted([*history, *filter(None, map(finished_from_row, rows))], key=lambda f: (f.end, f.submit))
-        self.estimator.observe_all(past)
-        self.known = len(past)
+        self.estimator.observe_all(self.past)
+        self.known = len(self.past)
 
     def estimate(self, job: SlurmJob, s: CostSummary, now: float) -> Estimate:
+        if self.history is not None:
+            load, self.history = self.history, None
+            more = load()
+            if more:  # in time order with what the records taught (the estimator learns in order)
+                self.past = sorted([*self.past, *more], key=_order)
+                self.estimator = RuntimeEstimator()
+                self.estimator.observe_all(self.past)
+                self.known = len(self.past)
+                log.info("plain jobs: %d finished GPU jobs from sacct join the estimates", len(more))
         return self.estimator.estimate(self.request(job, s), now)
 
     @staticmethod
@@ -75,8 +88,13 @@ class PlainJobs:
         """A plain job just ended: it teaches the estimates of the jobs after it."""
         f = finished_from_row(row)
         if f is not None:
+            self.past.append(f)
             self.estimator.observe(f)
             self.known += 1
+
+
+def _order(f: Finished) -> tuple[float, float]:
+    return (f.end, f.submit)
 
 
 def is_plain(summary_text: str | None) -> bool:
@@ -107,12 +125,12 @@ def finished_from_row(row: dict[str, Any]) -> Finished | None:
 def load(db: Any, slurm: Any = None) -> PlainJobs:
     """The estimator from the finished plain jobs in the records and, when Slurm keeps accounting,
     the GPU jobs of the last 30 days in `sacct` that the records do not have (any partition: a
-    user's jobs elsewhere say how long their jobs run too)."""
+    user's jobs elsewhere say how long their jobs run too), read when first needed."""
     rows = list(db.query("select * from jobs where state = 'finished' and summary like '%;pl=1%'"))
-    history = accounting(slurm, {str(r["slurm_id"]) for r in rows}) if slurm is not None else []
-    out = PlainJobs(rows, history)
+    known = {str(r["slurm_id"]) for r in rows}
+    out = PlainJobs(rows, (lambda: accounting(slurm, known)) if slurm is not None else None)
     if out.known:
-        log.info("plain jobs: %d finished jobs (%d from sacct) teach the estimates", out.known, len(history))
+        log.info("plain jobs: %d finished ones in the records teach the estimates", out.known)
     return out
 
 
