@@ -73,8 +73,11 @@ _FLAGS = (CK, PL)
 MB = _Field("mb", "max_batch", "int", 1, 1_048_576)
 LR = _Field("lr", "lr_rule", "rule")
 LR_RULES = ("linear", "sqrt", "adascale")
+# optional, written by the service only (the plugin refuses a user's change of the comment): the
+# global batch the scheduler chose for this (re)start of an adaptive job, read by launch.sbatch
+CB = _Field("cb", "chosen_batch", "int", 1, 1_048_576)
 _ADAPTIVE = (MB, LR)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE)}
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -133,6 +136,7 @@ class CostSummary:
     plain: bool = False  # key pl, optional: 1 = a managed partition's plain job (no profile)
     max_batch: int = 0  # key mb, optional (with lr): the largest global batch of an adaptive job; 0 = fixed batch
     lr_rule: str = ""  # key lr: linear, sqrt or adascale (docs/lyasub.md, "Adaptive batch")
+    chosen_batch: int = 0  # key cb: the batch the service chose for the job's (re)start; 0 = none yet
 
     @property
     def adaptive(self) -> bool:
@@ -176,6 +180,9 @@ class CostSummary:
             raise ValueError(f"cost summary: mb must be an integer and lr a string, got {mb!r}, {rule!r}")
         if (mb == 0) != (rule == ""):
             raise ValueError("cost summary: mb and lr go together (both or neither)")
+        cb = self.chosen_batch
+        if isinstance(cb, bool) or not isinstance(cb, int) or cb < 0 or (cb and not mb) or cb > max(mb, 0):
+            raise ValueError(f"cost summary: cb={cb!r} must be a batch of an adaptive job, at most mb={mb}")
         if mb == 0:
             return
         if not MB.lo <= mb <= MB.hi:
@@ -194,6 +201,8 @@ class CostSummary:
         parts.extend(f"{flag.key}=1" for flag in _FLAGS if getattr(self, flag.attr))
         if self.max_batch:
             parts.extend((f"{MB.key}={self.max_batch}", f"{LR.key}={self.lr_rule}"))
+        if self.chosen_batch:
+            parts.append(f"{CB.key}={self.chosen_batch}")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -224,8 +233,8 @@ class CostSummary:
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
-            if f is MB and not MB.lo <= values[f.attr] <= MB.hi:  # 0 would read as "absent"
-                raise ValueError(f"cost summary: mb={raw!r} is out of bounds [{MB.lo:g}, {MB.hi:g}]")
+            if f in (MB, CB) and not f.lo <= values[f.attr] <= f.hi:  # 0 would read as "absent"
+                raise ValueError(f"cost summary: {key}={raw!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
             if f in _FLAGS:
                 if values[f.attr] != 1:
                     raise ValueError(f"cost summary: {key}={raw!r} must be 1 (or absent)")

@@ -115,6 +115,7 @@ local FIELDS = {
 		return nil, "must be linear, sqrt or adascale"
 	end,
 	pl = int_field(1, 1), -- optional: a plain job of a managed partition, tagged by this plugin (no profile)
+	cb = int_field(1, 1048576), -- optional, the service's: an adaptive job's batch for its (re)start (with mb)
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 
@@ -166,6 +167,9 @@ local function validate(summary)
 	end
 	if (seen.mb == nil) ~= (seen.lr == nil) then
 		return nil, "mb and lr go together (both or neither)"
+	end
+	if seen.cb ~= nil and (seen.mb == nil or seen.cb > seen.mb) then
+		return nil, "cb needs mb and must be at most mb"
 	end
 	if seen.mb ~= nil and seen.mb < seen.b then
 		return nil, string.format("mb=%d is below b=%d", seen.mb, seen.b)

@@ -132,6 +132,8 @@ LONG_SIG = "s" * 128
     (summary(mb="128", lr="sqrt"), "mb=128 is below b=256"),
     (summary(mb="0", lr="sqrt"), "mb=0: must be in 1..1048576"),
     (summary(mb="512", lr="cubic"), "lr=cubic: must be linear, sqrt or adascale"),
+    (summary(cb="512"), "cb needs mb and must be at most mb"),
+    (summary(mb="512", lr="sqrt", cb="1024"), "cb needs mb and must be at most mb"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
     (PREFIX + "b", "field 'b' is not key=value"),
@@ -166,6 +168,7 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"ck": "1"},  # optional: the job is checkpointable (lyasub --checkpointable)
     {"mb": "256", "lr": "linear"},  # optional, together: an adaptive batch (lyasub --adaptive-batch)
     {"mb": "1048576", "lr": "adascale", "ck": "1"},
+    {"mb": "512", "lr": "sqrt", "cb": "384"},  # the service's chosen batch (it writes it; a user may too: harmless)
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)

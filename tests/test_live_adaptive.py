@@ -1,9 +1,11 @@
 """The service's side of an adaptive-batch job (lyasched.live.adaptive), against the fake Slurm
-runner of test_service: the batch handed at the start (AdminComment, before the resize), phi
+runner of test_service: the batch handed at the start (the Comment's cb, before the resize), phi
 and progress read from the running job's report into the records, fed to the policy's rows, shown
 by lyastat (text and --json); a fixed-batch job is untouched."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import getpass
 import json
@@ -49,8 +51,14 @@ def db():
     return records.open_records(":memory:")
 
 
-def admin_comments(slurm) -> list[list[str]]:
-    return [c for c in slurm.actions("update") if any(a.startswith("AdminComment=") for a in c)]
+def comments(slurm) -> list[list[str]]:
+    """The Comment updates: how the chosen batch is handed (key cb of the job's cost summary)."""
+    return [c for c in slurm.actions("update") if any(a.startswith("Comment=") for a in c)]
+
+
+def handed(comment: str, batch: int) -> str:
+    """The Comment the service writes: the job's summary with cb=batch."""
+    return "Comment=" + replace(CostSummary.decode(comment), chosen_batch=batch).encode()
 
 
 def test_parse_status_is_bounded_and_typed():
@@ -74,17 +82,17 @@ def test_start_hands_the_batch_then_reads_phi_and_lyastat_shows_it(tmp_path):
     slurm.workdir = str(tmp_path)
     svc = service(db, slurm, StartAs({"301": ((0, 4),), "302": ((1, 2),)}))
     svc.run_slot()
-    [ac] = admin_comments(slurm)
+    [ac] = comments(slurm)
     cluster = svc.inputs._last_cluster
     j = Job("301", CostSummary.decode(job.comment).to_profile(), 64, 200, min_gpus=1, max_gpus=8,
             adaptive=Adaptive(1024, NoiseScale.constant(adaptive.PRIOR_PHI)))
     expect = best_batch(CostModel(cluster), j, 4, False, 0.0)
-    assert ac == ["scontrol", "update", "JobId=301", f"AdminComment=lyasched-batch={expect}"]
+    assert ac == ["scontrol", "update", "JobId=301", handed(job.comment, expect)]
     assert expect == 64  # no phi yet: its base batch is its best
     # handed before the resize, and only to the adaptive job
     resize = next(c for c in slurm.actions("update") if c[2] == "JobId=301" and c is not ac)
     assert slurm.calls.index(ac) < slurm.calls.index(resize)
-    assert not any(c[2] == "JobId=302" for c in admin_comments(slurm))
+    assert not any(c[2] == "JobId=302" for c in comments(slurm))
     assert adaptive_store.get(db, "uid-00000301")["chosen"] == 64
     # running: the job reports phi and a grown batch in its sidecar
     job.state, job.reason, job.start, job.nodes, job.gpn = "RUNNING", "None", 1_000_101.0, ("node1",), 4
@@ -136,7 +144,7 @@ def test_fixed_batch_jobs_rows_are_unchanged_by_the_feature(db):
 
 def test_a_move_hands_the_batch_chosen_for_the_new_gpus_before_its_resize(db, tmp_path):
     """An adaptive checkpointable job shrunk 4 -> 2 GPUs: the batch best for 2 GPUs at its reported
-    phi and progress goes into its AdminComment after the requeue, before the resize."""
+    phi and progress goes into its cost summary (Comment, cb) after the requeue, before the resize."""
     from test_mover import MoveAs, MovingSlurm, make, save_marker
 
     comment = CostSummary(uid="uid-00000001", sig="cnn:test", global_batch=64, iterations=200, min_gpus=1,
@@ -152,24 +160,24 @@ def test_a_move_hands_the_batch_chosen_for_the_new_gpus_before_its_resize(db, tm
     j = Job("101", CostSummary.decode(comment).to_profile(), 64, 200, max_gpus=8,
             adaptive=Adaptive(1024, NoiseScale.constant(5000.0)))
     assert chosen == best_batch(CostModel(svc.inputs._last_cluster), j, 2, False, 0.25) > 64
-    assert admin_comments(slurm) == []  # nothing handed until the job is requeued
+    assert comments(slurm) == []  # nothing handed until the job is requeued
     save_marker(tmp_path, step=41)
     svc.clock_state["t"] += 2
     svc.run_slot()
     sent = slurm.sent()
-    ac = ["scontrol", "update", "JobId=101", f"AdminComment=lyasched-batch={chosen}"]
+    ac = ["scontrol", "update", "JobId=101", handed(comment, chosen)]
     assert ac in sent
     resize = next(c for c in sent if any(a.startswith("NumNodes=") for a in c))
     assert sent.index(["scontrol", "requeuehold", "101"]) < sent.index(ac) < sent.index(resize)
 
 
-def test_a_refused_admin_comment_still_starts_the_job_at_its_base_batch(db):
-    """The service not a Slurm administrator: the AdminComment update fails; the job is resized and
-    released all the same (it starts at its base batch and re-tunes itself)."""
+def test_a_refused_comment_update_still_starts_the_job_at_its_base_batch(db):
+    """Slurm refuses the Comment update: the job is resized and released all the same (it starts at
+    its base batch and re-tunes itself)."""
 
     class Refusing(FakeSlurm):
         def run(self, args, *, idempotent=True, input=None):
-            if any(str(a).startswith("AdminComment=") for a in args):
+            if any(str(a).startswith("Comment=") for a in args):
                 self.calls.append(list(args))
                 raise SlurmError(list(args), "Access/permission denied for job 601")
             return super().run(args, idempotent=idempotent, input=input)
@@ -177,7 +185,7 @@ def test_a_refused_admin_comment_still_starts_the_job_at_its_base_batch(db):
     slurm = Refusing(jobs=[FakeJob("601", adaptive_summary("uid-00000601"))])
     svc = service(db, slurm, StartAs({"601": ((0, 2),)}))
     svc.run_slot()
-    assert len(admin_comments(slurm)) == 1 and slurm.actions("release") == [["scontrol", "release", "601"]]
+    assert len(comments(slurm)) == 1 and slurm.actions("release") == [["scontrol", "release", "601"]]
     assert records.get_job(db, "uid-00000601")["state"] == "released"
     assert adaptive_store.get(db, "uid-00000601") is None  # nothing handed, nothing recorded as chosen
 
@@ -192,10 +200,10 @@ def test_the_shipped_policies_start_an_adaptive_job_at_its_best_batch(db, policy
     adaptive_store.record_status(db, "uid-00000701", "701", {"batch": 512, "m0": 64, "phi": 20000.0, "base": 20.0}, 0.0)
     svc = service(db, slurm, make_policy(policy))
     svc.run_slot()
-    [ac] = admin_comments(slurm)
+    [ac] = comments(slurm)
     (dec,) = [d for d in records.decisions_for(db, "uid-00000701") if d["action"] == "start"]
     nodes = json.loads(dec["nodes"])
     j = Job("701", CostSummary.decode(slurm.jobs[0].comment).to_profile(), 64, 200, max_gpus=8,
             adaptive=Adaptive(4096, NoiseScale.constant(20000.0)))
     best = best_batch(CostModel(svc.inputs._last_cluster), j, dec["gpus"], len(nodes) > 1, 0.1)
-    assert ac[-1] == f"AdminComment=lyasched-batch={best}" and best > 64
+    assert ac[-1] == handed(slurm.jobs[0].comment, best) and best > 64

@@ -94,6 +94,9 @@ def test_from_profile_round_trip() -> None:
         (GOOD + ";mb=0;lr=sqrt", "out of bounds"),
         (GOOD + ";mb=2048;lr=cubic", "learning-rate rule"),
         (GOOD + ";mb=2048;lr=sqrt;mb=4096", "twice"),
+        (GOOD + ";cb=512", "cb=512 must be a batch of an adaptive job"),
+        (GOOD + ";mb=2048;lr=sqrt;cb=4096", "at most mb=2048"),
+        (GOOD + ";mb=2048;lr=sqrt;cb=0", "out of bounds"),
     ],
 )
 def test_decode_rejects(text: str, fragment: str) -> None:
@@ -183,3 +186,10 @@ def test_out_of_bounds_floats_rejected(s: CostSummary, key: str, over: float) ->
         fields = [f if not f.startswith(key + "=") else f"{key}={bad!r}" for f in s.encode()[len(PREFIX):].split(";")]
         with pytest.raises(ValueError):
             CostSummary.decode(PREFIX + ";".join(fields))
+
+
+def test_the_chosen_batch_round_trips_and_is_written_after_the_adaptive_keys() -> None:
+    s = CostSummary.decode(GOOD + ";mb=2048;lr=sqrt;cb=1024")
+    assert s.chosen_batch == 1024 and s.adaptive
+    assert s.encode().endswith(";mb=2048;lr=sqrt;cb=1024") and CostSummary.decode(s.encode()) == s
+    assert dataclasses.replace(s, chosen_batch=0).encode() == CostSummary.decode(GOOD + ";mb=2048;lr=sqrt").encode()

@@ -118,8 +118,8 @@ def render(
     checkpoint directory and ``#SBATCH --signal=USR1@signal_lead_s`` (a checkpoint before its time
     limit too); the scheduler may move it (docs/elastic.md). ``adaptive``: the scheduler chooses the
     global batch at every (re)start (``global_batch`` is the base batch M0, exported as
-    LYASCHED_BASE_BATCH; the chosen one, read from the job's AdminComment ``lyasched-batch=N``
-    that the service sets before the release, is LYASCHED_GLOBAL_BATCH; docs/lyasub.md)."""
+    LYASCHED_BASE_BATCH; the chosen one, read from key ``cb=N`` of the cost summary in the job's
+    Comment, which the service sets before the release, is LYASCHED_GLOBAL_BATCH; docs/lyasub.md)."""
     if not command:
         raise ValueError("no training script given")
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:

@@ -2,8 +2,8 @@
 batch"): read what the running job reports (batch, phi, base steps: the ``.adaptive.json``
 sidecar of its step report, lyasched.job.steptimes), keep it per job (lyasched.store.adaptive),
 give the policy the job as `Job.adaptive` with that phi and progress (lyasched.live.inputs), and
-hand the job the batch the policy chose at its (re)start: the job's AdminComment
-``lyasched-batch=N``, which launch.sbatch reads (lyasched.live.starter, lyasched.live.mover).
+hand the job the batch the policy chose at its (re)start: key ``cb=N`` of the cost summary in the
+job's Comment, which launch.sbatch reads (lyasched.live.starter, lyasched.live.mover).
 
 phi is the job's latest smoothed estimate, taken as constant for the rest of the run (it usually
 grows: the cautious side); a job that has not reported one yet is given `PRIOR_PHI`, which makes
@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 from lyasched.costmodel.goodput import Adaptive, NoiseScale, best_batch
@@ -28,7 +29,6 @@ log = logging.getLogger("lyasched.live")
 MAX_STATUS_BYTES = 4096
 READ_EVERY_S = 60.0  # a running job's report is read at most this often
 PRIOR_PHI = 1e-6  # no estimate yet: no batch beyond M0 is worth its cost
-ADMIN_PREFIX = "lyasched-batch="
 _MAX = {"batch": 1 << 20, "local": 1 << 20, "accum": 1 << 20, "m0": 1 << 20, "step": 1 << 40}
 
 
@@ -126,22 +126,32 @@ def chosen_batch(job: Job, d: Any, cost: Any, fraction: float) -> int:
     return best_batch(cost, job, d.gpus, len(d.placement) > 1, fraction)
 
 
-def hand_batch(db: Any, slurm: Any, uid: str, job_id: str, batch: int, now: float | None = None) -> bool:
-    """Set the job's AdminComment to the batch (before its release) and record it; False when
-    Slurm or the backend cannot (refused: the service is not a Slurm administrator; or failed):
-    the job then starts at its base batch and re-tunes itself, rather than stay held."""
+def hand_batch(db: Any, slurm: Any, uid: str, job_id: str, batch: int, now: float | None = None,
+               comment: str = "") -> bool:
+    """Write the batch into the held job's cost summary (its Comment, key ``cb``) before its release
+    and record it; False when Slurm or the backend cannot (failed, or ``comment`` is no adaptive
+    summary): the job then starts at the batch it had and re-tunes itself, rather than stay held.
+    A Comment, not an AdminComment: a Slurm Operator (the service's usual account) may set it."""
     from lyasched.slurm import SlurmError
-    from lyasched.slurm.backend import SlurmAdminComment
+    from lyasched.slurm.backend import SlurmComment
 
     if batch < 1:
         return False
-    if not isinstance(slurm, SlurmAdminComment):
-        log.warning("job %s: this Slurm backend cannot set an AdminComment: it starts at its base batch", job_id)
+    try:
+        s = CostSummary.decode(comment)
+    except ValueError:
+        s = None
+    if s is None or not s.adaptive:
+        log.warning("job %s: no adaptive cost summary in its comment: batch %d not handed", job_id, batch)
+        return False
+    batch = min(int(batch), s.max_batch)
+    if not isinstance(slurm, SlurmComment):
+        log.warning("job %s: this Slurm backend cannot set a comment: it starts at the batch it had", job_id)
         return False
     try:
-        slurm.set_admin_comment(job_id, f"{ADMIN_PREFIX}{int(batch)}")
+        slurm.set_comment(job_id, replace(s, chosen_batch=batch).encode())
     except SlurmError as e:
-        log.warning("job %s: batch %d not handed (%s): it starts at its base batch", job_id, batch,
+        log.warning("job %s: batch %d not handed (%s): it starts at the batch it had", job_id, batch,
                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
         return False
     store.record_chosen(db, uid, job_id, batch, time.time() if now is None else now)

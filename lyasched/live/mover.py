@@ -342,7 +342,7 @@ class Mover:
             if step == "requeued":
                 chosen = (adaptive_store.get(self.db, m["uid"]) or {}).get("chosen")
                 if chosen:  # an adaptive job: the batch chosen with the move, read by launch.sbatch
-                    adaptive.hand_batch(self.db, self.slurm, m["uid"], jid, int(chosen), now)
+                    adaptive.hand_batch(self.db, self.slurm, m["uid"], jid, int(chosen), now, job.comment)
                 self.slurm.resize(jid, len(nodes), int(m["per_node"]), nodes)
                 moves.mark(self.db, mid, step="resized")
                 self.crash.reach("move_after_resize")

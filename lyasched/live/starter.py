@@ -148,7 +148,7 @@ class Starter:
                 ad = ctx.adaptive.get(job.job_id)
                 if ad is not None and ctx.cost is not None:  # the batch the policy chose, read by launch.sbatch
                     adaptive.hand_batch(self.db, self.slurm, row["uid"], job.job_id,
-                                        adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]), now)
+                                        adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]), now, job.comment)
                 self.slurm.resize(job.job_id, len(placement), per_node, node_names)
         except SlurmError as e:
             # The job is still held (a held job never runs), whether or not the update reached Slurm.

@@ -93,11 +93,12 @@ class SlurmMoves(Slurm, Protocol):
 
 
 @runtime_checkable
-class SlurmAdminComment(Slurm, Protocol):
-    """Set a job's AdminComment (``scontrol update``): how the service hands an adaptive-batch job
-    the batch it chose (docs/lyasub.md); both backends have it, a test's in-memory one need not."""
+class SlurmComment(Slurm, Protocol):
+    """Set a held job's Comment (``scontrol update``): how the service hands an adaptive-batch job
+    the batch it chose, as key ``cb`` of its cost summary (docs/lyasub.md); both backends have it,
+    a test's in-memory one need not."""
 
-    def set_admin_comment(self, job_id: str, text: str) -> None:
+    def set_comment(self, job_id: str, text: str) -> None:
         ...
 
 

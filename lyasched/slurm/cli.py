@@ -88,8 +88,8 @@ class CliSlurm:
     def release(self, job_id: str) -> None:
         self._run(commands.release_args(job_id))
 
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self._run(commands.admin_comment_args(job_id, text))
+    def set_comment(self, job_id: str, text: str) -> None:
+        self._run(commands.comment_args(job_id, text))
 
     def hold(self, job_id: str) -> None:
         self._run(commands.hold_args(job_id))

@@ -36,13 +36,14 @@ def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence
     ]
 
 
-def admin_comment_args(job_id: str, text: str) -> list[str]:
-    """`scontrol update` of a job's AdminComment (only an admin may set it, the job's owner can read
-    it): how the service hands an adaptive job the batch it chose (``lyasched-batch=N``,
-    lyasched/templates/launch.sbatch reads it). One word, no spaces."""
+def comment_args(job_id: str, text: str) -> list[str]:
+    """`scontrol update` of a held lyasched job's Comment (its cost summary): how the service hands an
+    adaptive job the batch it chose (summary key ``cb=N``, lyasched/templates/launch.sbatch reads it).
+    An Operator may set it (an AdminComment needs an Administrator); job_submit.lua refuses it to the
+    job's owner. One word, no spaces."""
     if not text or any(c.isspace() for c in text):
-        raise ValueError(f"admin comment must be one word, got {text!r}")
-    return ["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"]
+        raise ValueError(f"comment must be one word, got {text!r}")
+    return ["scontrol", "update", f"JobId={job_id}", f"Comment={text}"]
 
 
 def release_args(job_id: str) -> list[str]:

@@ -243,8 +243,8 @@ class PySlurm:
     def release(self, job_id: str) -> None:
         self._call("release", str(job_id))
 
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self.cli.set_admin_comment(job_id, text)  # scontrol update, as resize
+    def set_comment(self, job_id: str, text: str) -> None:
+        self.cli.set_comment(job_id, text)  # scontrol update, as resize
 
     def hold(self, job_id: str) -> None:
         self._call("hold", str(job_id))
