@@ -190,3 +190,18 @@ def test_bad_agent_settings_are_refused():
         _agent(rule="cubic")
     with pytest.raises(ValueError, match="max batch"):
         _agent(max_batch=32)
+
+
+def test_the_noise_scale_keeps_its_last_positive_estimate_when_the_averages_dip():
+    from lyasched.job.goodput import NoiseScale
+
+    ns = NoiseScale(decay=0.5)
+    assert ns.phi is None
+    ns.g2, ns.tr, ns.weight, ns.count = 2.0, 200.0, 0.5, 1
+    ns.last = 100.0
+    assert ns.phi == 100.0
+    ns.g2 = -1.0  # |G|^2's average below zero: the true gradient lost in its noise
+    assert ns.phi == 100.0  # the last positive ratio stands: not back to "unknown"
+    back = NoiseScale(decay=0.5)
+    back.load_state_dict(ns.state_dict())
+    assert back.phi == 100.0

@@ -122,6 +122,7 @@ class NoiseScale:
         self.tr = 0.0
         self.weight = 0.0  # 1 - decay^n: the bias correction
         self.count = 0
+        self.last: float | None = None  # the last positive ratio (kept while the averages dip to <= 0)
 
     def update(self, sq_small: float, b_small: float, sq_big: float, b_big: float) -> None:
         g2, tr = estimates(sq_small, b_small, sq_big, b_big)
@@ -132,20 +133,27 @@ class NoiseScale:
         self.tr = d * self.tr + (1 - d) * tr
         self.weight = d * self.weight + (1 - d)
         self.count += 1
+        if self.g2 > 0 and self.tr > 0:
+            self.last = self.tr / self.g2
 
     @property
     def phi(self) -> float | None:
-        """tr(Sigma)/|G|^2 of the smoothed estimates; None before any, or while either is not positive."""
+        """tr(Sigma)/|G|^2 of the smoothed estimates (the bias corrections cancel in the ratio); None
+        before a positive one. When |G|^2's average dips to <= 0 (the true gradient small against
+        its noise: phi very large, as late in training), the last positive ratio stands: the
+        estimate does not flip back to "unknown" and the batch back to the base one."""
         if self.weight <= 0 or self.g2 <= 0 or self.tr <= 0:
-            return None
-        return self.tr / self.g2  # the bias corrections cancel in the ratio
+            return self.last
+        return self.tr / self.g2
 
     def state_dict(self) -> dict:
-        return {"decay": self.decay, "g2": self.g2, "tr": self.tr, "weight": self.weight, "count": self.count}
+        return {"decay": self.decay, "g2": self.g2, "tr": self.tr, "weight": self.weight, "count": self.count,
+                "last": self.last}
 
     def load_state_dict(self, s: dict) -> None:
         self.decay, self.g2, self.tr = float(s["decay"]), float(s["g2"]), float(s["tr"])
         self.weight, self.count = float(s["weight"]), int(s["count"])
+        self.last = float(s["last"]) if s.get("last") is not None else None
 
 
 class GradientNoise:
