@@ -92,30 +92,23 @@ def workloads(quick: bool, only: str | None, loads: Sequence[float] = LOADS, job
     ``jobs``: the family's job count (default 160, 60 quick); ``family_only``: no mixed workloads."""
     out: list[dict] = []
     small = jobs if jobs is not None else 60 if quick else None
-    if only in (None, "design"):
+    sets = (("design", DESIGN_SEEDS, (), 0, SYNTH_MIXED_DESIGN),  # (set, family seeds, second shape, group seed, mixes)
+            ("heldout", HELDOUT_SEEDS, (FAMILY_2,), 3, SYNTH_MIXED_HELDOUT))
+    for name, seeds, shapes, group_seed, mixed in sets:
+        if only not in (None, name):
+            continue
         for load in loads:
-            for s in DESIGN_SEEDS[:1] if quick else DESIGN_SEEDS:
-                out.append(family_row(FAMILY, load, s, "design", small))
+            for s in seeds[:1] if quick else seeds:
+                out.append(family_row(FAMILY, load, s, name, small))
+            for shape in shapes:
+                out.append(family_row(shape, load, seeds[0], name, small))
         for g in () if family_only else list(SEED_GROUPS)[:2] if quick else SEED_GROUPS:
-            w = seed_workload(g, 0)
-            out.append(dict(name=f"{g} seed 0 + adaptive", set="design", family=False, jobs=mix_adaptive(w.jobs, 0),
-                            cluster=w.cluster, end_fraction={}, seed=0))
-        for spec, s in () if family_only else SYNTH_MIXED_DESIGN[:1] if quick else SYNTH_MIXED_DESIGN:
+            w = seed_workload(g, group_seed)
+            out.append(dict(name=f"{g} seed {group_seed} + adaptive", set=name, family=False,
+                            jobs=mix_adaptive(w.jobs, group_seed), cluster=w.cluster, end_fraction={}, seed=group_seed))
+        for spec, s in () if family_only else mixed[:1] if quick else mixed:
             w = synth_workload(spec, s)
-            out.append(dict(name=f"{spec} seed {s} + adaptive", set="design", family=False,
-                            jobs=mix_adaptive(w.jobs, s), cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
-    if only in (None, "heldout"):
-        for load in loads:
-            for s in HELDOUT_SEEDS[:1] if quick else HELDOUT_SEEDS:
-                out.append(family_row(FAMILY, load, s, "heldout", small))
-            out.append(family_row(FAMILY_2, load, HELDOUT_SEEDS[0], "heldout", small))
-        for g in () if family_only else list(SEED_GROUPS)[:2] if quick else SEED_GROUPS:
-            w = seed_workload(g, 3)
-            out.append(dict(name=f"{g} seed 3 + adaptive", set="heldout", family=False, jobs=mix_adaptive(w.jobs, 3),
-                            cluster=w.cluster, end_fraction={}, seed=3))
-        for spec, s in () if family_only else SYNTH_MIXED_HELDOUT[:1] if quick else SYNTH_MIXED_HELDOUT:
-            w = synth_workload(spec, s)
-            out.append(dict(name=f"{spec} seed {s} + adaptive", set="heldout", family=False,
+            out.append(dict(name=f"{spec} seed {s} + adaptive", set=name, family=False,
                             jobs=mix_adaptive(w.jobs, s), cluster=w.cluster, end_fraction=w.end_fraction, seed=s))
     return out
 

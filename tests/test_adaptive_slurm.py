@@ -30,6 +30,7 @@ from lyasched.service import Service
 from lyasched.store import adaptive as adaptive_store
 from lyasched.store import moves, records
 from lyasched.summary import CostSummary
+from test_elastic_slurm import _final
 from test_serve_slurm import WRAPPER, show_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(CLUSTER_KIND != "native", reason="native cluster only")]
@@ -70,12 +71,6 @@ class Grow:
             notes[self.job] = "grown to 4 GPUs"
         return SlotResult(starts=tuple(starts), preempt=tuple(pre), q=float(len(waiting)), z=0.0,
                           info={"moves": notes})
-
-
-def _final(out: Path) -> dict:
-    lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
-    assert lines, out.read_text()[-3000:]
-    return json.loads(lines[-1])
 
 
 def test_an_adaptive_job_grows_its_batch_changes_it_across_a_move_and_ends_with_its_schedules_loss(

@@ -17,8 +17,8 @@ import pytest
 
 from lyasched.store import records
 from lyasched.summary import CostSummary
-from test_failsafe_slurm import start_service, stop_service
-from test_managed_slurm import PARTITION, write_config
+from test_failsafe_slurm import start_service, stop_service, write_config
+from test_managed_slurm import PARTITION
 from test_serve_slurm import work  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slurm

@@ -19,23 +19,12 @@ import pytest
 from lyasched.live import plain
 from lyasched.store import records
 from lyasched.summary import CostSummary
-from test_failsafe_slurm import start_service, stop_service, wait_until
+from test_failsafe_slurm import start_service, stop_service, wait_until, write_config  # noqa: F401 (write_config: test_managed_clients)
 from test_serve_slurm import squeue_jobs, wait_all, work  # noqa: F401 (work: a fixture)
 
 pytestmark = pytest.mark.slurm
 
 PARTITION = "managed"
-
-
-def write_config(work: Path, test_user: str) -> Path:
-    cfg = work / "config.toml"
-    cfg.write_text(
-        "[service]\n"
-        f"slot_seconds = 2\nrelease_grace = 20\ndb = {json.dumps(str(work / 'lyasched.db'))}\n"
-        f"users = [{json.dumps(test_user)}]\nlog_level = \"INFO\"\n"
-        '[policy]\nname = "lyapunov"\n[slurm]\nbackend = "cli"\n'
-    )
-    return cfg
 
 
 def sbatch(as_user, user: str, job_dir: Path, *args: str, script: str = "") -> subprocess.CompletedProcess:
