@@ -47,7 +47,7 @@ from click.testing import CliRunner
 
 from lyasched.cli import main as cli_main
 from lyasched.sim.workloads import read_trace, select_rows, size_cluster
-from lyasched.whatif.sacct import FIELDS
+from lyasched.slurm.sacct import FIELDS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")

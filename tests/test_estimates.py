@@ -12,7 +12,7 @@ import pytest
 from lyasched.estimates import Estimate, Finished, Request, RuntimeEstimator
 from lyasched.estimates.estimator import EstimatorParams, keys_of
 from lyasched.estimates.sacct import finished_from_sacct
-from lyasched.whatif.sacct import parse_sacct
+from lyasched.slurm.sacct import parse_sacct
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,7 +17,7 @@ from lyasched.whatif.policies import CANDIDATES
 from lyasched.whatif.history import build_history
 from lyasched.whatif.cluster import infer_cluster
 from lyasched.whatif.replay import build_simulation, replay_history
-from lyasched.whatif.sacct import FIELDS, parse_sacct
+from lyasched.slurm.sacct import FIELDS, parse_sacct
 
 DATA = Path(__file__).parent / "data"
 AWKWARD = str(DATA / "sacct_awkward.txt")

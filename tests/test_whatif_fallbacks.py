@@ -17,7 +17,7 @@ from lyasched.whatif.history import build_history
 from lyasched.whatif.html import colors, on_scale
 from lyasched.whatif.policies import CANDIDATES, LYASCHED, pick_best
 from lyasched.whatif.replay import build_simulation
-from lyasched.whatif.sacct import parse_sacct
+from lyasched.slurm.sacct import parse_sacct
 
 DATA = Path(__file__).parent / "data"
 AWKWARD = (DATA / "sacct_awkward.txt").read_text(encoding="utf-8")

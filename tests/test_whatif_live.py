@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from lyasched.cli import main
-from lyasched.whatif.sacct import SACCT_FORMAT
+from lyasched.slurm.sacct import SACCT_FORMAT
 
 DATA = Path(__file__).parent / "data"
 NODE = ("NodeName=gpu0{i} Arch=x86_64 CPUAlloc=0 CPUTot=64 Gres=gpu:a100:8 NodeAddr=gpu0{i} Partitions=gpu "

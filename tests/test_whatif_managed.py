@@ -22,7 +22,7 @@ from lyasched.whatif.managed import (
     history_estimates,
     managed_outcome_names,
 )
-from lyasched.whatif.sacct import FIELDS, parse_sacct
+from lyasched.slurm.sacct import FIELDS, parse_sacct
 
 DATA = Path(__file__).parent / "data"
 T0 = datetime(2026, 10, 1).timestamp()

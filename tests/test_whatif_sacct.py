@@ -10,7 +10,7 @@ import pytest
 
 from lyasched.whatif.cluster import cluster_from_nodes, infer_cluster
 from lyasched.whatif.history import build_history
-from lyasched.whatif.sacct import FIELDS, SACCT_FORMAT, SacctError, parse_gpus, parse_sacct
+from lyasched.slurm.sacct import FIELDS, SACCT_FORMAT, SacctError, parse_gpus, parse_sacct
 from lyasched.slurm.query import history_args, parse_nodes
 
 DATA = Path(__file__).parent / "data"

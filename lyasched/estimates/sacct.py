@@ -1,6 +1,6 @@
 """The site's accounting as the estimator's history: sacct records -> `Finished` jobs.
 
-Reuses `lyasched.whatif.sacct`'s parser (the same records `lyasched whatif` reads); JobName is
+Reuses `lyasched.slurm.sacct`'s parser (the same records `lyasched whatif` reads); JobName is
 read when the recording has it (``--format=...,JobName``), else the name keys are skipped. Every
 run that held an allocation and ended counts, whatever its final state (a FAILED or TIMEOUT
 run is what the user's jobs do too); a requeued job's earlier runs count as runs of their own.
@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 
 from lyasched.estimates.model import Finished, Request
 from lyasched.whatif.history import HistoryJob
-from lyasched.whatif.sacct import SacctRecord, parse_sacct
+from lyasched.slurm.sacct import SacctRecord, parse_sacct
 
 
 def request_of(rec: SacctRecord, gpus: int | None = None) -> Request:

@@ -22,7 +22,7 @@ from lyasched.estimates.sacct import finished_from_records
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
 from lyasched.summary import CostSummary
-from lyasched.whatif.sacct import FIELDS, SacctError, parse_sacct
+from lyasched.slurm.sacct import FIELDS, SacctError, parse_sacct
 
 log = logging.getLogger("lyasched.live.plain")
 

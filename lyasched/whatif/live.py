@@ -7,7 +7,7 @@ from lyasched.slurm import SlurmCLI, SlurmError
 from lyasched.slurm.backend import SlurmHistory
 from lyasched.slurm.cli import CliSlurm
 from lyasched.whatif.cluster import SiteCluster, cluster_from_nodes
-from lyasched.whatif.sacct import FIELDS
+from lyasched.slurm.sacct import FIELDS
 
 # sacct prints times as SLURM_TIME_FORMAT says; "standard" is the ISO form the parser reads.
 ENV = {"SLURM_TIME_FORMAT": "standard"}
