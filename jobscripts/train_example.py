@@ -229,7 +229,8 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
         agent = goodput.BatchAgent(
             m0=m0, max_batch=args.max_batch or 8 * m0, world=world, rule=args.lr_rule, batch=chosen,
             max_local=args.max_local_batch, prior_alpha=float(os.environ.get(goodput.ENV_ALPHA) or 0.0),
-            prior_beta=float(os.environ.get(goodput.ENV_BETA) or 1.0), retune_every=args.retune_every,
+            prior_beta=float(os.environ.get(goodput.ENV_BETA) or 1.0),
+            prior_knee=float(os.environ.get(goodput.ENV_KNEE) or 0.0), retune_every=args.retune_every,
             measure=not args.prior_step_times)
         replay = goodput.read_schedule(open(args.batch_schedule).read()) if args.batch_schedule else None
     except (ValueError, OSError) as e:

@@ -565,7 +565,7 @@ def submit(
     script = render(list(req.command), global_batch=req.global_batch, uid=uid, model=req.model, iterations=iterations,
                     checkpointable=req.checkpointable,
                     adaptive=AdaptiveLaunch(summary.max_batch, summary.lr_rule, profile.alpha, profile.beta,
-                                            max_local_batch(profile, cluster.gpu_mem)) if mb else None)
+                                            max_local_batch(profile, cluster.gpu_mem), profile.knee) if mb else None)
     hold = False
     if not req.dry_run:
         try:

@@ -5,8 +5,8 @@ validates it at submission and `lyasched serve` decodes it. Python and Lua enfor
 grammar and bounds, so anything `encode` writes the plugin accepts, and anything `decode`
 accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (the job is
 checkpointable, `lyasub --checkpointable`: the scheduler may move it) and ``mb``/``lr`` (an
-adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule),
-written only when set, so the summaries of other jobs are unchanged.
+adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule)
+and ``kn`` (the per-GPU batch up to which the step time is flat), written only when set, so the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -76,8 +76,12 @@ LR_RULES = ("linear", "sqrt", "adascale")
 # optional, written by the service only (the plugin refuses a user's change of the comment): the
 # global batch the scheduler chose for this (re)start of an adaptive job, read by launch.sbatch
 CB = _Field("cb", "chosen_batch", "int", 1, 1_048_576)
+# optional: the per-GPU batch up to which the step time is flat (`Profile.knee`, lyasched.costmodel.batchshape);
+# written only when the profiler's sweep showed one, so a straight-line profile's summary is unchanged. Without
+# it a and bt (fitted beyond the knee) would be read as a straight line and overpredict by bt x knee.
+KN = _Field("kn", "knee", "float", 0, 1_048_576)
 _ADAPTIVE = (MB, LR)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB)}
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -137,6 +141,7 @@ class CostSummary:
     max_batch: int = 0  # key mb, optional (with lr): the largest global batch of an adaptive job; 0 = fixed batch
     lr_rule: str = ""  # key lr: linear, sqrt or adascale (docs/lyasub.md, "Adaptive batch")
     chosen_batch: int = 0  # key cb: the batch the service chose for the job's (re)start; 0 = none yet
+    knee: float = 0.0  # key kn, optional: per-GPU batch where the step time stops being flat; 0 = a straight line
 
     @property
     def adaptive(self) -> bool:
@@ -171,6 +176,9 @@ class CostSummary:
         if self.max_gpus < self.min_gpus:
             raise ValueError(f"cost summary: gmax={self.max_gpus} is below gmin={self.min_gpus}")
         self._validate_adaptive()
+        kn = self.knee
+        if isinstance(kn, bool) or not isinstance(kn, (int, float)) or not math.isfinite(kn) or not KN.lo <= kn <= KN.hi:
+            raise ValueError(f"cost summary: kn={kn!r} must be a number in [{KN.lo:g}, {KN.hi:g}]")
         if len(self._encode_unchecked()) > MAX_LEN:
             raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
 
@@ -203,6 +211,8 @@ class CostSummary:
             parts.extend((f"{MB.key}={self.max_batch}", f"{LR.key}={self.lr_rule}"))
         if self.chosen_batch:
             parts.append(f"{CB.key}={self.chosen_batch}")
+        if self.knee:
+            parts.append(f"{KN.key}={float(self.knee)!r}")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -233,7 +243,7 @@ class CostSummary:
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
-            if f in (MB, CB) and not f.lo <= values[f.attr] <= f.hi:  # 0 would read as "absent"
+            if f in (MB, CB, KN) and not f.lo <= values[f.attr] <= f.hi:  # 0 would read as "absent"
                 raise ValueError(f"cost summary: {key}={raw!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
             if f in _FLAGS:
                 if values[f.attr] != 1:
@@ -271,6 +281,7 @@ class CostSummary:
             checkpointable=bool(checkpointable),
             max_batch=int(max_batch),
             lr_rule=lr_rule,
+            knee=float(profile.knee),
         )
 
     def to_profile(self) -> Profile:
@@ -283,6 +294,7 @@ class CostSummary:
             mem_base=self.mem_base,
             mem_per_sample=self.mem_per_sample,
             source=_SOURCES[self.source],
+            knee=self.knee,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -116,6 +116,7 @@ local FIELDS = {
 	end,
 	pl = int_field(1, 1), -- optional: a plain job of a managed partition, tagged by this plugin (no profile)
 	cb = int_field(1, 1048576), -- optional, the service's: an adaptive job's batch for its (re)start (with mb)
+	kn = float_field(0, 1048576), -- optional: per-GPU batch up to which the step time is flat (the profile's knee)
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 

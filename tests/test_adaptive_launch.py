@@ -45,7 +45,7 @@ def launch(tmp_path: Path, comment: str, gpus: int, adaptive: AdaptiveLaunch | N
     return p, got
 
 
-AD = AdaptiveLaunch(max_batch=1024, lr_rule="adascale", alpha=0.01, beta=2e-4, max_local=48)
+AD = AdaptiveLaunch(max_batch=1024, lr_rule="adascale", alpha=0.01, beta=2e-4, max_local=48, knee=12.0)
 
 
 SUMMARY = "Comment=lyasched:v1;id=abcdef0123;sig=m;b=64;it=9;gmin=1;gmax=8;a=0.01;bt=0.0002;p=9;bpp=4;m0=0;m1=0;src=e"
@@ -67,6 +67,7 @@ def test_adaptive_job_takes_the_service_batch(tmp_path, comment, gpus, batch):
     assert env["LYASCHED_BASE_BATCH"] == "64"
     assert (env["LYASCHED_ADAPTIVE"], env["LYASCHED_MAX_BATCH"], env["LYASCHED_LR_RULE"]) == ("1", "1024", "adascale")
     assert (env["LYASCHED_STEP_ALPHA"], env["LYASCHED_STEP_BETA"], env["LYASCHED_MAX_LOCAL_BATCH"]) == ("0.01", "0.0002", "48")
+    assert env["LYASCHED_STEP_KNEE"] == "12.0"
 
 
 def test_fixed_batch_job_ignores_a_chosen_batch_and_checks_the_split(tmp_path):

@@ -151,6 +151,18 @@ def test_agent_measured_step_times_override_the_prior():
     assert a.best(1000.0) > 64
 
 
+def test_agent_prior_is_flat_up_to_the_knee():
+    env = {gp.ENV_BASE: "64", gp.ENV_MAX: "1024", gp.ENV_ALPHA: "0.05", gp.ENV_BETA: "0.001", gp.ENV_KNEE: "64"}
+    a = gp.BatchAgent.from_env(4, env, measure=False)
+    assert a.prior_knee == 64.0
+    assert a.micro_time(16) == a.micro_time(64) == pytest.approx(0.05)  # flat: a bigger micro-batch costs nothing
+    assert a.micro_time(128) == pytest.approx(0.05 + 0.001 * 64)
+    # at a large phi the straight line favours the largest batch (its fixed cost amortised); with the knee,
+    # past 64 per GPU the time grows faster than the batch (0.05 < 0.001 x 64): the knee's batch is best
+    line = _agent(prior_alpha=0.05, prior_beta=0.001, measure=False)
+    assert line.best(1e5) == 1024 and a.best(1e5) == 4 * 64
+
+
 def test_agent_without_measuring_keeps_to_the_prior():
     a = _agent(prior_alpha=0.0, prior_beta=1.0, measure=False)
     a.record(gp.Plan(64, 16, 1), 1.0)

@@ -134,6 +134,8 @@ LONG_SIG = "s" * 128
     (summary(mb="512", lr="cubic"), "lr=cubic: must be linear, sqrt or adascale"),
     (summary(cb="512"), "cb needs mb and must be at most mb"),
     (summary(mb="512", lr="sqrt", cb="1024"), "cb needs mb and must be at most mb"),
+    (summary(kn="-1"), "kn=-1: must be in 0..1.04858e+06"),
+    (summary(kn="flat"), "kn=flat: must be a decimal number"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
     (PREFIX + "b", "field 'b' is not key=value"),
@@ -169,6 +171,8 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"mb": "256", "lr": "linear"},  # optional, together: an adaptive batch (lyasub --adaptive-batch)
     {"mb": "1048576", "lr": "adascale", "ck": "1"},
     {"mb": "512", "lr": "sqrt", "cb": "384"},  # the service's chosen batch (it writes it; a user may too: harmless)
+    {"kn": "48.0"},  # optional: the profile's knee (the step time is flat up to 48 per GPU)
+    {"kn": "1048576"},
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)

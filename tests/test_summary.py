@@ -193,3 +193,21 @@ def test_the_chosen_batch_round_trips_and_is_written_after_the_adaptive_keys() -
     assert s.chosen_batch == 1024 and s.adaptive
     assert s.encode().endswith(";mb=2048;lr=sqrt;cb=1024") and CostSummary.decode(s.encode()) == s
     assert dataclasses.replace(s, chosen_batch=0).encode() == CostSummary.decode(GOOD + ";mb=2048;lr=sqrt").encode()
+
+
+def test_the_knee_is_optional_round_trips_and_reaches_the_profile() -> None:
+    s = CostSummary.decode(GOOD)
+    assert s.knee == 0.0 and "kn=" not in s.encode()  # a straight-line profile's summary is unchanged
+    k = CostSummary.decode(GOOD + ";kn=48.0")
+    assert k.knee == 48.0 and CostSummary.decode(k.encode()) == k
+    p = k.to_profile()
+    assert p.knee == 48.0 and p.step_time(32) == p.step_time(48) == k.alpha  # flat up to the knee
+    assert p.step_time(64) == pytest.approx(k.alpha + k.beta * 16)
+    back = CostSummary.from_profile(p, uid=new_uid(), sig="m:cpu", global_batch=64, iterations=10, min_gpus=1,
+                                    max_gpus=4)
+    assert back.knee == 48.0
+    for bad in ("kn=-1", "kn=2e6", "kn=nan"):
+        with pytest.raises(ValueError, match="kn="):
+            CostSummary.decode(GOOD + ";" + bad)
+    with pytest.raises(ValueError, match="kn="):
+        dataclasses.replace(s, knee=-0.5)

@@ -72,6 +72,7 @@ ENV_RULE = "LYASCHED_LR_RULE"
 ENV_MAX_LOCAL = "LYASCHED_MAX_LOCAL_BATCH"  # the largest per-GPU micro-batch that fits (0: no limit)
 ENV_ALPHA = "LYASCHED_STEP_ALPHA"  # prior step time a + bt*b per micro-step (the cost summary's a, bt)
 ENV_BETA = "LYASCHED_STEP_BETA"
+ENV_KNEE = "LYASCHED_STEP_KNEE"  # the prior is flat up to this micro-batch (the cost summary's kn; 0: a line)
 
 
 # ---------------------------------------------------------------- formulas
@@ -271,6 +272,7 @@ class BatchAgent:
     max_local: int = 0
     prior_alpha: float = 0.0
     prior_beta: float = 1.0
+    prior_knee: float = 0.0
     retune_every: int = 50
     grid: int = 12  # candidates between m0 and the max batch (geometric)
     measure: bool = True  # False: choose from the prior step-time line only (reproducible choices, e.g. tests)
@@ -294,7 +296,8 @@ class BatchAgent:
         m0 = int(e.get(ENV_BASE) or chosen or 0)
         return cls(m0=m0, max_batch=int(e.get(ENV_MAX) or m0), world=world, rule=e.get(ENV_RULE) or "adascale",
                    batch=chosen, max_local=int(e.get(ENV_MAX_LOCAL) or 0),
-                   prior_alpha=float(e.get(ENV_ALPHA) or 0.0), prior_beta=float(e.get(ENV_BETA) or 1.0), **kw)
+                   prior_alpha=float(e.get(ENV_ALPHA) or 0.0), prior_beta=float(e.get(ENV_BETA) or 1.0),
+                   prior_knee=float(e.get(ENV_KNEE) or 0.0), **kw)
 
     def _fit(self, batch: int) -> int:
         return plan_for(min(max(batch, self.m0), self.max_batch), self.world, self.max_local).batch
@@ -323,11 +326,15 @@ class BatchAgent:
             var = sum((b - mb) ** 2 for b, _ in pts)
             slope = max(0.0, sum((b - mb) * (t - mt) for b, t in pts) / var)
             return max(mt + slope * (micro - mb), 1e-9)
-        prior = self.prior_alpha + self.prior_beta * micro
+        prior = self.prior_time(micro)
         if len(pts) == 1:
             b1, t1 = pts[0]
-            return t1 * prior / max(self.prior_alpha + self.prior_beta * b1, 1e-12)
+            return t1 * prior / max(self.prior_time(b1), 1e-12)
         return max(prior, 1e-9)
+
+    def prior_time(self, micro: float) -> float:
+        """The profile's step time at this micro-batch: flat up to the knee, then linear."""
+        return self.prior_alpha + self.prior_beta * max(0.0, micro - self.prior_knee)
 
     def candidates(self) -> list[int]:
         """Global batches tried: M0, the max batch, and a geometric grid between, shaped by `plan_for`."""

@@ -83,19 +83,20 @@ def render_template(template: str, values: Mapping[str, str]) -> str:
 @dataclass(frozen=True)
 class AdaptiveLaunch:
     """What an adaptive-batch job's launch exports (lyasched.job.goodput reads it): the largest
-    global batch, the learning-rate rule, the prior step time a + bt*b per micro-step (the cost
-    summary's) and the largest per-GPU micro-batch that fits (0: no limit)."""
+    global batch, the learning-rate rule, the prior step time a + bt*max(0, b - kn) per micro-step
+    (the cost summary's) and the largest per-GPU micro-batch that fits (0: no limit)."""
 
     max_batch: int
     lr_rule: str
     alpha: float = 0.0
     beta: float = 0.0
     max_local: int = 0
+    knee: float = 0.0  # the prior is flat up to this per-GPU batch (the summary's kn)
 
     def exports(self) -> str:
         return (f"LYASCHED_MAX_BATCH={int(self.max_batch)} LYASCHED_LR_RULE={quote(self.lr_rule)} "
                 f"LYASCHED_STEP_ALPHA={float(self.alpha)!r} LYASCHED_STEP_BETA={float(self.beta)!r} "
-                f"LYASCHED_MAX_LOCAL_BATCH={int(self.max_local)}")
+                f"LYASCHED_STEP_KNEE={float(self.knee)!r} LYASCHED_MAX_LOCAL_BATCH={int(self.max_local)}")
 
 
 def render(
