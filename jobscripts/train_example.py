@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-out", default=None, help="adaptive: write the run's batch schedule here at the end")
     p.add_argument("--stop-at-step", type=int, default=-1,
                    help="tests: act as if the move signal came during this step (checkpoint after it, exit 0)")
+    p.add_argument("--crash-at-batch-change", type=int, default=0,
+                   help="tests: at the N-th change of the adaptive batch, rank 0 kills its process group (SIGKILL, "
+                        "as a node failure would: no handler, no checkpoint) in the middle of the first step at the "
+                        "new batch")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep after each step, outside the timed part (tests: a run long enough to be moved)")
     return p
@@ -249,6 +253,7 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
     phi = noise.noise.phi
     loss_val = float("nan")
     reported = None
+    last_batch, changes = agent.batch, 0
 
     def report() -> None:
         p = agent.plan()
@@ -268,6 +273,8 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
         if reported != (plan, it // max(1, agent.retune_every)):
             report()
             reported = (plan, it // max(1, agent.retune_every))
+        if plan.batch != last_batch:
+            last_batch, changes = plan.batch, changes + 1
         x, y = batch_slice(spec, args.seed, it, plan.batch, rank, plan.micro * plan.accum, device)
         steps.begin()
         t0 = time.perf_counter()
@@ -277,6 +284,10 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
             lo = i * plan.micro
             with noise.micro_step(i, plan.accum):
                 loss = spec.loss(model(x[lo:lo + plan.micro]), y[lo:lo + plan.micro]) / plan.accum
+                if args.crash_at_batch_change and changes == args.crash_at_batch_change and rank == 0:
+                    print(f"crashing in step {it} (base steps {agent.progress:.3f}), the first at batch {plan.batch}",
+                          flush=True)
+                    os.killpg(os.getpgid(0), 9)  # SIGKILL: no handler, no checkpoint (torchrun then stops the others)
                 loss.backward()
             total += float(loss.detach())
         phi = noise.finish(plan.micro, plan.accum)
