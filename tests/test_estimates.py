@@ -164,3 +164,33 @@ def test_outlived_grows_but_never_past_the_limit():
     assert outlived(600.0, 700.0, 3600.0) == 1400.0
     assert outlived(600.0, 3000.0, 3600.0) == 3600.0
     assert outlived(600.0, 5000.0, None) == 10_000.0
+    # what similar jobs that ran that long ran, when it is longer than the run so far
+    assert outlived(600.0, 700.0, 3600.0, conditional_s=2000.0) == 2000.0
+    assert outlived(600.0, 700.0, 3600.0, conditional_s=9000.0) == 3600.0
+    assert outlived(600.0, 700.0, 3600.0, conditional_s=650.0) == 1400.0
+    # never ending now or in the past: past its limit (Slurm about to end it) min_left_s more
+    for elapsed in (3600.0, 4000.0):
+        assert outlived(600.0, elapsed, 3600.0, min_left_s=30.0) == elapsed + 30.0
+    assert outlived(600.0, 3590.0, 3600.0, conditional_s=5000.0, min_left_s=30.0) == 3620.0
+
+
+def test_expected_run_reads_the_similar_jobs_that_ran_that_long_before_now():
+    est = RuntimeEstimator(EstimatorParams(min_left_s=10.0))
+    runs = ((100.0, 1000.0), (120.0, 2000.0), (900.0, 3000.0), (110.0, 4000.0), (1100.0, 5000.0), (5000.0, 9000.0))
+    for run, end in runs:
+        est.observe(done("u", run, end, name="train"))
+    req = Request(user="u", account="acc", gpus=1, name="train", time_limit=86400.0)
+    e = est.estimate(req, now=6000.0)
+    assert e.mean_s == pytest.approx(605.0)  # (1100 + 110) / 2
+    assert est.expected_run(req, e.mean_s, 300.0, 6000.0) == e.mean_s  # not reached yet
+    # past it: the last two that ran longer than 700 s and ended before now (900, 1100), not 5000
+    assert est.expected_run(req, e.mean_s, 700.0, 6000.0) == pytest.approx(1000.0)
+    assert est.expected_run(req, e.mean_s, 700.0, 9500.0) == pytest.approx(3050.0)  # 1100, 5000
+    # none of them ran 1200 s: the less specific keys are asked, then twice the run so far
+    est.observe(done("u", 4000.0, 5500.0, name="other"))
+    assert est.expected_run(req, e.mean_s, 1200.0, 6000.0) == pytest.approx(4000.0)  # user+gpus
+    assert est.expected_run(req, e.mean_s, 4500.0, 6000.0) == pytest.approx(9000.0)
+    # capped at the limit; never zero or negative time left
+    capped = Request(user="u", account="acc", gpus=1, name="train", time_limit=2000.0)
+    assert est.expected_run(capped, e.mean_s, 1200.0, 6000.0) == 2000.0
+    assert est.expected_run(capped, e.mean_s, 2500.0, 6000.0) == 2510.0

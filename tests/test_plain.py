@@ -63,6 +63,25 @@ def test_the_estimate_comes_from_the_users_similar_jobs_that_ended_before():
     assert jobs.estimate(sj, s, T0 - 1000).source in ("limit", "default")
 
 
+def test_a_running_plain_job_past_its_estimate_is_shown_what_similar_jobs_ran_never_past_its_limit():
+    jobs = plain.PlainJobs([finished_row("m0000000000000101", "alice", "sweep", 100.0, T0 - 2000),
+                            finished_row("m0000000000000102", "alice", "sweep", 900.0, T0 - 1500),
+                            finished_row("m0000000000000103", "alice", "sweep", 100.0, T0 - 100)])
+    from lyasched.slurm import query as q
+    start = T0 - 1400.0
+    job = FakeJob("301", tag("m0000000000000301"), state="RUNNING", reason="None", start=start, name="sweep",
+                  limit="30:00", gpn=2)
+    sj = q.parse_squeue(job.line() + "\n")[0]
+    s = CostSummary.decode(sj.comment)
+    est = jobs.estimate(sj, s, start)
+    assert est.mean_s == pytest.approx(500.0)  # (100 + 900) / 2
+    assert jobs.expected_run(sj, s, est.mean_s, start + 300.0) == est.mean_s  # not reached yet
+    assert jobs.expected_run(sj, s, est.mean_s, start + 600.0) == pytest.approx(900.0)  # the one that ran > 600 s
+    # past every similar run: twice its run so far, capped at its 30 min limit, never ending before now
+    assert jobs.expected_run(sj, s, 900.0, start + 1000.0) == pytest.approx(1800.0)
+    assert jobs.expected_run(sj, s, 1800.0, start + 1800.0) > 1800.0
+
+
 def test_the_service_rebuilds_the_estimates_from_its_records(db):
     for r in (finished_row("m0000000000000111", "alice", "train", 60.0, T0 - 300),
               finished_row("m0000000000000112", "alice", "train", 80.0, T0 - 200)):

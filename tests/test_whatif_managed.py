@@ -113,6 +113,40 @@ def test_true_runs_are_recorded_and_policies_see_the_estimates(hist):
         assert r.run_s == pytest.approx(h.jobs[index[r.job.job_id]].work_s, rel=1e-6)
 
 
+class _Spy:
+    """Backfill that notes, per decision, each running job's (now, start, expected end)."""
+
+    def __init__(self) -> None:
+        self.inner = make_policy("backfill")
+        self.name = "backfill"
+        self.seen: list[tuple[float, float, float]] = []
+
+    def __getattr__(self, k):
+        return getattr(self.inner, k)
+
+    def decide(self, state):
+        self.seen += [(state.now, r.start_time, r.expected_end) for r in state.running]
+        return self.inner.decide(state)
+
+
+def test_a_job_past_its_estimate_is_planned_from_the_history_never_as_ended(hist):
+    parsed, h = hist
+    ests = history_estimates(h.jobs, names_of(parsed))
+    cluster = ClusterSpec(nodes=1, gpus_per_node=4)
+    _, sim_est, index = build_managed_simulations(h.jobs, cluster, ests, slot=30.0, seed=0)
+    assert sim_est.running_estimate is not None
+    rule = sim_est.running_estimate
+    sim_est.running_estimate = None  # the prediction made at the start, as before the rule
+    before = _Spy()
+    sim_est.run(before, name="backfill")
+    assert any(end <= now for now, _, end in before.seen)  # bo's runs grow: his estimates fall short
+    sim_est.running_estimate = rule
+    after = _Spy()
+    sim_est.run(after, name="backfill")
+    assert after.seen and all(end > now for now, _, end in after.seen)
+    assert all(end - start <= 8 * 3600 + 60 for now, start, end in after.seen)  # the 8 h limit (+ min_left_s)
+
+
 def test_outcome_names():
     assert managed_outcome_names(["lyapunov", "backfill"]) == ["lyapunov", "backfill", BACKFILL_LIMITS]
     assert managed_outcome_names(["fifo"]) == ["fifo"]

@@ -43,6 +43,8 @@ class EstimatorParams:
     default_s: float = 3600.0  # no history and no time limit: the site's default run time
     default_spread: float = 1.0  # no measured error at all (log-sd; 1.0 is a factor of e)
     floor_s: float = 1.0  # run times below this count as this much (a log needs > 0)
+    min_left_s: float = 60.0  # a running job is never expected to end sooner than this from now
+    outlived_window: int = 64  # a key's latest runs (ended before the moment asked) read by expected_run
 
 
 def keys_of(req: Request) -> list[Key]:
@@ -151,6 +153,33 @@ class RuntimeEstimator:
             return Estimate(mean_s=req.time_limit, spread=self._spread([], "limit", now), source="limit", n=0)
         return Estimate(mean_s=self.params.default_s, spread=self._spread([], "default", now), source="default", n=0)
 
+    def _outlived_by(self, req: Request, elapsed_s: float, now: float) -> float | None:
+        """What the history says of jobs like ``req`` that ran longer than ``elapsed_s``: the
+        average of the last ``history`` such runs (among the key's last ``outlived_window`` that
+        ended before ``now``) under the most specific key that has one; None when no similar job ran that long."""
+        p = self.params
+        for key in keys_of(req):
+            track = self._tracks.get(key)
+            if track is None:
+                continue
+            k = _before(track.runs, now)
+            longer = [r for _, r in track.runs[max(0, k - p.outlived_window): k] if r > elapsed_s]
+            if longer:
+                last = longer[-p.history:]
+                return sum(last) / len(last)
+        return None
+
+    def expected_run(self, req: Request, estimate_s: float, elapsed_s: float, now: float) -> float:
+        """The whole run time to expect, at ``now``, of a job of ``req`` that has run
+        ``elapsed_s`` and was estimated at ``estimate_s``: the estimate while it has not reached
+        it; past it, what the similar jobs that ran that long ran (`outlived`), never more than its
+        time limit and never ending sooner than ``min_left_s`` from now. The simulator's
+        ``whatif --managed`` and the live service both ask this."""
+        if elapsed_s < estimate_s:
+            return estimate_s
+        return outlived(estimate_s, elapsed_s, req.time_limit, self._outlived_by(req, elapsed_s, now),
+                        self.params.min_left_s)
+
     # --- persistence ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Everything learnt, JSON-able (lists, strings, numbers)."""
@@ -183,11 +212,17 @@ class RuntimeEstimator:
         return est
 
 
-def outlived(estimate_s: float, elapsed_s: float, time_limit: float | None) -> float:
+def outlived(estimate_s: float, elapsed_s: float, time_limit: float | None, conditional_s: float | None = None,
+             min_left_s: float = 60.0) -> float:
     """The run time to expect of a job still running at ``elapsed_s``: its estimate while it has
-    not reached it; past it, twice what it has run so far (Tsafrir et al. extend an exceeded
-    prediction step by step), never more than its time limit, so a job that outlives its
-    estimate is never taken as longer than the limit Slurm will end it at."""
+    not reached it; past it, ``conditional_s`` (what similar jobs that ran that long ran:
+    `RuntimeEstimator.expected_run`) or, with none longer than ``elapsed_s``, twice what it has
+    run so far (Tsafrir et al. extend an exceeded prediction step by step); never more than its
+    time limit (Slurm ends it there: an outlived estimate is never taken as a longer job than its
+    limit says) and always at least ``min_left_s`` beyond ``elapsed_s`` (a job still running is
+    never planned as ending now or in the past, not even past its limit, where Slurm is about to
+    end it)."""
     if elapsed_s < estimate_s:
         return estimate_s
-    return _cap(max(2.0 * elapsed_s, estimate_s), time_limit)
+    guess = conditional_s if conditional_s is not None and conditional_s > elapsed_s else 2.0 * elapsed_s
+    return max(_cap(max(guess, estimate_s), time_limit), elapsed_s + min_left_s)

@@ -6,7 +6,8 @@ jobs (`lyasched.estimates`): the finished plain jobs in its own records (read at
 each finished one as it ends) and, where accounting exists, the site's `sacct` history. The
 policy then sees such a job exactly as the simulator and `whatif --managed` see a trace row: a
 `Job` whose run time at its GPU count is the estimate (`plain_job`), capped at its time limit by
-the same clamp as every job.
+the same clamp as every job. Once running past its estimate, ``PlainJobs.expected_run`` says what
+to show instead: what the history says of similar jobs that ran that long, capped at its limit.
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ class PlainJobs:
         self.known = len(self.past)
 
     def estimate(self, job: SlurmJob, s: CostSummary, now: float) -> Estimate:
+        self._read_history()
+        return self.estimator.estimate(self.request(job, s), now)
+
+    def expected_run(self, job: SlurmJob, s: CostSummary, predicted_s: float, now: float) -> float:
+        """The run time to show the policy for a running plain job predicted at ``predicted_s``:
+        past that, what its similar jobs that ran as long ran, capped at its time limit, never
+        ending before now (`RuntimeEstimator.expected_run`, as `whatif --managed` replays it)."""
+        start = job.start_time if job.start_time is not None else now
+        self._read_history()
+        return self.estimator.expected_run(self.request(job, s), predicted_s, max(0.0, now - start), now)
+
+    def _read_history(self) -> None:
         if self.history is not None:
             load, self.history = self.history, None
             more = load()
@@ -77,7 +90,6 @@ class PlainJobs:
                 self.estimator.observe_all(self.past)
                 self.known = len(self.past)
                 log.info("plain jobs: %d finished GPU jobs from sacct join the estimates", len(more))
-        return self.estimator.estimate(self.request(job, s), now)
 
     @staticmethod
     def request(job: SlurmJob, s: CostSummary) -> Request:

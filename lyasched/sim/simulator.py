@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -198,6 +198,10 @@ class Simulation:
         self._templates: dict[tuple, WaitingJob] = {}
         self._piece_tables: dict[tuple, goodput.PieceTable] = {}  # adaptive jobs' (lyasched.costmodel.goodput)
         self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
+        # (job index, predicted run it is shown with, elapsed, now) -> the whole run to show a running
+        # job that has outlived that prediction (whatif --managed: lyasched.estimates'
+        # expected_run); None: the prediction made at its start stays (every other replay)
+        self.running_estimate: Callable[[int, float, float, float], float] | None = None
         self._best = np.empty(len(self.jobs))
         self._best_gpu = np.empty(len(self.jobs))
         # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
@@ -415,6 +419,12 @@ class Simulation:
                 wake = None  # a policy may say when deciding again could change anything (info["wake_at"])
                 if can_act:
                     acted = False
+                    if self.running_estimate is not None:
+                        for r in running.values():
+                            if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
+                                pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
+                                r.obs = replace(r.obs, predicted_run=pr, _view=[])
+                                running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
                     if running_view is None:

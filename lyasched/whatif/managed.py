@@ -8,20 +8,23 @@ per-job true/predicted factors set to recorded / estimated run, so the replay ne
 to the simulator: ``Simulation.factors`` is what it multiplies a predicted run by.
 Jobs are rigid (their recorded GPU count). Backfill is replayed twice: planning with the same
 estimates (its time limits replaced by them) and with the users' time limits (what Slurm does).
+A running job that outlives its estimate is shown, from then on, with what the history (the jobs
+ended before that moment) says of similar jobs that ran that long, capped at its time limit
+(`RuntimeEstimator.expected_run`, the rule the live service follows too).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from lyasched.costmodel.cost import ClusterSpec
 from lyasched.costmodel.jobspec import Job
-from lyasched.estimates import Estimate, RuntimeEstimator
+from lyasched.estimates import Estimate, Request, RuntimeEstimator
 from lyasched.estimates.estimator import SOURCES, EstimatorParams
 from lyasched.estimates.sacct import finished_of_job, request_of_job
 from lyasched.policy import make_policy
@@ -34,6 +37,14 @@ BACKFILL = "backfill"
 # the outcome name of backfill planning with the users' time limits (Slurm as it is)
 BACKFILL_LIMITS = "backfill-limits"
 MIN_RUN_S = 1.0  # a recorded run of 0 s is replayed as this (a job occupies its GPUs a moment)
+
+
+@dataclass(frozen=True)
+class ArrivalEstimate(Estimate):
+    """An estimate made at a job's arrival, with the request it was made for (the replay asks
+    the history about the same request again when the job outlives it)."""
+
+    request: Request
 
 
 def history_estimates(hist: Sequence[HistoryJob], names: Mapping[int, str] | None = None,
@@ -52,8 +63,26 @@ def history_estimates(hist: Sequence[HistoryJob], names: Mapping[int, str] | Non
             j = hist[by_end[e]]
             est.observe(finished_of_job(j, names.get(j.line, "")))
             e += 1
-        out[k] = est.estimate(reqs[k], t)
+        e_k = est.estimate(reqs[k], t)
+        out[k] = ArrivalEstimate(e_k.mean_s, e_k.spread, e_k.source, e_k.n, reqs[k])
     return [x for x in out if x is not None]
+
+
+def outlived_rule(hist: Sequence[HistoryJob], ests: Sequence[Estimate], index: Mapping[str, int],
+                  sim_jobs: Sequence[Job], params: EstimatorParams | None = None) -> Callable[[int, float, float, float], float]:
+    """The simulator's ``running_estimate``: what to show a running job past its prediction,
+    from the jobs whose recorded end came before that moment (an estimator that keeps every
+    run, asked "as of now"; it reads each key's latest ``outlived_window`` runs, as the live one)."""
+    base = params or EstimatorParams()
+    est = RuntimeEstimator(replace(base, keep=max(base.keep, len(hist) + 1)))
+    reqs = [e.request if isinstance(e, ArrivalEstimate) else request_of_job(j) for j, e in zip(hist, ests)]
+    est.observe_all(finished_of_job(j, r.name) for j, r in zip(hist, reqs))
+    req_of = [reqs[index[j.job_id]] for j in sim_jobs]
+
+    def rule(i: int, predicted_s: float, elapsed_s: float, now: float) -> float:
+        return est.expected_run(req_of[i], predicted_s, elapsed_s, now)
+
+    return rule
 
 
 def estimate_figures(hist: Sequence[HistoryJob], ests: Sequence[Estimate]) -> dict[str, Any]:
@@ -118,6 +147,7 @@ def build_managed_simulations(hist: Sequence[HistoryJob], cluster: ClusterSpec, 
     if [j.job_id for j in sim_est.jobs] != [j.job_id for j in sim.jobs]:
         raise RuntimeError("the two managed simulations order the jobs differently")
     sim_est.factors = factors.copy()
+    sim.running_estimate = sim_est.running_estimate = outlived_rule(hist, ests, index, sim.jobs)
     return sim, sim_est, index
 
 
