@@ -446,6 +446,44 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	return slurm.SUCCESS
 end
 
+-- What an owner's update of a lyasched job may not touch: the hold and priority (a release), what
+-- the scheduler decided or will decide (GPUs, nodes, tasks, partition, account and QOS, when it may
+-- start), and the summary. Anything else (its name, a shorter time limit, mail settings) is the
+-- owner's, under Slurm's usual rules. The fields cannot be listed from Lua, so this names them.
+local DECIDED_TEXT = {
+	"comment", "admin_comment", "partition", "account", "qos", "reservation", "features", "prefer",
+	"batch_features", "gres", "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task",
+	"cpus_per_tres", "mem_per_tres", "tres_bind", "req_nodes", "exc_nodes", "dependency", "licenses",
+	"array_inx", "clusters", "burst_buffer", "work_dir", "std_out", "std_err", "std_in", "script",
+}
+local DECIDED_NUMBER = {
+	"nice", "min_nodes", "max_nodes", "num_tasks", "min_cpus", "max_cpus", "pn_min_cpus", "cpus_per_task",
+	"ntasks_per_node", "ntasks_per_gpu", "ntasks_per_tres", "ntasks_per_socket", "sockets_per_node",
+	"cores_per_socket", "threads_per_core", "pn_min_memory", "min_mem_per_cpu", "min_mem_per_node",
+	"pn_min_tmp_disk", "begin_time", "requeue", "shared", "contiguous", "reboot", "delay_boot",
+	"site_factor",
+}
+
+local function decided_field(job_desc)
+	-- the priority first, 0 included: a hold or a release either way
+	local prio = job_desc.priority
+	if prio ~= nil and prio ~= slurm.NO_VAL and prio ~= 4294967294 then
+		return "priority (hold or release)"
+	end
+	for _, key in ipairs(DECIDED_TEXT) do
+		if job_desc[key] ~= nil then
+			return key
+		end
+	end
+	for _, key in ipairs(DECIDED_NUMBER) do
+		local v = job_desc[key]
+		if is_set(v) and v ~= 18446744073709551614 and v ~= 18446744073709551615 then -- NO_VAL64, INFINITE64
+			return key
+		end
+	end
+	return nil
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	if refuse_line_breaks(job_desc) then
 		return slurm.ERROR
@@ -454,9 +492,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		return slurm.SUCCESS
 	end
 	if claims_lyasched(job_rec.comment) then
+		local field = decided_field(job_desc)
+		if field == nil then
+			return slurm.SUCCESS -- its name, a shorter time limit, mail: Slurm's own rules apply
+		end
 		slurm.log_user(
-			"lyasched: job %u is managed by lyasched: only the scheduler may release or change it (scancel still works)",
-			job_rec.job_id
+			"lyasched: job %u is managed by lyasched: only the scheduler may release it or change its %s (scancel, and its name, time limit and mail settings, still work)",
+			job_rec.job_id, field
 		)
 		return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
 	end

@@ -73,6 +73,32 @@ def test_owner_cannot_release_or_change_it(as_user, test_user, held_job, update)
     assert squeue(held_job, "%k") == summary()
 
 
+@pytest.mark.parametrize("update", [
+    ["partition=managed"],
+    ["dependency=singleton"],
+    ["StartTime=now+1hour"],
+    ["ReqNodeList=node1"],
+    ["MinMemoryNode=100"],
+])
+def test_owner_cannot_change_what_the_scheduler_decides(as_user, test_user, held_job, slurm_jobs, update):
+    proc = as_user(test_user, "scontrol", "update", f"jobid={held_job}", *update)
+    assert proc.returncode != 0 and DENIED in proc.stderr
+    assert squeue(held_job, "%T|%r|%D|%b|%P|%E") == "PENDING|JobHeldUser|1|gres:gpu:1|gpu|(null)"
+    # the same update of the owner's own held job that is not lyasched's: Slurm allows it (so the plugin refused)
+    mine = submitted(submit(as_user, test_user, "--hold", "--gres=gpu:1", "--wrap", "true"), slurm_jobs)
+    proc = as_user(test_user, "scontrol", "update", f"jobid={mine}", *update)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_owner_may_rename_shorten_and_set_mail_on_a_held_job(as_user, test_user, held_job):
+    """Issue 37: the owner keeps every right Slurm gives that does not bypass the hold."""
+    for update in (["name=renamed"], ["TimeLimit=30"], ["MailType=END", f"MailUser={test_user}"]):
+        proc = as_user(test_user, "scontrol", "update", f"jobid={held_job}", *update)
+        assert proc.returncode == 0, (update, proc.stderr)
+    assert squeue(held_job, "%T|%r|%j|%l|%b") == "PENDING|JobHeldUser|renamed|30:00|gres:gpu:1"
+    assert squeue(held_job, "%k") == summary()
+
+
 def test_other_user_cannot_cancel_but_owner_can(as_user, test_user, other_user, held_job, wait_job):
     proc = as_user(other_user, "scancel", held_job)
     assert proc.returncode != 0 and DENIED in proc.stderr
