@@ -66,3 +66,19 @@ def test_the_readme_headline_block_is_replaced_and_nothing_else():
     out = splice(text, "| new |\n")
     assert out == f"intro\n{HEADLINE_BEGIN}\n| new |\n{HEADLINE_END}\nrest\n"
     assert splice("no block here\n", "| new |\n") == "no block here\n"
+
+
+def test_sections_measured_by_their_own_command_survive_a_rerun(tmp_path):
+    from figures import KEPT_BEGIN, KEPT_END
+
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(_data(2000.0, quick=False)))
+    block = f"{KEPT_BEGIN}\n## Goodput\n\n`python benchmarks/goodput.py --json`: 0.97\n{KEPT_END}"
+    (tmp_path / "results.md").write_text(f"# Results\n\nold generated text\n\n{block}\n\nstray hand edit\n")
+    cmd = [sys.executable, str(REPO / "benchmarks" / "figures.py"), "--from-json", str(src), "--out-dir", str(tmp_path)]
+    for _ in range(2):  # twice: the block is kept once, not duplicated
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        page = (tmp_path / "results.md").read_text()
+        assert page.count(block) == 1 and "| seed-small-bursty | 2,000 |" in page
+        assert "old generated text" not in page and "stray hand edit" not in page  # outside the markers: regenerated
