@@ -467,6 +467,37 @@ def test_two_node_allreduce_grows_with_the_gpus_per_node_and_is_fitted():
     assert one_node.d_two_nodes == 0.0  # no multi-node rows: not identifiable, stays at the default
 
 
+def test_multi_node_allreduce_grows_with_the_fullest_node_and_is_fitted():
+    """d_node_gpus: every multi-node all-reduce x (1 + d*log2 k), k the fullest node's GPUs; 0 (the
+    default) changes nothing; the vectorised fit path agrees with step_time on mixed placements;
+    fit_shape recovers it from apps with one-GPU-per-node and mixed placements."""
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape
+
+    truth = CommShape(gamma=2.0, s_multi=0.05, inter_ratio=5.0, d_inter=0.02, d_nodes=0.1, d_two_nodes=0.3,
+                      d_node_gpus=0.25)
+    base = CommShape(**{**truth.to_dict(), "d_node_gpus": 0.0})
+    assert base == CommShape(**{k: v for k, v in truth.to_dict().items() if k != "d_node_gpus"})
+    assert truth.comm_factor(12, 4, per_node_max=4) == pytest.approx(base.comm_factor(12, 4, per_node_max=4) * 1.5)
+    assert truth.comm_factor(3, 3, per_node_max=1) == base.comm_factor(3, 3, per_node_max=1)  # one GPU a node
+    assert truth.comm_factor(4, 1) == base.comm_factor(4, 1)  # one node: not a multi-node all-reduce
+    placements = [(2,), (4,), (1, 1), (2, 2), (1, 4), (4, 4), (1, 1, 1), (1, 1, 2), (2, 2, 2), (1, 1, 1, 4),
+                  (4, 4, 4), (1, 1, 1, 1), (2, 2, 2, 2)]
+
+    def rows(name: str, v: float) -> Rows:
+        recs = [PlacementRow(p, b, truth.step_time(0.01 + 2e-4 * b, v, p)) for p in placements for b in (8, 32, 128)]
+        return Rows.of(name, 0.01, 2e-4, recs)
+
+    a = rows("a", 0.05)
+    fit = fit_shape([a, rows("b", 0.08), rows("c", 0.3)])
+    assert fit.d_node_gpus == pytest.approx(0.25, rel=0.05)
+    from lyasched.costmodel.online import _predict
+
+    exact = [truth.step_time(0.01 + 2e-4 * b, 0.05, p) for p in placements for b in (8, 32, 128) if sum(p) > 1]
+    assert _predict(truth, 0.05, 1.0, a) == pytest.approx(exact, rel=1e-12)
+    one_node = fit_shape([Rows.of("x", 0.01, 2e-4, [PlacementRow((g,), 8, 0.02 * g) for g in (2, 3, 4)])])
+    assert one_node.d_node_gpus == 0.0  # no multi-node rows: not identifiable, stays at the default
+
+
 def test_benchmark_online_protocol_json(tmp_path):
     """--protocol online --json: per app and k, median/p90/rows beside the existing keys."""
     pollux = tmp_path / "pollux"

@@ -46,6 +46,25 @@ def test_two_placements_teach_the_job_its_own_inter_node_cost():
     assert one > 0.5 and two < 0.08 and two < one / 10
 
 
+def test_a_job_run_on_one_gpu_per_node_learns_its_per_node_growth():
+    # this job's multi-node all-reduce grows with the fullest node's GPUs (d_node_gpus = 0.4) where
+    # the cluster's does not: runs on 2222 alone cannot show it, runs on 1111 and 4444 as well do
+    own = CommShape(**{**CLUSTER.to_dict(), "d_node_gpus": 0.4})
+    data = rows(own, 0.05, PLACEMENTS + [(1, 1, 1, 1), (1, 1, 1), (1, 1, 2, 4)])
+    unseen = [r for r in data if r.placement in {(1, 1, 1), (1, 1, 2, 4), (4, 4)}]
+
+    def fitted(seen: set) -> tuple[float, float]:
+        job = fit_job(PROF, CLUSTER, [r for r in data if r.placement in seen])
+        return job.shape.d_node_gpus, max(abs(job.step_time(r.placement, r.local_bsz) / r.step_time - 1) for r in unseen)
+
+    d_one, err_one = fitted({(2, 2, 2, 2)})
+    d_three, err_three = fitted({(2, 2, 2, 2), (1, 1, 1, 1), (4, 4, 4, 4)})
+    assert d_one == pytest.approx(0.0, abs=1e-3)  # one fullest-node size seen: the prior holds
+    # a maximum a posteriori fit: 0.4 is four prior sds from the cluster's 0, three placements pull
+    # it most of the way in the prediction, not all of the way in the parameter
+    assert d_three > 0.1 and err_three < err_one / 2
+
+
 def test_the_prior_holds_what_the_data_cannot_identify():
     data = rows(CLUSTER, 0.05)
     job = fit_job(PROF, CLUSTER, [r for r in data if r.placement == (2, 2)])

@@ -7,7 +7,8 @@ A `CommShape` is what one *cluster* contributes to a job's step time, whatever t
 
     compute_g = (alpha + beta*b) * (1 + s_multi + sigma*(k - 1)) * o   k = most GPUs used on one node
     comm      = v * ((1 - f)*(1 + d_intra*(g - 2)) + f*(1 + d_intra_bw*(g - 2))*o)  one node
-              = v * inter_ratio * (1 + d_inter*(g - 2) + d_nodes*log2(n/2))      n >= 3 nodes
+              = v * inter_ratio * (1 + d_inter*(g - 2) + d_nodes*log2(n/2))
+                  * (1 + d_node_gpus*log2(k))                                     n >= 3 nodes
               = the same * (1 + d_two_nodes*log2(k))                              n = 2 nodes
     f         = V/(V + lat_bytes)   (V: gradient bytes),   o = max(1, k/parallel)
     step      = (compute_g^gamma + comm^gamma)^(1/gamma)                         g >= 2
@@ -62,6 +63,7 @@ _BOUNDS = {
     "d_nodes": (0.0, 4.0),
     "d_intra_bw": (0.0, 1.0),  # <= the latency part's 1: bytes per rank saturate at 2V, hops do not
     "d_two_nodes": (0.0, 4.0),
+    "d_node_gpus": (0.0, 4.0),
 }
 
 
@@ -101,6 +103,12 @@ class CommShape:
     # 14: 1.2 -> 1.7 -> 2.1 s at b=4) while from 3 nodes on it hardly does (111 -> 114: 1.1 ->
     # 1.25 s); docs/calibration.md, "Two nodes".
     d_two_nodes: float = 0.0
+    # Growth of EVERY multi-node all-reduce with the GPUs on its fullest node, per doubling:
+    # (1 + d_node_gpus*log2(k)). The ring waits for its slowest node, and a node's k GPUs share its
+    # one NIC and PCIe root with the intra-node hops: one GPU per node (3x1, 4x1, 1112) was
+    # predicted 10-25% too slow without it. 0 (default): predictions as before. docs/calibration.md,
+    # "Mixed placements".
+    d_node_gpus: float = 0.0
     # Replicas one node computes at full speed side by side (GPUs: all of them; a CPU node: its
     # cores / threads per replica). Known, not fitted: k > parallel share the compute units,
     # slowing compute and the all-reduce's bandwidth part by k/parallel (`oversubscription`).
@@ -151,8 +159,10 @@ class CommShape:
             f = self.bw_share(grad_bytes)
             over = self.oversubscription(per_node_max or g)
             return (1.0 - f) * (1.0 + self.d_intra * (g - 2)) + f * (1.0 + self.d_intra_bw * (g - 2)) * over
-        two = 1.0 + self.d_two_nodes * np.log2(max(1, per_node_max or -(-g // nodes))) if nodes == 2 else 1.0
-        return self.inter_ratio * (1.0 + self.d_inter * (g - 2) + self.d_nodes * np.log2(nodes / 2.0)) * two
+        kmax = max(1, per_node_max or -(-g // nodes))
+        two = 1.0 + self.d_two_nodes * np.log2(kmax) if nodes == 2 else 1.0
+        per = 1.0 + self.d_node_gpus * np.log2(_node_gpus(kmax, g, nodes)) if self.d_node_gpus else 1.0
+        return self.inter_ratio * (1.0 + self.d_inter * (g - 2) + self.d_nodes * np.log2(nodes / 2.0)) * two * per
 
     def contention(self, per_node_max: int) -> float:
         """Compute slowdown of a multi-GPU run with at most ``per_node_max`` GPUs on one node."""
@@ -182,6 +192,12 @@ def bw_share(grad_bytes: float | None, lat_bytes: float) -> float:
     return float(grad_bytes / (grad_bytes + lat_bytes))
 
 
+def _node_gpus(kmax: Any, g: Any, n: Any) -> Any:
+    """The GPUs per node `CommShape.d_node_gpus` grows with: the fullest node's (the ring's
+    bottleneck). The mean g/n was measured too and not kept (docs/experiments.md)."""
+    return np.maximum(1.0, kmax)
+
+
 def _link_comm(v: Any, g: Any, over: Any, lat: float, bytes_s: float, d_lat: float, d_bw: float) -> Any:
     """One-node all-reduce time when the link is known (`CommShape.comm_time`): the link latency
     ``lat`` grows with the hops, the rest of v time-shares the cores (``over``); ``bytes_s`` is
@@ -192,7 +208,7 @@ def _link_comm(v: Any, g: Any, over: Any, lat: float, bytes_s: float, d_lat: flo
 def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.ndarray, n: np.ndarray,
               k: np.ndarray, parallel: float = math.inf, f: float = 0.0, lat: float = 0.0,
               bytes_s: float = 0.0) -> np.ndarray:
-    gamma, s_multi, sigma, ratio, di, dg, dn, dbw, d2 = shape_x
+    gamma, s_multi, sigma, ratio, di, dg, dn, dbw, d2, dk = shape_x
     over = np.maximum(1.0, k / parallel)
     c = compute * (1.0 + s_multi + sigma * (k - 1.0)) * over
     if lat > 0:  # link latency known: `CommShape.comm_time`
@@ -200,7 +216,7 @@ def _vec_step(shape_x: np.ndarray, compute: np.ndarray, v: np.ndarray, g: np.nda
     else:
         intra = v * ((1.0 - f) * (1.0 + di * (g - 2.0)) + f * (1.0 + dbw * (g - 2.0)) * over)
     inter = ratio * (1.0 + dg * (g - 2.0) + dn * np.log2(np.maximum(n, 2.0) / 2.0)) \
-        * np.where(n == 2, 1.0 + d2 * np.log2(np.maximum(k, 1.0)), 1.0)
+        * np.where(n == 2, 1.0 + d2 * np.log2(np.maximum(k, 1.0)), 1.0) * (1.0 + dk * np.log2(_node_gpus(k, g, n)))
     comm = np.where(n > 1, v * inter, intra)
     out = (c**gamma + np.maximum(comm, 1e-12) ** gamma) ** (1.0 / gamma)
     return np.where(g > 1, out, compute)
@@ -279,7 +295,7 @@ def fit_shape(apps: Sequence[Rows], fixed: CommShape | None = None) -> CommShape
     # a node of known shared cores: its contention is the oversubscription (`CommShape.contention`),
     # declared, not fitted; see SHARED_CORES_FIXED
     cpu_fixed = SHARED_CORES_FIXED if base.shared_cores else ()
-    free = [f for f in names if (multi_node or f not in ("inter_ratio", "d_inter", "d_nodes", "d_two_nodes"))
+    free = [f for f in names if (multi_node or f not in ("inter_ratio", "d_inter", "d_nodes", "d_two_nodes", "d_node_gpus"))
             and (f != "d_intra_bw" if not split else f != "d_intra") and f not in cpu_fixed]
     lo = [np.log(_BOUNDS[f][0]) if f == "inter_ratio" else _BOUNDS[f][0] for f in free]
     hi = [np.log(_BOUNDS[f][1]) if f == "inter_ratio" else _BOUNDS[f][1] for f in free]

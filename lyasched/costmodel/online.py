@@ -9,8 +9,10 @@ from the job's own measurements. `fit_job` does the same here as a maximum a pos
     minimise  sum over the job's rows of (predicted/measured - 1)^2 / NOISE^2
             + sum over parameters of ((p - p_cluster) / PRIOR_SD[p])^2
 
-over the job's own v, inter-node ratio, growth with GPUs and nodes, overlap and multi-GPU
-compute slowdown, with the cluster's values as the prior. A job seen on one placement moves
+over the job's own v, inter-node ratio, growth with GPUs, nodes and GPUs per node
+(`CommShape.d_node_gpus`: learned once the job has run on placements with different fullest
+nodes, e.g. one GPU per node), overlap and multi-GPU compute slowdown, with the cluster's values
+as the prior. A job seen on one placement moves
 little beyond v (the prior holds what one placement cannot identify); seen on a second, with
 another GPU or node count, the growth terms follow its own data.
 """
@@ -31,7 +33,7 @@ NOISE = 0.05  # relative scatter of one measured step time (run to run: docs/cal
 # The growth terms are held tight: two or three placements of 3-4 nodes said little about 16 nodes
 # (looser priors extrapolated the growth and missed the 12-16-node rows by 30-80%: docs/calibration.md)
 PRIOR_SD = {"log_v": 3.0, "log_inter": 0.7, "d_intra": 0.1, "d_inter": 0.03, "d_nodes": 0.1,
-            "log_compute": 0.15, "gamma": 1.0}
+            "log_compute": 0.15, "gamma": 1.0, "d_node_gpus": 0.1}
 PARAMS = tuple(PRIOR_SD)
 PER_PLACEMENT = True  # rows of one placement count as one observation (see fit_job)
 # What fit_job may move: "job" every parameter above; "comm" v and the inter-node ratio (what a
@@ -63,7 +65,8 @@ class JobModel:
 def _unpack(x: np.ndarray, base: CommShape) -> tuple[float, CommShape, float]:
     p = dict(zip(PARAMS, x))
     shape = replace(base, inter_ratio=float(math.exp(p["log_inter"])), d_intra=float(p["d_intra"]),
-                    d_inter=float(p["d_inter"]), d_nodes=float(p["d_nodes"]), gamma=float(p["gamma"]))
+                    d_inter=float(p["d_inter"]), d_nodes=float(p["d_nodes"]), gamma=float(p["gamma"]),
+                    d_node_gpus=float(p["d_node_gpus"]))
     return float(math.exp(p["log_v"])), shape, float(math.exp(p["log_compute"]))
 
 
@@ -88,17 +91,18 @@ def fit_job(profile: Profile, cluster: CommShape, rows: Sequence[Any], grad_byte
         raise ValueError(f"{profile.model}: no multi-GPU rows to fit the job's own model on")
     v0 = fit_v(cluster, data)
     prior = np.array([math.log(v0), math.log(cluster.inter_ratio), cluster.d_intra, cluster.d_inter,
-                      cluster.d_nodes, 0.0, cluster.gamma])
+                      cluster.d_nodes, 0.0, cluster.gamma, cluster.d_node_gpus])
     if fit not in FITS:
         raise ValueError(f"fit must be one of {FITS}, not {fit!r}")
     sd = np.array([PRIOR_SD[p] if p in _FREE[fit] else 1e-6 for p in PARAMS])
     lo = np.array([math.log(1e-9), math.log(_BOUNDS["inter_ratio"][0]), 0.0, 0.0, 0.0, math.log(0.5),
-                   _BOUNDS["gamma"][0]])
+                   _BOUNDS["gamma"][0], 0.0])
     hi = np.array([math.log(1e4), math.log(_BOUNDS["inter_ratio"][1]), _BOUNDS["d_intra"][1], _BOUNDS["d_inter"][1],
-                   _BOUNDS["d_nodes"][1], math.log(2.0), _BOUNDS["gamma"][1]])
+                   _BOUNDS["d_nodes"][1], math.log(2.0), _BOUNDS["gamma"][1], _BOUNDS["d_node_gpus"][1]])
     if cluster.shared_cores:  # a CPU node's overlap is not fitted (commshape.SHARED_CORES_FIXED)
-        lo[-1] = hi[-1] = cluster.gamma
-        hi[-1] += 1e-9
+        ig = PARAMS.index("gamma")
+        lo[ig] = hi[ig] = cluster.gamma
+        hi[ig] += 1e-9
 
     # rows of one placement share its all-reduce: they count as one observation, so a placement
     # measured at many batches does not outweigh the prior more than one measured at few
