@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if use_cuda:
             med = med.to(device)
         dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    summary = None
     if rank == 0:
         summary = {
             "model": args.model, "world_size": world, "backend": dist.get_backend() if distributed else None,
@@ -212,13 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary['samples_per_s']:.1f} samples/s; final loss {loss_val:.4f}",
             flush=True,
         )
-        if args.json:
-            print(json.dumps(summary), flush=True)
-    steps.close()
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
-    return 0
+    return finish(summary, args.json, steps, distributed)
 
 
 def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, device, use_cuda: bool, world: int,
@@ -323,6 +318,7 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
                 dist.destroy_process_group()
             return ck.exit_code
     loss_val = global_mean(torch.tensor(loss_val, dtype=torch.float64), distributed)
+    summary = None
     if rank == 0:
         if args.schedule_out:
             with open(args.schedule_out, "w") as f:
@@ -333,8 +329,14 @@ def train_adaptive(args, spec, model, opt, ck: Checkpointer, steps: StepTimes, d
                    "batches": sorted(set(batches)), "phi": phi, "lr_rule": agent.rule, "final_loss": loss_val}
         print(f"{args.model}: {world} rank(s), {agent.steps} steps = {agent.progress:.3f} base steps at batches "
               f"{summary['batches']} (phi {phi if phi is None else round(phi, 2)}); final loss {loss_val:.6f}", flush=True)
-        if args.json:
-            print(json.dumps(summary), flush=True)
+    return finish(summary, args.json, steps, distributed)
+
+
+def finish(summary: dict | None, as_json: bool, steps: StepTimes, distributed: bool) -> int:
+    """The end of a run: rank 0's JSON line (``summary``; None on other ranks), the step-time
+    report flushed, every rank at the barrier before the process group goes."""
+    if summary is not None and as_json:
+        print(json.dumps(summary), flush=True)
     steps.close()
     if distributed:
         dist.barrier()
