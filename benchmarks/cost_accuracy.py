@@ -304,7 +304,8 @@ def leave_one_out(dirs: list[str], args: argparse.Namespace) -> int:
               + (f" (bandwidth part {s.d_intra_bw:.3f}/GPU, bandwidth share {s.bw_share(r.grad_bytes):.2f}, "
                  f"link latency {s.lat_s * 1e3:.2f} ms)"
                  if s.lat_bytes > 0 else "") + f" inter {s.d_inter:.3f}/GPU {s.d_nodes:.3f}/log2 node"
-              + (f", two nodes x(1 + {s.d_two_nodes:.2f}*log2 GPUs/node)" if s.d_two_nodes > 0 else ""))
+              + (f", two nodes x(1 + {s.d_two_nodes:.2f}*log2 GPUs/node)" if s.d_two_nodes > 0 else "")
+              + (f", across nodes x(1 + {s.d_node_gpus:.3f}*log2 GPUs on the fullest node)" if s.d_node_gpus > 0 else ""))
         a = app_acc(r)
         print(f"  all rows        rows={a.rows:4d}  median={a.median_abs_rel_err:6.1%}  p90={a.p90_abs_rel_err:6.1%}")
         print(f"  placements.csv  rows={r.placements.rows:4d}  median={r.placements.median_abs_rel_err:6.1%}  "
