@@ -254,6 +254,13 @@ def test_config_shape_reaches_the_cost_model():
     v = plain.comm_time(prof, 2, False)
     c = prof.step_time(16)
     assert shaped.iter_time(prof, 64, 4) == pytest.approx((c**2 + (v * (1 + ((1 - f) * 0.5 + f * 0.1) * 2))**2) ** 0.5)
+    # d_node_gpus (0 by default): the policy's 8-GPU two-node placement (4, 4) pays x(1 + d*log2 4)
+    across = {"gamma": 1.0, "inter_ratio": 4.0}
+    base = CostModel(ClusterSpec(nodes=2, gpus_per_node=4, shape=from_mapping({"cluster": {"shape": across}}).shape))
+    grown = CostModel(ClusterSpec(nodes=2, gpus_per_node=4, shape=from_mapping(
+        {"cluster": {"shape": {**across, "d_node_gpus": 0.25}}}).shape))
+    c8 = prof.step_time(8)
+    assert grown.iter_time(prof, 64, 8, True) - c8 == pytest.approx((base.iter_time(prof, 64, 8, True) - c8) * 1.5)
 
 
 def test_lyasub_bad_shape_config_exits_2(tmp_path):
