@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
@@ -79,3 +80,18 @@ def test_bad_loads_are_one_line_errors():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "goodput.py"), "--loads", "x"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 2 and "--loads" in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_the_wide_shape_is_held_out_in_rows_of_its_own_and_changes_only_adaptive_jobs_gpus():
+    held = B.workloads(False, "heldout", family_only=True)
+    wide = [w for w in held if w["wide"]]
+    assert [w["load"] for w in wide] == list(B.LOADS) and not any(w["family"] for w in wide)
+    assert not any(w["wide"] for w in B.workloads(False, "design"))
+    # ad_nodes (default 1: today's workloads) lifts only the adaptive jobs' GPU cap, to 4 nodes
+    a = synth_workload(B.FAMILY_WIDE + ",jobs=40", 7)
+    b = synth_workload(B.FAMILY + ",jobs=40", 7)
+    assert synth_workload(B.FAMILY + ",jobs=40,ad_nodes=1", 7).jobs == b.jobs
+    for x, y in zip(a.jobs, b.jobs):
+        want = max(y.max_gpus, 16) if y.adaptive is not None else y.max_gpus
+        assert x.max_gpus == want and replace(x, max_gpus=y.max_gpus) == y
+    assert any(x.max_gpus > y.max_gpus for x, y in zip(a.jobs, b.jobs))

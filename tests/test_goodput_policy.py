@@ -108,3 +108,51 @@ def test_non_adaptive_decisions_do_not_depend_on_the_goodput_model():
     segs = [[(r.job.job_id, [(s.start, s.end, s.gpus, s.batch) for s in r.segments]) for r in res.records] for res in runs]
     assert segs[0] == segs[1]
     assert np.array_equal(runs[0].slot_q, runs[1].slot_q)
+
+
+def test_the_policy_input_says_which_jobs_are_adaptive():
+    """`WaitingJob.adaptive` / `MovableJob.adaptive`: set by the one builder (`waiting_job`) and the
+    movable builder, False for every job that does not opt in."""
+    cost = CostModel(CLUSTER)
+    job = _job(NoiseScale.constant(4000.0))
+    assert waiting_job(job, cost, 8).adaptive
+    assert not waiting_job(replace(job, adaptive=None), cost, 8).adaptive
+    assert _running(job, 0.3).running[0].adaptive is False  # movable_job's default: not adaptive
+    base = _running(job, 0.3).running[0]
+    one, multi = goodput.remaining_rows(cost, job, 8, 0.3)
+    mj = movable_job(base, one=one, multi=multi, work=float(one[0]), scale=1.0, requested=4, move_cost=math.nan,
+                     waited=0.0, checkpointable=True, adaptive=True)
+    assert mj.adaptive
+
+
+class _Seen:
+    """elastic, recording which jobs each slot's input marks adaptive (waiting and running)."""
+
+    def __init__(self) -> None:
+        self.inner = make_policy("elastic")
+        self.name, self.capabilities = "seen", self.inner.capabilities
+        self.waiting: dict[str, set[bool]] = {}
+        self.running: dict[str, set[bool]] = {}
+
+    def decide(self, state: SlotState):
+        for w in state.waiting:
+            self.waiting.setdefault(w.job_id, set()).add(w.adaptive)
+        for r in state.running:
+            self.running.setdefault(r.job_id, set()).add(getattr(r, "adaptive", None))
+        return self.inner.decide(state)
+
+
+def test_the_simulator_hands_a_moving_policy_the_adaptive_marks():
+    """Replayed, a moving policy sees every adaptive job marked adaptive, waiting and running, and
+    no other job marked: the same input the service builds (`waiting_job`)."""
+    from lyasched.sim.synth import synth_workload
+
+    w = synth_workload("synth:adaptive,jobs=24,load=2", 5)
+    ad = {j.job_id for j in w.jobs if j.adaptive is not None}
+    assert ad and len(ad) < len(w.jobs)
+    pol = _Seen()
+    Simulation(w.jobs, w.cluster, seed=5, end_fraction=w.end_fraction).run(pol)
+    assert pol.waiting and pol.running
+    for seen in (pol.waiting, pol.running):
+        for jid, marks in seen.items():
+            assert marks == {jid in ad}, jid

@@ -36,6 +36,7 @@ class MovableJob(RunningJob):
     waited_s: float = 0.0  # time spent waiting so far (submission to now, minus time holding GPUs)
     work_left: float = 0.0  # remaining compute time on one GPU at the full batch (its share of Q if suspended)
     moves: int = 0  # moves of this job completed so far (checkpoints taken: suspensions and resizes)
+    adaptive: bool = False  # its batch is chosen with its GPUs (rows at its best batch per count; WaitingJob.adaptive)
     remaining_one_node: np.ndarray | None = None
     remaining_multi_node: np.ndarray | None = None
 
@@ -95,12 +96,13 @@ def movable_job(
     checkpointable: bool,
     plain: bool = False,
     moves: int = 0,
+    adaptive: bool = False,
 ) -> MovableJob:
     """``base`` as a moving policy sees it: the job's rows ``one``/``multi`` and ``work`` (run
     times and one-GPU compute of the whole job, or per unit that ``scale`` counts) times ``scale``
     (the units still to do: `share_left` of the job, times iterations where the rows are per
     iteration), its request (clamped to the counts its rows have), its move cost (nan: the
-    policy's default), its wait so far and its completed moves. ``plain``: the rows hold no nan or
+    policy's default), its wait so far, its completed moves and whether it is adaptive. ``plain``: the rows hold no nan or
     -inf (fast path)."""
     return MovableJob(
         job_id=base.job_id,
@@ -116,6 +118,7 @@ def movable_job(
         move_cost_s=move_cost,
         waited_s=waited,
         moves=moves,
+        adaptive=adaptive,
         work_left=work * scale,
         remaining_one_node=scaled(one, scale, plain),
         remaining_multi_node=scaled(multi, scale, plain),

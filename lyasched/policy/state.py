@@ -37,6 +37,9 @@ class WaitingJob:
     time_limit: float = math.inf
     user: str = ""
     attained: float = 0.0  # GPU-seconds already received (jobs preempted earlier; LAS policies)
+    # the job lets the scheduler choose its batch with its GPUs (lyasched.costmodel.goodput): its rows
+    # are at its best batch per count, and lyasched.policy.adaptive may start it small and grow it
+    adaptive: bool = False
 
     @property
     def best_run(self) -> float:
@@ -180,6 +183,7 @@ def waiting_job(job: Job, cost: CostModel, max_gpus: int, fraction_done: float =
         requested_gpus=min(job.requested_gpus, max_gpus),
         time_limit=limit,
         user=job.user,
+        adaptive=job.adaptive is not None,
     )
 
 

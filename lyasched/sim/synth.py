@@ -66,6 +66,8 @@ class SynthSpec:
     adaptive: float = 0.0
     phi: str = "mixed"  # rising | flat | late | mixed
     max_mult: float = 32.0
+    # an adaptive job's largest GPU count: max(its request, ad_nodes nodes); 1 = one node, as every job's
+    ad_nodes: int = 1
 
 
 # Shaped like the two failures of issue 8, and named so a sweep can hold them apart.
@@ -86,7 +88,7 @@ _CHOICES = {"dur": DURATIONS, "arrival": ARRIVALS, "models": tuple(MODEL_MIXES),
 _RANGES: dict[str, tuple[float, float]] = {
     "jobs": (1, 200_000), "nodes": (1, 4096), "gpn": (1, 64), "load": (1e-3, 100.0),
     "one_gpu": (0.0, 1.0), "max_req": (1, 65536), "mean_h": (1e-3, 1e4), "bursts": (1, 10_000),
-    "cancel": (0.0, 1.0), "fail": (0.0, 1.0), "adaptive": (0.0, 1.0), "max_mult": (1.0, 4096.0),
+    "cancel": (0.0, 1.0), "fail": (0.0, 1.0), "adaptive": (0.0, 1.0), "max_mult": (1.0, 4096.0), "ad_nodes": (1, 4096),
 }
 
 
@@ -218,7 +220,8 @@ def _adaptive(jobs: list[Job], spec: SynthSpec, seed: int) -> list[Job]:
         pts = {"rising": ((0.0, phi0), (1.0, 8 * phi0)), "flat": ((0.0, phi0),),
                "late": ((0.0, phi0), (0.6, phi0), (1.0, 10 * phi0))}[shape]
         top = max(j.global_batch, int(round(j.global_batch * spec.max_mult)))
-        out.append(replace(j, adaptive=Adaptive(top, NoiseScale(pts))))
+        cap = max(j.max_gpus, spec.ad_nodes * spec.gpn) if spec.ad_nodes > 1 else j.max_gpus
+        out.append(replace(j, adaptive=Adaptive(top, NoiseScale(pts)), max_gpus=cap))
     return out
 
 
@@ -276,7 +279,8 @@ def synth_workload(spec: SynthSpec | str, seed: int = 0, *, nodes: int | None = 
         elif u_end[i] < spec.fail + spec.cancel:
             ends[j.job_id] = 0.05 + 0.55 * float(u_at[i])
     if spec.adaptive > 0:
-        extra = f", {spec.adaptive:.0%} adaptive ({spec.phi} phi, max batch {spec.max_mult:g} x M0)"
+        extra = f", {spec.adaptive:.0%} adaptive ({spec.phi} phi, max batch {spec.max_mult:g} x M0" + (
+            f", up to {spec.ad_nodes} nodes)" if spec.ad_nodes > 1 else ")")
     else:
         extra = ""
     desc = (f"{n} jobs, {spec.one_gpu:.0%} 1-GPU, up to {spec.max_req}, {spec.dur} durations (mean {spec.mean_h:g} h), "
