@@ -10,7 +10,7 @@ phi curves rising, flat and late) at loads 0.5, 1.0 and 2.0 on several seeds, pl
 adaptive (the ``synth:`` family's own curves, `mix_adaptive`). Each workload is replayed four ways:
 
 * ``goodput``: `elastic` on the adaptive jobs (its rows are at each job's best batch per GPU
-  count; its starts carry that batch, lyasched/policy/adaptive.py);
+  count; a start's ``Decision.batch`` None runs it at that batch, docs/elastic.md);
 * ``pollux``: the Pollux baseline on the same jobs;
 * ``elastic``: `elastic` on the same jobs with ``adaptive`` stripped (every batch fixed at M0);
 * ``tiresias``: `tiresias` on the stripped jobs (a fixed-batch scheduler, as in Pollux's paper).

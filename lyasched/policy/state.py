@@ -38,7 +38,7 @@ class WaitingJob:
     user: str = ""
     attained: float = 0.0  # GPU-seconds already received (jobs preempted earlier; LAS policies)
     # the job lets the scheduler choose its batch with its GPUs (lyasched.costmodel.goodput): its rows
-    # are at its best batch per count, and lyasched.policy.adaptive may start it small and grow it
+    # are at its best batch per count. No shipped rule reads it yet (docs/elastic.md, "Adaptive jobs")
     adaptive: bool = False
 
     @property
