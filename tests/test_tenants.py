@@ -107,6 +107,35 @@ def test_tenant_behind_goes_first(policy):
     assert make_policy(policy, tenant_weight=0.0).decide(_state(behind_b)).starts == today.starts
 
 
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_small_tenant_far_behind_goes_first(policy):
+    """The shortfall is read against each tenant's own entitlement: b, entitled to little and
+    given nothing, goes before a, half behind a large entitlement (more GPU-seconds behind: the
+    absolute form served a)."""
+    book = TenantBook({}, {"a": 5e5, "b": 0.0}, {"a": 1e6, "b": 1e4})
+    assert book.deficit("a") > book.deficit("b")
+    assert [d.job_id for d in make_policy(policy).decide(_state(book)).starts] == ["b1"]
+
+
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_one_slot_of_shortfall_is_not_behind(policy):
+    """A tenant short by less than one slot of the whole cluster (2 GPUs x 30 s here) beyond the
+    slack is not behind: no decision could have served it sooner, so today's decision stands."""
+    today = make_policy(policy).decide(_state(None))
+    book = TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 50.0})
+    assert make_policy(policy).decide(_state(book)).starts == today.starts
+    book = TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 500.0})
+    assert [d.job_id for d in make_policy(policy).decide(_state(book)).starts] == ["b1"]
+
+
+def test_shortfall_per_entitlement():
+    book = TenantBook({}, {"a": 600.0, "z": 0.0}, {"a": 1000.0})
+    assert book.shortfall("a", 0.05, 0.0) == pytest.approx(0.35)
+    assert book.shortfall("a", 0.05, 300.0) == pytest.approx(0.05)
+    assert book.shortfall("a", 0.05, 400.0) == 0.0
+    assert book.shortfall("z", 0.05, 0.0) == 0.0  # entitled to nothing
+
+
 def _digest(res):
     return [(r.job.job_id, [(s.start, s.end, s.gpus) for s in r.segments]) for r in res.records], list(res.slot_q)
 

@@ -222,7 +222,7 @@ class LyapunovPolicy:
 
     def _tenant_credit(self, state: SlotState, vtheta: float, total_gpus: int) -> np.ndarray | None:
         """Per waiting job, the drift reduction per GPU of starting it, from its tenant's virtual
-        queue (docs/model.md, section 5): Y_k = max(0, entitled - received GPU-seconds), relative
+        queue (docs/model.md, section 5): its shortfall against its entitlement, relative
         to the least-behind tenant with a job waiting (what any start gets, so it cannot change
         whether GPUs are used, only by whom), in cluster-seconds, times V*Theta so that it reads
         against the penalty. None (no change at all) without tenant input, with one tenant
@@ -236,19 +236,21 @@ class LyapunovPolicy:
 
     def _tenants_behind(self, state: SlotState, users: list[str], total_gpus: int) -> dict[str, float] | None:
         """Per tenant of a waiting job (``users``), its credit per GPU over V*Theta:
-        tenant_weight x (Y_k - the least Y_k among them) / G^2, G the cluster's GPUs (the
-        shortfall in seconds of the whole cluster, per GPU of it); tenants of no waiting job via
+        tenant_weight x Ebar x (y_k - the least y_k among them) / G^2, y_k its shortfall per
+        GPU-second entitled (`TenantBook.shortfall`, past the slack and one slot of the cluster),
+        Ebar the mean entitlement among them, G the cluster's GPUs; tenants of no waiting job via
         `tenant_behind`. None when the term is off or changes nothing (`_tenant_credit`)."""
         book = state.tenants
         names = set(users)
         if book is None or len(names) < 2:
             return None
-        slack = self.tenant_slack
-        y = {k: max(0.0, book.deficit(k) - slack * book.entitled.get(k, 0.0)) for k in names}
+        pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
+        y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
-        scale = self.tenant_weight / (total_gpus * total_gpus)
+        ebar = sum(book.entitled.get(k, 0.0) for k in names) / len(names)  # at the mean tenant's scale
+        scale = self.tenant_weight * ebar / (total_gpus * total_gpus)
         self._tenant_floor = (floor, scale)
         return {k: scale * (v - floor) for k, v in y.items()}
 
@@ -258,8 +260,7 @@ class LyapunovPolicy:
         if state.tenants is None or self._tenant_floor is None:
             return 0.0
         floor, scale = self._tenant_floor
-        y = max(0.0, state.tenants.deficit(tenant) - self.tenant_slack * state.tenants.entitled.get(tenant, 0.0))
-        return scale * max(0.0, y - floor)
+        return scale * max(0.0, state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) - floor)
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most

@@ -56,6 +56,16 @@ class TenantBook:
         """GPU-seconds the tenant is behind its entitlement (negative: ahead)."""
         return self.entitled.get(tenant, 0.0) - self.received.get(tenant, 0.0)
 
+    def shortfall(self, tenant: str, slack: float, pad: float) -> float:
+        """The tenant's virtual queue per GPU-second it is entitled to (docs/model.md, section 5):
+        max(0, deficit - slack x entitled - pad) / entitled, 0 when entitled to nothing. ``pad``
+        (GPU-seconds) is what no decision could have given it sooner (a slot of the whole cluster),
+        so a tenant entitled to little is not behind for having waited one slot."""
+        e = self.entitled.get(tenant, 0.0)
+        if e <= 0:
+            return 0.0
+        return max(0.0, self.deficit(tenant) - slack * e - pad) / e
+
 
 @dataclass
 class TenantLedger:
