@@ -1,7 +1,8 @@
 """Forms of the tenant virtual queue (issue 36), measured on benchmarks/fairness.py's held-out
 workloads and its robustness sweep (docs/experiments.md, docs/fairness.md).
 
-    python benchmarks/experiments/tenant_forms.py --form FORM [--sweep] [--names ...] [--policies ...] [--json]
+    python benchmarks/experiments/tenant_forms.py --form FORM [--quick] [--only design|heldout] [--names ...]
+        [--policies ...] [--tenant-only] [--sweep] [--bound TENANT]
 
 FORM:
 
@@ -9,14 +10,14 @@ FORM:
 * ``normalised``: Y_k = Ebar * max(0, D_k / E_k - sigma), Ebar the mean entitlement of the
   tenants with a job waiting: the shortfall as a fraction of the tenant's own entitlement, at the
   mean tenant's scale (equal entitlements: the absolute form);
-* ``grow``: the normalised form with a slack that grows for tenants entitled to little:
-  sigma_k = sigma + (G * slot) / E_k (a tenant is not behind by less than one slot of the whole
-  cluster's GPU-time);
+* ``grow`` (shipped since: it decides as lyasched's policies do): the normalised form with a
+  slack that grows for tenants entitled to little: sigma_k = sigma + (G * slot) / E_k (a tenant
+  is not behind by less than one slot of the whole cluster's GPU-time);
 * ``bounded``: the normalised form with each tenant's Y_k at most ``tenant_cap`` x its absolute
   Y_k (how far the normalisation may reorder against the absolute form).
 
 The credit per GPU over V*Theta is tenant_weight x (Y_k - min Y) / G^2 in every form. The forms
-are subclasses here (not shipped); the runs reuse benchmarks/fairness.py's workloads and figures.
+are subclasses here; the runs reuse benchmarks/fairness.py's workloads and figures.
 """
 
 from __future__ import annotations
