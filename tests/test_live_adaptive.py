@@ -19,6 +19,7 @@ from lyasched.costmodel.cost import CostModel
 from lyasched.costmodel.goodput import Adaptive, NoiseScale, best_batch
 from lyasched.costmodel.jobspec import Job
 from lyasched.live import adaptive
+from lyasched.policy.movable import MovableJob
 from lyasched.store import adaptive as adaptive_store
 from lyasched.store import records
 from lyasched.slurm import SlurmError
@@ -124,6 +125,7 @@ def test_policy_rows_follow_the_reported_phi_and_progress(db):
     adaptive_store.record_status(db, "uid-00000401", "401", {"batch": 512, "m0": 64, "phi": 5000.0, "base": 100.0}, 0.0)
     svc.run_slot()
     rows = {w.job_id: w for w in policy.states[-1].waiting}
+    assert rows["401"].adaptive and rows["402"].adaptive  # the one builder marks them (WaitingJob.adaptive)
     one_a, one_b = rows["401"].run_one_node, rows["402"].run_one_node
     ok = np.isfinite(one_b)
     assert ok.any() and np.all(one_a[ok] < one_b[ok])
@@ -154,8 +156,11 @@ def test_a_move_hands_the_batch_chosen_for_the_new_gpus_before_its_resize(db, tm
     slurm = MovingSlurm(jobs=[job])
     slurm.nodes[0] = ("node1", 4, 4, "ALLOCATED")
     adaptive_store.record_status(db, "uid-00000001", "101", {"batch": 256, "m0": 64, "phi": 5000.0, "base": 50.0}, 0.0)
-    svc = make(db, slurm, MoveAs({"101": ((0, 2),)}), tmp_path)
+    policy = MoveAs({"101": ((0, 2),)})
+    svc = make(db, slurm, policy, tmp_path)
     svc.run_slot()
+    [seen] = policy.states[0].running
+    assert isinstance(seen, MovableJob) and seen.adaptive  # marked as the simulator marks it (sim.moves)
     chosen = adaptive_store.get(db, "uid-00000001")["chosen"]
     j = Job("101", CostSummary.decode(comment).to_profile(), 64, 200, max_gpus=8,
             adaptive=Adaptive(1024, NoiseScale.constant(5000.0)))
