@@ -156,3 +156,26 @@ def test_the_simulator_hands_a_moving_policy_the_adaptive_marks():
     for seen in (pol.waiting, pol.running):
         for jid, marks in seen.items():
             assert marks == {jid in ad}, jid
+
+
+def test_an_adaptive_job_stays_on_one_node_while_others_wait():
+    """lyasched.policy.adaptive: with another job waiting, an adaptive job takes no count above its
+    request across nodes (its rows alone would spread it: the larger batch amortises the all-reduce);
+    the same rows unmarked (a fixed-batch job that fast) spread as before, and alone it still spreads."""
+    cost = CostModel(CLUSTER)
+    a = waiting_job(_job(NoiseScale.constant(4000.0)), cost, 8)
+    b = waiting_job(Job("b", profile("resnet50", "imagenet"), 128, 2000, min_gpus=1, max_gpus=8, requested_gpus=2), cost, 8)
+    unmarked = replace(a, adaptive=False)
+    assert a.adaptive and float(np.argmin(np.fmin(a.run_one_node, a.run_multi_node))) + 1 > a.requested_gpus
+    for name in ("elastic", "lyapunov"):
+        def starts(*waiting):
+            st = SlotState(now=600.0, slot_len=30.0, free=(4, 4), gpus_per_node=4, waiting=waiting)
+            return {d.job_id: d for d in make_policy(name).decide(st).starts}
+
+        both = starts(a, b)
+        assert not both["a"].spans_nodes and both["a"].gpus <= a.requested_gpus, name
+        assert "b" in both, name
+        spread = starts(unmarked, b)
+        assert spread["a"].spans_nodes and spread["a"].gpus > a.requested_gpus, name
+        alone = starts(a)
+        assert alone["a"].spans_nodes and alone["a"].gpus == 8, name

@@ -41,7 +41,8 @@ Adaptive jobs (a batch chosen with the GPUs, lyasched.costmodel.goodput) need no
 own here: their rows, waiting or running, are their time left at their best batch per count from
 their progress, so every score, swap and grow above values a count by the goodput it buys, and a
 start's ``Decision.batch`` stays None (the executor's best batch for that count; docs/elastic.md,
-"Adaptive jobs").
+"Adaptive jobs"). Their one rule of their own is the core's (`lyasched.policy.adaptive`, through
+`LyapunovPolicy._scores`): while others wait, no count above their request across nodes.
 
 Two optional checks on a swap the score accepts, measured and not adopted (docs/model.md,
 section 3, "Robust swaps"), live in benchmarks/experiments/variants/swaps.py: they act through the

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lyasched.policy import adaptive
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
 Fut = tuple[np.ndarray, np.ndarray] | None  # a term added to the penalty: (one node, several nodes) per configuration
@@ -58,6 +59,9 @@ class RowCache:
         self.best = np.empty(capacity)
         self.req = np.empty(capacity, dtype=np.intp)  # requested count, or the nearest allowed
         self.run_req = np.empty(capacity)  # run time there (one node when allowed)
+        self.adaptive = np.zeros(capacity, dtype=bool)  # WaitingJob.adaptive
+        self.n_adaptive = 0  # adaptive jobs among the cached ones (0: `waiting_adaptive` is None at once)
+        self.sel = np.zeros(0, dtype=np.intp)  # the last `arrays` call's rows
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -71,7 +75,7 @@ class RowCache:
             for pos, w in enumerate(jobs):
                 if idx[pos] is None:
                     idx[pos] = self._add(w)
-        sel = np.fromiter(idx, dtype=np.intp, count=n)
+        sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
         c = self.width if cols is None else min(cols, self.width)
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel])
@@ -87,6 +91,7 @@ class RowCache:
             self.best = np.concatenate([self.best, np.empty(grow)])
             self.req = np.concatenate([self.req, np.empty(grow, dtype=np.intp)])
             self.run_req = np.concatenate([self.run_req, np.empty(grow)])
+            self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
         self.one[i] = w.run_one_node
         self.multi[i] = w.run_multi_node
         self.work[i] = w.work
@@ -97,9 +102,15 @@ class RowCache:
         r = int(ok[np.lexsort((ok, np.abs(ok - w.requested_gpus)))[0]]) if ok.size else 1
         self.req[i] = r
         self.run_req[i] = fm[r - 1]
+        self.adaptive[i] = w.adaptive
+        self.n_adaptive += w.adaptive
         self.keep.append(w)
         self.index[id(w)] = i
         return i
+
+    def waiting_adaptive(self) -> np.ndarray | None:
+        """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
+        return self.adaptive[self.sel] if self.n_adaptive else None
 
 
 @dataclass
@@ -143,6 +154,12 @@ class LyapunovPolicy:
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
             over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
         one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
+        ad = self._rows.waiting_adaptive()
+        if ad is not None:  # adaptive jobs: one node while others wait (lyasched.policy.adaptive)
+            narrowed = adaptive.one_node_while_waiting(n, ad, multi, req)
+            if narrowed is not None:
+                multi = narrowed
+                best = np.fmin(one, multi).min(axis=1)
         if cols is not None and cols < one.shape[1]:  # more GPUs than are free can never start
             one, multi = one[:, :cols], multi[:, :cols]
             if fut is not None:
