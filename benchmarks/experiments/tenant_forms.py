@@ -2,7 +2,7 @@
 workloads and its robustness sweep (docs/experiments.md, docs/fairness.md).
 
     python benchmarks/experiments/tenant_forms.py --form FORM [--quick] [--only design|heldout] [--names ...]
-        [--policies ...] [--tenant-only] [--sweep] [--bound TENANT]
+        [--policies ...] [--tenant-only] [--sweep] [--releases TENANT]
 
 FORM:
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -117,7 +116,7 @@ def main() -> None:
     ap.add_argument("--only", default="heldout")
     ap.add_argument("--names", default=None)
     ap.add_argument("--policies", default="lyapunov,elastic")
-    ap.add_argument("--bound", default=None, metavar="TENANT", help="print first_pick_bound for TENANT in the today run")
+    ap.add_argument("--releases", default=None, metavar="TENANT", help="print `releases` for TENANT, today and with the tenant queue")
     ap.add_argument("--tenant-only", action="store_true", help="skip the today runs (known)")
     a = ap.parse_args()
     policies = [p for p in a.policies.split(",") if p]
@@ -135,15 +134,15 @@ def main() -> None:
     for w in fairness.workloads(a.quick, a.only):
         if names and not w["name"].startswith(names):
             continue
-        if a.bound:
+        if a.releases:
             for p in policies:
                 for on in (False, True):
                     sim = fairness.Simulation(w["jobs"], w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"],
                                               shares=w["shares"], tenant_input=on)
                     res = sim.run(make_policy(p, seed=w["seed"], **params.get(p, {})), name=p)
                     f = fairness._figures(res, w["shares"])
-                    print(json.dumps({"name": w["name"], "policy": p, "tenant_input": on, "tenant": a.bound,
-                                      "first_pick_bound": first_pick_bound(res, a.bound), **f}), flush=True)
+                    print(json.dumps({"name": w["name"], "policy": p, "tenant_input": on, "tenant": a.releases,
+                                      **releases(res, a.releases), **f}), flush=True)
             continue
         r = _run(w, policies, params, a.tenant_only)
         rows.append(r)
@@ -151,32 +150,17 @@ def main() -> None:
     print(json.dumps({"form": a.form, "cap": a.cap, "workloads": rows}))
 
 
-def first_pick_bound(res, tenant: str) -> float:
-    """An estimate of the best received / entitled a non-preemptive policy could give ``tenant``
-    in this run: each of its jobs (in submit order) takes the first GPUs another tenant's job
-    releases after it arrives (no slot rounding) and runs as long as it ran; while its demand
-    is below its water-filled share (a small tenant) its entitlement is its GPUs from arrival to
-    end, so the ratio is sum g*run / sum g*(wait + run)."""
-    rel = sorted((s.end, s.gpus) for r in res.records if r.job.user != tenant for s in r.segments)
-    left = [g for _, g in rel]
-    num = den = 0.0
-    for r in sorted((r for r in res.records if r.job.user == tenant), key=lambda r: r.job.submit_time):
-        g = r.job.requested_gpus
-        run = sum(s.end - s.start for s in r.segments)
-        t0, need, start = r.job.submit_time, g, math.inf
-        for i, (t, _) in enumerate(rel):
-            if t < t0 or left[i] <= 0:
-                continue
-            take = min(left[i], need)
-            left[i] -= take
-            need -= take
-            if need == 0:
-                start = t
-                break
-        start = max(start if math.isfinite(start) else t0, t0)
-        num += g * run
-        den += g * (start - t0 + run)
-    return num / den if den > 0 else 1.0
+def releases(res, tenant: str) -> dict:
+    """What a non-preemptive policy could have done for ``tenant`` in this run: its first
+    arrival, its first start, and the GPU releases (segment ends of any job) in between: with
+    none, no order of starts could have served it sooner."""
+    mine = [r for r in res.records if r.job.user == tenant]
+    a = min(r.job.submit_time for r in mine)
+    b = min(r.first_start for r in mine)
+    ends = sorted((s.end, s.gpus) for r in res.records for s in r.segments if a <= s.end < b)
+    runs = [sum(s.end - s.start for s in r.segments) for r in mine]
+    return {"jobs": len(mine), "first_arrival": a, "first_start": b, "releases_between": ends[:20],
+            "n_releases_between": len(ends), "run_s_min": min(runs), "run_s_max": max(runs)}
 
 
 def _run(w: dict, policies: list[str], params: dict, tenant_only: bool) -> dict:
