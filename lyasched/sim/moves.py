@@ -55,8 +55,6 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     mask = sim.checkpointable
     if not moves and bool(mask.all()):
         return state
-    if moves and sim._piece_tables:  # adaptive jobs in the workload (their piece tables are built up front)
-        state = replace(state, waiting=marked_adaptive(sim, state.waiting))
     out: list[RunningJob] = []
     for r, rj in zip(running.values(), state.running):
         if moves:
@@ -101,41 +99,6 @@ def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool,
         waited=waited_so_far(now, j.submit_time, record.run_s, base.start_time), moves=record.preemptions,
         adaptive=True,
     )
-
-
-_MARKED: dict[int, tuple[WaitingJob, WaitingJob]] = {}  # id(view) -> (view, the same view marked adaptive)
-
-
-def marked_adaptive(sim: Any, waiting: tuple[WaitingJob, ...]) -> tuple[WaitingJob, ...]:
-    """``waiting`` with the adaptive jobs' views marked ``adaptive`` (`WaitingJob.adaptive`, which
-    `waiting_job` sets; the simulator's own views, `Simulation._view`, scale a template and do not
-    carry it). One marked object per view, kept while the view lives, so a policy's per-job memo
-    (`lyasched.policy.lyapunov.RowCache`, by identity) sees the same object slot after slot."""
-    ids = _adaptive_ids(sim)
-    out = []
-    for w in waiting:
-        if w.job_id in ids and not w.adaptive:
-            hit = _MARKED.get(id(w))
-            if hit is None or hit[0] is not w:
-                if len(_MARKED) > 100_000:
-                    _MARKED.clear()
-                hit = _MARKED[id(w)] = (w, replace(w, adaptive=True))
-            w = hit[1]
-        out.append(w)
-    return tuple(out)
-
-
-_IDS: dict[int, tuple[Any, frozenset[str]]] = {}
-
-
-def _adaptive_ids(sim: Any) -> frozenset[str]:
-    """The ids of ``sim``'s adaptive jobs (memoised per simulation)."""
-    hit = _IDS.get(id(sim))
-    if hit is None or hit[0] is not sim:
-        if len(_IDS) > 64:
-            _IDS.clear()
-        hit = _IDS[id(sim)] = (sim, frozenset(j.job_id for j in sim.jobs if j.adaptive is not None))
-    return hit[1]
 
 
 def plain_rows(template: WaitingJob, memo: dict[int, tuple[WaitingJob, bool]]) -> bool:

@@ -261,6 +261,7 @@ class Simulation:
             time_limit=j.time_limit if j.time_limit is not None else math.inf,
             user=j.user,
             attained=attained,
+            adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
         )
 
     def _pieces(self, job: Job) -> goodput.PieceTable:
