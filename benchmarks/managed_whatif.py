@@ -5,7 +5,8 @@ the same estimates (target <= 0.85), and the estimates' median error.
     python benchmarks/managed_whatif.py [--set design|heldout|all] [--keep DIR] [--json]
 
 Histories, fixed before the rule was tried (the estimator: Tsafrir et al.'s last-two average,
-docs/estimates.md; the policies as they are):
+docs/estimates.md, and a running job past its estimate shown `RuntimeEstimator.expected_run`;
+the policies as they are):
 
 * ``synth-S`` (design S = 0, 1; held out S = 2, 3, 4): made-up but realistic `sacct` histories
   (`synthetic_history`): 14 days, ~3,000 GPU jobs on 16 x 8 GPUs at an offered load of 0.9;
