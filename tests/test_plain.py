@@ -43,6 +43,29 @@ def test_a_plain_job_is_released_as_submitted_and_predicted_from_its_limit(db):
     assert row["state"] == "released"
 
 
+def test_the_service_shows_the_policy_a_plain_job_past_its_estimate_as_the_history_says(db):
+    """Live side of the outlived rule (whatif --managed replays the same): predicted from its 30 min
+    limit, the job runs past it (no history: the limit is all it knows); the policy then sees it
+    ending later than now, never in the past."""
+    job = FakeJob("211", tag("m0000000000000211"), limit="30:00", gpn=2)
+    other = FakeJob("212", tag("m0000000000000212"), limit="30:00", gpn=2)  # waits: the policy is asked each slot
+    slurm = FakeSlurm(jobs=[job, other])
+    policy = StartAs({"211": ((0, 2),)})
+    svc = service(db, slurm, policy)
+    svc.run_slot()
+    now = svc.clock_state["t"]
+    job.state, job.reason, job.start, job.nodes = "RUNNING", "None", now - 1700.0, ("node1",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    [r] = policy.states[-1].running
+    assert r.expected_end == pytest.approx(job.start + 1800.0)  # not reached yet: its estimate
+    job.start = svc.clock_state["t"] - 2500.0  # past its estimate (and its limit, as a job's end can lag)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    [r] = policy.states[-1].running
+    assert r.expected_end > svc.clock_state["t"]  # still running: never planned as already ended
+
+
 def finished_row(uid: str, user: str, name: str, observed: float, end: float) -> dict:
     return {"uid": uid, "slurm_id": uid[-3:], "user": user, "name": name, "summary": tag(uid), "state": "finished",
             "slurm_state": "COMPLETED", "submit_time": end - observed - 5, "started": end - observed, "ended": end,

@@ -239,10 +239,16 @@ class PolicyInputs:
             self._summaries[comment] = hit
         return hit
 
-    @staticmethod
-    def running(job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningObs:
-        """A running (or released) job as observed; its horizon is the builder's (policy/snapshot.py)."""
+    def running(self, job: SlurmJob, row: dict, placement: Placement, now: float) -> RunningObs:
+        """A running (or released) job as observed; its horizon is the builder's (policy/snapshot.py).
+        A plain job that has run past its estimate is predicted by `PlainJobs.expected_run` (what
+        its similar jobs that ran as long ran, capped at its time limit): the rule `whatif
+        --managed` replays, so no policy plans around a job that should already have ended."""
         pred = row.get("predicted")
+        if pred and job.running and job.start_time is not None and now - job.start_time >= float(pred):
+            s, _ = self.decode(job.comment)
+            if s is not None and s.plain:
+                pred = self.plain.expected_run(job, s, float(pred), now)
         return RunningObs(
             job_id=job.job_id,
             placement=placement,
