@@ -11,7 +11,7 @@ Philly-like mix), ~8% CPU-only jobs, ~3% cancelled before start, ~1% requeued
 once, a few still running at the end, typed gres on half the GPU jobs, 200 users in 20
 accounts. What actually happened is decided by a greedy first-fit scheduler (whole nodes for
 jobs over 8 GPUs, roughly what Slurm's backfill does); the result is written as `sacct
---parsable2 --allocations --duplicates --format=<lyasched.whatif.sacct.FIELDS>` text.
+--parsable2 --allocations --duplicates --format=<lyasched.slurm.sacct.FIELDS>` text.
 Generating it is not timed. Timed, in-process, exactly the `lyasched whatif --sacct FILE`
 path: parse, build the history, infer the cluster, replay under each policy, summarise.
 """
@@ -35,7 +35,7 @@ from lyasched.whatif.history import build_history
 from lyasched.whatif.metrics import actual_outcome, policy_outcome
 from lyasched.whatif.replay import replay_history
 from lyasched.whatif.report import build_summary
-from lyasched.whatif.sacct import FIELDS, parse_sacct
+from lyasched.slurm.sacct import FIELDS, parse_sacct
 
 NODES, GPN = 64, 8
 T0 = datetime(2026, 9, 1).timestamp()

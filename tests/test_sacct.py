@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from lyasched.slurm import sacct
-from lyasched.whatif import sacct as old_home
 
 HEADER = "JobID|User|Account|Partition|Submit|Start|End|ElapsedRaw|State|NNodes|AllocTRES|JobName"
 
@@ -30,8 +29,3 @@ def test_bad_value_is_one_line_naming_line_and_field():
     with pytest.raises(sacct.SacctError) as e:
         sacct.parse_sacct(text, "s")
     assert "s line 2: Submit" in str(e.value) and "\n" not in str(e.value)
-
-
-def test_old_home_reexports_the_same_objects():
-    assert old_home.parse_sacct is sacct.parse_sacct and old_home.SacctError is sacct.SacctError
-    assert old_home.FIELDS == sacct.FIELDS

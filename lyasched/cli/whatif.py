@@ -89,7 +89,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     from lyasched.whatif.metrics import summary as metrics_summary
     from lyasched.whatif.replay import HistoryTooBig, replay_history
     from lyasched.whatif.report import build_summary, format_tables
-    from lyasched.whatif.sacct import SacctError, parse_sacct
+    from lyasched.slurm.sacct import SacctError, parse_sacct
 
     if (sacct_file is None) == (since is None):
         raise click.UsageError("give either --sacct FILE or --since DATE")

@@ -110,7 +110,7 @@ class SlurmHistory(Slurm, Protocol):
     def history(self, since: str, until: str | None, partition: str | None, fields: Sequence[str]) -> str:
         """Every user's allocation records (one line per job, every run of a requeued one) from
         ``since`` (to ``until``, in ``partition``) as ``sacct --parsable2`` text with its header and
-        the ``fields`` asked for: lyasched.whatif.sacct reads it as it reads a saved file."""
+        the ``fields`` asked for: lyasched.slurm.sacct reads it as it reads a saved file."""
         ...
 
 
