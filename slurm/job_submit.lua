@@ -448,8 +448,8 @@ end
 
 -- What an owner's update of a lyasched job may not touch: the hold and priority (a release), what
 -- the scheduler decided or will decide (GPUs, nodes, tasks, partition, account and QOS, when it may
--- start), and the summary. Anything else (its name, a shorter time limit, mail settings) is the
--- owner's, under Slurm's usual rules. The fields cannot be listed from Lua, so this names them.
+-- start, a longer time limit), and the summary. Anything else (its name, a shorter time limit,
+-- mail settings) is the owner's, under Slurm's usual rules. The fields cannot be listed from Lua, so this names them.
 local DECIDED_TEXT = {
 	"comment", "admin_comment", "partition", "account", "qos", "reservation", "features", "prefer",
 	"batch_features", "gres", "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task",
@@ -464,8 +464,13 @@ local DECIDED_NUMBER = {
 	"site_factor",
 }
 
-local function decided_field(job_desc)
-	-- the priority first, 0 included: a hold or a release either way
+local function decided_field(job_desc, job_rec)
+	-- a longer time limit widens what the scheduler planned with (a shorter one only ends the job sooner)
+	local limit, now = job_desc.time_limit, job_rec.time_limit
+	if is_set(limit) and (limit == 4294967295 or (now ~= nil and now ~= 4294967295 and limit > now)) then
+		return "time limit (only a shorter one)"
+	end
+	-- the priority, 0 included: a hold or a release either way
 	local prio = job_desc.priority
 	if prio ~= nil and prio ~= slurm.NO_VAL and prio ~= 4294967294 then
 		return "priority (hold or release)"
@@ -492,7 +497,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		return slurm.SUCCESS
 	end
 	if claims_lyasched(job_rec.comment) then
-		local field = decided_field(job_desc)
+		local field = decided_field(job_desc, job_rec)
 		if field == nil then
 			return slurm.SUCCESS -- its name, a shorter time limit, mail: Slurm's own rules apply
 		end

@@ -97,6 +97,10 @@ def test_owner_may_rename_shorten_and_set_mail_on_a_held_job(as_user, test_user,
         assert proc.returncode == 0, (update, proc.stderr)
     assert squeue(held_job, "%T|%r|%j|%l|%b") == "PENDING|JobHeldUser|renamed|30:00|gres:gpu:1"
     assert squeue(held_job, "%k") == summary()
+    for longer in ("TimeLimit=60", "TimeLimit=UNLIMITED"):  # a longer one widens what the scheduler planned with
+        proc = as_user(test_user, "scontrol", "update", f"jobid={held_job}", longer)
+        assert proc.returncode != 0 and DENIED in proc.stderr, longer
+    assert squeue(held_job, "%l") == "30:00"
 
 
 def test_other_user_cannot_cancel_but_owner_can(as_user, test_user, other_user, held_job, wait_job):
