@@ -215,7 +215,7 @@ class Service:
         report = ctx.report
         obs = observe.read(self.slurm, self.config, self.db)
         cluster = self.inputs.cluster(obs.view.spec)
-        ctx.cluster, ctx.cost, ctx.names = cluster, CostModel(cluster), obs.names  # lyasched.costmodel.learn refits against it
+        ctx.cluster, ctx.cost, ctx.names, ctx.types = cluster, CostModel(cluster), obs.names, obs.types  # lyasched.costmodel.learn refits against it
         ctx.device = obs.view.device_type
 
         self.crash.reach("after_read")

@@ -29,8 +29,8 @@ from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
 from lyasched.job.launcher import AdaptiveLaunch, render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
-from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES
-from lyasched.summary import LR_RULES, CostSummary, is_valid_uid, new_uid
+from lyasched.slurm.types import ACTIVE_STATES, TERMINAL_STATES, NodeInfo, is_gpu_type
+from lyasched.summary import LR_RULES, MAX_GPU_TYPES, CostSummary, is_valid_uid, new_uid
 
 PROFILE_TIME_LIMIT = "00:30:00"  # Slurm limit of the profiling job
 PROFILE_MAX_BATCH = 1024  # largest per-GPU batch the profiling job measures
@@ -71,6 +71,7 @@ class SubmitRequest:
     adaptive_batch: bool = False  # the scheduler chooses the global batch in [B, max_batch] (summary keys mb, lr)
     max_batch: int | None = None
     lr_rule: str | None = None  # linear, sqrt, adascale (default with --adaptive-batch: adascale)
+    gpu_types: Sequence[str] = ()  # --gpu-type a100,h100: the job runs on these GPU types only (summary key gt)
 
 
 @dataclass
@@ -134,8 +135,37 @@ def check_adaptive(req: SubmitRequest) -> int:
     return req.max_batch
 
 
+def check_gpu_types(types: Sequence[str]) -> tuple[str, ...]:
+    """``--gpu-type`` as the summary's ``gt``: names Slurm and the summary accept, distinct, at most
+    `MAX_GPU_TYPES`; RequestError naming the first problem."""
+    out = tuple(types)
+    for t in out:
+        if not is_gpu_type(t):
+            raise RequestError(f"--gpu-type: {t!r} is not a GPU type name (1-32 of A-Z a-z 0-9 _ . -, as in "
+                               "Slurm's Gres=gpu:TYPE:N)")
+    if len(set(out)) != len(out):
+        raise RequestError(f"--gpu-type: a type is given twice in {','.join(out)}")
+    if len(out) > MAX_GPU_TYPES:
+        raise RequestError(f"--gpu-type: at most {MAX_GPU_TYPES} types, got {len(out)}")
+    return out
+
+
+def typed_nodes(nodes: Sequence[NodeInfo], types: Sequence[str], partition: str | None) -> list[NodeInfo]:
+    """The GPU nodes of the ``types`` asked for (all when none); RequestError when a type is on no node."""
+    if not types:
+        return list(nodes)
+    present = sorted({n.gpu_type for n in nodes if n.gpu_type})
+    for t in types:
+        if t not in present:
+            where = f"partition {partition!r}" if partition else "the cluster"
+            have = f"GPU types there: {', '.join(present)}" if present else "its GPUs are untyped in Slurm"
+            raise RequestError(f"--gpu-type: no node of {where} has GPU type {t!r} ({have})")
+    return [n for n in nodes if n.gpu_type in types]
+
+
 def check_request(req: SubmitRequest) -> int:
     """Validate everything that needs neither Slurm nor torch; returns the iteration count."""
+    check_gpu_types(req.gpu_types)
     if not req.command:
         raise RequestError("no training script given (lyasub [OPTIONS] -- train.py [ARGS...])")
     script = Path(req.command[0])
@@ -282,15 +312,18 @@ def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
         return Config()
 
 
-def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say) -> ClusterView:
+def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say,
+                 gpu_types: Sequence[str] = ()) -> ClusterView:
     """The cluster as `lyasched serve` sees it (lyasched.clusterview: the same nodes, device key and
-    calibrated links, read from the service database the config names)."""
+    calibrated links, read from the service database the config names); with ``gpu_types``, the
+    nodes of those types only (the job never runs elsewhere)."""
     conf = _config(config_path, say)
     nodes = gpu_nodes(slurm.nodes(), partition)
     if partition and not nodes:
         raise RequestError(f"partition {partition!r} has no GPU nodes")
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
+    nodes = typed_nodes(nodes, gpu_types, partition)
     links_db = open_links_db(conf.db)
     try:
         return make_view(nodes, conf, links_db)
@@ -340,7 +373,8 @@ def profile_job_options(
     opts = cmd.SbatchOptions(
         partition=o.partition, account=o.account, qos=o.qos, constraint=o.constraint, mem=o.mem,
         cpus_per_gpu=o.cpus_per_gpu, time=PROFILE_TIME_LIMIT, job_name="lyasched-profile",
-        output=str(log_file), gpus_per_node=1, nodes=1, ntasks=1, wrap="exec " + shlex.join(prof),
+        output=str(log_file), gpus_per_node=1, gpu_type=req.gpu_types[0] if req.gpu_types else None, nodes=1, ntasks=1,
+        wrap="exec " + shlex.join(prof),
     )
     return opts
 
@@ -490,7 +524,7 @@ def submit(
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
     try:
-        view = cluster_view(slurm, req.options.partition, req.config, say)
+        view = cluster_view(slurm, req.options.partition, req.config, say, req.gpu_types)
     except SlurmError as e:
         raise SubmitError(f"cannot read the cluster from Slurm: {e}") from None
     cluster = view.spec
@@ -553,6 +587,7 @@ def submit(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
             checkpointable=req.checkpointable, max_batch=mb, lr_rule=(req.lr_rule or "adascale") if mb else "",
+            gpu_types=tuple(req.gpu_types),
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None
@@ -579,6 +614,8 @@ def submit(
         req.options,
         comment=summary.encode(),
         gpus_per_node=req.min_gpus if req.min_gpus <= gpn else gpn,
+        # the first type asked for; the service names the type of the nodes it chooses at release
+        gpu_type=req.gpu_types[0] if req.gpu_types else None,
         nodes=1 if req.min_gpus <= gpn else math.ceil(req.min_gpus / gpn),
         hold=hold,
         job_name=req.options.job_name or Path(req.command[0]).name,

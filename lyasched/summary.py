@@ -6,7 +6,8 @@ grammar and bounds, so anything `encode` writes the plugin accepts, and anything
 accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (the job is
 checkpointable, `lyasub --checkpointable`: the scheduler may move it) and ``mb``/``lr`` (an
 adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule)
-and ``kn`` (the per-GPU batch up to which the step time is flat), written only when set, so the summaries of other jobs are unchanged.
+and ``kn`` (the per-GPU batch up to which the step time is flat) and ``gt`` (the GPU types the job may
+run on, `lyasub --gpu-type`), written only when set, so the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ _SIG_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z")
 _INT_RE = re.compile(r"-?[0-9]{1,20}\Z")
 # plain or exponent notation; no nan/inf/hex, no underscores, no leading '+'
 _FLOAT_RE = re.compile(r"-?[0-9]{1,40}(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?\Z")
+
+
+# A Slurm GRES type name as lyasched writes it into a request (gres:gpu:TYPE:N) and a summary (key gt):
+# Slurm's own names are free text, these are the ones safe in both.
+_GPU_TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}\Z")
+
+
+def is_gpu_type(name: str) -> bool:
+    """A GPU type name lyasched can pass to Slurm: 1-32 of A-Z a-z 0-9 _ . - (not a bare number)."""
+    return bool(_GPU_TYPE_RE.match(name)) and not name.isdigit()
 
 
 def new_uid() -> str:
@@ -80,8 +91,12 @@ CB = _Field("cb", "chosen_batch", "int", 1, 1_048_576)
 # written only when the profiler's sweep showed one, so a straight-line profile's summary is unchanged. Without
 # it a and bt (fitted beyond the knee) would be read as a straight line and overpredict by bt x knee.
 KN = _Field("kn", "knee", "float", 0, 1_048_576)
+# optional: the GPU types (Slurm GRES types, comma-separated, no repeats, at most 8) the job may run on
+# (lyasub --gpu-type a100,h100); absent: any type. The service releases the job on nodes of one of them.
+GT = _Field("gt", "gpu_types", "types")
+MAX_GPU_TYPES = 8
 _ADAPTIVE = (MB, LR)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN)}
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -106,6 +121,14 @@ def _parse_text(pattern: re.Pattern[str], what: str) -> Callable[[_Field, str], 
     return parse
 
 
+def _parse_types(f: _Field, raw: str) -> tuple[str, ...]:
+    types = tuple(raw.split(","))
+    if not raw or not all(is_gpu_type(t) for t in types) or len(set(types)) != len(types) or len(types) > MAX_GPU_TYPES:
+        raise ValueError(f"cost summary: {f.key}={raw!r} is not a list of up to {MAX_GPU_TYPES} distinct GPU types "
+                         "(A-Z a-z 0-9 _ . -, comma-separated)")
+    return types
+
+
 _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
     "int": _parse_int,
     "float": _parse_float,
@@ -113,6 +136,7 @@ _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
     "sig": _parse_text(_SIG_RE, "model signature ([A-Za-z0-9_.:-]{1,128})"),
     "src": _parse_text(re.compile(r"[me]\Z"), "source (m or e)"),
     "rule": _parse_text(re.compile(r"(linear|sqrt|adascale)\Z"), "learning-rate rule (linear, sqrt or adascale)"),
+    "types": _parse_types,
 }
 
 
@@ -142,6 +166,7 @@ class CostSummary:
     lr_rule: str = ""  # key lr: linear, sqrt or adascale (docs/lyasub.md, "Adaptive batch")
     chosen_batch: int = 0  # key cb: the batch the service chose for the job's (re)start; 0 = none yet
     knee: float = 0.0  # key kn, optional: per-GPU batch where the step time stops being flat; 0 = a straight line
+    gpu_types: tuple[str, ...] = ()  # key gt, optional: the GPU types the job may run on; () = any
 
     @property
     def adaptive(self) -> bool:
@@ -179,6 +204,9 @@ class CostSummary:
         kn = self.knee
         if isinstance(kn, bool) or not isinstance(kn, (int, float)) or not math.isfinite(kn) or not KN.lo <= kn <= KN.hi:
             raise ValueError(f"cost summary: kn={kn!r} must be a number in [{KN.lo:g}, {KN.hi:g}]")
+        gt = self.gpu_types
+        if not isinstance(gt, tuple) or (gt and _parse_types(GT, ",".join(str(t) for t in gt)) != gt):
+            raise ValueError(f"cost summary: gt must be a tuple of GPU type names, got {gt!r}")
         if len(self._encode_unchecked()) > MAX_LEN:
             raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
 
@@ -213,6 +241,8 @@ class CostSummary:
             parts.append(f"{CB.key}={self.chosen_batch}")
         if self.knee:
             parts.append(f"{KN.key}={float(self.knee)!r}")
+        if self.gpu_types:
+            parts.append(f"{GT.key}={','.join(self.gpu_types)}")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -262,7 +292,7 @@ class CostSummary:
     @classmethod
     def from_profile(
         cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int,
-        checkpointable: bool = False, max_batch: int = 0, lr_rule: str = "",
+        checkpointable: bool = False, max_batch: int = 0, lr_rule: str = "", gpu_types: tuple[str, ...] = (),
     ) -> "CostSummary":
         return cls(
             uid=uid,
@@ -282,6 +312,7 @@ class CostSummary:
             max_batch=int(max_batch),
             lr_rule=lr_rule,
             knee=float(profile.knee),
+            gpu_types=tuple(gpu_types),
         )
 
     def to_profile(self) -> Profile:

@@ -117,6 +117,25 @@ local FIELDS = {
 	pl = int_field(1, 1), -- optional: a plain job of a managed partition, tagged by this plugin (no profile)
 	cb = int_field(1, 1048576), -- optional, the service's: an adaptive job's batch for its (re)start (with mb)
 	kn = float_field(0, 1048576), -- optional: per-GPU batch up to which the step time is flat (the profile's knee)
+	-- optional: the GPU types the job may run on (lyasub --gpu-type a100,h100): 1..8 distinct names,
+	-- each 1-32 of A-Z a-z 0-9 _ . - starting with a letter or digit, not a bare number
+	gt = function(v)
+		local seen, n = {}, 0
+		for name in (v .. ","):gmatch("([^,]*),") do
+			if #name < 1 or #name > 32 or not name:match("^[%w][%w_%.%-]*$") or name:match("^%d+$") then
+				return nil, "must be up to 8 distinct GPU types (A-Z a-z 0-9 _ . -), comma-separated"
+			end
+			if seen[name] then
+				return nil, string.format("GPU type '%s' given twice", name)
+			end
+			seen[name] = true
+			n = n + 1
+		end
+		if n > 8 then
+			return nil, "more than 8 GPU types"
+		end
+		return v
+	end,
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 

@@ -5,7 +5,8 @@ Installed on PATH as sbatch, squeue, scontrol and scancel (symlinks to this file
 is appended to $FAKE_SLURM_DIR/calls.jsonl; jobs live in $FAKE_SLURM_DIR/jobs.json. Knobs
 (environment): FAKE_NO_PLUGIN=1 (no job_submit/lua), FAKE_SBATCH_FAIL=1 (sbatch fails, nothing
 submitted), FAKE_SBATCH_LOST=1 (sbatch submits, then fails as on a timeout),
-FAKE_ALTER_COMMENT=1 (scontrol shows a different comment), FAKE_PROFILE_JSON=<file> (a
+FAKE_ALTER_COMMENT=1 (scontrol shows a different comment), FAKE_GPU_TYPES=a100,a100,t4 (the
+nodes' GPU types in their Gres), FAKE_PROFILE_JSON=<file> (a
 profiling job "runs" by copying that file to its --out path), FAKE_PROFILE_STATE (its final
 state, default COMPLETED).
 """
@@ -114,8 +115,10 @@ def scontrol(args: list[str]) -> int:
         print("JobSubmitPlugins        = " + ("(null)" if os.environ.get("FAKE_NO_PLUGIN") else "lua"))
         return 0
     if args[:2] == ["show", "node"]:
+        types = os.environ.get("FAKE_GPU_TYPES", "").split(",")  # e.g. "a100,a100,t4": node i's GPU type
         for i in (1, 2, 3):
-            print(NODES[0].format(i=i))
+            t = types[i - 1] if len(types) >= i and types[i - 1] else ""
+            print(NODES[0].format(i=i).replace("Gres=gpu:4", f"Gres=gpu:{t}:4" if t else "Gres=gpu:4"))
         return 0
     if args[:3] == ["--oneliner", "show", "job"]:
         job = load()["jobs"].get(args[3])

@@ -294,7 +294,7 @@ def test_direct_read_gives_the_pyslurm_fields_and_skips_what_it_need_not_read():
     rows = r.rows(msg, final)
     assert [t[0] for t in rows] == ["100", "102", "103"]  # Slurm's order, lyasched's jobs only
     assert rows[0] == ("100", me, os.getuid(), "PENDING", "JobHeldUser", 0, 1_000_000.0, None, None, 3600.0, 1, 2,
-                       (), "gpu", tagged.decode(), "train")
+                       (), "gpu", tagged.decode(), "train", {}, "")  # extra, gpu_type (untyped gres)
     assert rows[1][3:5] == ("RUNNING", "None") and rows[1][7] == 1_000_100.0 and rows[1][12] == ("n1", "n2")
     assert rows[1][10] == 2 and rows[1][8] is None  # a running job's end time is a projection: not an end
     assert rows[2][3:5] == ("CANCELLED", "None") and rows[2][7] is None and rows[2][8] == 1_000_200.0

@@ -92,7 +92,10 @@ def _duration(seconds: float) -> str:
 @click.option("--job-name", "-J", help="Job name (default: the training script's name).")
 @click.option("--output", "-o", help="Standard output file (Slurm filename pattern).")
 @click.option("--error", "-e", help="Standard error file (Slurm filename pattern).")
-@click.option("--constraint", "-C", help="Node features required.")
+@click.option("--constraint", "-C", help="Node features required (passed to sbatch; kept by every release and move).")
+@click.option("--gpu-type", "gpu_type", metavar="TYPE[,TYPE...]",
+              help="GPU types the job may run on (Slurm's Gres=gpu:TYPE:N), e.g. a100 or a100,h100: the job runs on one of them "
+                   "only, never mixed (default: any type).")
 @click.option("--model", "-m", required=True, help="Model to cost: a built-in example (mlp, resnet, vgg, mobilenet, ...) or package.module:factory.")
 @click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Model factory argument (repeatable), e.g. width=32.")
 @click.option("--global-batch", "-b", type=int, required=True, help="Global batch B, split evenly over the GPUs.")
@@ -113,7 +116,7 @@ def _duration(seconds: float) -> str:
 @click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS]...")
-def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, model,
+def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, gpu_type, model,
          model_args, global_batch, iterations, epochs, dataset_size, min_gpus, max_gpus, no_profile, db, config,
          uid, checkpointable, adaptive_batch, max_batch, lr_rule, dry_run, parsable, as_json, command) -> int:
     """Submit SCRIPT (a torch.distributed training script) to the lyasched scheduler.
@@ -131,12 +134,14 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
     if parsable and as_json:
         raise click.UsageError("--parsable and --json are mutually exclusive")
     _check_options(config, uid, partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
-                   **{"job-name": job_name, "output": output, "error": error, "constraint": constraint})
+                   **{"job-name": job_name, "output": output, "error": error, "constraint": constraint,
+                      "gpu-type": gpu_type})
     request = SubmitRequest(
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
         dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
         model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run, checkpointable=checkpointable,
         adaptive_batch=adaptive_batch, max_batch=max_batch, lr_rule=lr_rule,
+        gpu_types=tuple(t.strip() for t in gpu_type.split(",")) if gpu_type is not None else (),
         options=SbatchOptions(partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
                               cpus_per_gpu=cpus_per_gpu, job_name=job_name, output=output, error=error,
                               constraint=constraint),

@@ -22,6 +22,7 @@ class SlotContext:
     cluster: ClusterSpec | None = None
     cost: CostModel | None = None
     names: list[str] = field(default_factory=list)  # node names, index = node index in placements
+    types: list[str] = field(default_factory=list)  # each node's GPU type (Slurm's Gres, '' untyped), same index
     free: list[int] = field(default_factory=list)  # free GPUs per node, as the slot goes
     decisions: list[dict] = field(default_factory=list)  # decision rows recorded with the slot
     decision_ids: list[int] = field(default_factory=list)  # decisions already written (starts), slot set later
@@ -34,3 +35,8 @@ class SlotContext:
     @property
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
+
+    @property
+    def type_of(self) -> dict[str, str]:
+        """Node name -> its GPU type."""
+        return dict(zip(self.names, self.types))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from lyasched.clusterview import gpu_nodes
 from lyasched.live import lease as leases
 from lyasched.slurm import Slurm, SlurmError
-from lyasched.slurm.types import SlurmJob
+from lyasched.slurm.types import NodeInfo, SlurmJob
 from lyasched.store import records
 from lyasched.summary import CostSummary
 
@@ -115,13 +115,11 @@ def run(slurm: Slurm, annotate: Callable[[str, str], None], lease_path: Path, gr
             res = Result("none", "", lease=asdict(cur), age=now - float(marker.get("since", cur.renewed_at)), grace=g)
         res.action, res.why, res.epoch = "released", f"{why}: waiting lyasched jobs released to Slurm", epoch
         nodes = gpu_nodes(slurm.nodes(), partition)
-        gpn = max((n.gpus_total for n in nodes), default=0)
-        n_nodes = len(nodes)
         log_file = leases.log_path(lease_path)
         for job in slurm.jobs():
             if not (job.is_lyasched and job.held_by_service) or (users and job.user not in users):
                 continue
-            _release(job, slurm, annotate, gpn, n_nodes, gpu_mem, now, epoch, holder, why, res, log_file)
+            _release(job, slurm, annotate, nodes, gpu_mem, now, epoch, holder, why, res, log_file)
         marker = {**marker, "at": now, "epoch": epoch, "by": holder,
                   "released": list(marker.get("released") or []) + [e["job_id"] for e in res.released]}
         leases.write(lease_path, leases.Lease(holder, epoch, now, cur.slot_seconds, leases.FAILSAFE, marker))
@@ -129,20 +127,37 @@ def run(slurm: Slurm, annotate: Callable[[str, str], None], lease_path: Path, gr
     return res
 
 
-def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], gpn: int, n_nodes: int,
+def typed_request(s: CostSummary, allowed: Sequence[str], nodes: Sequence[NodeInfo],
+                  gpu_mem: float) -> tuple[int, int, str] | None:
+    """(nodes, GPUs per node, GPU type) of the request a lyasub job is released with: `request_of`
+    over the nodes of its first allowed type that fits (its type named in the release, so Slurm
+    keeps it on that type), over every node with no type named when it allows any."""
+    for t in allowed or ("",):
+        mine = [n for n in nodes if not t or n.gpu_type == t]
+        gpn = max((n.gpus_total for n in mine), default=0)
+        req = request_of(s, gpn, len(mine), gpu_mem) if gpn else None
+        if req is not None:
+            return req[0], req[1], t
+    return None
+
+
+def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], nodes: Sequence[NodeInfo],
              gpu_mem: float, now: float, epoch: int, holder: str, why: str, res: Result, log_file: Path) -> None:
     try:
         s = CostSummary.decode(job.comment)
     except ValueError as e:
         res.skipped.append({"job_id": job.job_id, "user": job.user, "why": f"invalid cost summary: {e}"})
         return
-    # a managed partition's plain job is released as its user submitted it (its own shape)
-    req = (max(1, job.num_nodes), max(1, job.gpus_per_node)) if s.plain else request_of(s, gpn, n_nodes, gpu_mem) if gpn else None
+    allowed = s.gpu_types or ((job.gpu_type,) if job.gpu_type else ())
+    # a managed partition's plain job is released as its user submitted it (its own shape and type)
+    req = ((max(1, job.num_nodes), max(1, job.gpus_per_node), job.gpu_type) if s.plain
+           else typed_request(s, allowed, nodes, gpu_mem))
     if req is None:
+        of = f" of GPU type {', '.join(allowed)}" if allowed else ""
         res.skipped.append({"job_id": job.job_id, "user": job.user,
-                            "why": f"no GPU count in {s.min_gpus}..{s.max_gpus} fits the cluster's nodes"})
+                            "why": f"no GPU count in {s.min_gpus}..{s.max_gpus} fits the cluster's nodes{of}"})
         return
-    n, per = req
+    n, per, gtype = req
     text = (f"{ADMIN_TAG} released at {iso(now)} by {holder} (epoch {epoch}): {why}; "
             f"{n}x{per} GPUs as requested (gmin={s.min_gpus})")
     note: str | None = None  # None: the AdminComment is set
@@ -155,7 +170,7 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
         log.warning("job %s: AdminComment not set (%s); released anyway, recorded in %s", job.job_id, note, log_file)
     try:
         if not s.plain:
-            slurm.resize(job.job_id, n, per, ())  # its request, no node list (a leftover update is overwritten)
+            slurm.resize(job.job_id, n, per, (), gtype)  # its request, no node list (a leftover update is overwritten)
         slurm.release(job.job_id)
     except SlurmError as e:
         msg = str(e).splitlines()[0][:300]
@@ -163,7 +178,7 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
         log.error("job %s: fail-safe release failed: %s", job.job_id, msg)
         return
     entry = {"job_id": job.job_id, "uid": s.uid, "user": job.user, "at": now, "epoch": epoch, "by": holder,
-             "gpus": n * per, "nodes": n, "per_node": per, "why": why,
+             "gpus": n * per, "nodes": n, "per_node": per, **({"gpu_type": gtype} if gtype else {}), "why": why,
              "admin_comment": note is None, **({"admin_comment_error": note} if note else {})}
     leases.append_log(log_file, entry)
     res.released.append(entry)

@@ -42,10 +42,10 @@ from lyasched import userfiles
 from lyasched.job.checkpoint import MARKER, MARKER_MAX_BYTES, checkpoint_dir, parse_marker
 from lyasched.live.context import SlotContext
 from lyasched.live import step as step_rules  # the record changes (one place: the state machine)
-from lyasched.live import adaptive
+from lyasched.live import adaptive, gputypes
 from lyasched.live.crash import CrashPoints
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.placement import Placement, fit_placement
+from lyasched.policy.placement import Placement
 from lyasched.policy.state import SlotResult, SlotState
 from lyasched.slurm import SlurmError
 from lyasched.slurm.types import SlurmJob
@@ -188,9 +188,11 @@ class Mover:
                 room = list(ctx.free)
                 for i, c in view.placement:
                     room[i] += c
-                placement = fit_placement(d.gpus, d.placement, room)
+                allowed = gputypes.allowed_types(job, row.get("summary"))  # a typed job moves within its types
+                placement = gputypes.fit_typed(d.gpus, d.placement, room, ctx.types, allowed)
                 if placement is None:
-                    log.info("job %s: resize to %d GPUs has no expressible placement: not moved", jid, d.gpus)
+                    log.info("job %s: resize to %d GPUs has no expressible placement%s: not moved", jid, d.gpus,
+                             f" of GPU type {', '.join(allowed)}" if allowed else "")
                     continue
                 rem, _ = view.best_remaining(d.gpus)
                 order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
@@ -343,13 +345,15 @@ class Mover:
                 chosen = (adaptive_store.get(self.db, m["uid"]) or {}).get("chosen")
                 if chosen:  # an adaptive job: the batch chosen with the move, read by launch.sbatch
                     adaptive.hand_batch(self.db, self.slurm, m["uid"], jid, int(chosen), now, job.comment)
-                self.slurm.resize(jid, len(nodes), int(m["per_node"]), nodes)
+                gtype = gputypes.release_type(gputypes.allowed_types(job), nodes, ctx.type_of)
+                self.slurm.resize(jid, len(nodes), int(m["per_node"]), nodes, gtype)
                 moves.mark(self.db, mid, step="resized")
                 self.crash.reach("move_after_resize")
             self._no_requeue(jid)
             self.slurm.release(jid)
-        except SlurmError as e:
-            # Held, with its checkpoint: a suspension now (the policy starts it again later).
+        except (SlurmError, ValueError) as e:
+            # Held, with its checkpoint: a suspension now (the policy starts it again later). ValueError:
+            # its new nodes are no longer all of one of its GPU types (gone from the partition).
             why = f"{m['kind']} not finished ({_err(e)}): suspended, waits for the policy"
             with records.transaction(self.db):
                 records.upsert_job(self.db, m["uid"], **step_rules.suspended(why))

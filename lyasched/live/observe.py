@@ -49,6 +49,11 @@ class Observation:
     def index(self) -> dict[str, int]:
         return {n.name: i for i, n in enumerate(self.nodes)}
 
+    @property
+    def types(self) -> list[str]:
+        """Each node's GPU type ('' untyped), in the nodes' order."""
+        return [n.gpu_type for n in self.nodes]
+
     def take(self, placement: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> None:
         """Keep these (node index, GPUs) from the free counts (never below 0)."""
         for i, c in placement:

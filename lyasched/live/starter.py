@@ -20,9 +20,8 @@ import threading
 from typing import Any, Sequence
 
 from lyasched.live.context import SlotContext
-from lyasched.live import adaptive, plain, step
+from lyasched.live import adaptive, gputypes, plain, step
 from lyasched.live.crash import CrashPoints
-from lyasched.policy.placement import fit_placement
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
@@ -115,10 +114,13 @@ class Starter:
     def start(self, job: SlurmJob, row: dict, wj: WaitingJob, d: Decision, ctx: SlotContext) -> None:
         """Carry out one start decision: intent, ``scontrol update`` (resize), ``release``, record."""
         now, free, names, report = ctx.now, ctx.free, ctx.names, ctx.report
-        placement = fit_placement(d.gpus, d.placement, free)
+        allowed = gputypes.allowed_types(job, row.get("summary"))
+        placement = gputypes.fit_typed(d.gpus, d.placement, free, ctx.types, allowed)
         base = dict(time=now, uid=row["uid"], slurm_id=job.job_id, gpus=d.gpus, score=d.score)
         if placement is None:
             why = "no placement Slurm can express (equal GPUs per node) fits the free GPUs"
+            if allowed:
+                why += f" of its GPU type{'s' if len(allowed) > 1 else ''} ({', '.join(allowed)})"
             ctx.decisions.append({**base, "action": "skip", "placement": _named(d.placement, names), "reason": why})
             records.upsert_job(self.db, row["uid"], reason=f"waiting: {why}")
             log.info("job %s: %d GPUs chosen but %s", job.job_id, d.gpus, why)
@@ -149,7 +151,8 @@ class Starter:
                 if ad is not None and ctx.cost is not None:  # the batch the policy chose, read by launch.sbatch
                     adaptive.hand_batch(self.db, self.slurm, row["uid"], job.job_id,
                                         adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]), now, job.comment)
-                self.slurm.resize(job.job_id, len(placement), per_node, node_names)
+                self.slurm.resize(job.job_id, len(placement), per_node, node_names,
+                                  gputypes.release_type(allowed, node_names, ctx.type_of))
         except SlurmError as e:
             # The job is still held (a held job never runs), whether or not the update reached Slurm.
             msg = str(e).splitlines()[0][:300]

@@ -56,8 +56,11 @@ class Slurm(Protocol):
         """Allocation records from the accounting store (only meaningful when config().accounting)."""
         ...
 
-    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
-        """Give a held job ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes (exactly ``nodes`` if given)."""
+    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (),
+               gpu_type: str = "") -> None:
+        """Give a held job ``gpus_per_node`` GPUs on each of ``num_nodes`` nodes (exactly ``nodes`` if
+        given), of type ``gpu_type`` when given (a typed job must get its type back: the update
+        replaces its whole GPU request)."""
         ...
 
     def release(self, job_id: str) -> None: ...

@@ -82,8 +82,9 @@ class CliSlurm:
 
     # ------------------------------------------------------------ changing jobs
 
-    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
-        self._run(commands.update_args(job_id, num_nodes, gpus_per_node, nodes))
+    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (),
+               gpu_type: str = "") -> None:
+        self._run(commands.update_args(job_id, num_nodes, gpus_per_node, nodes, gpu_type))
 
     def release(self, job_id: str) -> None:
         self._run(commands.release_args(job_id))

@@ -9,11 +9,19 @@ from __future__ import annotations
 from typing import Sequence
 
 from lyasched.slurm.query import compress_hostlist
+from lyasched.slurm.types import is_gpu_type
 
 
-def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> list[str]:
+def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (),
+                gpu_type: str = "") -> list[str]:
     """`scontrol update` giving a held job its GPUs: ``gpus_per_node`` on each of ``num_nodes``
-    nodes (optionally exactly ``nodes``), verified on 22.05 (docs/test-cluster.md).
+    nodes (optionally exactly ``nodes``), of type ``gpu_type`` when given, verified on 22.05
+    (docs/test-cluster.md).
+
+    ``TresPerNode`` replaces the job's whole GPU request: written untyped, it would drop the type
+    the job asked for (``--gres=gpu:a100:2``) and let Slurm run it on any GPU, so a typed job is
+    given its type back every time (``gres:gpu:a100:N``). The job's ``--constraint`` (Features) is
+    not a field of this update: Slurm keeps it.
 
     ``NumNodes=N-N`` (a bare N cannot grow a one-node job), one task per node (the launch
     template runs one torchrun per node, one worker per GPU) and ``NumCPUs=N`` (slurmctld raises
@@ -24,6 +32,8 @@ def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence
         raise ValueError(f"need at least one node and one GPU per node, got {num_nodes}x{gpus_per_node}")
     if nodes and len(nodes) != num_nodes:
         raise ValueError(f"{len(nodes)} node names for {num_nodes} nodes")
+    if gpu_type and not is_gpu_type(gpu_type):
+        raise ValueError(f"bad GPU type {gpu_type!r}")
     return [
         "scontrol",
         "update",
@@ -31,7 +41,7 @@ def update_args(job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence
         f"NumNodes={num_nodes}-{num_nodes}",
         f"NumTasks={num_nodes}",
         f"NumCPUs={num_nodes}",
-        f"TresPerNode=gres:gpu:{gpus_per_node}",
+        f"TresPerNode=gres:gpu:{gpu_type}:{gpus_per_node}" if gpu_type else f"TresPerNode=gres:gpu:{gpus_per_node}",
         f"ReqNodeList={compress_hostlist(nodes)}" if nodes else "ReqNodeList=",
     ]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from lyasched.slurm.query import expand_hostlist, gpus_in_tres
+from lyasched.slurm.query import expand_hostlist, gpu_type_in_tres, gpus_in_tres
 from lyasched.slurm.types import TAG, TERMINAL_STATES
 
 API_CURRENT = 38  # libslurm.so.38: Slurm 22.05, the release whose slurm_job_info_t is mirrored here
@@ -120,7 +120,7 @@ class LibslurmJobs:
         self.layout_ok = self.version[0] == API_CURRENT  # the mirror describes this release's records
         self._states: dict[int, str] = {}
         self._reasons: dict[int, str] = {}
-        self._gres: dict[bytes | None, int] = {}  # tres_per_node -> GPUs per node (few distinct values)
+        self._gres: dict[bytes | None, tuple[int, str]] = {}  # tres_per_node -> (GPUs per node, type) (few distinct values)
         self._hosts: dict[bytes, tuple[str, ...]] = {}
         self._texts: dict[bytes | None, str] = {}  # partitions, job names
 
@@ -179,7 +179,7 @@ class LibslurmJobs:
     def _fields(self, recs: Any, sel: np.ndarray, todo: list[int], comments: list[bytes]) -> list[tuple]:
         users: dict[int, str] = {}
         states, reasons, gres, hosts, texts = self._states, self._reasons, self._gres, self._hosts, self._texts
-        out = []
+        out: list[tuple] = []
         for (i, c, jid, submit, uid, js, sr, sd, prio, start, end, tl, nn, nodes_p) in zip(
                 todo, comments, sel["job_id"].tolist(), sel["submit_time"].tolist(), sel["user_id"].tolist(),
                 sel["job_state"].tolist(), sel["state_reason"].tolist(), sel["state_desc"].tolist(),
@@ -207,11 +207,12 @@ class LibslurmJobs:
                         user = str(uid)
                 users[uid] = user
             tres = r.tres_per_node
-            gpn = gres.get(tres)
-            if gpn is None:
-                gpn = gpus_in_tres(_str(tres))
+            known_gres = gres.get(tres)
+            if known_gres is None:
+                known_gres = (gpus_in_tres(_str(tres)), gpu_type_in_tres(_str(tres)))
                 if len(gres) < 4096:
-                    gres[tres] = gpn
+                    gres[tres] = known_gres
+            gpn, gtype = known_gres
             nodes: tuple[str, ...] = ()
             if nodes_p:
                 b = r.nodes
@@ -238,6 +239,6 @@ class LibslurmJobs:
                 0 if prio == NO_VAL or prio == INFINITE else prio, _time(submit),
                 None if state == "PENDING" else _time(start), _time(end) if state in TERMINAL_STATES else None,
                 math.inf if tl == 0 or tl == NO_VAL or tl == INFINITE else float(tl) * 60.0,
-                1 if nn == 0 or nn == NO_VAL else nn, gpn, nodes, p_s, _str(c), n_s,
+                1 if nn == 0 or nn == NO_VAL else nn, gpn, nodes, p_s, _str(c), n_s, {}, gtype,
             ))
         return out

@@ -237,8 +237,9 @@ class PySlurm:
     def query(self, argv: Sequence[str]) -> str:
         return self.cli.query(argv)  # sacctmgr and squeue (lyasched.live.limits)
 
-    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = ()) -> None:
-        self.cli.resize(job_id, num_nodes, gpus_per_node, nodes)  # scontrol update (NumNodes: see module doc)
+    def resize(self, job_id: str, num_nodes: int, gpus_per_node: int, nodes: Sequence[str] = (),
+               gpu_type: str = "") -> None:
+        self.cli.resize(job_id, num_nodes, gpus_per_node, nodes, gpu_type)  # scontrol update (NumNodes: see module doc)
 
     def release(self, job_id: str) -> None:
         self._call("release", str(job_id))
@@ -295,7 +296,8 @@ def submit_fields(opts: Any) -> dict[str, Any] | None:
     if isinstance(f.get("time_limit"), str) and f["time_limit"].isdigit():
         f["time_limit"] = int(f["time_limit"])  # minutes: PySlurm passes a digit string through as is
     if opts.gpus_per_node is not None:
-        f["gres_per_node"] = f"gpu:{opts.gpus_per_node}"
+        gt = getattr(opts, "gpu_type", None)
+        f["gres_per_node"] = f"gpu:{gt}:{opts.gpus_per_node}" if gt else f"gpu:{opts.gpus_per_node}"
     if opts.hold:
         f["priority"] = 0  # what sbatch --hold sends
     return f

@@ -380,7 +380,7 @@ def _job(j: Any) -> SlurmJob:
 def _fields(j: Any, comment: str | None = None) -> tuple:
     """A PySlurm Job as the positional fields of SlurmJob (what squeue's line would give)."""
     state = str(j.state or "UNKNOWN")
-    gpn, _ = _gpus(j.gres_per_node)
+    gpn, gtype = _gpus(j.gres_per_node)
     limit = j.time_limit
     tl = math.inf if limit is None or limit in _NOVAL32 else float(limit) * 60.0
     nodes = j.allocated_nodes
@@ -402,6 +402,8 @@ def _fields(j: Any, comment: str | None = None) -> tuple:
         str(j.partition or ""),
         str(j.comment or "") if comment is None else comment,
         str(j.name or ""),
+        {},  # extra
+        gtype,  # gpu_type
     )
 
 

@@ -130,6 +130,25 @@ def gpus_in_tres(value: str) -> int:
     return untyped if untyped is not None else typed
 
 
+def gpu_type_in_tres(value: str) -> str:
+    """The GPU type a TRES/GRES request names: ``gres:gpu:a100:2``, ``gres/gpu:a100=2``,
+    ``gpu:a100:2(S:0)`` give ``a100``; an untyped one (``gres:gpu:2``, ``gres/gpu=2``) gives ``""``."""
+    v = value.strip()
+    if not v or v in {"(null)", "N/A"}:
+        return ""
+    for part in re.split(r",(?![^()]*\))", v):
+        part = re.sub(r"\([^()]*\)$", "", part.strip())
+        m = re.fullmatch(r"gres/gpu:([^=:]+)=\d+", part)
+        if m:
+            return m.group(1)
+        fields = part.split(":")
+        if fields and fields[0] == "gres":
+            fields = fields[1:]
+        if len(fields) >= 2 and fields[0] == "gpu" and not fields[1].isdigit() and fields[1] != "(null)":
+            return fields[1]
+    return ""
+
+
 def expand_hostlist(hostlist: str) -> list[str]:
     """Expand a Slurm hostlist (``n[1-3,5],gpu01``, ``n[01-02]``) into node names, in order."""
     v = hostlist.strip()
@@ -320,6 +339,7 @@ def parse_squeue(text: str, lyasched_only: bool = True, memo: dict[str, SlurmJob
                 partition=rec["partition"].strip(),
                 comment=comment,
                 name=name,
+                gpu_type=gpu_type_in_tres(rec["tres_per_node"]),
             )
         )
         if memo is not None:
@@ -378,6 +398,7 @@ def parse_show_job(text: str) -> list[SlurmJob]:
                 comment=comment,
                 name=kv.get("JobName", ""),
                 extra=kv,
+                gpu_type=gpu_type_in_tres(tres),
             )
         )
     return jobs

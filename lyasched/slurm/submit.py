@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from lyasched.slurm.types import ACTIVE_STATES
+from lyasched.slurm.types import ACTIVE_STATES, is_gpu_type
 
 _JOB_ID_RE = re.compile(r"[0-9]+(_[0-9]+)?\Z")
 
@@ -31,6 +31,7 @@ class SbatchOptions:
     constraint: str | None = None
     comment: str | None = None
     gpus_per_node: int | None = None  # --gres=gpu:N
+    gpu_type: str | None = None  # with gpus_per_node: --gres=gpu:TYPE:N
     nodes: int | None = None
     hold: bool = False
     chdir: str | None = None
@@ -64,7 +65,10 @@ def sbatch_command(opts: SbatchOptions, script: str | None = None) -> list[str]:
         if value is not None:
             argv.append(f"--{name}={value}")
     if opts.gpus_per_node is not None:
-        argv.append(f"--gres=gpu:{opts.gpus_per_node}")
+        if opts.gpu_type and not is_gpu_type(opts.gpu_type):
+            raise ValueError(f"bad GPU type {opts.gpu_type!r}")
+        typed = f"{opts.gpu_type}:" if opts.gpu_type else ""
+        argv.append(f"--gres=gpu:{typed}{opts.gpus_per_node}")
     if opts.hold:
         argv.append("--hold")
     argv.extend(opts.extra)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from lyasched.summary import PREFIX as TAG  # a lyasched job's comment starts with its cost summary's prefix
+from lyasched.summary import is_gpu_type  # noqa: F401 - the GPU type grammar, shared with the summary's key gt
 
 # Slurm's job states, in two disjoint sets (and subsets of them below): the one place lyasched
 # classifies them (squeue's long names). ACTIVE: the job is still in the queue and may (still, or
@@ -116,6 +117,7 @@ class SlurmJob:
     comment: str
     name: str
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    gpu_type: str = ""  # the GPU type the job's request names ("a100" in gres:gpu:a100:2); "" when untyped
 
     @property
     def is_lyasched(self) -> bool:
