@@ -28,8 +28,8 @@ EXTRA = """
 # Docker cluster only (docker/render.py): slurmdbd on ctl.
 AccountingStorageHost=ctl
 AccountingStoragePort=6819
-# GPU counts in sacct's AllocTRES (lyasched whatif reads them: docs/whatif.md).
-AccountingStorageTRES=gres/gpu
+# GPU counts in sacct's AllocTRES, in all and per type (lyasched whatif reads them: docs/whatif.md).
+AccountingStorageTRES=gres/gpu,@TYPED_TRES@
 # Associations, QOS and their limits enforced, as a site with accounting runs (the limits test,
 # tests/test_docker_limits.py, sets a QOS GPU limit; docker/init.sh gives every user an association).
 AccountingStorageEnforce=associations,limits,qos
@@ -82,12 +82,18 @@ def main() -> None:
     ap.add_argument("--ctl-ip", required=True)
     ap.add_argument("--node-ip-prefix", required=True, help="node K gets PREFIX.(20+K)")
     ap.add_argument("--svc-uid", type=int, required=True)
+    ap.add_argument("--gpu-types", default="a100,a100,t4",
+                    help="GPU type of node 1, 2, ... (the last repeats): Gres=gpu:TYPE:N and a node feature")
     a = ap.parse_args()
 
+    types = [t for t in a.gpu_types.split(",") if t]
+    if not types or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", t) for t in types):
+        sys.exit(f"render.py: bad --gpu-types {a.gpu_types!r}")
+    type_of = {k: types[min(k, len(types)) - 1] for k in range(1, a.nnodes + 1)}
     node_lines = "\n".join(
-        f"NodeName=node{k} NodeAddr={a.node_ip_prefix}.{20 + k} CPUs={a.cpus} RealMemory=4000 Gres=gpu:{a.gpus} "
-        "State=UNKNOWN" for k in range(1, a.nnodes + 1))
-    gres_lines = "\n".join(f"NodeName=node{k} Name=gpu File=/dev/lyafake/node{k}-gpu[0-{a.gpus - 1}]"
+        f"NodeName=node{k} NodeAddr={a.node_ip_prefix}.{20 + k} CPUs={a.cpus} RealMemory=4000 "
+        f"Gres=gpu:{type_of[k]}:{a.gpus} Features={type_of[k]} State=UNKNOWN" for k in range(1, a.nnodes + 1))
+    gres_lines = "\n".join(f"NodeName=node{k} Name=gpu Type={type_of[k]} File=/dev/lyafake/node{k}-gpu[0-{a.gpus - 1}]"
                            for k in range(1, a.nnodes + 1))
     keys = {"STATE": STATE, "CTLD_HOST": "ctl", "CTLD_PORT": "6817", "NNODES": str(a.nnodes),
             "NODE_LIST": f"node[1-{a.nnodes}]", "NODE_LINES": node_lines, "GRES_LINES": gres_lines,
@@ -97,7 +103,8 @@ def main() -> None:
     slurm_conf = slurm_conf.replace("SlurmctldHost=ctl(127.0.0.1)", f"SlurmctldHost=ctl({a.ctl_ip})")
     if f"SlurmctldHost=ctl({a.ctl_ip})" not in slurm_conf:
         sys.exit("render.py: SlurmctldHost line not found in the slurm.conf template")
-    slurm_conf = override(slurm_conf, OVERRIDES).rstrip("\n") + "\n" + EXTRA
+    typed_tres = ",".join(f"gres/gpu:{t}" for t in dict.fromkeys(type_of.values()))
+    slurm_conf = override(slurm_conf, OVERRIDES).rstrip("\n") + "\n" + EXTRA.replace("@TYPED_TRES@", typed_tres)
 
     lua = (a.repo / "slurm" / "job_submit.lua").read_text()
     if lua.count(PRIVILEGED_LINE) != 1:

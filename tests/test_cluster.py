@@ -19,13 +19,17 @@ def submit(as_user, user: str, *args: str) -> str:
     return proc.stdout.strip().split(";")[0]
 
 
-def test_three_nodes_up_with_four_gpus_each():
-    out = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G %t"], capture_output=True, text=True,
+GPU_TYPES = {"node1": "a100", "node2": "a100", "node3": "t4"}  # two GPU types, each also a node feature
+
+
+def test_three_nodes_up_with_four_typed_gpus_each():
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G %f %t"], capture_output=True, text=True,
                          check=True).stdout
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert sorted(rows) == NODES
-    for node, (gres, state) in rows.items():
-        assert gres == "gpu:4", node
+    for node, (gres, features, state) in rows.items():
+        assert gres.split("(")[0] == f"gpu:{GPU_TYPES[node]}:4", node
+        assert features == GPU_TYPES[node], node
         assert state in {"idle", "mix", "alloc", "comp", "plnd"}, f"{node} is {state}"  # others may run jobs
 
 

@@ -76,10 +76,10 @@ class ShrinkGrow:
                           info={"moves": notes})
 
 
-def _lyasub(as_user, user: str, job_dir: Path, iterations: int, *train_args: str) -> str:
+def _lyasub(as_user, user: str, job_dir: Path, iterations: int, *train_args: str, extra: tuple[str, ...] = ()) -> str:
     r = as_user(user, CLUSTER.which("lyasub"), "--parsable", "--no-profile", "--db", str(job_dir / f"{user}.db"),
                 "--time", "15", "--output", str(job_dir / "%j.out"), "--checkpointable", *MODEL, "-b", "8",
-                "-n", str(iterations), "--min-gpus", "1", "--max-gpus", "8", "--",
+                "-n", str(iterations), "--min-gpus", "1", "--max-gpus", "8", *extra, "--",
                 str(job_dir / "train.py"), *train_args, cwd=str(job_dir), timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().splitlines()[-1]

@@ -166,6 +166,12 @@ LONG_SIG = "s" * 128
     (summary(mb="512", lr="sqrt", cb="1024"), "cb needs mb and must be at most mb"),
     (summary(kn="-1"), "kn=-1: must be in 0..1.04858e+06"),
     (summary(kn="flat"), "kn=flat: must be a decimal number"),
+    (summary(gt=""), "gt=: must be up to 8 distinct GPU types"),
+    (summary(gt="a100,,t4"), "gt=a100,,t4: must be up to 8 distinct GPU types"),
+    (summary(gt="12"), "gt=12: must be up to 8 distinct GPU types"),
+    (summary(gt="a100:4"), "gt=a100:4: must be up to 8 distinct GPU types"),
+    (summary(gt="a100,a100"), "gt=a100,a100: GPU type 'a100' given twice"),
+    (summary(gt=",".join(f"t{i}" for i in range(9))), "gt=t0,t1,t2,t3,t4,t5,t6,t7,t8: more than 8 GPU types"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
     (PREFIX + "b", "field 'b' is not key=value"),
@@ -203,6 +209,8 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"mb": "512", "lr": "sqrt", "cb": "384"},  # the service's chosen batch (it writes it; a user may too: harmless)
     {"kn": "48.0"},  # optional: the profile's knee (the step time is flat up to 48 per GPU)
     {"kn": "1048576"},
+    {"gt": "a100"},  # optional: the GPU types the job may run on (lyasub --gpu-type)
+    {"gt": "a100,h100.80gb,t4_x,A-1"},
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)
