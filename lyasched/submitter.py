@@ -71,6 +71,7 @@ class SubmitRequest:
     adaptive_batch: bool = False  # the scheduler chooses the global batch in [B, max_batch] (summary keys mb, lr)
     max_batch: int | None = None
     lr_rule: str | None = None  # linear, sqrt, adascale (default with --adaptive-batch: adascale)
+    cluster_shape: tuple[int, int] | None = None  # dry run only: (nodes, GPUs per node) instead of asking Slurm
 
 
 @dataclass
@@ -299,6 +300,30 @@ def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, 
             links_db.conn.close()
 
 
+def shape_view(shape: tuple[int, int], config_path: Path | None, say: Say) -> ClusterView:
+    """A dry run's cluster without Slurm: ``shape`` = (nodes, GPUs per node), the rest as `cluster_view`
+    (the config's GPU memory and links, the service database's calibrated links)."""
+    from lyasched.slurm.types import NodeInfo
+
+    conf = _config(config_path, say)
+    nodes = [NodeInfo(f"node{i + 1}", "IDLE", shape[1], 0) for i in range(shape[0])]
+    links_db = open_links_db(conf.db)
+    try:
+        return make_view(nodes, conf, links_db)
+    finally:
+        if links_db is not None:
+            links_db.conn.close()
+
+
+def placeable(g: int, node_gpus: Sequence[int]) -> bool:
+    """Whether g GPUs can ever be placed on these nodes (all free): on one node, or as equal
+    shares over several (lyasched.policy.placement: Slurm gives every node of a job one count)."""
+    from lyasched.policy.placement import equal_placement, one_node_placement
+
+    free = list(node_gpus)
+    return one_node_placement(free, g) is not None or equal_placement(free, g) is not None
+
+
 # ---------------------------------------------------------------- the job's cost
 
 
@@ -485,14 +510,20 @@ def submit(
         if not req.dry_run:
             remember_signature(db_path, sig_key, signature)
 
-    slurm = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
-    try:
-        view = cluster_view(slurm, req.options.partition, req.config, say)
-    except SlurmError as e:
-        raise SubmitError(f"cannot read the cluster from Slurm: {e}") from None
+    if req.cluster_shape is not None:  # a dry run without Slurm
+        if not req.dry_run:
+            raise RequestError("--cluster-shape is for --dry-run only (a submission reads the cluster from Slurm)")
+        view = shape_view(req.cluster_shape, req.config, say)
+    else:
+        slurm = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
+        try:
+            view = cluster_view(slurm, req.options.partition, req.config, say)
+        except SlurmError as e:
+            hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
+            raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
     cluster = view.spec
     if req.min_gpus > cluster.total_gpus:
         raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
@@ -546,6 +577,13 @@ def submit(
         raise RequestError(
             f"no GPU count in {req.min_gpus}..{max_gpus} fits: B must split evenly and B/g samples must fit in "
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
+        )
+    node_gpus = [n.gpus_total for n in view.nodes] or [cluster.gpus_per_node] * cluster.nodes
+    if not any(placeable(g, node_gpus) for g in counts):  # accepted, it would wait forever
+        raise RequestError(
+            f"the job can never be placed: its GPU counts ({', '.join(map(str, counts))}) fit neither on one node "
+            f"(at most {max(node_gpus)} GPUs) nor as equal shares over {len(node_gpus)} nodes (Slurm gives every node "
+            "of a job the same GPU count); choose --global-batch, --min-gpus and --max-gpus that allow one that does"
         )
     gpn = cluster.gpus_per_node
     try:
