@@ -118,3 +118,12 @@ def test_help_lists_every_built_in_model() -> None:
         assert f" {name}" in text, name
     assert "78k-parameter CIFAR ResNet-8" in text and "current directory" in text
     assert "LYASCHED_BATCH_PER_GPU" in text and "LOCAL_BATCH" not in text.replace("MAX_LOCAL_BATCH", "")
+
+
+def test_every_json_key_is_documented(no_slurm: Path) -> None:
+    r = lyasub(*BASE, "--dry-run", "--cluster-shape", "1x4", "--json", "--", "train.py")
+    assert r.exit_code == 0, r.stderr
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "lyasub.md").read_text()
+    table = doc.split("### The `--json` object", 1)[1].split("\n## ", 1)[0]
+    missing = [k for k in json.loads(r.stdout) if f"`{k}`" not in table]
+    assert not missing, f"docs/lyasub.md, 'The --json object', lacks {missing}"
