@@ -513,14 +513,15 @@ def submit(
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
+    backend: Slurm | None = None  # None only on a dry run with --cluster-shape
     if req.cluster_shape is not None:  # a dry run without Slurm
         if not req.dry_run:
             raise RequestError("--cluster-shape is for --dry-run only (a submission reads the cluster from Slurm)")
         view = shape_view(req.cluster_shape, req.config, say)
     else:
-        slurm = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
+        backend = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
         try:
-            view = cluster_view(slurm, req.options.partition, req.config, say)
+            view = cluster_view(backend, req.options.partition, req.config, say)
         except SlurmError as e:
             hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
             raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
@@ -546,8 +547,9 @@ def submit(
             if req.dry_run:
                 say("dry run: no cached profile, using the FLOP estimate instead of a profiling job")
             else:
+                assert backend is not None  # --cluster-shape is refused without --dry-run
                 try:
-                    profile = run_profiling_job(req, slurm, db_path, view.device_type, uid, say, profile_timeout)
+                    profile = run_profiling_job(req, backend, db_path, view.device_type, uid, say, profile_timeout)
                 except SlurmError as e:
                     raise SubmitError(f"profiling job failed: {e}") from None
                 except TimeoutError as e:
@@ -607,7 +609,8 @@ def submit(
     hold = False
     if not req.dry_run:
         try:
-            hold = not slurm.config().has_lua_submit_plugin
+            assert backend is not None
+            hold = not backend.config().has_lua_submit_plugin
         except SlurmError as e:
             raise SubmitError(f"cannot read the Slurm configuration: {e}") from None
         if hold:
@@ -625,17 +628,18 @@ def submit(
     result = SubmitResult(None, summary, predictions, source, view.device_type, cluster, script, argv)
     if req.dry_run:
         return result
+    assert backend is not None
 
     user = pwd.getpwuid(os.getuid()).pw_name  # the uid sbatch submits as, whatever $USER says
     try:
-        job_id, reused = submit_held(slurm, opts, script, uid, user)
+        job_id, reused = submit_held(backend, opts, script, uid, user)
     except SlurmError as e:
         raise SubmitError(f"sbatch failed: {e}") from None
     try:
         if not reused:
-            verify_submitted(slurm, job_id, summary)
+            verify_submitted(backend, job_id, summary)
     except BaseException as e:
-        _cancel(slurm, job_id)
+        _cancel(backend, job_id)
         if isinstance(e, SlurmError):
             raise SubmitError(f"job {job_id} cancelled: cannot verify it ({e})") from None
         if isinstance(e, SubmitError):
