@@ -313,6 +313,23 @@ def check_port(value: Any, what: str) -> int:
     return value
 
 
+# the fail-safe's grace: shorter than this, a service that is merely slow (a long slot, a slow Slurm
+# answer) would be taken for a dead one and its jobs released behind its back
+MIN_GRACE_S = 60.0
+MIN_GRACE_SLOTS = 2
+
+
+def check_grace(grace: float | None, slot_seconds: float, what: str = "failsafe.grace") -> None:
+    """A ConfigError unless ``grace`` (None: the default, 5 slots and >= 60 s) is at least 2 slots
+    and at least 60 s."""
+    if grace is None:
+        return
+    floor = max(MIN_GRACE_S, MIN_GRACE_SLOTS * slot_seconds)
+    if grace < floor:
+        raise ConfigError(f"{what} must be at least {floor:g} s ({MIN_GRACE_SLOTS} slots of {slot_seconds:g} s, "
+                          f"and at least {MIN_GRACE_S:g} s), got {grace:g}")
+
+
 def lease_path(cfg: Config) -> Path:
     """The service's lease file: [failsafe] lease, else lease.json beside the database."""
     return cfg.failsafe_lease if cfg.failsafe_lease is not None else Path(cfg.db).parent / "lease.json"

@@ -72,6 +72,7 @@ class SubmitRequest:
     max_batch: int | None = None
     lr_rule: str | None = None  # linear, sqrt, adascale (default with --adaptive-batch: adascale)
     gpu_types: Sequence[str] = ()  # --gpu-type a100,h100: the job runs on these GPU types only (summary key gt)
+    cluster_shape: tuple[int, int] | None = None  # dry run only: (nodes, GPUs per node) instead of asking Slurm
 
 
 @dataclass
@@ -332,6 +333,35 @@ def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, 
             links_db.conn.close()
 
 
+def shape_view(shape: tuple[int, int], config_path: Path | None, say: Say,
+               gpu_types: Sequence[str] = ()) -> ClusterView:
+    """A dry run's cluster without Slurm: ``shape`` = (nodes, GPUs per node), the rest as `cluster_view`
+    (the config's GPU memory and links, the service database's calibrated links). With ``gpu_types``
+    the shape is taken as the nodes of those types (all of the first type, which then keys the cost
+    table as a typed Slurm node would): no Slurm to check that the types exist, so say so."""
+    conf = _config(config_path, say)
+    gt = gpu_types[0] if gpu_types else ""
+    if gpu_types:
+        say(f"dry run: --cluster-shape taken as the nodes of GPU type {' or '.join(gpu_types)} "
+            "(not checked against Slurm)")
+    nodes = [NodeInfo(f"node{i + 1}", "IDLE", shape[1], 0, gpu_type=gt) for i in range(shape[0])]
+    links_db = open_links_db(conf.db)
+    try:
+        return make_view(nodes, conf, links_db)
+    finally:
+        if links_db is not None:
+            links_db.conn.close()
+
+
+def placeable(g: int, node_gpus: Sequence[int]) -> bool:
+    """Whether g GPUs can ever be placed on these nodes (all free): on one node, or as equal
+    shares over several (lyasched.policy.placement: Slurm gives every node of a job one count)."""
+    from lyasched.policy.placement import equal_placement, one_node_placement
+
+    free = list(node_gpus)
+    return one_node_placement(free, g) is not None or equal_placement(free, g) is not None
+
+
 # ---------------------------------------------------------------- the job's cost
 
 
@@ -519,14 +549,21 @@ def submit(
         if not req.dry_run:
             remember_signature(db_path, sig_key, signature)
 
-    slurm = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
-    try:
-        view = cluster_view(slurm, req.options.partition, req.config, say, req.gpu_types)
-    except SlurmError as e:
-        raise SubmitError(f"cannot read the cluster from Slurm: {e}") from None
+    backend: Slurm | None = None  # None only on a dry run with --cluster-shape
+    if req.cluster_shape is not None:  # a dry run without Slurm
+        if not req.dry_run:
+            raise RequestError("--cluster-shape is for --dry-run only (a submission reads the cluster from Slurm)")
+        view = shape_view(req.cluster_shape, req.config, say, req.gpu_types)
+    else:
+        backend = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
+        try:
+            view = cluster_view(backend, req.options.partition, req.config, say, req.gpu_types)
+        except SlurmError as e:
+            hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
+            raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
     cluster = view.spec
     if req.min_gpus > cluster.total_gpus:
         raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
@@ -549,8 +586,9 @@ def submit(
             if req.dry_run:
                 say("dry run: no cached profile, using the FLOP estimate instead of a profiling job")
             else:
+                assert backend is not None  # --cluster-shape is refused without --dry-run
                 try:
-                    profile = run_profiling_job(req, slurm, db_path, view.device_type, uid, say, profile_timeout)
+                    profile = run_profiling_job(req, backend, db_path, view.device_type, uid, say, profile_timeout)
                 except SlurmError as e:
                     raise SubmitError(f"profiling job failed: {e}") from None
                 except TimeoutError as e:
@@ -581,6 +619,13 @@ def submit(
             f"no GPU count in {req.min_gpus}..{max_gpus} fits: B must split evenly and B/g samples must fit in "
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
         )
+    node_gpus = [n.gpus_total for n in view.nodes] or [cluster.gpus_per_node] * cluster.nodes
+    if not any(placeable(g, node_gpus) for g in counts):  # accepted, it would wait forever
+        raise RequestError(
+            f"the job can never be placed: its GPU counts ({', '.join(map(str, counts))}) fit neither on one node "
+            f"(at most {max(node_gpus)} GPUs) nor as equal shares over {len(node_gpus)} nodes (Slurm gives every node "
+            "of a job the same GPU count); choose --global-batch, --min-gpus and --max-gpus that allow one that does"
+        )
     gpn = cluster.gpus_per_node
     try:
         summary = CostSummary.from_profile(
@@ -604,7 +649,8 @@ def submit(
     hold = False
     if not req.dry_run:
         try:
-            hold = not slurm.config().has_lua_submit_plugin
+            assert backend is not None
+            hold = not backend.config().has_lua_submit_plugin
         except SlurmError as e:
             raise SubmitError(f"cannot read the Slurm configuration: {e}") from None
         if hold:
@@ -624,17 +670,18 @@ def submit(
     result = SubmitResult(None, summary, predictions, source, view.device_type, cluster, script, argv)
     if req.dry_run:
         return result
+    assert backend is not None
 
     user = pwd.getpwuid(os.getuid()).pw_name  # the uid sbatch submits as, whatever $USER says
     try:
-        job_id, reused = submit_held(slurm, opts, script, uid, user)
+        job_id, reused = submit_held(backend, opts, script, uid, user)
     except SlurmError as e:
         raise SubmitError(f"sbatch failed: {e}") from None
     try:
         if not reused:
-            verify_submitted(slurm, job_id, summary)
+            verify_submitted(backend, job_id, summary)
     except BaseException as e:
-        _cancel(slurm, job_id)
+        _cancel(backend, job_id)
         if isinstance(e, SlurmError):
             raise SubmitError(f"job {job_id} cancelled: cannot verify it ({e})") from None
         if isinstance(e, SubmitError):

@@ -63,7 +63,7 @@ def test_adaptive_job_takes_the_service_batch(tmp_path, comment, gpus, batch):
     p, env = launch(tmp_path, comment, gpus, AD)
     assert p.returncode == 0, p.stderr
     assert env["LYASCHED_GLOBAL_BATCH"] == str(batch)
-    assert env["LYASCHED_LOCAL_BATCH"] == str(batch // gpus)
+    assert env["LYASCHED_BATCH_PER_GPU"] == str(batch // gpus) and "LYASCHED_LOCAL_BATCH" not in env
     assert env["LYASCHED_BASE_BATCH"] == "64"
     assert (env["LYASCHED_ADAPTIVE"], env["LYASCHED_MAX_BATCH"], env["LYASCHED_LR_RULE"]) == ("1", "1024", "adascale")
     assert (env["LYASCHED_STEP_ALPHA"], env["LYASCHED_STEP_BETA"], env["LYASCHED_MAX_LOCAL_BATCH"]) == ("0.01", "0.0002", "48")

@@ -362,3 +362,40 @@ def test_service_back_within_release_grace_leaves_a_pending_failsafe_job_alone(t
         clock.t += 40  # past the release grace (from the fail-safe's release) at the third slot
     assert slurm.actions("hold") == [] and [c[2] for c in slurm.actions("release")] == ["101"]
     assert records.get_job(db, "uid-00000101")["state"] == "released"
+
+
+@pytest.mark.parametrize("slot,grace,ok", [(30, 59, False), (30, 60, True), (40, 79, False), (40, 80, True),
+                                           (2, 1, False)])
+def test_failsafe_refuses_a_grace_below_two_slots_or_60s(tmp_path, slot, grace, ok):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[service]\nslot_seconds = {slot}\ndb = "{tmp_path / "l.db"}"\n')
+    r = CliRunner().invoke(main, ["failsafe", "--config", str(cfg), "--grace", str(grace)])
+    assert (r.exit_code == 0) is ok, r.output
+    if not ok:
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+        assert f"--grace must be at least {max(60, 2 * slot)} s" in r.output and f"got {grace}" in r.output
+    cfg.write_text(f'[service]\nslot_seconds = {slot}\ndb = "{tmp_path / "l.db"}"\n[failsafe]\ngrace = {grace}\n')
+    r = CliRunner().invoke(main, ["failsafe", "--config", str(cfg)])
+    assert (r.exit_code == 0) is ok, r.output
+    if not ok:
+        assert r.exit_code == 2 and "failsafe.grace must be at least" in r.output
+
+
+def test_serve_refuses_a_grace_below_two_slots_or_60s(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[service]\nslot_seconds = 30\ndb = "{tmp_path / "l.db"}"\n[failsafe]\ngrace = 45\n')
+    r = CliRunner().invoke(main, ["serve", "--config", str(cfg), "--once"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+    assert "failsafe.grace must be at least 60 s" in r.output and not (tmp_path / "l.db").exists()
+    # a longer slot given on the command line raises the floor of the same config
+    cfg.write_text(f'[service]\nslot_seconds = 30\ndb = "{tmp_path / "l.db"}"\n[failsafe]\ngrace = 90\n')
+    r = CliRunner().invoke(main, ["serve", "--config", str(cfg), "--once", "--slot-seconds", "60"])
+    assert r.exit_code == 2 and "at least 120 s (2 slots of 60 s" in r.output
+
+
+def test_failsafe_without_the_lease_directory_is_one_line(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[service]\ndb = "{tmp_path / "l.db"}"\n[failsafe]\nlease = "{tmp_path / "gone" / "lease.json"}"\n')
+    r = CliRunner().invoke(main, ["failsafe", "--config", str(cfg)])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "Errno" not in r.output and f"no directory {tmp_path / 'gone'} for the service's lease" in r.output

@@ -111,7 +111,7 @@ def test_launch_line(fakebin: Path, tmp_path: Path) -> None:
         "my-torchrun", "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
         "--rdzv-endpoint=10.0.0.1:23456", "--rdzv-id=123456", "train.py", "--epochs", "3",
     ]
-    assert b"local batch 8" in p.stderr
+    assert b"batch per GPU 8" in p.stderr
 
 
 @pytest.mark.parametrize("cpus, want", [("4(x1),2", "2"), ("12", "12"), ("", "1"), ("3,5(x2)", "3")])
@@ -140,7 +140,7 @@ def test_environment_exported(fakebin: Path, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     got = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
     assert got["LYASCHED_GLOBAL_BATCH"] == "48"
-    assert got["LYASCHED_LOCAL_BATCH"] == got["LYASCHED_BATCH_PER_GPU"] == "16"  # 48 / (1 node x 3 devices)
+    assert got["LYASCHED_BATCH_PER_GPU"] == "16" and "LYASCHED_LOCAL_BATCH" not in got  # 48 / (1 node x 3 devices)
     assert got["LYASCHED_MODEL"] == "my model" and got["LYASCHED_ITERATIONS"] == "7"
     assert got["LYASCHED_UID"] == "abcdef0123"
     assert got["MASTER_ADDR"] == "10.0.0.3"

@@ -134,3 +134,40 @@ def test_lyastat_as_user_reads_root_owned_db(test_user, as_user, job_dir):
     d.chmod(0o700)  # a directory the user may not enter: one clear line, no traceback
     r = as_user(test_user, "lyastat", "--db", str(service_db))
     assert r.returncode == 1 and r.stderr.startswith("lyastat: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def _squeue_shim(tmp_path, monkeypatch, body: str) -> None:
+    """A ``squeue`` first on PATH (the CLI backend), answering with ``body`` (a shell script)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\n" + body)
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("LYASCHED_SLURM_BACKEND", "cli")
+
+
+def test_failed_squeue_is_not_an_empty_queue(service_db, tmp_path, monkeypatch):
+    _squeue_shim(tmp_path, monkeypatch, 'echo "squeue: error: Unable to contact slurm controller" >&2; exit 1\n')
+    for args in (["--all"], ["--all", "--json"], ["--user", "alice"]):
+        r = CliRunner().invoke(main, ["--db", str(service_db), *args])
+        assert r.exit_code == 1, r.output
+        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+        assert r.stderr.startswith("lyastat: cannot read the queue from Slurm (") and "--no-slurm" in r.stderr
+    assert run(["--db", str(service_db), "--all", "--no-slurm"]).exit_code == 0  # the records alone, on request
+
+
+def test_an_empty_queue_from_slurm_is_fine(service_db, tmp_path, monkeypatch):
+    _squeue_shim(tmp_path, monkeypatch, "exit 0\n")
+    r = CliRunner().invoke(main, ["--db", str(service_db), "--all"])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert {ln.split()[0] for ln in r.stdout.splitlines()[1:]} == {"201", "202", "203"}
+
+
+def test_queue_without_jobs_says_so(tmp_path):
+    db = records.open_records(tmp_path / "svc.db")
+    Service(Config(slot_seconds=2), db, slurm=FakeSlurm(jobs=[]), policy=StartAs({}), clock=lambda: 1_000_000.0).run_slot()
+    db.conn.close()
+    r = run(["--db", str(tmp_path / "svc.db"), "--queue"])
+    assert r.exit_code == 0
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("jobs")]
+    assert line.endswith("0 waiting, 0 running at the last slot; no job recorded"), line

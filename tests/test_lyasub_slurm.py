@@ -92,7 +92,7 @@ def test_released_job_runs_torchrun_as_user(lyasub, wait_job, job_dir, test_user
     assert state == "COMPLETED", out
     row = squeue_row(job_id)
     assert row["user"] == test_user and row["nodes"] == str(nodes)
-    assert f"{nodes} node(s) x {gpus} GPU(s), global batch 8, local batch {8 // (nodes * gpus)}" in out
+    assert f"{nodes} node(s) x {gpus} GPU(s), global batch 8, batch per GPU {8 // (nodes * gpus)}" in out
     assert f"mlp: {nodes * gpus} rank(s) x batch {8 // (nodes * gpus)}, 5 iterations" in out
     assert (job_dir / f"out-{job_id}.txt").owner() == test_user
 

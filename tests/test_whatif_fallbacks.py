@@ -49,8 +49,14 @@ def write(tmp_path: Path, text: str, name: str = "h.sacct") -> str:
     return str(p)
 
 
+VIEWS = ("--managed", "--rigid", "--elastic")
+
+
 def run(*args):
-    return CliRunner().invoke(main, ["whatif", *args])
+    """whatif in the elastic view unless a view is named (the cases here are about the elastic and rigid
+    replays with their estimate error; test_whatif_managed.py and test_whatif_views.py cover the default)."""
+    view = [] if any(a in VIEWS for a in args) else ["--elastic"]
+    return CliRunner().invoke(main, ["whatif", *view, *args])
 
 
 def whatif_json(tmp_path, text, *args):

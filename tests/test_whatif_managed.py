@@ -194,7 +194,7 @@ def test_cli_managed_html_report(tmp_path):
     assert r.exit_code == 0, r.output + r.stderr
     s = json.loads((out / "summary.json").read_text())
     assert s["managed"]["estimates"]["jobs"] == 12 and "backfill (Slurm, time limits)" in (out / "report.html").read_text()
-    assert "--managed: every policy saw" in (out / "report.html").read_text()
+    assert "Managed view: every policy saw" in (out / "report.html").read_text()
 
 
 def _bench():

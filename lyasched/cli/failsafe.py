@@ -11,7 +11,7 @@ import sys
 import click
 
 from lyasched.cli.errors import BadInput
-from lyasched.config import ConfigError, lease_path, load_config
+from lyasched.config import ConfigError, check_grace, lease_path, load_config
 
 
 @click.command()
@@ -20,7 +20,8 @@ from lyasched.config import ConfigError, lease_path, load_config
 @click.option("--lease", "lease_file", type=click.Path(dir_okay=False), default=None,
               help="Override [failsafe] lease (default: lease.json beside service.db).")
 @click.option("--grace", type=float, default=None,
-              help="Seconds without renewal before acting (overrides [failsafe] grace; default 5 slots, >= 60).")
+              help="Seconds without renewal before acting (overrides [failsafe] grace; default 5 slots, >= 60; "
+                   "at least 2 slots and 60 s).")
 @click.option("--json", "as_json", is_flag=True, help="Print what it found and did as JSON.")
 def failsafe(config_path, lease_file, grace, as_json) -> None:
     """Release the held lyasched jobs to Slurm if the service's lease is stale (else do nothing).
@@ -37,6 +38,7 @@ def failsafe(config_path, lease_file, grace, as_json) -> None:
         if grace is not None and not 0 < grace <= 7 * 86400:
             raise ConfigError(f"--grace must be > 0 and <= 604800, got {grace:g}")
         g = grace if grace is not None else cfg.failsafe_grace
+        check_grace(g, cfg.slot_seconds, "--grace" if grace is not None else f"{cfg.source}: failsafe.grace")
     except ConfigError as e:
         raise BadInput(str(e)) from None
     path = Path(lease_file) if lease_file else lease_path(cfg)
@@ -55,6 +57,9 @@ def failsafe(config_path, lease_file, grace, as_json) -> None:
     def annotate(job_id: str, text: str) -> None:
         runner.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"])
 
+    if not path.parent.is_dir():  # not "[Errno 2] ... lease.json.lock": the shared storage may be missing here
+        raise click.ClickException(f"{path}: no directory {path.parent} for the service's lease on this host "
+                                   "(is the storage it shares with the service host mounted? [failsafe] lease)")
     try:
         res = fs.run(slurm, annotate, path, g, users=cfg.users, partition=cfg.partition, gpu_mem=cfg.gpu_mem)
     except (LeaseError, OSError) as e:

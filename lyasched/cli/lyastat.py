@@ -101,9 +101,11 @@ def resolve_db(db: str | None, config: str | None) -> Path:
     return Path(load_config(config).db)
 
 
-def live_jobs(user: str | None, slurm: Any = None, config: str | None = None) -> dict[str, Any] | None:
-    """Slurm's current view of lyasched jobs by Slurm id, or None when Slurm does not answer.
-    ``slurm``: a backend or CLI runner; default the one the config's ``[slurm] backend`` names."""
+def live_jobs(user: str | None, slurm: Any = None, config: str | None = None,
+              why: list[str] | None = None) -> dict[str, Any] | None:
+    """Slurm's current view of lyasched jobs by Slurm id, or None when Slurm does not answer (then
+    ``why``, if given, gets the reason). ``slurm``: a backend or CLI runner; default the one the
+    config's ``[slurm] backend`` names."""
     from lyasched.slurm import SlurmError, as_backend
     from lyasched.slurm.backend import BackendChoiceError, backend_choice, env_prefix, make_backend
     from lyasched.slurm.types import ParseError
@@ -122,7 +124,9 @@ def live_jobs(user: str | None, slurm: Any = None, config: str | None = None) ->
         finally:
             if slurm is None:
                 backend.close()
-    except (SlurmError, ParseError, BackendChoiceError):
+    except (SlurmError, ParseError, BackendChoiceError) as e:
+        if why is not None:
+            why.append(" ".join(str(e).split()) or type(e).__name__)
         return None
 
 
@@ -213,7 +217,11 @@ def main(jobid, all_users, user, queue, tenants, as_json, db, config, no_slurm) 
         return
     who = None if all_users else (user or _caller())
     recs = jobrecord.jobs(rdb, user=who)
-    live = None if no_slurm else live_jobs(who, config=config)
+    why: list[str] = []
+    live = None if no_slurm else live_jobs(who, config=config, why=why)
+    if live is None and not no_slurm:  # not an empty queue: say so (--no-slurm shows the records alone)
+        _fail(f"cannot read the queue from Slurm ({why[0][:300] if why else 'no answer'}); "
+              "--no-slurm shows the service's records alone")
     views = [job_view(r, live, now) for r in recs]
     if as_json:
         click.echo(json.dumps({"user": who, "jobs": views}, indent=2))
@@ -286,8 +294,8 @@ def show_queue(rdb, as_json: bool) -> None:
     click.echo(f"Q           {s['q']:.1f} s   (estimated compute time of waiting jobs)")
     click.echo(f"Z           {s['z']:.1f} s   (accumulated waiting time of waiting jobs)")
     click.echo(f"free GPUs   {s['free_gpus']}   ({free})")
-    click.echo(f"jobs        {s['waiting']} waiting, {s['running']} running at the last slot; "
-               + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + " recorded")
+    recorded = ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + " recorded" if counts else "no job recorded"
+    click.echo(f"jobs        {s['waiting']} waiting, {s['running']} running at the last slot; {recorded}")
     click.echo(f"start-up    {_startup_line(rdb)}")
     if s["error"]:
         click.echo(f"error       {s['error']}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,6 +70,16 @@ def _check_options(config: Path | None, uid: str | None, **opts: str | None) -> 
             raise click.BadParameter(str(e), param_hint="'--config'") from None
 
 
+def _shape(_ctx: Any, _param: Any, value: str | None) -> tuple[int, int] | None:
+    """``--cluster-shape 4x8`` -> (4, 8)."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d{1,5})\s*[xX]\s*(\d{1,4})\s*", value)
+    if not m or int(m[1]) < 1 or int(m[2]) < 1:
+        raise click.BadParameter(f"{value!r}: expected NODESxGPUS, e.g. 4x8", param_hint="'--cluster-shape'")
+    return int(m[1]), int(m[2])
+
+
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.2g}s" if seconds < 10 else f"{seconds:.0f}s"
@@ -96,7 +107,10 @@ def _duration(seconds: float) -> str:
 @click.option("--gpu-type", "gpu_type", metavar="TYPE[,TYPE...]",
               help="GPU types the job may run on (Slurm's Gres=gpu:TYPE:N), e.g. a100 or a100,h100: the job runs on one of them "
                    "only, never mixed (default: any type).")
-@click.option("--model", "-m", required=True, help="Model to cost: a built-in example (mlp, resnet, vgg, mobilenet, ...) or package.module:factory.")
+@click.option("--model", "-m", required=True,
+              help="Model to cost: a built-in example, all small ones (mlp, mlp-large, resnet: a 78k-parameter CIFAR "
+                   "ResNet-8, resnet20, vgg, vgg11, mobilenet, recsys, transformer, speech, detector), or your own "
+                   "package.module:factory, imported from the installed packages or the current directory.")
 @click.option("--model-arg", "model_args", multiple=True, metavar="KEY=VALUE", help="Model factory argument (repeatable), e.g. width=32.")
 @click.option("--global-batch", "-b", type=int, required=True, help="Global batch B, split evenly over the GPUs.")
 @click.option("--iterations", "-n", type=int, help="Training iterations (steps).")
@@ -113,17 +127,19 @@ def _duration(seconds: float) -> str:
 @click.option("--max-batch", type=int, help="With --adaptive-batch: the largest global batch the job accepts.")
 @click.option("--lr-rule", type=click.Choice(["linear", "sqrt", "adascale"]), help="With --adaptive-batch: how the script scales its learning rate with the batch (default adascale).")
 @click.option("--dry-run", is_flag=True, help="Print the batch script and the sbatch command; submit nothing.")
+@click.option("--cluster-shape", callback=_shape, metavar="NODESxGPUS",
+              help="With --dry-run: cost the job on this cluster (e.g. 4x8: 4 nodes of 8 GPUs) instead of asking Slurm.")
 @click.option("--parsable", is_flag=True, help="Print only the job id (like sbatch --parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print job id, cost summary and predicted run times as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- SCRIPT [ARGS]...")
 def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, output, error, constraint, gpu_type, model,
          model_args, global_batch, iterations, epochs, dataset_size, min_gpus, max_gpus, no_profile, db, config,
-         uid, checkpointable, adaptive_batch, max_batch, lr_rule, dry_run, parsable, as_json, command) -> int:
+         uid, checkpointable, adaptive_batch, max_batch, lr_rule, dry_run, cluster_shape, parsable, as_json, command) -> int:
     """Submit SCRIPT (a torch.distributed training script) to the lyasched scheduler.
 
     The job is submitted held, with its cost summary in the Slurm comment; lyasched serve
     chooses its GPU count and releases it. SCRIPT runs under torchrun with one worker per GPU;
-    LYASCHED_LOCAL_BATCH tells it its per-GPU batch. See docs/lyasub.md.
+    LYASCHED_BATCH_PER_GPU tells it its per-GPU batch. See docs/lyasub.md.
     """
     import warnings
 
@@ -140,7 +156,7 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
         command=list(command), model=model, global_batch=global_batch, iterations=iterations, epochs=epochs,
         dataset_size=dataset_size, min_gpus=min_gpus, max_gpus=max_gpus, profile=not no_profile,
         model_args=_model_args(model_args), db=db, config=config, uid=uid, dry_run=dry_run, checkpointable=checkpointable,
-        adaptive_batch=adaptive_batch, max_batch=max_batch, lr_rule=lr_rule,
+        adaptive_batch=adaptive_batch, max_batch=max_batch, lr_rule=lr_rule, cluster_shape=cluster_shape,
         gpu_types=tuple(t.strip() for t in gpu_type.split(",")) if gpu_type is not None else (),
         options=SbatchOptions(partition=partition, account=account, qos=qos, time=time_limit, mem=mem,
                               cpus_per_gpu=cpus_per_gpu, job_name=job_name, output=output, error=error,
@@ -162,7 +178,7 @@ def main(partition, account, qos, time_limit, mem, cpus_per_gpu, job_name, outpu
                 click.echo(json.dumps({**result.to_json(), "script": result.script, "sbatch": result.sbatch_argv}))
             else:
                 click.echo(result.script, nl=False)
-                click.echo("lyasub: dry run; would run: " + " ".join(result.sbatch_argv), err=True)
+                click.echo("lyasub: dry run; would run: " + shlex.join(result.sbatch_argv), err=True)
             return 0
         if parsable:
             click.echo(result.job_id)

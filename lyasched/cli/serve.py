@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from lyasched.cli.errors import BadInput
-from lyasched.config import ConfigError, check_port, load_config
+from lyasched.config import ConfigError, check_grace, check_port, load_config
 
 log = logging.getLogger("lyasched.serve")
 
@@ -67,6 +67,7 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
                 raise ConfigError("--metrics-address must not be empty")
             over["metrics_address"] = metrics_address
         cfg = dataclasses.replace(cfg, **over)
+        check_grace(cfg.failsafe_grace, cfg.slot_seconds, f"{cfg.source}: failsafe.grace")
     except ConfigError as e:  # bad input: one line, exit 2 (as lyasub, lyastat and replay)
         raise BadInput(str(e)) from None
 

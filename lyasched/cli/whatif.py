@@ -65,19 +65,23 @@ def _write_atomic(path: str, text: str) -> None:
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Replay cluster GPUs per node (default: as --nodes).")
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
 @click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True,
-              help="Sigma of log(recorded/predicted run time) the policies face; 0 = exact predictions.")
-@click.option("--rigid", is_flag=True,
-              help="Keep every job on the GPU count it had: policies choose when jobs start, not how many GPUs they get.")
+              help="With --rigid or --elastic: sigma of log(recorded/predicted run time) the policies face; 0 = exact "
+                   "predictions.")
 @click.option("--managed", is_flag=True,
-              help="As if the GPU partitions had been managed by lyasched: GPU counts as recorded (--rigid), and every "
-                   "policy sees each job's run time as estimated from the jobs that ended before it arrived (docs/estimates.md) "
-                   "instead of --estimate-error; backfill is shown planning with these estimates and with the time limits.")
+              help="The default view, what the site would get: every job on its recorded GPU count, and every policy "
+                   "sees its run time as estimated from the jobs that ended before it arrived (docs/estimates.md); "
+                   "backfill is shown planning with these estimates and with the time limits.")
+@click.option("--rigid", is_flag=True,
+              help="Every job on its recorded GPU count, run times predicted with --estimate-error's error.")
+@click.option("--elastic", is_flag=True,
+              help="Every job treated as elastic data-parallel training: policies may give it another GPU count "
+                   "(1 to max(recorded, GPUs per node)); run times predicted with --estimate-error's error.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the job profiles, estimate errors and random policies.")
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, as for lyasched replay (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.html (self-contained) and summary.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the tables.")
-def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, rigid, managed, seed,
-           params, out_dir, as_json) -> None:
+def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, managed, rigid,
+           elastic, seed, params, out_dir, as_json) -> None:
     """Replay the site's accounting history under each policy and compare with what happened."""
     from lyasched.sim import InvalidDecision
     from lyasched.slurm import SlurmError
@@ -96,12 +100,17 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     if until is not None and since is None:
         raise click.BadParameter("--until needs --since", param_hint="--until")
     named = policies is not None
+    if managed + rigid + elastic > 1:
+        raise click.UsageError("give one of --managed (the default), --rigid, --elastic")
+    view = "elastic" if elastic else "rigid" if rigid else "managed"
+    managed, rigid = view == "managed", view != "elastic"
     if managed:
         given = click.get_current_context().get_parameter_source("estimate_error")
         if given is not None and given.name not in ("DEFAULT", "DEFAULT_MAP"):
-            raise click.BadParameter("does not apply with --managed (the policies see each job's estimate from the "
-                                     "jobs that ended before it)", param_hint="--estimate-error")
-        rigid, estimate_error = True, 0.0
+            raise click.BadParameter("applies with --rigid or --elastic only (the default view, --managed, shows each "
+                                     "job's run time as estimated from the jobs that ended before it)",
+                                     param_hint="--estimate-error")
+        estimate_error = 0.0
     default = defaults.managed_policies() if managed else defaults.default_policies()
     names = [p.strip() for p in policies.split(",") if p.strip()] if named else default
     unknown = [p for p in names if p not in POLICIES]
@@ -181,7 +190,7 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         _say(f"best other baseline by average JCT: {choice['chosen']} (of {', '.join(choice['candidates'])})")
     labels = defaults.labels([o.name for o in outcomes[1:]], choice["chosen"] if choice else None, managed=managed)
     summary = build_summary(source, hist, parsed.steps, site, outcomes, slot=slot, estimate_error=estimate_error,
-                            seed=seed, params=pparams, rigid=rigid, missing=parsed.missing, labels=labels,
+                            seed=seed, params=pparams, view=view, missing=parsed.missing, labels=labels,
                             choice=choice, managed=est_figures)
     for a in summary["assumptions"]:
         _say(f"assumed: {a['text']}")

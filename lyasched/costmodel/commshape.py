@@ -75,7 +75,7 @@ _BOUNDS = {
 # sharing (each rank's copy work is ~V whatever g). The co-location slowdown beyond that sharing
 # (s_multi, sigma: memory bandwidth and caches, SMT siblings behind "cores") is fitted: on a
 # 16-vCPU host, 2-8 ranks on 12 declared cores computed 1.3-2.0x slower than one.
-# docs/model.md, "Nodes of shared cores".
+# docs/calibration.md, "Nodes of shared cores".
 SHARED_CORES_FIXED = ("gamma", "d_intra_bw")
 
 

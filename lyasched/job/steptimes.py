@@ -73,7 +73,7 @@ class StepTimes:
             return
         meta = {
             "world": _env_int("WORLD_SIZE", 1), "local_rank": _env_int("LOCAL_RANK", 0),
-            "local_bsz": local_bsz if local_bsz is not None else _env_int("LYASCHED_LOCAL_BATCH", 0),
+            "local_bsz": local_bsz if local_bsz is not None else _env_int("LYASCHED_BATCH_PER_GPU", 0),
             "nnodes": _env_int("LYASCHED_NNODES", 1), "gpus_per_node": _env_int("LYASCHED_GPUS_PER_NODE", 1),
             "host": socket.gethostname(), "launcher": os.environ.get("LYASCHED_LAUNCHER", ""),
             "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""), "model": os.environ.get("LYASCHED_MODEL", ""),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import sys
 from typing import Any, Mapping
 
 from torch import nn
@@ -56,6 +58,20 @@ def coerce_spec(obj: Any, name: str, args: Mapping[str, Any] | None = None) -> M
     raise SpecError(f"{name}: factory returned {type(obj).__name__}, expected ModelSpec, tuple or dict")
 
 
+def import_user_module(mod_name: str) -> Any:
+    """Import a user's model module from the installed packages or, failing those, the current
+    directory (as ``python -m`` would; the lyasub and lyasched commands do not put it on the path)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(cwd)  # last: an installed package of the same name wins
+    try:
+        return importlib.import_module(mod_name)
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
 def load_spec(name: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
     """Load ``name`` (an example name or ``package.module:factory``) with factory ``args``."""
     kwargs = dict(args or {})
@@ -70,7 +86,7 @@ def load_spec(name: str, args: Mapping[str, Any] | None = None) -> ModelSpec:
             f"unknown model {name!r}: give a built-in ({', '.join(EXAMPLES)}) or package.module:factory"
         )
     try:
-        module = importlib.import_module(mod_name)
+        module = import_user_module(mod_name)
     except Exception as e:  # ImportError, or anything the module raises on import
         raise SpecError(f"cannot import {mod_name!r}: {type(e).__name__}: {e}") from None
     obj: Any = module

@@ -35,8 +35,8 @@ def queues(results: Sequence[SimResult], path: str) -> None:
         aq.step(t, q, where="post", label=r.policy)
         az.step(t, z, where="post", label=r.policy)
     aq.set_ylabel("Q: waiting work (GPU-h)")
-    finish(aq, "actual queue Q and virtual queue Z at each decision")
-    finish(az, "", "time (h)", "Z: waiting time (h)", legend=False)
+    finish(aq, "waiting work Q and summed waits Z at each decision")
+    finish(az, "", "time (h)", "Z: waits of the waiting jobs, summed (h)", legend=False)
     _save(fig, path)
 
 

@@ -216,7 +216,7 @@ def _managed(s: dict) -> str:
     src = ", ".join(f"{escape(k)} {v}" for k, v in e["sources"].items())
     ratio = m.get("avg_jct_vs_backfill") or {}
     vs = ", ".join(f"{escape(k)} {v:.3f}" for k, v in ratio.items())
-    return (f"<p class=\"note\">--managed: every policy saw each job's run time as estimated from the jobs that "
+    return (f"<p class=\"note\">Managed view: every policy saw each job's run time as estimated from the jobs that "
             f"ended before it arrived (docs/estimates.md): median error {e['median_rel_error']:.0%} of the run, median "
             f"log(estimate / actual) {e['median_log_ratio']:+.2f}, {e['within_2x']:.0%} within 2x; sources: {src}."
             + (f" Average JCT over backfill's with the same estimates: {vs}." if vs else "") + "</p>")
@@ -241,9 +241,9 @@ def render(s: dict, outcomes: Sequence[Outcome]) -> str:
         "<h1>What if lyasched had scheduled these jobs?</h1>",
         f"<p>{escape(s['source'])}: {escape(s['period']['first_arrival'])} to {escape(s['period']['last_end'])} "
         f"({s['period']['days']:g} days). Cluster {c['nodes']} &times; {c['gpus_per_node']} GPUs "
-        f"({escape(c['how'])}). Slot {s['slot_s']:g} s, estimate error {s['estimate_error']:g}, seed {s['seed']}; "
-        + ("GPU counts as recorded (--rigid)." if s["rigid"] else "policies may give a job another GPU count "
-           "(each job is treated as elastic data-parallel training; --rigid keeps the recorded counts).") + "</p>",
+        f"({escape(c['how'])}). Slot {s['slot_s']:g} s, "
+        + ("" if s.get("managed") else f"estimate error {s['estimate_error']:g}, ") + f"seed {s['seed']}.</p>",
+        f"<p class=\"view\"><b>View</b>: {escape(s['view_text'])}.</p>",
         _assumed(s),
         "<h2>Outcome</h2>",
         _table(["", "avg JCT", "p95 JCT", "avg wait", "p95 wait", "slowdown", "worst user slowdown", "GPU util",

@@ -12,6 +12,15 @@ from lyasched.whatif.cluster import SiteCluster
 from lyasched.whatif.history import History
 from lyasched.whatif.metrics import Outcome, by_group, summary
 
+# what each view shows (the summary's "view"; the terminal's and the report's first words on it)
+VIEWS = {
+    "managed": "managed: every job on its recorded GPU count, every policy seeing the run time estimated from the "
+               "jobs that ended before it (what the site would get; --rigid or --elastic for the other views)",
+    "rigid": "rigid: every job on its recorded GPU count, run times predicted with the given estimate error",
+    "elastic": "elastic: policies may give a job another GPU count (every job treated as elastic data-parallel "
+               "training; not what a site's plain jobs allow)",
+}
+
 COUNT_KEYS = ("gpu", "cpu_only", "cancelled_before_start", "still_running", "pending", "never_started",
               "requeued", "other_partition", "total", "records", "steps")
 
@@ -48,14 +57,14 @@ def build_summary(
     estimate_error: float,
     seed: int,
     params: dict[str, dict[str, Any]],
-    rigid: bool = False,
+    view: str = "elastic",
     missing: Sequence[str] = (),
     labels: dict[str, str] | None = None,
     choice: dict | None = None,
     managed: dict | None = None,
 ) -> dict:
     """Everything the table, the JSON and the HTML report show; outcomes[0] is "actual".
-    ``missing``: the optional sacct fields the header lacks; ``labels``: how the report names each
+    ``view``: "managed", "rigid" or "elastic" (`VIEWS`); ``missing``: the optional sacct fields the header lacks; ``labels``: how the report names each
     outcome ("lyapunov (lyasched)"); ``choice``: how the default set's other baseline was picked;
     ``managed``: the estimates' figures of a ``--managed`` replay (lyasched.whatif.managed)."""
     jobs = hist.jobs
@@ -81,7 +90,9 @@ def build_summary(
         "slot_s": slot,
         "estimate_error": estimate_error,
         "seed": seed,
-        "rigid": rigid,
+        "view": view,
+        "view_text": VIEWS[view],
+        "rigid": view != "elastic",
         "params": {n: p for n, p in params.items() if p},
         "actual": summary(outcomes[0], recorded, users),
         "policies": {o.name: summary(o, recorded, users) for o in outcomes[1:]},
@@ -135,14 +146,14 @@ def format_tables(s: dict, top_users: int = 10) -> str:
     j = s["jobs"]
     c = s["cluster"]
     out = [
+        f"view: {s['view_text']}",
         f"{s['source']}: {s['period']['first_arrival']} to {s['period']['last_end']} ({s['period']['days']:g} days)",
         f"jobs: {j['gpu']} GPU jobs replayed; left out: {j['cpu_only']} CPU-only, {j['cancelled_before_start']} "
         f"cancelled before start, {j['still_running']} still running, {j['pending']} pending, "
         f"{j['never_started']} never started, {j['other_partition']} other partitions; "
         f"{j['requeued']} requeued; {j['steps']} step lines skipped",
         f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
-        + ("run times estimated from earlier jobs (--managed); " if s.get("managed") else f"estimate error {s['estimate_error']:g}; ")
-        + ("GPU counts as recorded (--rigid)" if s["rigid"] else "policies may choose GPU counts (jobs treated as elastic data-parallel training)"),
+        + ("run times estimated from earlier jobs" if s.get("managed") else f"estimate error {s['estimate_error']:g}"),
     ]
     m = s.get("managed")
     if m:
