@@ -149,6 +149,99 @@ class PolluxPolicy:
 
     # --- the search -------------------------------------------------------------------------
     def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        return self._local(jobs, cap, gpn)
+
+    def _local(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        """Search from the current allocation, as the paper's genetic algorithm is seeded with it:
+        running jobs keep their counts, each waiting job (oldest first) enters at its smallest count,
+        taking GPUs from the running job that loses least by giving them (a job without GPUs costs
+        the p = -1 mean more than any restart), then free GPUs go by marginal gain and single-job
+        steps (one job smaller, another larger) are taken while they lower the objective."""
+        alloc: dict[str, int] = {j.job_id: j.current for j in jobs if j.current}
+        if not _packs(alloc, cap, gpn):
+            return self._greedy(jobs, cap, gpn)
+        by_id = {j.job_id: j for j in jobs}
+        total = sum(cap)
+
+        def used() -> int:
+            return sum(alloc.values())
+
+        def smaller(j: _Job, g: int) -> list[int]:
+            return [c for c in j.counts if c < g]
+
+        for j in sorted((j for j in jobs if not j.current), key=lambda j: (j.submit, j.job_id)):
+            g0 = j.counts[0]
+            alloc[j.job_id] = g0
+            while not _packs(alloc, cap, gpn):
+                # the cheapest shrink of a movable running job, by the rise of its loss per GPU freed
+                best: tuple[float, str, int] | None = None
+                for jid, g in alloc.items():
+                    o = by_id[jid]
+                    if jid == j.job_id or o.fixed:
+                        continue
+                    for c in smaller(o, g):
+                        rise = (o.loss(c) - o.loss(g)) / (g - c)
+                        if best is None or rise < best[0]:
+                            best = (rise, jid, c)
+                if best is None:
+                    break
+                alloc[best[1]] = best[2]
+            if not _packs(alloc, cap, gpn):
+                del alloc[j.job_id]
+        for _ in range(4 * len(alloc) + 8):  # grow into free GPUs, then steps between two jobs
+            cur = {jid: by_id[jid].loss(g) for jid, g in alloc.items()}
+            free = total - used()
+            best_move: tuple[float, str, int, str | None, int] | None = None
+            for jid, g in alloc.items():
+                a = by_id[jid]
+                if a.fixed:
+                    continue
+                for g2 in a.counts:
+                    if g2 <= g or g2 - g > free:
+                        continue
+                    d = cur[jid] - a.loss(g2)
+                    if d > 1e-9 and (best_move is None or d > best_move[0]):
+                        alloc[jid] = g2
+                        if _packs(alloc, cap, gpn):
+                            best_move = (d, jid, g2, None, 0)
+                        alloc[jid] = g
+            if best_move is None:
+                for jid, g in alloc.items():  # one job grows by what another gives
+                    a = by_id[jid]
+                    if a.fixed:
+                        continue
+                    ups = [g2 for g2 in a.counts if g2 > g]
+                    if not ups:
+                        continue
+                    g2 = ups[0]
+                    gain = cur[jid] - a.loss(g2)
+                    if gain <= 1e-9:
+                        continue
+                    for oid, og in alloc.items():
+                        o = by_id[oid]
+                        if oid == jid or o.fixed:
+                            continue
+                        for c in reversed(smaller(o, og)):
+                            if og - c < g2 - g - free:
+                                continue
+                            d = gain - (o.loss(c) - cur[oid])
+                            if d > 1e-9 and (best_move is None or d > best_move[0]):
+                                alloc[jid], alloc[oid] = g2, c
+                                if _packs(alloc, cap, gpn):
+                                    best_move = (d, jid, g2, oid, c)
+                                alloc[jid], alloc[oid] = g, og
+                            break  # the largest smaller count that frees enough
+            if best_move is None:
+                break
+            _, jid, g2, oid, c = best_move
+            alloc[jid] = g2
+            if oid is not None:
+                alloc[oid] = c
+        return alloc
+
+    def _greedy(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        """From nothing (when the current allocation itself does not pack): oldest first at the
+        smallest count (the current one if cheaper to keep), then free GPUs by marginal gain."""
         alloc: dict[str, int] = {}
         for j in jobs:
             if j.fixed:
