@@ -93,7 +93,10 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         if profiles:
             from lyasched.sim.pollux_trace import parse_cluster, pollux_workload
 
-            shape = parse_cluster(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
+            try:
+                shape = parse_cluster(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint="--cluster") from None
             w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
         else:
             w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,

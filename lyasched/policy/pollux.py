@@ -188,55 +188,50 @@ class PolluxPolicy:
                 alloc[best[1]] = best[2]
             if not _packs(alloc, cap, gpn):
                 del alloc[j.job_id]
+        loss = {j.job_id: {c: j.loss(c) for c in j.counts} for j in jobs}
+        movable = [jid for jid in alloc if not by_id[jid].fixed]
         for _ in range(4 * len(alloc) + 8):  # grow into free GPUs, then steps between two jobs
-            cur = {jid: by_id[jid].loss(g) for jid, g in alloc.items()}
             free = total - used()
-            best_move: tuple[float, str, int, str | None, int] | None = None
-            for jid, g in alloc.items():
-                a = by_id[jid]
-                if a.fixed:
-                    continue
-                for g2 in a.counts:
-                    if g2 <= g or g2 - g > free:
+            moves: list[tuple[float, str, int, str | None, int]] = []
+            for jid in movable:
+                g, lj = alloc[jid], loss[jid]
+                moves.extend((lj[g] - lj[g2], jid, g2, None, 0) for g2 in by_id[jid].counts
+                             if g < g2 <= g + free and lj[g] - lj[g2] > 1e-9)
+            if not moves:
+                # one job grows a step by what another gives (its largest smaller count that frees enough)
+                gives = []
+                for oid in movable:
+                    og, lo = alloc[oid], loss[oid]
+                    gives.append((oid, og, [(c, lo[c] - lo[og]) for c in reversed(by_id[oid].counts) if c < og]))
+                for jid in movable:
+                    g, lj = alloc[jid], loss[jid]
+                    g2 = next((c for c in by_id[jid].counts if c > g), 0)
+                    if not g2 or lj[g] - lj[g2] <= 1e-9:
                         continue
-                    d = cur[jid] - a.loss(g2)
-                    if d > 1e-9 and (best_move is None or d > best_move[0]):
-                        alloc[jid] = g2
-                        if _packs(alloc, cap, gpn):
-                            best_move = (d, jid, g2, None, 0)
-                        alloc[jid] = g
-            if best_move is None:
-                for jid, g in alloc.items():  # one job grows by what another gives
-                    a = by_id[jid]
-                    if a.fixed:
-                        continue
-                    ups = [g2 for g2 in a.counts if g2 > g]
-                    if not ups:
-                        continue
-                    g2 = ups[0]
-                    gain = cur[jid] - a.loss(g2)
-                    if gain <= 1e-9:
-                        continue
-                    for oid, og in alloc.items():
-                        o = by_id[oid]
-                        if oid == jid or o.fixed:
+                    gain, need = lj[g] - lj[g2], g2 - g - free
+                    for oid, og, steps in gives:
+                        if oid == jid:
                             continue
-                        for c in reversed(smaller(o, og)):
-                            if og - c < g2 - g - free:
-                                continue
-                            d = gain - (o.loss(c) - cur[oid])
-                            if d > 1e-9 and (best_move is None or d > best_move[0]):
-                                alloc[jid], alloc[oid] = g2, c
-                                if _packs(alloc, cap, gpn):
-                                    best_move = (d, jid, g2, oid, c)
-                                alloc[jid], alloc[oid] = g, og
-                            break  # the largest smaller count that frees enough
-            if best_move is None:
+                        for c, rise in steps:
+                            if og - c >= need:
+                                if gain - rise > 1e-9:
+                                    moves.append((gain - rise, jid, g2, oid, c))
+                                break
+            if not moves:
                 break
-            _, jid, g2, oid, c = best_move
-            alloc[jid] = g2
-            if oid is not None:
-                alloc[oid] = c
+            moves.sort(key=lambda m: -m[0])
+            for _, jid, g2, oid, c in moves:
+                old = (alloc[jid], alloc[oid] if oid is not None else 0)
+                alloc[jid] = g2
+                if oid is not None:
+                    alloc[oid] = c
+                if _packs(alloc, cap, gpn):
+                    break
+                alloc[jid] = old[0]
+                if oid is not None:
+                    alloc[oid] = old[1]
+            else:
+                break
         return alloc
 
     def _greedy(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
