@@ -2,26 +2,27 @@
 maximise the generalised mean (p = -1) of the jobs' goodput speed-ups, with the paper's restart
 penalty and placement rules; each job runs at its best batch for the GPUs it gets.
 
-Implemented from the paper's description, not its code; docs/baselines.md says where it differs
-(chiefly: a deterministic greedy search instead of the paper's genetic algorithm).
+Written after the paper and the OSDI'21 artifact's simulator (petuum/adaptdl, simulator/);
+docs/baselines.md says where it differs (chiefly: a deterministic local search instead of the
+artifact's genetic algorithm).
 
 What it reads: a job's rows (remaining time on every GPU count; for an adaptive job already at its
 best batch per count, `lyasched.costmodel.goodput`), so goodput on g GPUs is proportional to
 1 / remaining(g) and a job's speed-up on g GPUs is ``base / remaining(g)`` with ``base`` its
-remaining time on its smallest allowed count times that count (the paper's fair share, taken as
-the job's smallest allocation scaled linearly). Maximising the p = -1 mean of the speed-ups is
-minimising the sum of their inverses, ``L_j(g) = remaining_j(g) / base_j``.
+remaining time on its smallest allowed count times that count. Maximising the p = -1 mean of the
+speed-ups is minimising the sum of their inverses, ``L_j(g) = remaining_j(g) / base_j``. A running
+job's count other than its current one is discounted by the paper's restart factor
+``(T - S*d) / (T + d)`` (T its age, S its restarts so far, d its restart delay: its move cost);
+a non-positive factor forbids the change.
 
-Each decision:
+Each decision, from the current allocation (as the artifact's search is seeded with it):
 
-1. **Admission**: jobs in order of submission (running jobs that cannot move first) take their
-   smallest count while the GPUs last (a job without GPUs has speed-up 0, which p = -1 forbids,
-   so with more jobs than GPUs the oldest are kept);
-2. **Greedy**: repeatedly the admitted job whose objective falls most per added GPU, jumping to
-   any larger count, takes those GPUs, while a step lowers the objective and the counts still
-   pack. A running job's count other than its current one is discounted by the paper's restart
-   factor ``(T - S*d) / (T + d)`` (T its age, S its restarts so far, d its restart delay: its move
-   cost); a non-positive factor forbids the change;
+1. **Admission**: running jobs keep their counts; each waiting job, oldest first, enters at its
+   smallest count, taking GPUs from the running job whose objective rises least per GPU given (a
+   job without GPUs has speed-up 0, which p = -1 forbids);
+2. **Local search**: the single change that lowers the objective most (a job grows into free
+   GPUs, or grows one count step by what another gives) is taken while one lowers it and the
+   counts still pack;
 3. **Placement** (the paper's rules): counts are up to one node's GPUs (one node) or whole nodes
    (several nodes, never shared with another job, so no node holds two distributed jobs); a
    running job whose count is kept keeps its GPUs when they still fit; the rest is packed
@@ -220,16 +221,16 @@ class PolluxPolicy:
             if not moves:
                 break
             moves.sort(key=lambda m: -m[0])
-            for _, jid, g2, oid, c in moves:
-                old = (alloc[jid], alloc[oid] if oid is not None else 0)
+            for _, jid, g2, giver, c in moves:
+                old = (alloc[jid], alloc[giver] if giver is not None else 0)
                 alloc[jid] = g2
-                if oid is not None:
-                    alloc[oid] = c
+                if giver is not None:
+                    alloc[giver] = c
                 if _packs(alloc, cap, gpn):
                     break
                 alloc[jid] = old[0]
-                if oid is not None:
-                    alloc[oid] = old[1]
+                if giver is not None:
+                    alloc[giver] = old[1]
             else:
                 break
         return alloc
