@@ -62,8 +62,11 @@ def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write per-job CSVs, summary.json and PNG plots here.")
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, e.g. V=1e4 or lyapunov.V=1e4 (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
+@click.option("--profiles", type=click.Path(file_okay=False), default=None, help="Pollux-format workload (name,time,application,num_replicas,batch_size): the directory of the applications' measured profiles (placements.csv, scalability.csv, validation-<batch>.csv).")
+@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS", help="With --profiles: the cluster, e.g. 16x4 (default 16x4).")
+@click.option("--fixed-batch", is_flag=True, help="With --profiles: every job trains at its row's batch (Tiresias+TunedJobs), not adaptive.")
 def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead, checkpointable,
-           max_jobs, start, end, out_dir, params, as_json) -> None:
+           max_jobs, start, end, out_dir, params, as_json, profiles=None, cluster_shape=None, fixed_batch=False) -> None:
     """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
     from lyasched.sim import InvalidDecision, Simulation
     from lyasched.sim.fairness import tenant_summary
@@ -84,9 +87,20 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
 
+    if (cluster_shape or fixed_batch) and not profiles:
+        raise click.BadParameter("needs --profiles", param_hint="--cluster/--fixed-batch")
     try:
-        w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
-                          max_jobs=max_jobs, start=start, end=end)
+        if profiles:
+            from lyasched.sim.pollux_trace import parse_cluster, pollux_workload
+
+            try:
+                shape = parse_cluster(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint="--cluster") from None
+            w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
+        else:
+            w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
+                              max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
                          restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable)
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]

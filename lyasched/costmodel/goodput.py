@@ -10,7 +10,7 @@ base steps per second; a step at batch M on g GPUs takes `step_time` (the cost m
 iteration time, with gradient accumulation when M/g samples do not fit in one GPU's memory).
 
 The job re-tunes its batch as training goes on, at fixed progress steps: the base steps are cut
-into ``PIECES`` equal pieces and in piece k it runs at the batch that maximises goodput at phi
+into ``Adaptive.pieces`` (default ``PIECES``) equal pieces and in piece k it runs at the batch that maximises goodput at phi
 of the piece's middle (`piece_phi`). So the time to finish from any progress on a fixed
 configuration is a sum over pieces (`run_time`), and the progress after some seconds walks the
 same pieces (`progress_after`): replay, the policies' rows and the live service all use these.
@@ -109,10 +109,14 @@ class Adaptive:
 
     max_batch: int
     noise: NoiseScale
+    # progress steps at which the job re-tunes its batch (a measured job: one per epoch)
+    pieces: int = PIECES
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ValueError(f"max batch must be >= 1, got {self.max_batch}")
+        if self.pieces < 1:
+            raise ValueError(f"pieces must be >= 1, got {self.pieces}")
 
 
 class Job(Protocol):
@@ -234,13 +238,17 @@ def _best(cost: CostModel, job: Job, g: int, spans_nodes: bool, phi: float) -> t
 
 
 def piece_phi(job: Job, k: int) -> float:
-    """phi the job tunes its batch for in piece k (of ``PIECES``): at the piece's middle."""
+    """phi the job tunes its batch for in piece k (of its ``pieces``): at the piece's middle."""
     assert job.adaptive is not None
-    return job.adaptive.noise.at((k + 0.5) / PIECES)
+    return job.adaptive.noise.at((k + 0.5) / job.adaptive.pieces)
 
 
-def piece_of(fraction_done: float) -> int:
-    return min(PIECES - 1, max(0, int(math.floor(fraction_done * PIECES + 1e-12))))
+def _n(job: Job) -> int:
+    return job.adaptive.pieces if job.adaptive is not None else PIECES
+
+
+def piece_of(fraction_done: float, pieces: int = PIECES) -> int:
+    return min(pieces - 1, max(0, int(math.floor(fraction_done * pieces + 1e-12))))
 
 
 def best_batch(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done: float = 0.0) -> int:
@@ -248,7 +256,7 @@ def best_batch(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_do
     not opt in); 0 when g is not allowed."""
     if job.adaptive is None:
         return job.global_batch if batch_candidates(cost, job, g) else 0
-    return _best(cost, job, g, spans_nodes, piece_phi(job, piece_of(fraction_done)))[0]
+    return _best(cost, job, g, spans_nodes, piece_phi(job, piece_of(fraction_done, _n(job))))[0]
 
 
 def allowed_counts(cost: CostModel, job: Job) -> list[int]:
@@ -274,9 +282,10 @@ def piece_times(cost: CostModel, job: Job, g: int, spans_nodes: bool) -> tuple[f
 def _piece_times(cost: CostModel, profile: Profile, m0: int, iterations: int, ad: Adaptive | None, g: int,
                  spans: bool) -> tuple[float, ...]:
     job = _Shape(profile, m0, iterations, ad)
-    width = iterations / PIECES
+    n = _n(job)
+    width = iterations / n
     out = []
-    for k in range(PIECES):
+    for k in range(n):
         _, v = _best(cost, job, g, spans, piece_phi(job, k))
         out.append(width / v if v > 0 else math.inf)
     return tuple(out)
@@ -285,7 +294,7 @@ def _piece_times(cost: CostModel, profile: Profile, m0: int, iterations: int, ad
 def _first_piece_time(cost: CostModel, job: Job, g: int, spans: bool, k: int, first_batch: int) -> float:
     """Seconds a whole piece k takes at ``first_batch`` (a start at a batch the scheduler chose)."""
     v = goodput(cost, job, g, spans, first_batch, piece_phi(job, k))
-    return job.iterations / PIECES / v if v > 0 else math.inf
+    return job.iterations / _n(job) / v if v > 0 else math.inf
 
 
 def run_time(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done: float = 0.0,
@@ -298,9 +307,10 @@ def run_time(cost: CostModel, job: Job, g: int, spans_nodes: bool, fraction_done
     if f >= 1.0:
         return 0.0
     times = piece_times(cost, job, g, spans_nodes)
-    k = piece_of(f)
+    n = _n(job)
+    k = piece_of(f, n)
     head = times[k] if first_batch is None else _first_piece_time(cost, job, g, spans_nodes, k, first_batch)
-    left = (k + 1) - f * PIECES  # share of piece k still to do
+    left = (k + 1) - f * n  # share of piece k still to do
     return left * head + sum(times[k + 1:])
 
 
@@ -314,18 +324,19 @@ def progress_after(cost: CostModel, job: Job, g: int, spans_nodes: bool, fractio
         return min(1.0, f + seconds / full) if full > 0 else 1.0
     times = piece_times(cost, job, g, spans_nodes)
     left = max(0.0, seconds)
-    k = piece_of(f)
+    n = _n(job)
+    k = piece_of(f, n)
     first = True
-    while k < PIECES and f < 1.0:
+    while k < n and f < 1.0:
         t = times[k] if not (first and first_batch is not None) else _first_piece_time(
             cost, job, g, spans_nodes, k, first_batch)
         first = False
-        share = (k + 1) / PIECES - f
-        need = share * PIECES * t
+        share = (k + 1) / n - f
+        need = share * n * t
         if left < need:
-            return f + (left / (PIECES * t) if math.isfinite(t) and t > 0 else 0.0)
+            return f + (left / (n * t) if math.isfinite(t) and t > 0 else 0.0)
         left -= need
-        f = (k + 1) / PIECES
+        f = (k + 1) / n
         k += 1
     return 1.0
 
@@ -336,17 +347,18 @@ class PieceTable:
     several (``multi``), inf where not allowed; ``rows`` is the time left from any progress as
     numpy rows (what the simulator hands the policies every slot, without a loop over counts)."""
 
-    one: np.ndarray  # [PIECES, max_gpus]
+    one: np.ndarray  # [pieces, max_gpus]
     multi: np.ndarray
-    one_suffix: np.ndarray  # [PIECES + 1, max_gpus]: sum of pieces k.. (0 at PIECES)
+    one_suffix: np.ndarray  # [pieces + 1, max_gpus]: sum of pieces k.. (0 at the last)
     multi_suffix: np.ndarray
 
     def rows(self, fraction_done: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         f = min(1.0, max(0.0, fraction_done))
         if f >= 1.0:
             return np.where(np.isfinite(self.one[0]), 0.0, np.inf), np.where(np.isfinite(self.multi[0]), 0.0, np.inf)
-        k = piece_of(f)
-        left = (k + 1) - f * PIECES
+        n = self.one.shape[0]
+        k = piece_of(f, n)
+        left = (k + 1) - f * n
         return (left * self.one[k] + self.one_suffix[k + 1], left * self.multi[k] + self.multi_suffix[k + 1])
 
 
@@ -361,8 +373,9 @@ def _piece_table(cost: CostModel, profile: Profile, m0: int, iterations: int, ad
                  max_gpus: int) -> PieceTable:
     job = _Shape(profile, m0, iterations, ad, lo, hi)
     gpn = cost.cluster.gpus_per_node
-    one = np.full((PIECES, max_gpus), np.inf)
-    multi = np.full((PIECES, max_gpus), np.inf)
+    n = _n(job)
+    one = np.full((n, max_gpus), np.inf)
+    multi = np.full((n, max_gpus), np.inf)
     for g in allowed_counts(cost, job):
         if g > max_gpus:
             continue
@@ -372,8 +385,8 @@ def _piece_table(cost: CostModel, profile: Profile, m0: int, iterations: int, ad
             multi[:, g - 1] = piece_times(cost, job, g, True)
 
     def suffix(t: np.ndarray) -> np.ndarray:
-        out = np.zeros((PIECES + 1, max_gpus))
-        out[:PIECES] = np.cumsum(t[::-1], axis=0)[::-1]
+        out = np.zeros((n + 1, max_gpus))
+        out[:n] = np.cumsum(t[::-1], axis=0)[::-1]
         return out
 
     return PieceTable(one, multi, suffix(one), suffix(multi))

@@ -2,26 +2,27 @@
 maximise the generalised mean (p = -1) of the jobs' goodput speed-ups, with the paper's restart
 penalty and placement rules; each job runs at its best batch for the GPUs it gets.
 
-Implemented from the paper's description, not its code; docs/baselines.md says where it differs
-(chiefly: a deterministic greedy search instead of the paper's genetic algorithm).
+Written after the paper and the OSDI'21 artifact's simulator (petuum/adaptdl, simulator/);
+docs/baselines.md says where it differs (chiefly: a deterministic local search instead of the
+artifact's genetic algorithm).
 
 What it reads: a job's rows (remaining time on every GPU count; for an adaptive job already at its
 best batch per count, `lyasched.costmodel.goodput`), so goodput on g GPUs is proportional to
 1 / remaining(g) and a job's speed-up on g GPUs is ``base / remaining(g)`` with ``base`` its
-remaining time on its smallest allowed count times that count (the paper's fair share, taken as
-the job's smallest allocation scaled linearly). Maximising the p = -1 mean of the speed-ups is
-minimising the sum of their inverses, ``L_j(g) = remaining_j(g) / base_j``.
+remaining time on its smallest allowed count times that count. Maximising the p = -1 mean of the
+speed-ups is minimising the sum of their inverses, ``L_j(g) = remaining_j(g) / base_j``. A running
+job's count other than its current one is discounted by the paper's restart factor
+``(T - S*d) / (T + d)`` (T its age, S its restarts so far, d its restart delay: its move cost);
+a non-positive factor forbids the change.
 
-Each decision:
+Each decision, from the current allocation (as the artifact's search is seeded with it):
 
-1. **Admission**: jobs in order of submission (running jobs that cannot move first) take their
-   smallest count while the GPUs last (a job without GPUs has speed-up 0, which p = -1 forbids,
-   so with more jobs than GPUs the oldest are kept);
-2. **Greedy**: repeatedly the admitted job whose objective falls most per added GPU, jumping to
-   any larger count, takes those GPUs, while a step lowers the objective and the counts still
-   pack. A running job's count other than its current one is discounted by the paper's restart
-   factor ``(T - S*d) / (T + d)`` (T its age, S its restarts so far, d its restart delay: its move
-   cost); a non-positive factor forbids the change;
+1. **Admission**: running jobs keep their counts; each waiting job, oldest first, enters at its
+   smallest count, taking GPUs from the running job whose objective rises least per GPU given (a
+   job without GPUs has speed-up 0, which p = -1 forbids);
+2. **Local search**: the single change that lowers the objective most (a job grows into free
+   GPUs, or grows one count step by what another gives) is taken while one lowers it and the
+   counts still pack;
 3. **Placement** (the paper's rules): counts are up to one node's GPUs (one node) or whole nodes
    (several nodes, never shared with another job, so no node holds two distributed jobs); a
    running job whose count is kept keeps its GPUs when they still fit; the rest is packed
@@ -149,6 +150,94 @@ class PolluxPolicy:
 
     # --- the search -------------------------------------------------------------------------
     def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        return self._local(jobs, cap, gpn)
+
+    def _local(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        """Search from the current allocation, as the paper's genetic algorithm is seeded with it:
+        running jobs keep their counts, each waiting job (oldest first) enters at its smallest count,
+        taking GPUs from the running job that loses least by giving them (a job without GPUs costs
+        the p = -1 mean more than any restart), then free GPUs go by marginal gain and single-job
+        steps (one job smaller, another larger) are taken while they lower the objective."""
+        alloc: dict[str, int] = {j.job_id: j.current for j in jobs if j.current}
+        if not _packs(alloc, cap, gpn):
+            return self._greedy(jobs, cap, gpn)
+        by_id = {j.job_id: j for j in jobs}
+        total = sum(cap)
+
+        def used() -> int:
+            return sum(alloc.values())
+
+        def smaller(j: _Job, g: int) -> list[int]:
+            return [c for c in j.counts if c < g]
+
+        for j in sorted((j for j in jobs if not j.current), key=lambda j: (j.submit, j.job_id)):
+            g0 = j.counts[0]
+            alloc[j.job_id] = g0
+            while not _packs(alloc, cap, gpn):
+                # the cheapest shrink of a movable running job, by the rise of its loss per GPU freed
+                best: tuple[float, str, int] | None = None
+                for jid, g in alloc.items():
+                    o = by_id[jid]
+                    if jid == j.job_id or o.fixed:
+                        continue
+                    for c in smaller(o, g):
+                        rise = (o.loss(c) - o.loss(g)) / (g - c)
+                        if best is None or rise < best[0]:
+                            best = (rise, jid, c)
+                if best is None:
+                    break
+                alloc[best[1]] = best[2]
+            if not _packs(alloc, cap, gpn):
+                del alloc[j.job_id]
+        loss = {j.job_id: {c: j.loss(c) for c in j.counts} for j in jobs}
+        movable = [jid for jid in alloc if not by_id[jid].fixed]
+        for _ in range(4 * len(alloc) + 8):  # grow into free GPUs, then steps between two jobs
+            free = total - used()
+            moves: list[tuple[float, str, int, str | None, int]] = []
+            for jid in movable:
+                g, lj = alloc[jid], loss[jid]
+                moves.extend((lj[g] - lj[g2], jid, g2, None, 0) for g2 in by_id[jid].counts
+                             if g < g2 <= g + free and lj[g] - lj[g2] > 1e-9)
+            if not moves:
+                # one job grows a step by what another gives (its largest smaller count that frees enough)
+                gives = []
+                for oid in movable:
+                    og, lo = alloc[oid], loss[oid]
+                    gives.append((oid, og, [(c, lo[c] - lo[og]) for c in reversed(by_id[oid].counts) if c < og]))
+                for jid in movable:
+                    g, lj = alloc[jid], loss[jid]
+                    g2 = next((c for c in by_id[jid].counts if c > g), 0)
+                    if not g2 or lj[g] - lj[g2] <= 1e-9:
+                        continue
+                    gain, need = lj[g] - lj[g2], g2 - g - free
+                    for oid, og, steps in gives:
+                        if oid == jid:
+                            continue
+                        for c, rise in steps:
+                            if og - c >= need:
+                                if gain - rise > 1e-9:
+                                    moves.append((gain - rise, jid, g2, oid, c))
+                                break
+            if not moves:
+                break
+            moves.sort(key=lambda m: -m[0])
+            for _, jid, g2, giver, c in moves:
+                old = (alloc[jid], alloc[giver] if giver is not None else 0)
+                alloc[jid] = g2
+                if giver is not None:
+                    alloc[giver] = c
+                if _packs(alloc, cap, gpn):
+                    break
+                alloc[jid] = old[0]
+                if giver is not None:
+                    alloc[giver] = old[1]
+            else:
+                break
+        return alloc
+
+    def _greedy(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        """From nothing (when the current allocation itself does not pack): oldest first at the
+        smallest count (the current one if cheaper to keep), then free GPUs by marginal gain."""
         alloc: dict[str, int] = {}
         for j in jobs:
             if j.fixed:
