@@ -6,7 +6,9 @@ decision (a refactor, a speed-up, code moved) does not.
 Eight replays (the four seed groups at seed 0, the seed groups ``seed-small-bursty`` and
 ``seed-large-scattered`` at seed 1, the issue-8 synthetic ``synth:mixed160`` at seeds 0 and 1), each under every policy named (default: every
 registered one, the srpt-oracle reference included): per policy, a SHA-1 over every job's
-segments (start, end, GPUs, across nodes), preemptions and resizes and the slot's Q and Z; then
+segments (start, end, GPUs, across nodes), preemptions and resizes (with ``--slots`` also the Q and Z of
+every slot the policy was asked: that series depends on how often the simulator asks, so a replay
+that skips slots where nothing can change keeps the decisions' digest and changes that one); then
 one `decide` of lyapunov and of elastic on benchmarks/decision_overhead.py's slot (2,000 waiting
 jobs, running jobs on the busy GPUs), hashed as that script hashes them (``decisions_sha1``).
 Run it before and after the change and compare the ``all`` line (or any per-policy line).
@@ -50,13 +52,16 @@ REPLAYS: list[tuple[str, int, dict]] = [
 ]
 
 
-def replay_digest(result) -> str:
+def replay_digest(result, slots: bool = False) -> str:
+    """SHA-1 of a replay's decisions: every job's segments, first start, end, preemptions and
+    resizes; with ``slots`` also the Q and Z the policy returned at each call."""
     h = hashlib.sha1()
     for r in sorted(result.records, key=lambda r: r.job.job_id):
         segs = [(s.start, s.end, s.gpus, s.spans_nodes) for s in r.segments]
         h.update(repr((r.job.job_id, segs, r.first_start, r.end, r.preemptions, r.resizes)).encode())
-    h.update(np.asarray(result.slot_q, dtype=float).tobytes())
-    h.update(np.asarray(result.slot_z, dtype=float).tobytes())
+    if slots:
+        h.update(np.asarray(result.slot_q, dtype=float).tobytes())
+        h.update(np.asarray(result.slot_z, dtype=float).tobytes())
     return h.hexdigest()
 
 
@@ -70,6 +75,7 @@ def slot_digest(policy: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--slots", action="store_true", help="hash every call's Q and Z too (depends on slot skipping)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     policies = [p for p in a.policies.split(",") if p]
@@ -82,9 +88,10 @@ def main() -> None:
         sim = Simulation(w.jobs, w.cluster, seed=seed, end_fraction=w.end_fraction)
         for p in policies:
             t = time.perf_counter()
-            per[p].append(replay_digest(sim.run(make_policy(p, seed=seed), name=p)))
+            per[p].append(replay_digest(sim.run(make_policy(p, seed=seed), name=p), a.slots))
             print(f"{label} {p}: {per[p][-1][:12]} ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
-    out: dict = {"replays": names, "policies": {p: hashlib.sha1("".join(v).encode()).hexdigest() for p, v in per.items()}}
+    out: dict = {"replays": names, "policies": {p: hashlib.sha1("".join(v).encode()).hexdigest() for p, v in per.items()},
+                 "per_replay": {p: dict(zip(names, (d[:12] for d in v))) for p, v in per.items()}}
     for p in ("lyapunov", "elastic"):
         if p in policies:
             out["slot_" + p] = slot_digest(p)

@@ -157,3 +157,20 @@ def test_bad_trace_one_line_error(tmp_path, text, needle):
 def test_unknown_builtin():
     r = run("-w", "seed-medium", "--policies", "fifo")
     assert r.exit_code != 0 and "unknown workload" in r.stderr
+
+
+def test_a_policy_leaving_jobs_unfinished_is_reported_not_fatal():
+    """random draws counts no layout of this cluster can hold and blocks its queue on one: it is
+    reported as failed with the count (table and JSON), fifo's results are still there, exit 3."""
+    args = ["replay", "-w", "synth:adaptive,load=1", "-p", "random,fifo"]
+    r = run(*args[1:], "--json")
+    assert r.exit_code == 3, r.output
+    out = json.loads(r.stdout)
+    assert out["policies"]["random"] == {"failed": True, "unfinished": 135,
+                                         "error": "random: 135 of 160 jobs never finish (nothing runs or arrives, "
+                                                  "and the policy starts nothing)"}
+    assert out["policies"]["fifo"]["avg_jct_s"] > 0
+    t = run(*args[1:])
+    assert t.exit_code == 3
+    assert "FAILED: 135 of 160 jobs never finish" in t.stdout and "\nfifo " in t.stdout
+    assert "Error: random: 135 of 160 jobs never finish" in t.stderr

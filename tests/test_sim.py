@@ -335,9 +335,29 @@ def test_starving_policy_is_an_error_not_a_hang():
         def decide(self, state):
             return SlotResult(starts=())
 
+    from lyasched.sim import Unfinished
+
     jobs, cluster = small_jobs(2)
-    with pytest.raises(RuntimeError, match="starves"):
+    with pytest.raises(Unfinished, match="2 of 2 jobs never finish") as e:
         Simulation(jobs, cluster).run(Never())
+    assert (e.value.left, e.value.total, e.value.policy) == (2, 2, "never")
+
+
+def test_progress_is_a_line_a_minute_off_a_terminal():
+    """Off a terminal a long replay says how far it has got in plain lines (here every 0 s), to stderr
+    or the stream given; none for a replay shorter than the interval."""
+    import io
+
+    from lyasched.sim.progress import Progress
+
+    jobs, cluster = small_jobs(3)
+    out = io.StringIO()
+    Simulation(jobs, cluster).run(GreedyFifo(), progress=Progress(len(jobs), "fifo1", tty=False, stream=out, interval=0.0))
+    lines = out.getvalue().splitlines()
+    assert lines and lines[-1].startswith("replay fifo1: 3/3 jobs finished, simulated ")
+    quiet = io.StringIO()
+    Simulation(jobs, cluster).run(GreedyFifo(), progress=Progress(len(jobs), "fifo1", tty=False, stream=quiet))
+    assert quiet.getvalue() == ""
 
 
 # --------------------------------------------------------------------------- adaptive jobs (issue 35)

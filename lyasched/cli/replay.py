@@ -29,15 +29,27 @@ def _fmt_table(workload: str, summary: dict, info: str) -> str:
              "GPU-s/best", "idle fit", "fewer", "more", "sim s")
     rows = []
     for name, s in summary["policies"].items():
+        if s.get("failed"):
+            rows.append([name, f"FAILED: {s['unfinished']} of {summary['jobs']} jobs never finish"] + [""] * (len(cols) - 1))
+            continue
         row = [name]
         for c in cols:
             v = s[c]
             row.append(f"{v:.2f}" if c in ("avg_slowdown", "gpu_util", "wall_s", "gpu_s_vs_best", "idle_fit_frac", "fewer_gpus", "more_gpus") else f"{v:.0f}")
         rows.append(row)
     rows.append(["lower bound", f"{summary['lower_bound']['avg_jct_s']:.0f}"] + [""] * (len(cols) - 1))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    widths = [max(len(h), *(len(r[i]) for r in rows if not r[1].startswith("FAILED"))) for i, h in enumerate(heads)]
     line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
     return "\n".join([f"{workload}: {info}", line(heads), *(line(r) for r in rows)])
+
+
+EXIT_UNFINISHED = 3  # a policy left jobs that never finish; the others' results were printed
+
+
+def _in_order(names: list[str], results: list) -> list[tuple[str, Any]]:
+    """(policy, its result or None when it failed) in the order the policies were named."""
+    got = {r.policy: r for r in results}
+    return [(n, got.get(n)) for n in names]
 
 
 def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
@@ -68,7 +80,7 @@ def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
 def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead, checkpointable,
            max_jobs, start, end, out_dir, params, as_json, profiles=None, cluster_shape=None, fixed_batch=False) -> None:
     """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
-    from lyasched.sim import InvalidDecision, Simulation
+    from lyasched.sim import InvalidDecision, Simulation, Unfinished
     from lyasched.sim.fairness import tenant_summary
     from lyasched.sim.metrics import lower_bound, summarize, write_jobs_csv
     from lyasched.sim.workloads import TraceError, load_workload
@@ -107,11 +119,14 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     except (TraceError, ValueError, TypeError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
 
-    progress = sys.stderr.isatty()
     results = []
+    failed: dict[str, dict] = {}
     for n, pol in built:
-        try:
-            results.append(sim.run(pol, progress=progress, name=n))
+        try:  # progress on stderr: a bar on a terminal, a line a minute otherwise
+            results.append(sim.run(pol, progress=True, name=n))
+        except Unfinished as e:  # reported with the others' results; exit 3 at the end
+            click.echo(f"Error: {str(e).splitlines()[0]}", err=True)
+            failed[n] = {"failed": True, "unfinished": e.left, "error": str(e).splitlines()[0]}
         except (InvalidDecision, RuntimeError) as e:
             raise click.ClickException(str(e).splitlines()[0]) from None
 
@@ -125,7 +140,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         "slot_s": slot,
         "estimate_error": estimate_error,
         "params": {n: p for n, p in pparams.items() if p},
-        "policies": {r.policy: _with_tenants(summarize(r), tenant_summary(r)) for r in results},
+        "policies": {n: failed[n] if n in failed else _with_tenants(summarize(r), tenant_summary(r))
+                     for n, r in _in_order(names, results)},
         "lower_bound": lower_bound(sim.best_true_runs()),
     }
     if out_dir:
@@ -137,7 +153,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
                 write_jobs_csv(r, f)
         with open(os.path.join(out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        write_all(results, out_dir)
+        if results:
+            write_all(results, out_dir)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -146,3 +163,5 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         click.echo(_fmt_table(w.name, summary, info))
         if out_dir:
             click.echo(f"wrote {out_dir}/: jobs_<policy>.csv, summary.json, jct_cdf.png, queues.png, utilization.png")
+    if failed:
+        sys.exit(EXIT_UNFINISHED)

@@ -32,6 +32,7 @@ import numpy as np
 
 from lyasched.policy import adaptive
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+from lyasched.policy.tenants import TenantBook
 
 Fut = tuple[np.ndarray, np.ndarray] | None  # a term added to the penalty: (one node, several nodes) per configuration
 
@@ -351,8 +352,11 @@ class LyapunovPolicy:
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
-        if not starts and cand.size == 0 and "tenant_credit" not in arr:  # a tenant's credit grows otherwise
-            info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
+        if not starts and cand.size == 0:
+            if self._tenants_of(state) is None:
+                info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
+            else:  # the tenant credit moves too: a bound on it, not the exact quadratic
+                info["wake_at"] = self._wake_at_tenants(state, raw_one, raw_multi, arr, q, z)
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 
     def _starts_first(self, state: SlotState, arr: dict, free: FreeGpus, s_one: np.ndarray, s_multi: np.ndarray) -> list[Decision]:
@@ -439,6 +443,62 @@ class LyapunovPolicy:
         d = (-b + np.sqrt(disc)) / (2.0 * n)
         return state.now + float(np.where(ok, np.maximum(d, 0.0), np.inf).min())
 
+    def _tenants_of(self, state: SlotState) -> list[str] | None:
+        """The waiting jobs' tenants when the tenant term may act (two or more of them), else None."""
+        if state.tenants is None or self.tenant_weight <= 0:
+            return None
+        users = [w.user for w in state.waiting]
+        return users if len(set(users)) >= 2 else None
+
+    def _wake_at_tenants(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float,
+                         z: float) -> float:
+        """A time before which no score turns positive, with the tenant credit in the scores.
+
+        Without the credit a score is the quadratic of `_wake_at`, convex in d, so over [0, D] it
+        is at most its larger end. The credit per GPU is V*Theta (increasing) times
+        scale x (y_k - floor): scale grows with the mean entitlement, and each tenant's shortfall
+        y_k is a ratio of two linear functions of d while demand is unchanged (`TenantBook.at`),
+        so monotone: over [0, D] it lies between its ends, and the floor is at least the least
+        end of any. Their product bounds the credit; D doubles while the bound stays <= 0 (then a
+        few halvings close in), and the last D that held is returned. A lower bound on the exact
+        time: the caller only asks again sooner than it had to.
+        """
+        users = self._tenants_of(state)
+        book = state.tenants
+        assert users is not None and book is not None
+        n = len(users)
+        k = s_one.shape[1]
+        s = np.concatenate([s_one, s_multi], axis=1)
+        ok = np.isfinite(s)
+        if not ok.any():
+            return math.inf
+        vtheta = self.V * (q + z)
+        if vtheta <= 0:
+            return float(state.now)
+        g = np.concatenate([np.arange(1, k + 1), np.arange(1, k + 1)]).astype(float)
+        tc = arr.get("tenant_credit")
+        base = np.where(ok, s - (tc[:, None] * g[None, :] if tc is not None else 0.0), -1.0)
+        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
+        pen = np.where(ok, (gain - base) / vtheta, 0.0)
+        b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
+        bound = self._tenant_bound(state, users)
+        who = bound.who
+
+        def holds(d: float) -> bool:
+            c = self.V * (q + z + n * d) * bound.per_gpu(d)
+            top = np.maximum(base, base + b * d + n * d * d) + c[who][:, None] * g[None, :]
+            return not bool((top[ok] > 0).any())
+
+        return state.now + quiet_for(holds, state.slot_len)
+
+    def _tenant_bound(self, state: SlotState, users: list[str]) -> TenantBound:
+        """Bounds on the tenant credit per GPU over V*Theta of the waiting jobs' tenants
+        (``users``, as `_tenants_behind` reads them) while nothing arrives, starts or ends."""
+        book = state.tenants
+        assert book is not None
+        total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        return TenantBound(book, users, self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len)
+
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
                 best: np.ndarray) -> list[Decision]:
         """Jobs by best score per GPU (``best``: the larger of the two scores per count); each
@@ -490,6 +550,133 @@ def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
     gt[~np.isfinite(gt)] = np.inf
     return gt
 
+
+_WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
+
+
+def quiet_for(holds, step: float) -> float:
+    """The longest D (0 if not even ``step``; at most `_WAKE_HORIZON`) found for which ``holds(D)``
+    says nothing can happen within D: D doubles from ``step`` while it holds, then four halvings
+    close in on where it stopped holding. ``holds`` must be monotone (true at D, true below)."""
+    if not holds(step):
+        return 0.0
+    lo, hi = step, 2 * step
+    while hi <= _WAKE_HORIZON and holds(hi):
+        lo, hi = hi, 2 * hi
+    if hi > _WAKE_HORIZON:
+        return lo
+    for _ in range(4):
+        mid = 0.5 * (lo + hi)
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class TenantBound:
+    """While demand is unchanged, an upper bound over [now, now + d] on each waiting tenant's
+    credit per GPU over V*Theta (`LyapunovPolicy._tenants_behind`: weight x Ebar x (y_k - floor)
+    / G^2). Ebar grows with time, so its value at d bounds it; each shortfall y_k is a ratio of
+    two linear functions of time (`TenantBook.at`), so monotone, and lies between its values at
+    the ends; the floor is at least the least of those ends."""
+
+    def __init__(self, book: TenantBook, users: list[str], weight: float, slack: float, total_gpus: int, slot: float) -> None:
+        self.book, self.weight, self.slack = book, weight, slack
+        self.g2 = float(total_gpus * total_gpus)
+        self.pad = total_gpus * slot
+        self.names = sorted(set(users))
+        col = {name: i for i, name in enumerate(self.names)}
+        self.who = np.fromiter((col[u] for u in users), dtype=np.intp, count=len(users))
+        self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
+
+    def _at(self, d: float) -> tuple[TenantBook, np.ndarray, float, float]:
+        later = self.book.at(d)
+        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
+        floor = min(float(self.y0.min()), float(y1.min()))
+        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
+        return later, y1, floor, self.weight * ebar / self.g2
+
+    def per_gpu(self, d: float) -> np.ndarray:
+        """Per tenant (``names`` order), the bound on its credit per GPU over V*Theta within d."""
+        _, y1, floor, scale = self._at(d)
+        return scale * np.maximum(0.0, np.maximum(self.y0, y1) - floor)
+
+    def of(self, tenant: str, d: float) -> float:
+        """The same bound for a tenant with no job waiting (`tenant_behind` reads those too)."""
+        later, _, floor, scale = self._at(d)
+        y = max(self.book.shortfall(tenant, self.slack, self.pad), later.shortfall(tenant, self.slack, self.pad))
+        return scale * max(0.0, y - floor)
+
+
+def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
+    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
+    g = np.arange(1, one.shape[1] + 1, dtype=float)
+    with np.errstate(invalid="ignore"):
+        gt = np.minimum(one, multi)
+        gt *= g[None, :]
+    gt[~np.isfinite(gt)] = np.inf
+    return gt
+
+
+_WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
+
+
+def quiet_for(holds, step: float) -> float:
+    """The longest D (0 if not even ``step``; at most `_WAKE_HORIZON`) found for which ``holds(D)``
+    says nothing can happen within D: D doubles from ``step`` while it holds, then four halvings
+    close in on where it stopped holding. ``holds`` must be monotone (true at D, true below)."""
+    if not holds(step):
+        return 0.0
+    lo, hi = step, 2 * step
+    while hi <= _WAKE_HORIZON and holds(hi):
+        lo, hi = hi, 2 * hi
+    if hi > _WAKE_HORIZON:
+        return lo
+    for _ in range(4):
+        mid = 0.5 * (lo + hi)
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class TenantBound:
+    """While demand is unchanged, an upper bound over [now, now + d] on each waiting tenant's
+    credit per GPU over V*Theta (`LyapunovPolicy._tenants_behind`: weight x Ebar x (y_k - floor)
+    / G^2). Ebar grows with time, so its value at d bounds it; each shortfall y_k is a ratio of
+    two linear functions of time (`TenantBook.at`), so monotone, and lies between its values at
+    the ends; the floor is at least the least of those ends."""
+
+    def __init__(self, book: TenantBook, users: list[str], weight: float, slack: float, total_gpus: int, slot: float) -> None:
+        self.book, self.weight, self.slack = book, weight, slack
+        self.g2 = float(total_gpus * total_gpus)
+        self.pad = total_gpus * slot
+        self.names = sorted(set(users))
+        col = {name: i for i, name in enumerate(self.names)}
+        self.who = np.fromiter((col[u] for u in users), dtype=np.intp, count=len(users))
+        self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
+
+    def per_gpu(self, d: float) -> np.ndarray:
+        """Per tenant (``names`` order), the bound on its credit per GPU over V*Theta within d."""
+        later = self.book.at(d)
+        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
+        floor = min(float(self.y0.min()), float(y1.min()))
+        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
+        return self.weight * ebar / self.g2 * np.maximum(0.0, np.maximum(self.y0, y1) - floor)
+
+    def of(self, tenant: str, d: float, per: np.ndarray | None = None) -> float:
+        """The bound for any tenant (one with no job waiting too), as `tenant_behind` reads it."""
+        p = self.per_gpu(d) if per is None else per
+        if tenant in self.names:
+            return float(p[self.names.index(tenant)])
+        later = self.book.at(d)
+        y = max(self.book.shortfall(tenant, self.slack, self.pad), later.shortfall(tenant, self.slack, self.pad))
+        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
+        floor = min(float(self.y0.min()), float(y1.min()))
+        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
+        return self.weight * ebar / self.g2 * max(0.0, y - floor)
 
 _GREEDY_BLOCK = 256  # jobs whose score rows `_greedy` sorts in one call
 

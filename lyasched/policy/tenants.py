@@ -46,11 +46,28 @@ def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity
 @dataclass(frozen=True)
 class TenantBook:
     """Per tenant at one moment: share, GPU-seconds received and entitled so far (all tenants
-    seen). What a policy reads; ``None`` in ``SlotState.tenants`` means no tenant input."""
+    seen), and the GPUs it holds and is entitled to now. What a policy reads; ``None`` in
+    ``SlotState.tenants`` means no tenant input. The two rates let a policy tell how the book
+    moves while nothing arrives, starts or ends (`at`), so it can say when deciding again could
+    change anything (``wake_at``)."""
 
     shares: Mapping[str, float]
     received: Mapping[str, float]
     entitled: Mapping[str, float]
+    held: Mapping[str, float] = field(default_factory=dict)  # GPUs held now: received grows at this rate
+    rate: Mapping[str, float] = field(default_factory=dict)  # GPUs entitled now (water-filled): entitled's rate
+
+    def at(self, dt: float) -> TenantBook:
+        """The book ``dt`` seconds on, if demand does not change meanwhile."""
+        rec = dict(self.received)
+        ent = dict(self.entitled)
+        for k, g in self.held.items():
+            if g:
+                rec[k] = rec.get(k, 0.0) + g * dt
+        for k, e in self.rate.items():
+            if e:
+                ent[k] = ent.get(k, 0.0) + e * dt
+        return TenantBook(self.shares, rec, ent, self.held, self.rate)
 
     def deficit(self, tenant: str) -> float:
         """GPU-seconds the tenant is behind its entitlement (negative: ahead)."""
@@ -83,6 +100,14 @@ class TenantLedger:
     entitled: dict[str, float] = field(default_factory=dict)
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes
 
+    def rates(self) -> dict[str, float]:
+        """Each tenant's entitled GPUs now (water-filled over the demand), kept until demand changes."""
+        rate = self._rate
+        if rate is None:
+            demand = {k: self.held.get(k, 0.0) + self.asked.get(k, 0.0) for k in set(self.held) | set(self.asked)}
+            rate = self._rate = waterfill(demand, self.shares, self.capacity)
+        return rate
+
     def advance(self, t: float) -> None:
         if not math.isfinite(self.t):
             self.t = t
@@ -90,10 +115,7 @@ class TenantLedger:
         dt = t - self.t
         if dt <= 0:
             return
-        rate = self._rate
-        if rate is None:
-            demand = {k: self.held.get(k, 0.0) + self.asked.get(k, 0.0) for k in set(self.held) | set(self.asked)}
-            rate = self._rate = waterfill(demand, self.shares, self.capacity)
+        rate = self.rates()
         for k, g in self.held.items():
             if g:
                 self.received[k] = self.received.get(k, 0.0) + g * dt
@@ -125,6 +147,12 @@ class TenantLedger:
                 self.ask(k, da)
 
     def book(self, t: float) -> TenantBook:
-        """The ledger at time t (advanced there), frozen for a policy."""
-        self.advance(t)
-        return TenantBook(dict(self.shares), dict(self.received), dict(self.entitled))
+        """The ledger at time t, frozen for a policy. It is extrapolated from the last change,
+        not advanced there: the ledger's sums move only at events, so the book at t is the same
+        however often (or seldom) books are taken in between (a replay that skips slots decides
+        as one that asks every slot)."""
+        base = TenantBook(dict(self.shares), self.received, self.entitled, dict(self.held), dict(self.rates()))
+        dt = t - self.t if math.isfinite(self.t) else 0.0
+        if dt > 0:
+            return base.at(dt)
+        return TenantBook(base.shares, dict(self.received), dict(self.entitled), base.held, base.rate)

@@ -5,6 +5,7 @@ from lyasched.sim.simulator import (  # noqa: F401
     DEFAULT_RESTART_OVERHEAD,
     DEFAULT_SLOT,
     InvalidDecision,
+    Unfinished,
     WallTimeExceeded,
     JobRecord,
     SimResult,
@@ -20,6 +21,7 @@ __all__ = [
     "JobRecord",
     "SimResult",
     "Simulation",
+    "Unfinished",
     "WallTimeExceeded",
     "true_factors",
 ]

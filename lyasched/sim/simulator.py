@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
 from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
+from lyasched.sim.progress import Progress
 
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -48,6 +48,15 @@ class WallTimeExceeded(RuntimeError):
     def __init__(self, policy: str, done: int, total: int, wall: float, decide_s: float = 0.0) -> None:
         super().__init__(f"{policy}: stopped after {wall:.0f} s wall time with {done}/{total} jobs finished")
         self.done, self.total, self.wall, self.decide_s = done, total, wall, decide_s
+
+
+class Unfinished(RuntimeError):
+    """The policy left jobs that can never finish: they wait on a cluster where nothing runs and
+    nothing is left to arrive (or it started nothing for `STARVATION_SLOTS` slots there)."""
+
+    def __init__(self, policy: str, left: int, total: int, why: str, decide_s: float = 0.0) -> None:
+        super().__init__(f"{policy}: {left} of {total} jobs never finish ({why})")
+        self.policy, self.left, self.total, self.decide_s = policy, left, total, decide_s
 
 
 class InvalidDecision(ValueError):
@@ -289,10 +298,13 @@ class Simulation:
 
     # --- replay -----------------------------------------------------------------------
     def run(
-        self, policy: Policy, *, progress: bool = False, name: str | None = None, wall_limit_s: float | None = None
+        self, policy: Policy, *, progress: bool | Progress = False, name: str | None = None,
+        wall_limit_s: float | None = None,
     ) -> SimResult:
-        """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision
-        and WallTimeExceeded past ``wall_limit_s`` seconds (benchmarks use it)."""
+        """Replay the workload under ``policy``; raises InvalidDecision on an impossible decision,
+        Unfinished when jobs are left that can never finish, and WallTimeExceeded past
+        ``wall_limit_s`` seconds (benchmarks use it). ``progress``: True for a bar on a terminal or
+        a line a minute otherwise (`lyasched.sim.progress`), or a `Progress` of the caller's."""
         pname: str = name or getattr(policy, "name", None) or type(policy).__name__
         caps = capabilities(policy)
         oracle, preemptive, invariant = caps.needs_true_runtimes, caps.preemptive, caps.time_invariant
@@ -340,11 +352,7 @@ class Simulation:
         acted = True
         decide_s = 0.0
 
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, unit="job", desc=pname, file=sys.stderr, leave=False, mininterval=0.5)
+        bar = progress if isinstance(progress, Progress) else Progress(n, pname) if progress else None
         wall0 = time.perf_counter()
 
         def note_util(t: float) -> None:
@@ -400,7 +408,7 @@ class Simulation:
                     done += 1
                     changed_running = True
                     if bar is not None:
-                        bar.update(1)
+                        bar.update(1, end)
                 # arrivals up to and including t
                 while next_arrival < n and jobs[next_arrival].submit_time <= t:
                     i = next_arrival
@@ -529,7 +537,7 @@ class Simulation:
                         wake = res.info.get("wake_at") if isinstance(res.info, dict) else None
                         idle_calls += 1
                         if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
-                            raise RuntimeError(f"{pname}: starves {len(waiting)} waiting jobs on an idle cluster")
+                            raise Unfinished(pname, n - done, n, f"{len(waiting)} wait on an idle cluster", decide_s)
                 # next slot where something can happen
                 busy_or_grow = bool(waiting) or (moves and bool(running))
                 if busy_or_grow and (busy < total or (preemptive and running)) and (acted or not invariant) and wake is None:
@@ -547,7 +555,7 @@ class Simulation:
                     nxt = min(nxt, max(float(wake), t + slot))
                 if not math.isfinite(nxt):
                     if done < n:
-                        raise RuntimeError(f"{pname}: {n - done} jobs never finish")
+                        raise Unfinished(pname, n - done, n, "nothing runs or arrives, and the policy starts nothing", decide_s)
                     break
                 # completions exactly at a slot boundary are processed in that slot
                 slot_k = max(slot_k + 1, math.ceil(nxt / slot))
