@@ -1,0 +1,133 @@
+"""The trust factor (lyasched.estimates.trust), its application in the one builder, and the
+simulator's liars."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lyasched.cli import main
+from lyasched.estimates.trust import TrustBook, TrustParams, distrusted, scaled_row
+from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
+from lyasched.policy.state import Capabilities, WaitingJob
+from lyasched.sim import Simulation
+from lyasched.sim.workloads import load_workload
+
+
+def wj(job_id: str, user: str, run: float = 100.0, limit: float = math.inf) -> WaitingJob:
+    row = np.array([run, run / 2, math.inf])
+    return WaitingJob(job_id, 0.0, run, row, row.copy(), requested_gpus=1, time_limit=limit, user=user)
+
+
+def test_factor_needs_enough_jobs_and_is_never_below_one():
+    b = TrustBook()
+    b.observe("liar", 1.0, 100.0)
+    b.observe("liar", 1.0, 100.0)
+    assert b.factor("liar") == 1.0  # 2 < min_jobs
+    b.observe("liar", 1.0, 100.0)
+    assert b.factor("liar") == pytest.approx(100.0)
+    for _ in range(5):
+        b.observe("modest", 100.0, 10.0)  # ran 10x shorter than claimed
+    assert b.raw("modest") == pytest.approx(0.1)
+    assert b.factor("modest") == 1.0  # never shorter than claimed
+    assert b.factor("nobody") == 1.0
+
+
+def test_honest_noise_is_not_acted_on():
+    rng = np.random.default_rng(0)
+    b = TrustBook()
+    for u in range(20):
+        for r in np.exp(rng.normal(0.0, 0.2, 30)):
+            b.observe(f"u{u}", 100.0, 100.0 * r)
+    assert b.factors() == {}
+    assert max(b.raw(f"u{u}") for u in range(20)) < TrustParams().threshold
+
+
+def test_window_forgets_old_runs_and_bad_input_is_ignored():
+    b = TrustBook(TrustParams(window=3, min_jobs=3))
+    for _ in range(3):
+        b.observe("u", 1.0, 50.0)
+    assert b.factor("u") == pytest.approx(50.0)
+    for _ in range(3):
+        b.observe("u", 10.0, 10.0)
+    assert b.factor("u") == 1.0
+    v = b.version
+    b.observe("u", math.nan, 10.0)
+    b.observe("u", 0.0, 10.0)
+    b.observe("u", 10.0, math.inf)
+    assert b.version == v
+
+
+def test_fresh_user_gets_the_accounts_factor():
+    b = TrustBook()
+    for _ in range(3):
+        b.observe("old", 1.0, 20.0, account="lab")
+    b.note_account("fresh", "lab")
+    assert b.factor("fresh") == pytest.approx(20.0)
+    for _ in range(3):
+        b.observe("fresh", 10.0, 10.0, account="lab")
+    assert b.factor("fresh") == 1.0  # their own record, once long enough
+
+
+def test_scaled_row_capped_by_the_limit_never_below_the_claim():
+    row = np.array([10.0, 500.0, math.inf])
+    assert list(scaled_row(row, 3.0, 100.0)) == [30.0, 500.0, math.inf]
+    assert list(scaled_row(row, 3.0, math.inf)) == [30.0, 1500.0, math.inf]
+    w = distrusted(wj("a", "u", run=10.0, limit=25.0), 10.0)
+    assert list(w.run_one_node[:2]) == [25.0, 25.0]
+    assert w.work == pytest.approx(10.0 * 25.0 / 5.0)
+
+
+def test_builder_applies_the_factor_to_the_users_jobs_only():
+    b = TrustBook()
+    for _ in range(3):
+        b.observe("liar", 1.0, 100.0)
+    honest, liar = wj("h", "ann"), wj("l", "liar")
+    run = RunningObs("r", ((0, 1),), 0.0, predicted_run=10.0, user="liar")
+    snap = ClusterSnapshot(now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                           waiting=(honest, liar), running=(run,), trust=b)
+    builder = SlotStateBuilder(Capabilities())
+    s = builder.build(snap)
+    assert s.waiting[0] is honest
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 100.0)
+    assert s.running[0].predicted_end == pytest.approx(1000.0)
+    assert builder.build(snap).waiting[1] is s.waiting[1]  # same object while unchanged (policy memos)
+    plain = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(honest, liar)))
+    assert plain.waiting[1] is liar
+
+
+def test_liars_change_claims_not_truth():
+    w = load_workload("seed-small-scattered", seed=0)
+    honest = Simulation(w.jobs, w.cluster, seed=0)
+    lying = Simulation(w.jobs, w.cluster, seed=0, liars={"user3": 0.01})
+    np.testing.assert_allclose(lying.best_true_runs(), honest.best_true_runs())
+    for i, j in enumerate(lying.jobs):
+        a, b = honest.predicted(i).best_run, lying.predicted(i).best_run
+        assert b == pytest.approx(a * (0.01 if j.user == "user3" else 1.0))
+    with pytest.raises(ValueError):
+        Simulation(w.jobs, w.cluster, liars={"user3": 0.0})
+
+
+def test_trust_makes_lying_not_pay_in_a_replay():
+    from lyasched.policy import make_policy
+
+    w = load_workload("seed-small-bursty", seed=0)
+    waits = {}
+    for trust in (False, True):
+        res = Simulation(w.jobs, w.cluster, seed=0, liars={"user6": 0.01}, trust=trust).run(make_policy("lyapunov"))
+        lied = sorted((r for r in res.records if r.job.user == "user6"), key=lambda r: r.end)[10:]
+        waits[trust] = np.mean([r.wait for r in lied])
+    assert waits[True] > 1.5 * waits[False]
+
+
+@pytest.mark.parametrize("arg,needle", [("user3", "USER=X"), ("user3=0", "USER=X"), ("user3=x", "USER=X"),
+                                        ("nosuch=0.5", "no job of user nosuch")])
+def test_bad_liars_one_line(arg, needle):
+    r = CliRunner().invoke(main, ["replay", "-w", "seed-small-scattered", "-p", "fifo", "--liars", arg])
+    assert r.exit_code == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
