@@ -6,8 +6,8 @@ trust factor (lyasched.estimates.trust) cost the honest users?
 Per workload (the four seed groups at seed 0, and a Philly window sized for load 0.8) and
 policy, four replays: honest (no liar) without and with the trust factor, and with the liar
 (every job of one user predicted at ``--claim`` x its prediction; their true run times
-unchanged) without and with it. The liar is the user with the median job count (ties: the
-first by name), chosen by rule, not by result. Printed side by side:
+unchanged) without and with it. The liar is the user with the median job count among those
+with at least 20 jobs (ties: the first by name), chosen by rule, not by result. Printed side by side:
 
 * ``liar wait``: the liar's average wait over their jobs after their first 10 finished ones;
   ``honest wait``: the other users' average wait (target: liar wait >= honest wait with trust);
@@ -55,7 +55,10 @@ def workloads(philly_rows: str) -> list[tuple[str, list, object]]:
 
 
 def median_user(jobs: list) -> str:
+    """The user with the median job count among those with at least 2 x FIRST jobs (all users if
+    none has): a liar with jobs left to count after their first FIRST."""
     counts = sorted(collections.Counter(j.user for j in jobs).items(), key=lambda kv: (kv[1], kv[0]))
+    counts = [kv for kv in counts if kv[1] >= 2 * FIRST] or counts
     return counts[(len(counts) - 1) // 2][0]
 
 

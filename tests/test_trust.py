@@ -131,3 +131,25 @@ def test_bad_liars_one_line(arg, needle):
     assert r.exit_code == 2
     assert needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_service_feeds_the_book_from_its_records(tmp_path):
+    from lyasched.live.trust import LiveTrust
+    from lyasched.store import moves, records
+
+    db = records.open_records(tmp_path / "r.db")
+    for k in range(3):
+        records.upsert_job(db, f"l{k}", user="liar", state="finished", predicted=10.0, observed=1000.0, ended=100.0 + k)
+        records.upsert_job(db, f"h{k}", user="ann", state="finished", predicted=100.0, observed=110.0, ended=100.0 + k)
+    records.upsert_job(db, "run", user="bob", state="running", predicted=1.0, ended=None)
+    live = LiveTrust()
+    book = live.update(db)
+    assert book.factors() == {"liar": pytest.approx(100.0)}
+    v = book.version
+    assert live.update(db).version == v  # each job fed once
+    for k in range(3):  # moved jobs' predicted is their last piece's: left out
+        records.upsert_job(db, f"m{k}", user="bob", state="finished", predicted=1.0, observed=100.0, ended=200.0 + k)
+        db["moves"].insert({"uid": f"m{k}"}, alter=False)
+    assert live.update(db).factor("bob") == 1.0
+    records.upsert_job(db, "late", user="ann", state="finished", predicted=1.0, observed=1000.0, ended=300.0)
+    assert live.update(db).version == v + 1
