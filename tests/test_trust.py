@@ -22,18 +22,23 @@ def wj(job_id: str, user: str, run: float = 100.0, limit: float = math.inf) -> W
     return WaitingJob(job_id, 0.0, run, row, row.copy(), requested_gpus=1, time_limit=limit, user=user)
 
 
-def test_factor_needs_enough_jobs_and_is_never_below_one():
+def test_factor_acted_on_when_far_above_noise_and_never_below_one():
     b = TrustBook()
     b.observe("liar", 1.0, 100.0)
-    b.observe("liar", 1.0, 100.0)
-    assert b.factor("liar") == 1.0  # 2 < min_jobs
-    b.observe("liar", 1.0, 100.0)
-    assert b.factor("liar") == pytest.approx(100.0)
+    assert b.factor("liar") == pytest.approx(100.0)  # one 100x run is far beyond noise
+    b.observe("twice", 100.0, 200.0)
+    assert b.raw("twice") == pytest.approx(2.0)
+    assert b.factor("twice") == 1.0  # one 2x run could be noise (bar: exp(3 x 0.4) = 3.3)
+    for _ in range(8):
+        b.observe("twice", 100.0, 200.0)
+    assert b.bar(9) == pytest.approx(1.5)
+    assert b.factor("twice") == pytest.approx(2.0)  # nine are not
     for _ in range(5):
         b.observe("modest", 100.0, 10.0)  # ran 10x shorter than claimed
     assert b.raw("modest") == pytest.approx(0.1)
     assert b.factor("modest") == 1.0  # never shorter than claimed
     assert b.factor("nobody") == 1.0
+    assert TrustBook(TrustParams(min_jobs=3)).factor("liar") == 1.0
 
 
 def test_honest_noise_is_not_acted_on():
@@ -47,7 +52,7 @@ def test_honest_noise_is_not_acted_on():
 
 
 def test_window_forgets_old_runs_and_bad_input_is_ignored():
-    b = TrustBook(TrustParams(window=3, min_jobs=3))
+    b = TrustBook(TrustParams(window=3))
     for _ in range(3):
         b.observe("u", 1.0, 50.0)
     assert b.factor("u") == pytest.approx(50.0)

@@ -5,9 +5,10 @@ a hand-written one), so a user who claims 1 s for 1000 s of work would jump the 
 `TrustBook` keeps, per user and per account, the ratio observed / predicted run time of their
 finished jobs; `factor(user)` is the geometric mean of the last `window` ratios, never below 1
 (no one is predicted shorter than they claimed) and acted on only when it is well above the
-noise of honest predictions (`threshold`, after `min_jobs` jobs): honest users' ratios scatter
+noise of honest predictions (`TrustParams`: z standard errors): honest users' ratios scatter
 around 1 (a replay's estimate error, the cost model's), and acting on that noise would move
-every schedule for nothing. A user with too few finished jobs of their own gets their account's
+every schedule for nothing, while a claim of 1% is caught at the first finished job. A user with
+no finished job of their own gets their account's
 factor, so a fresh user name does not escape it. Pure: no clock, no I/O; the simulator feeds it
 its finished jobs, the service its records' (lyasched.live.trust), and the one
 `SlotStateBuilder` applies it (lyasched.policy.snapshot).
@@ -26,10 +27,15 @@ from lyasched.policy.state import WaitingJob
 
 @dataclass(frozen=True)
 class TrustParams:
+    """A factor from n ratios is acted on when its log is at least ``z`` standard errors of
+    honest noise (``noise`` / sqrt(n)) above 0, and the factor at least ``threshold``: after
+    one job from 3.3x, after 4 from 1.8x, from 9 on 1.5x. ``noise`` (sigma of log(observed /
+    predicted) of honest jobs) is twice the replay's default estimate error (0.2)."""
+
     window: int = 20  # ratios kept per user / account (the latest)
-    min_jobs: int = 3  # finished jobs before a user's (or account's) own factor is acted on
-    # act only on a factor at least this (honest users' geometric mean of 3+ ratios with the
-    # replay's default estimate error, sigma 0.2, is within 1.3 at 3 sigma)
+    min_jobs: int = 1  # finished jobs before a user's (or account's) own factor is looked at
+    noise: float = 0.4
+    z: float = 3.0
     threshold: float = 1.5
 
 
@@ -62,23 +68,31 @@ class TrustBook:
             self._account_of[user] = account
             self.version += 1
 
-    def _gm(self, ratios: deque | None) -> float | None:
-        if ratios is None or len(ratios) < self.params.min_jobs:
-            return None
-        return math.exp(sum(ratios) / len(ratios))
+    def _ratios(self, user: str) -> deque | None:
+        """The user's own ratios, else their account's (None: neither has ``min_jobs``)."""
+        for r in (self._user.get(user), self._account.get(self._account_of.get(user, ""))):
+            if r is not None and len(r) >= self.params.min_jobs:
+                return r
+        return None
 
     def raw(self, user: str) -> float:
         """The user's observed / predicted factor (their own, else their account's; 1 if neither
         has enough jobs), before the floor at 1 and the noise threshold."""
-        f = self._gm(self._user.get(user))
-        if f is None:
-            f = self._gm(self._account.get(self._account_of.get(user, "")))
-        return 1.0 if f is None else f
+        r = self._ratios(user)
+        return 1.0 if r is None else math.exp(sum(r) / len(r))
+
+    def bar(self, n: int) -> float:
+        """The least factor acted on after n ratios."""
+        p = self.params
+        return max(p.threshold, math.exp(p.z * p.noise / math.sqrt(max(n, 1))))
 
     def factor(self, user: str) -> float:
-        """The factor applied to the user's predictions: >= 1, and 1 unless above the threshold."""
-        f = self.raw(user)
-        return f if f >= self.params.threshold else 1.0
+        """The factor applied to the user's predictions: >= 1, and 1 unless above the noise."""
+        r = self._ratios(user)
+        if r is None:
+            return 1.0
+        f = math.exp(sum(r) / len(r))
+        return f if f >= self.bar(len(r)) else 1.0
 
     def factors(self) -> dict[str, float]:
         """Every known user whose factor is not 1."""
