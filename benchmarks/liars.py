@@ -4,9 +4,10 @@ trust factor (lyasched.estimates.trust) cost the honest users?
     python benchmarks/liars.py [--policies lyapunov] [--claim 0.01] [--philly-rows 12000:15000] [--json]
 
 Per workload (the four seed groups at seed 0, and a Philly window sized for load 0.8) and
-policy, four replays: honest (no liar) without and with the trust factor, and with the liar
-(every job of one user predicted at ``--claim`` x its prediction; their true run times
-unchanged) without and with it. The liar is the user with the median job count among those
+policy, five replays: honest (no liar) without and with trust, and with the liar (every job of
+one user predicted at ``--claim`` x its prediction; their true run times unchanged) without
+trust, with the trust factor only (as for a model nobody profiled: ``Simulation.known`` empty),
+and with it and claims far below their model's profile replaced (``+known``). The liar is the user with the median job count among those
 with at least 20 jobs (ties: the first by name), chosen by rule, not by result. Printed side by side:
 
 * ``liar wait``: the liar's average wait over their jobs after their first 10 finished ones;
@@ -39,6 +40,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
 SEED_GROUPS = ("seed-small-scattered", "seed-small-bursty", "seed-large-scattered", "seed-large-bursty")
 FIRST = 10  # the liar's first finished jobs, left out of their wait
+# (liar, trust factor, known claims replaced) replayed, and the modes printed
+CONFIGS = ((False, False, False), (False, True, True), (True, False, False), (True, True, False), (True, True, True))
+MODES = (("no_trust", False, False), ("trust", True, False), ("trust_known", True, True))
 
 
 def workloads(philly_rows: str) -> list[tuple[str, list, object]]:
@@ -80,20 +84,23 @@ def run(policies: list[str], claim: float, philly_rows: str) -> list[dict]:
         liar = median_user(jobs)
         for p in policies:
             fig = {}
-            for lie in (False, True):
-                for trust in (False, True):
-                    sim = Simulation(jobs, cl, seed=0, trust=trust, liars={liar: claim} if lie else None)
-                    fig[(lie, trust)] = figures(sim.run(make_policy(p, seed=0), name=p), liar)
+            for lie, trust, known in CONFIGS:
+                sim = Simulation(jobs, cl, seed=0, trust=trust, liars={liar: claim} if lie else None)
+                if not known:
+                    sim.known = {}  # a model nobody profiled: only the trust factor
+                fig[(lie, trust, known)] = figures(sim.run(make_policy(p, seed=0), name=p), liar)
             row = {"workload": name, "policy": p, "liar": liar, "claim": claim,
                    "liar_jobs": sum(j.user == liar for j in jobs), "jobs": len(jobs)}
-            for trust in (False, True):
-                k = "trust" if trust else "no_trust"
-                lf, hf = fig[(True, trust)], fig[(False, trust)]
+            for k, trust, known in MODES:
+                lf, hf = fig[(True, trust, known)], fig[(False, trust, trust)]
                 row[k] = {**lf, "honest_jct_vs_no_liar": lf["honest_jct"] / hf["honest_jct"],
                           "liar_wait_when_honest": hf["liar_wait"]}
-            row["honest_trust_vs_no_trust"] = fig[(False, True)]["honest_jct"] / fig[(False, False)]["honest_jct"]
+            row["honest_trust_vs_no_trust"] = fig[(False, True, True)]["honest_jct"] / fig[(False, False, False)]["honest_jct"]
             rows.append(row)
     return rows
+
+
+LABEL = {"no_trust": "off", "trust": "on", "trust_known": "+known"}
 
 
 def main() -> None:
@@ -110,16 +117,17 @@ def main() -> None:
         print(json.dumps(rows))
         return
     print(f"liar claims {a.claim:g} x; wait over the liar's jobs after their first {FIRST} finished")
+    print("trust: off; on (a fresh model: the trust factor only); +known (claims far below the model's profile replaced)")
     print(f"{'workload':32s} {'policy':9s} {'liar':8s} {'trust':6s} {'liar wait':>10s} {'honest wait':>11s}"
           f" {'liar/honest':>11s} {'liar if honest':>14s} {'honest JCT/no liar':>18s} {'honest trust/no':>15s}")
     for r in rows:
-        for k in ("no_trust", "trust"):
+        for k, _, _ in MODES:
             f = r[k]
             ratio = f["liar_wait"] / f["honest_wait"] if f["honest_wait"] > 0 else math.nan
-            print(f"{r['workload']:32s} {r['policy']:9s} {r['liar']:8s} {'on' if k == 'trust' else 'off':6s}"
+            print(f"{r['workload']:32s} {r['policy']:9s} {r['liar']:8s} {LABEL[k]:6s}"
                   f" {f['liar_wait']:10.0f} {f['honest_wait']:11.0f} {ratio:11.2f} {f['liar_wait_when_honest']:14.0f}"
                   f" {f['honest_jct_vs_no_liar']:18.3f}"
-                  f" {r['honest_trust_vs_no_trust'] if k == 'trust' else math.nan:15.3f}")
+                  f" {r['honest_trust_vs_no_trust'] if k == 'trust_known' else math.nan:15.3f}")
 
 
 if __name__ == "__main__":

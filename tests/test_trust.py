@@ -158,3 +158,30 @@ def test_service_feeds_the_book_from_its_records(tmp_path):
     assert live.update(db).factor("bob") == 1.0
     records.upsert_job(db, "late", user="ann", state="finished", predicted=1.0, observed=1000.0, ended=300.0)
     assert live.update(db).version == v + 1
+
+
+def test_claim_far_below_what_is_known_is_replaced():
+    from lyasched.estimates.trust import known_scale
+
+    assert known_scale(100.0) == 100.0
+    assert known_scale(2.0) == 1.0  # within honest noise of one job: the claim stands
+    assert known_scale(0.01) == 1.0  # a claim above what is known stands (never shorter than claimed)
+    w, h = wj("l", "new"), wj("h", "ann")
+    snap = ClusterSnapshot(now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                           waiting=(h, w), known={"l": 50.0, "h": 1.5})
+    s = SlotStateBuilder(Capabilities()).build(snap)
+    assert s.waiting[0] is h
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 50.0)
+    b = TrustBook()
+    b.observe("new", 1.0, 80.0)  # the larger of the two estimates, never their product
+    s = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(h, w), known={"l": 50.0}, trust=b))
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 80.0)
+
+
+def test_known_claims_in_the_simulator():
+    w = load_workload("seed-small-scattered", seed=0)
+    assert Simulation(w.jobs, w.cluster, liars={"user3": 0.01}).known == {
+        j.job_id: pytest.approx(100.0) for j in w.jobs if j.user == "user3"}
+    assert Simulation(w.jobs, w.cluster, liars={"user3": 0.01}, trust=False).known == {}
+    assert Simulation(w.jobs, w.cluster).known == {}

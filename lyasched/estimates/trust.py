@@ -100,6 +100,15 @@ class TrustBook:
         return {u: f for u in sorted(users) if (f := self.factor(u)) != 1.0}
 
 
+def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:
+    """A claim far below what is already known of the job (its model's shared profile, the FLOP
+    estimate): ``known_over_claim`` = that estimate / the claim. Far below is beyond honest noise
+    after one job (`TrustBook.bar(1)`, 3.3x); the claim is then replaced by the estimate (the
+    scale returned), else kept (1)."""
+    b = TrustBook(params or TrustParams()).bar(1)
+    return known_over_claim if known_over_claim >= b and math.isfinite(known_over_claim) else 1.0
+
+
 def scaled_row(row: np.ndarray, factor: float, time_limit: float) -> np.ndarray:
     """A row of predicted run times times ``factor``, at most the time limit, never below the
     row itself (a claim already above the limit stays as claimed)."""

@@ -13,17 +13,19 @@ lyapunov's spread horizon reads.
 
 A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
 longer than predicted has their waiting and running jobs' predictions multiplied by their factor
-(at most the time limit, never below the claim) here, so replay and serve apply it alike.
+(at most the time limit, never below the claim) here, so replay and serve apply it alike; and
+``known``: a waiting job whose claim is far below what is already known of it is shown with that.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
-from lyasched.estimates.trust import TrustBook, distrusted, scaled_row
+from lyasched.estimates.trust import TrustBook, distrusted, known_scale, scaled_row
 from lyasched.policy.placement import Placement
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob
 from lyasched.policy.tenants import TenantBook
@@ -67,6 +69,9 @@ class ClusterSnapshot:
     arrivals_cum_gpu_s: np.ndarray | None = None
     tenants: TenantBook | None = None  # shares and GPU-time per tenant (lyasched.policy.tenants); None = unknown
     trust: TrustBook | None = None  # users' observed / predicted run-time factors; None = claims as they are
+    # job id -> what is already known of its run time (its model's shared profile, the FLOP
+    # estimate) over its claim, for jobs where they differ; a claim far below it is replaced
+    known: Mapping[str, float] | None = None
 
 
 def expected_end(start: float, predicted_run: float, time_limit: float, slot_len: float) -> float:
@@ -122,12 +127,15 @@ class SlotStateBuilder:
     def _waiting(self, snap: ClusterSnapshot) -> tuple[WaitingJob, ...]:
         """The waiting jobs with their users' trust factors (the same objects while unchanged,
         for the policies' per-job memos)."""
-        if not self._factors:
+        known = snap.known or {}
+        if not self._factors and not known:
             self._trusted.clear()
             return snap.waiting
         out, memo = [], {}
         for w in snap.waiting:
             f = self._factors.get(w.user, 1.0)
+            if known and (k := known.get(w.job_id)) is not None:
+                f = max(f, known_scale(k))  # either estimates truth / claim: never both multiplied
             if f > 1.0:
                 m = self._trusted.get(w.job_id)
                 if m is None or m[0] is not w or m[1] != f:

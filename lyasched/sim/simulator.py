@@ -216,6 +216,9 @@ class Simulation:
         # trust: the policies see each user's predictions times their observed / predicted factor
         # from the jobs finished so far (lyasched.estimates.trust), as the service does
         self.trust = trust
+        # what is known of a liar's job (its model's profile: the cost model's prediction) over
+        # their claim: the builder replaces a claim far below it (ClusterSnapshot.known)
+        self.known = {j.job_id: 1.0 / c for j, c in zip(self.jobs, self.claim) if c != 1.0} if trust else {}
         self._templates: dict[tuple, WaitingJob] = {}
         self._piece_tables: dict[tuple, goodput.PieceTable] = {}  # adaptive jobs' (lyasched.costmodel.goodput)
         self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
@@ -472,6 +475,7 @@ class Simulation:
                         arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
                         tenants=book,
                         trust=trust,
+                        known=self.known if trust is not None else None,
                     ))
                     if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
                         state = mv.policy_view(self, state, running, records, oracle, moves)
