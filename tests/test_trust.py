@@ -185,3 +185,35 @@ def test_known_claims_in_the_simulator():
         j.job_id: pytest.approx(100.0) for j in w.jobs if j.user == "user3"}
     assert Simulation(w.jobs, w.cluster, liars={"user3": 0.01}, trust=False).known == {}
     assert Simulation(w.jobs, w.cluster).known == {}
+
+
+def test_service_shows_a_liars_next_job_with_their_factor():
+    """A job that ran far longer than it was predicted: the same user's next job reaches the
+    policy predicted longer by their factor (capped by its time limit), another user's does not."""
+    from test_service import FakeJob, FakeSlurm, StartAs, service, summary
+
+    from lyasched.store import records
+
+    db = records.open_records(":memory:")
+    first = FakeJob("31", summary("uid-00000031"), limit="1-00:00:00")
+    slurm = FakeSlurm(jobs=[first])
+    pol = StartAs({"31": ((0, 1),)})
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    pred1 = records.get_job(db, "uid-00000031")["predicted"]
+    first.state, first.reason, first.start, first.nodes = "RUNNING", "None", 1_000_101.0, ("node1",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    first.state, first.end = "COMPLETED", 1_000_101.0 + 50 * pred1
+    svc.clock_state["t"] += 50 * pred1 + 2
+    svc.run_slot()
+    t = svc.clock_state["t"]
+    slurm.jobs += [FakeJob("32", summary("uid-00000032"), submit=t, limit="1-00:00:00"),
+                   FakeJob("33", summary("uid-00000033"), user="bob", submit=t, limit="1-00:00:00")]
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert svc.trust.book.factor("alice") == pytest.approx(50.0, rel=0.01)
+    raw = {w.job_id: w for w in svc.last_snapshot.waiting}
+    shown = {w.job_id: w for w in pol.states[-1].waiting}
+    assert shown["33"] is raw["33"]
+    assert shown["32"].run_one_node[0] == pytest.approx(raw["32"].run_one_node[0] * 50.0, rel=0.01)
