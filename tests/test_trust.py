@@ -217,3 +217,18 @@ def test_service_shows_a_liars_next_job_with_their_factor():
     shown = {w.job_id: w for w in pol.states[-1].waiting}
     assert shown["33"] is raw["33"]
     assert shown["32"].run_one_node[0] == pytest.approx(raw["32"].run_one_node[0] * 50.0, rel=0.01)
+
+
+def test_replay_liars_and_no_trust():
+    import json
+
+    def avg_wait(*extra):
+        r = CliRunner().invoke(main, ["replay", "-w", "seed-small-bursty", "-p", "lyapunov", "--json", *extra])
+        assert r.exit_code == 0, r.stderr
+        out = json.loads(r.stdout)
+        return out, out["policies"]["lyapunov"]["avg_wait_s"]
+
+    honest, w0 = avg_wait()
+    lied, w1 = avg_wait("--liars", "user1=0.01", "--no-trust")
+    assert lied["liars"] == {"user1": 0.01} and lied["trust"] is False and honest["trust"] is True
+    assert w1 != w0

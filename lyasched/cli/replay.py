@@ -162,6 +162,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         "seed": seed,
         "slot_s": slot,
         "estimate_error": estimate_error,
+        "liars": liar_map or {},
+        "trust": not no_trust,
         "params": {n: p for n, p in pparams.items() if p},
         "policies": {n: failed[n] if n in failed else _with_tenants(summarize(r), tenant_summary(r))
                      for n, r in _in_order(names, results)},
