@@ -232,3 +232,10 @@ def test_replay_liars_and_no_trust():
     lied, w1 = avg_wait("--liars", "user1=0.01", "--no-trust")
     assert lied["liars"] == {"user1": 0.01} and lied["trust"] is False and honest["trust"] is True
     assert w1 != w0
+
+
+def test_known_reaches_running_jobs():
+    run = RunningObs("r", ((0, 1),), 0.0, predicted_run=10.0, user="new")
+    s = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(), running=(run,), known={"r": 40.0}))
+    assert s.running[0].predicted_end == pytest.approx(400.0)

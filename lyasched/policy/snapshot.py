@@ -14,7 +14,7 @@ lyapunov's spread horizon reads.
 A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
 longer than predicted has their waiting and running jobs' predictions multiplied by their factor
 (at most the time limit, never below the claim) here, so replay and serve apply it alike; and
-``known``: a waiting job whose claim is far below what is already known of it is shown with that.
+``known``: a job whose claim is far below what is already known of it is shown with that.
 """
 
 from __future__ import annotations
@@ -98,12 +98,15 @@ class SlotStateBuilder:
         self._factors: dict[str, float] = {}  # this slot's trust factors (users not at 1)
         self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
+        self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
 
     def running_job(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
         gpus = obs.gpus
         live = self.caps.preemptive
         pred = obs.predicted_run
         f = self._factors.get(obs.user, 1.0) if self._factors else 1.0
+        if self._known and (k := self._known.get(obs.job_id)) is not None:
+            f = max(f, known_scale(k))
         if f > 1.0 and math.isfinite(pred):
             pred = float(scaled_row(np.array([pred]), f, obs.time_limit)[0])
         return RunningJob(
@@ -164,6 +167,7 @@ class SlotStateBuilder:
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
         self._set_trust(snap.trust)
+        self._known = snap.known or {}
         return SlotState(
             now=snap.now,
             slot_len=snap.slot_len,
