@@ -54,6 +54,7 @@ from lyasched.live.starter import Starter
 from lyasched.live.sync import RecordSync
 from lyasched.policy import make_policy
 from lyasched.policy.placement import EQUAL_PER_NODE
+from lyasched.live.trust import LiveTrust
 from lyasched.policy.snapshot import ClusterSnapshot, SlotStateBuilder
 from lyasched.policy.state import Capabilities, Policy, SlotState, capabilities
 from lyasched.slurm import Slurm, SlurmCLI, SlurmError, as_backend
@@ -102,6 +103,7 @@ class Service:
         self.limits = limits  # lyasched.live.limits: Slurm's GPU limits (None: not read)
         # lyasched.live.tenants: each tenant's GPU-time received and entitled, as replay keeps it
         self.tenants = LiveTenants(config.tenant_shares)
+        self.trust = LiveTrust()  # users' observed / predicted run-time factors (lyasched.live.trust)
         # lyasched.live.lease: held each slot before acting (None: no lease, e.g. tests and tools)
         self.lease = lease
         self._adopt = False  # the lease was just taken: adopt what the fail-safe released meanwhile
@@ -244,7 +246,8 @@ class Service:
             self.tenants.set_shares(slurm_shares)
         if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
             self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
-        snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running))
+        snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running),
+                       trust=self.trust.update(self.db))  # lyasched.live.trust: claims against runs
         if snap.tenants is not None:  # `lyastat --tenants`
             records.set_meta(self.db, META_KEY, book_json(snap.tenants, ctx.now))
         self.last_snapshot = snap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -20,6 +21,21 @@ def parse_params(items: tuple[str, ...], policies: list[str]) -> dict[str, dict[
         return _parse(items, policies)
     except ParamError as e:
         raise click.BadParameter(str(e), param_hint="--param") from None
+
+
+def parse_liars(text: str) -> dict[str, float]:
+    """``user3=0.01,user5=0.5`` -> {user: claim multiplier}; a usage error on anything else."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        user, sep, x = item.strip().partition("=")
+        try:
+            v = float(x)
+        except ValueError:
+            v = math.nan
+        if not sep or not user.strip() or not (v > 0 and math.isfinite(v)):
+            raise click.BadParameter(f"expected USER=X with X > 0, got {item.strip()!r}", param_hint="--liars")
+        out[user.strip()] = v
+    return out
 
 
 def _fmt_table(workload: str, summary: dict, info: str) -> str:
@@ -76,9 +92,12 @@ def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
 @click.option("--profiles", type=click.Path(file_okay=False), default=None, help="Pollux-format workload (name,time,application,num_replicas,batch_size): the directory of the applications' measured profiles (placements.csv, scalability.csv, validation-<batch>.csv).")
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS", help="With --profiles: the cluster, e.g. 16x4 (default 16x4).")
+@click.option("--liars", default=None, metavar="USER=X[,USER=X]", help="Multiply these users' claimed (predicted) run times by X, e.g. user3=0.01; their true run times are unchanged.")
+@click.option("--no-trust", is_flag=True, help="Show claims as they are: no per-user observed/predicted trust factor (docs/estimates.md).")
 @click.option("--fixed-batch", is_flag=True, help="With --profiles: every job trains at its row's batch (Tiresias+TunedJobs), not adaptive.")
 def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_error, restart_overhead, checkpointable,
-           max_jobs, start, end, out_dir, params, as_json, profiles=None, cluster_shape=None, fixed_batch=False) -> None:
+           max_jobs, start, end, out_dir, params, as_json, profiles=None, cluster_shape=None, fixed_batch=False,
+           liars=None, no_trust=False) -> None:
     """Replay WORKLOAD under each policy in a simulated cluster and compare JCT, waits and utilisation."""
     from lyasched.sim import InvalidDecision, Simulation, Unfinished
     from lyasched.sim.fairness import tenant_summary
@@ -96,6 +115,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if start is not None and end is not None and end <= start:
         raise click.BadParameter("--end must be after --start", param_hint="--end")
     pparams = parse_params(params, names)
+    liar_map = parse_liars(liars) if liars else None
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
 
@@ -114,8 +134,11 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
             w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                               max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
-                         restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable)
+                         restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable,
+                         liars=liar_map, trust=not no_trust)
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]
+        if liar_map and (absent := sorted(set(liar_map) - {j.user for j in w.jobs})):
+            raise click.BadParameter(f"no job of user {', '.join(absent)} in the workload", param_hint="--liars")
     except (TraceError, ValueError, TypeError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
 
@@ -139,6 +162,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         "seed": seed,
         "slot_s": slot,
         "estimate_error": estimate_error,
+        "liars": liar_map or {},
+        "trust": not no_trust,
         "params": {n: p for n, p in pparams.items() if p},
         "policies": {n: failed[n] if n in failed else _with_tenants(summarize(r), tenant_summary(r))
                      for n, r in _in_order(names, results)},

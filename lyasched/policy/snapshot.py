@@ -10,15 +10,22 @@ when the job has a time limit, else ``start + predicted``, else (neither known) 
 limit, never earlier than it wants to run, so the limit is that bound and the prediction (which
 may be low) is not. ``predicted_end`` (``start + predicted``, nan when unknown) is the forecast
 lyapunov's spread horizon reads.
+
+A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
+longer than predicted has their waiting and running jobs' predictions multiplied by their factor
+(at most the time limit, never below the claim) here, so replay and serve apply it alike; and
+``known``: a job whose claim is far below what is already known of it is shown with that.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
+from lyasched.estimates.trust import TrustBook, distrusted, known_scale, scaled_row
 from lyasched.policy.placement import Placement
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob
 from lyasched.policy.tenants import TenantBook
@@ -61,6 +68,10 @@ class ClusterSnapshot:
     arrivals_t: np.ndarray | None = None
     arrivals_cum_gpu_s: np.ndarray | None = None
     tenants: TenantBook | None = None  # shares and GPU-time per tenant (lyasched.policy.tenants); None = unknown
+    trust: TrustBook | None = None  # users' observed / predicted run-time factors; None = claims as they are
+    # job id -> what is already known of its run time (its model's shared profile, the FLOP
+    # estimate) over its claim, for jobs where they differ; a claim far below it is replaced
+    known: Mapping[str, float] | None = None
 
 
 def expected_end(start: float, predicted_run: float, time_limit: float, slot_len: float) -> float:
@@ -84,21 +95,59 @@ class SlotStateBuilder:
     def __init__(self, caps: Capabilities) -> None:
         self.caps = caps
         self._last: tuple[tuple[RunningObs, ...], tuple[RunningJob, ...]] | None = None
+        self._factors: dict[str, float] = {}  # this slot's trust factors (users not at 1)
+        self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
+        self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
+        self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
 
     def running_job(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
         gpus = obs.gpus
         live = self.caps.preemptive
+        pred = obs.predicted_run
+        f = self._factors.get(obs.user, 1.0) if self._factors else 1.0
+        if self._known and (k := self._known.get(obs.job_id)) is not None:
+            f = max(f, known_scale(k))
+        if f > 1.0 and math.isfinite(pred):
+            pred = float(scaled_row(np.array([pred]), f, obs.time_limit)[0])
         return RunningJob(
             job_id=obs.job_id,
             gpus=gpus,
             placement=obs.placement,
             start_time=obs.start_time,
-            expected_end=expected_end(obs.start_time, obs.predicted_run, obs.time_limit, slot_len),
+            expected_end=expected_end(obs.start_time, pred, obs.time_limit, slot_len),
             attained=obs.attained_before + (gpus * max(0.0, now - obs.start_time) if live else 0.0),
             preemptible=live,
-            predicted_end=obs.start_time + obs.predicted_run,
+            predicted_end=obs.start_time + pred,
             user=obs.user,
         )
+
+    def _set_trust(self, book: TrustBook | None) -> None:
+        key = None if book is None else (id(book), book.version)
+        if key != self._trust_key:
+            self._trust_key = key
+            self._factors = {} if book is None else book.factors()
+
+    def _waiting(self, snap: ClusterSnapshot) -> tuple[WaitingJob, ...]:
+        """The waiting jobs with their users' trust factors (the same objects while unchanged,
+        for the policies' per-job memos)."""
+        known = snap.known or {}
+        if not self._factors and not known:
+            self._trusted.clear()
+            return snap.waiting
+        out, memo = [], {}
+        for w in snap.waiting:
+            f = self._factors.get(w.user, 1.0)
+            if known and (k := known.get(w.job_id)) is not None:
+                f = max(f, known_scale(k))  # either estimates truth / claim: never both multiplied
+            if f > 1.0:
+                m = self._trusted.get(w.job_id)
+                if m is None or m[0] is not w or m[1] != f:
+                    m = (w, f, distrusted(w, f))
+                memo[w.job_id] = m
+                w = m[2]
+            out.append(w)
+        self._trusted = memo
+        return tuple(out)
 
     def _running(self, snap: ClusterSnapshot) -> tuple[RunningJob, ...]:
         if self.caps.preemptive:
@@ -117,12 +166,14 @@ class SlotStateBuilder:
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
+        self._set_trust(snap.trust)
+        self._known = snap.known or {}
         return SlotState(
             now=snap.now,
             slot_len=snap.slot_len,
             free=snap.free,
             gpus_per_node=snap.gpus_per_node,
-            waiting=snap.waiting,
+            waiting=self._waiting(snap),
             running=self._running(snap),
             arrivals_t=snap.arrivals_t,
             arrivals_cum_gpu_s=snap.arrivals_cum_gpu_s,

@@ -27,6 +27,7 @@ import numpy as np
 from lyasched.costmodel import goodput
 from lyasched.costmodel.cost import ClusterSpec, CostModel
 from lyasched.costmodel.jobspec import Job
+from lyasched.estimates.trust import TrustBook
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
@@ -173,6 +174,8 @@ class Simulation:
         checkpointable: str = "all",
         shares: Mapping[str, float] | None = None,
         tenant_input: bool = True,
+        liars: Mapping[str, float] | None = None,
+        trust: bool = True,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -204,6 +207,18 @@ class Simulation:
                     if not 0.0 < f <= 1.0:
                         raise ValueError(f"end fraction of job {j.job_id} must be in (0, 1], got {f}")
                     self.factors[i] *= f
+        # liars: a user's claimed (predicted) run times are this multiple of what the cost model
+        # predicts; their true run times are unchanged (docs/simulator.md, "Liars")
+        liars = {str(k): float(v) for k, v in (liars or {}).items()}
+        if any(not (v > 0 and math.isfinite(v)) for v in liars.values()):
+            raise ValueError("a liar's claim multiplier must be > 0")
+        self.claim = np.array([liars.get(j.user, 1.0) for j in self.jobs])
+        # trust: the policies see each user's predictions times their observed / predicted factor
+        # from the jobs finished so far (lyasched.estimates.trust), as the service does
+        self.trust = trust
+        # what is known of a liar's job (its model's profile: the cost model's prediction) over
+        # their claim: the builder replaces a claim far below it (ClusterSnapshot.known)
+        self.known = {j.job_id: 1.0 / c for j, c in zip(self.jobs, self.claim) if c != 1.0} if trust else {}
         self._templates: dict[tuple, WaitingJob] = {}
         self._piece_tables: dict[tuple, goodput.PieceTable] = {}  # adaptive jobs' (lyasched.costmodel.goodput)
         self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
@@ -249,9 +264,9 @@ class Simulation:
     def _view(self, i: int, frac: float, overhead: float, oracle: bool, attained: float) -> WaitingJob:
         j = self.jobs[i]
         t = self._template(j)
-        scale = j.iterations * frac * (self.factors[i] if oracle else 1.0)
+        scale = j.iterations * frac * (self.factors[i] if oracle else self.claim[i])
         if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
-            per = j.iterations * (self.factors[i] if oracle else 1.0)
+            per = j.iterations * (self.factors[i] if oracle else self.claim[i])
             one, multi = self._pieces(j).rows(1.0 - frac)
             one, multi = one * per, multi * per
         else:
@@ -318,7 +333,7 @@ class Simulation:
         n = len(jobs)
         best_true = self.best_true_runs()
         best_gpu = self._best_gpu * factors
-        records = [JobRecord(job=j, factor=float(factors[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
+        records = [JobRecord(job=j, factor=float(factors[i] / self.claim[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
                    for i, j in enumerate(jobs)]
         frac = [1.0] * n
         attained = [0.0] * n
@@ -333,6 +348,7 @@ class Simulation:
         slot_q: list[float] = []
         slot_z: list[float] = []
 
+        trust = TrustBook() if self.trust and not oracle else None
         ledger = TenantLedger(capacity=float(total), shares=dict(self.shares)) if self.tenant_input else None
         pending: list[tuple[float, int, str, float, float]] = []  # ledger events since the last slot
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
@@ -400,6 +416,9 @@ class Simulation:
                     end, i, tok = heapq.heappop(heap)
                     if tok != tokens[i]:
                         continue  # preempted since
+                    if trust is not None:  # what the service knows of a finished job: its prediction and its run
+                        r = running[i]
+                        trust.observe(jobs[i].user, r.obs.predicted_run, end - r.start)
                     stop(running[i], end, finished=True)
                     records[i].end = end
                     if ledger is not None:
@@ -455,6 +474,8 @@ class Simulation:
                         arrivals_t=self._arr_t[:next_arrival],
                         arrivals_cum_gpu_s=self._arr_cum[:next_arrival],
                         tenants=book,
+                        trust=trust,
+                        known=self.known if trust is not None else None,
                     ))
                     if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
                         state = mv.policy_view(self, state, running, records, oracle, moves)

@@ -1,0 +1,129 @@
+"""Trust: how much longer a user's jobs run than they claim, applied to their next claims.
+
+A job's predicted run time comes from its submitter's claim (the cost summary lyasub writes, or
+a hand-written one), so a user who claims 1 s for 1000 s of work would jump the queue. The
+`TrustBook` keeps, per user and per account, the ratio observed / predicted run time of their
+finished jobs; `factor(user)` is the geometric mean of the last `window` ratios, never below 1
+(no one is predicted shorter than they claimed) and acted on only when it is well above the
+noise of honest predictions (`TrustParams`: z standard errors): honest users' ratios scatter
+around 1 (a replay's estimate error, the cost model's), and acting on that noise would move
+every schedule for nothing, while a claim of 1% is caught at the first finished job. A user with
+no finished job of their own gets their account's
+factor, so a fresh user name does not escape it. Pure: no clock, no I/O; the simulator feeds it
+its finished jobs, the service its records' (lyasched.live.trust), and the one
+`SlotStateBuilder` applies it (lyasched.policy.snapshot).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from lyasched.policy.state import WaitingJob
+
+
+@dataclass(frozen=True)
+class TrustParams:
+    """A factor from n ratios is acted on when its log is at least ``z`` standard errors of
+    honest noise (``noise`` / sqrt(n)) above 0, and the factor at least ``threshold``: after
+    one job from 3.3x, after 4 from 1.8x, from 9 on 1.5x. ``noise`` (sigma of log(observed /
+    predicted) of honest jobs) is twice the replay's default estimate error (0.2)."""
+
+    window: int = 20  # ratios kept per user / account (the latest)
+    min_jobs: int = 1  # finished jobs before a user's (or account's) own factor is looked at
+    noise: float = 0.4
+    z: float = 3.0
+    threshold: float = 1.5
+
+
+@dataclass
+class TrustBook:
+    """Observed / predicted run-time ratios of finished jobs, per user and per account."""
+
+    params: TrustParams = field(default_factory=TrustParams)
+    _user: dict[str, deque] = field(default_factory=dict)
+    _account: dict[str, deque] = field(default_factory=dict)
+    _account_of: dict[str, str] = field(default_factory=dict)
+    version: int = 0  # bumped when a factor may have changed (the builder's memo key)
+
+    def observe(self, user: str, predicted_s: float, observed_s: float, account: str = "") -> None:
+        """One finished run: the run time it was predicted with (the claim, before any trust
+        factor) and the time it ran. Runs with no finite positive prediction are ignored."""
+        if not (predicted_s > 0 and math.isfinite(predicted_s) and observed_s >= 0 and math.isfinite(observed_s)):
+            return
+        r = math.log(max(observed_s, 1e-9) / predicted_s)
+        w = self.params.window
+        self._user.setdefault(user, deque(maxlen=w)).append(r)
+        if account:
+            self._account_of[user] = account
+            self._account.setdefault(account, deque(maxlen=w)).append(r)
+        self.version += 1
+
+    def note_account(self, user: str, account: str) -> None:
+        """The account of a user not yet seen finishing (so a fresh user gets its account's factor)."""
+        if account and self._account_of.get(user) != account:
+            self._account_of[user] = account
+            self.version += 1
+
+    def _ratios(self, user: str) -> deque | None:
+        """The user's own ratios, else their account's (None: neither has ``min_jobs``)."""
+        for r in (self._user.get(user), self._account.get(self._account_of.get(user, ""))):
+            if r is not None and len(r) >= self.params.min_jobs:
+                return r
+        return None
+
+    def raw(self, user: str) -> float:
+        """The user's observed / predicted factor (their own, else their account's; 1 if neither
+        has enough jobs), before the floor at 1 and the noise threshold."""
+        r = self._ratios(user)
+        return 1.0 if r is None else math.exp(sum(r) / len(r))
+
+    def bar(self, n: int) -> float:
+        """The least factor acted on after n ratios."""
+        p = self.params
+        return max(p.threshold, math.exp(p.z * p.noise / math.sqrt(max(n, 1))))
+
+    def factor(self, user: str) -> float:
+        """The factor applied to the user's predictions: >= 1, and 1 unless above the noise."""
+        r = self._ratios(user)
+        if r is None:
+            return 1.0
+        f = math.exp(sum(r) / len(r))
+        return f if f >= self.bar(len(r)) else 1.0
+
+    def factors(self) -> dict[str, float]:
+        """Every known user whose factor is not 1."""
+        users = set(self._user) | set(self._account_of)
+        return {u: f for u in sorted(users) if (f := self.factor(u)) != 1.0}
+
+
+def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:
+    """A claim far below what is already known of the job (its model's shared profile, the FLOP
+    estimate): ``known_over_claim`` = that estimate / the claim. Far below is beyond honest noise
+    after one job (`TrustBook.bar(1)`, 3.3x); the claim is then replaced by the estimate (the
+    scale returned), else kept (1)."""
+    b = TrustBook(params or TrustParams()).bar(1)
+    return known_over_claim if known_over_claim >= b and math.isfinite(known_over_claim) else 1.0
+
+
+def scaled_row(row: np.ndarray, factor: float, time_limit: float) -> np.ndarray:
+    """A row of predicted run times times ``factor``, at most the time limit, never below the
+    row itself (a claim already above the limit stays as claimed)."""
+    out = row * factor
+    if math.isfinite(time_limit):
+        out = np.minimum(out, time_limit)
+    return np.maximum(out, row)
+
+
+def distrusted(w: WaitingJob, factor: float) -> WaitingJob:
+    """A waiting job as predicted with its user's trust factor (``factor`` >= 1)."""
+    if factor <= 1.0:
+        return w
+    one = scaled_row(w.run_one_node, factor, w.time_limit)
+    multi = scaled_row(w.run_multi_node, factor, w.time_limit)
+    best0, best1 = w.best_run, float(min(one.min(), multi.min()))
+    scale = best1 / best0 if best0 > 0 and math.isfinite(best0) and math.isfinite(best1) else factor
+    return replace(w, run_one_node=one, run_multi_node=multi, work=w.work * scale)

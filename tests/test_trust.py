@@ -1,0 +1,241 @@
+"""The trust factor (lyasched.estimates.trust), its application in the one builder, and the
+simulator's liars."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lyasched.cli import main
+from lyasched.estimates.trust import TrustBook, TrustParams, distrusted, scaled_row
+from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
+from lyasched.policy.state import Capabilities, WaitingJob
+from lyasched.sim import Simulation
+from lyasched.sim.workloads import load_workload
+
+
+def wj(job_id: str, user: str, run: float = 100.0, limit: float = math.inf) -> WaitingJob:
+    row = np.array([run, run / 2, math.inf])
+    return WaitingJob(job_id, 0.0, run, row, row.copy(), requested_gpus=1, time_limit=limit, user=user)
+
+
+def test_factor_acted_on_when_far_above_noise_and_never_below_one():
+    b = TrustBook()
+    b.observe("liar", 1.0, 100.0)
+    assert b.factor("liar") == pytest.approx(100.0)  # one 100x run is far beyond noise
+    b.observe("twice", 100.0, 200.0)
+    assert b.raw("twice") == pytest.approx(2.0)
+    assert b.factor("twice") == 1.0  # one 2x run could be noise (bar: exp(3 x 0.4) = 3.3)
+    for _ in range(8):
+        b.observe("twice", 100.0, 200.0)
+    assert b.bar(9) == pytest.approx(1.5)
+    assert b.factor("twice") == pytest.approx(2.0)  # nine are not
+    for _ in range(5):
+        b.observe("modest", 100.0, 10.0)  # ran 10x shorter than claimed
+    assert b.raw("modest") == pytest.approx(0.1)
+    assert b.factor("modest") == 1.0  # never shorter than claimed
+    assert b.factor("nobody") == 1.0
+    assert TrustBook(TrustParams(min_jobs=3)).factor("liar") == 1.0
+
+
+def test_honest_noise_is_not_acted_on():
+    rng = np.random.default_rng(0)
+    b = TrustBook()
+    for u in range(20):
+        for r in np.exp(rng.normal(0.0, 0.2, 30)):
+            b.observe(f"u{u}", 100.0, 100.0 * r)
+    assert b.factors() == {}
+    assert max(b.raw(f"u{u}") for u in range(20)) < TrustParams().threshold
+
+
+def test_window_forgets_old_runs_and_bad_input_is_ignored():
+    b = TrustBook(TrustParams(window=3))
+    for _ in range(3):
+        b.observe("u", 1.0, 50.0)
+    assert b.factor("u") == pytest.approx(50.0)
+    for _ in range(3):
+        b.observe("u", 10.0, 10.0)
+    assert b.factor("u") == 1.0
+    v = b.version
+    b.observe("u", math.nan, 10.0)
+    b.observe("u", 0.0, 10.0)
+    b.observe("u", 10.0, math.inf)
+    assert b.version == v
+
+
+def test_fresh_user_gets_the_accounts_factor():
+    b = TrustBook()
+    for _ in range(3):
+        b.observe("old", 1.0, 20.0, account="lab")
+    b.note_account("fresh", "lab")
+    assert b.factor("fresh") == pytest.approx(20.0)
+    for _ in range(3):
+        b.observe("fresh", 10.0, 10.0, account="lab")
+    assert b.factor("fresh") == 1.0  # their own record, once long enough
+
+
+def test_scaled_row_capped_by_the_limit_never_below_the_claim():
+    row = np.array([10.0, 500.0, math.inf])
+    assert list(scaled_row(row, 3.0, 100.0)) == [30.0, 500.0, math.inf]
+    assert list(scaled_row(row, 3.0, math.inf)) == [30.0, 1500.0, math.inf]
+    w = distrusted(wj("a", "u", run=10.0, limit=25.0), 10.0)
+    assert list(w.run_one_node[:2]) == [25.0, 25.0]
+    assert w.work == pytest.approx(10.0 * 25.0 / 5.0)
+
+
+def test_builder_applies_the_factor_to_the_users_jobs_only():
+    b = TrustBook()
+    for _ in range(3):
+        b.observe("liar", 1.0, 100.0)
+    honest, liar = wj("h", "ann"), wj("l", "liar")
+    run = RunningObs("r", ((0, 1),), 0.0, predicted_run=10.0, user="liar")
+    snap = ClusterSnapshot(now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                           waiting=(honest, liar), running=(run,), trust=b)
+    builder = SlotStateBuilder(Capabilities())
+    s = builder.build(snap)
+    assert s.waiting[0] is honest
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 100.0)
+    assert s.running[0].predicted_end == pytest.approx(1000.0)
+    assert builder.build(snap).waiting[1] is s.waiting[1]  # same object while unchanged (policy memos)
+    plain = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(honest, liar)))
+    assert plain.waiting[1] is liar
+
+
+def test_liars_change_claims_not_truth():
+    w = load_workload("seed-small-scattered", seed=0)
+    honest = Simulation(w.jobs, w.cluster, seed=0)
+    lying = Simulation(w.jobs, w.cluster, seed=0, liars={"user3": 0.01})
+    np.testing.assert_allclose(lying.best_true_runs(), honest.best_true_runs())
+    for i, j in enumerate(lying.jobs):
+        a, b = honest.predicted(i).best_run, lying.predicted(i).best_run
+        assert b == pytest.approx(a * (0.01 if j.user == "user3" else 1.0))
+    with pytest.raises(ValueError):
+        Simulation(w.jobs, w.cluster, liars={"user3": 0.0})
+
+
+def test_trust_makes_lying_not_pay_in_a_replay():
+    from lyasched.policy import make_policy
+
+    w = load_workload("seed-small-bursty", seed=0)
+    waits = {}
+    for trust in (False, True):
+        res = Simulation(w.jobs, w.cluster, seed=0, liars={"user6": 0.01}, trust=trust).run(make_policy("lyapunov"))
+        lied = sorted((r for r in res.records if r.job.user == "user6"), key=lambda r: r.end)[10:]
+        waits[trust] = np.mean([r.wait for r in lied])
+    assert waits[True] > 1.5 * waits[False]
+
+
+@pytest.mark.parametrize("arg,needle", [("user3", "USER=X"), ("user3=0", "USER=X"), ("user3=x", "USER=X"),
+                                        ("nosuch=0.5", "no job of user nosuch")])
+def test_bad_liars_one_line(arg, needle):
+    r = CliRunner().invoke(main, ["replay", "-w", "seed-small-scattered", "-p", "fifo", "--liars", arg])
+    assert r.exit_code == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_service_feeds_the_book_from_its_records(tmp_path):
+    from lyasched.live.trust import LiveTrust
+    from lyasched.store import moves, records
+
+    db = records.open_records(tmp_path / "r.db")
+    for k in range(3):
+        records.upsert_job(db, f"l{k}", user="liar", state="finished", predicted=10.0, observed=1000.0, ended=100.0 + k)
+        records.upsert_job(db, f"h{k}", user="ann", state="finished", predicted=100.0, observed=110.0, ended=100.0 + k)
+    records.upsert_job(db, "run", user="bob", state="running", predicted=1.0, ended=None)
+    live = LiveTrust()
+    book = live.update(db)
+    assert book.factors() == {"liar": pytest.approx(100.0)}
+    v = book.version
+    assert live.update(db).version == v  # each job fed once
+    for k in range(3):  # moved jobs' predicted is their last piece's: left out
+        records.upsert_job(db, f"m{k}", user="bob", state="finished", predicted=1.0, observed=100.0, ended=200.0 + k)
+        db["moves"].insert({"uid": f"m{k}"}, alter=False)
+    assert live.update(db).factor("bob") == 1.0
+    records.upsert_job(db, "late", user="ann", state="finished", predicted=1.0, observed=1000.0, ended=300.0)
+    assert live.update(db).version == v + 1
+
+
+def test_claim_far_below_what_is_known_is_replaced():
+    from lyasched.estimates.trust import known_scale
+
+    assert known_scale(100.0) == 100.0
+    assert known_scale(2.0) == 1.0  # within honest noise of one job: the claim stands
+    assert known_scale(0.01) == 1.0  # a claim above what is known stands (never shorter than claimed)
+    w, h = wj("l", "new"), wj("h", "ann")
+    snap = ClusterSnapshot(now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                           waiting=(h, w), known={"l": 50.0, "h": 1.5})
+    s = SlotStateBuilder(Capabilities()).build(snap)
+    assert s.waiting[0] is h
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 50.0)
+    b = TrustBook()
+    b.observe("new", 1.0, 80.0)  # the larger of the two estimates, never their product
+    s = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(h, w), known={"l": 50.0}, trust=b))
+    assert s.waiting[1].run_one_node[0] == pytest.approx(100.0 * 80.0)
+
+
+def test_known_claims_in_the_simulator():
+    w = load_workload("seed-small-scattered", seed=0)
+    assert Simulation(w.jobs, w.cluster, liars={"user3": 0.01}).known == {
+        j.job_id: pytest.approx(100.0) for j in w.jobs if j.user == "user3"}
+    assert Simulation(w.jobs, w.cluster, liars={"user3": 0.01}, trust=False).known == {}
+    assert Simulation(w.jobs, w.cluster).known == {}
+
+
+def test_service_shows_a_liars_next_job_with_their_factor():
+    """A job that ran far longer than it was predicted: the same user's next job reaches the
+    policy predicted longer by their factor (capped by its time limit), another user's does not."""
+    from test_service import FakeJob, FakeSlurm, StartAs, service, summary
+
+    from lyasched.store import records
+
+    db = records.open_records(":memory:")
+    first = FakeJob("31", summary("uid-00000031"), limit="1-00:00:00")
+    slurm = FakeSlurm(jobs=[first])
+    pol = StartAs({"31": ((0, 1),)})
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    pred1 = records.get_job(db, "uid-00000031")["predicted"]
+    first.state, first.reason, first.start, first.nodes = "RUNNING", "None", 1_000_101.0, ("node1",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    first.state, first.end = "COMPLETED", 1_000_101.0 + 50 * pred1
+    svc.clock_state["t"] += 50 * pred1 + 2
+    svc.run_slot()
+    t = svc.clock_state["t"]
+    slurm.jobs += [FakeJob("32", summary("uid-00000032"), submit=t, limit="1-00:00:00"),
+                   FakeJob("33", summary("uid-00000033"), user="bob", submit=t, limit="1-00:00:00")]
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert svc.trust.book.factor("alice") == pytest.approx(50.0, rel=0.01)
+    raw = {w.job_id: w for w in svc.last_snapshot.waiting}
+    shown = {w.job_id: w for w in pol.states[-1].waiting}
+    assert shown["33"] is raw["33"]
+    assert shown["32"].run_one_node[0] == pytest.approx(raw["32"].run_one_node[0] * 50.0, rel=0.01)
+
+
+def test_replay_liars_and_no_trust():
+    import json
+
+    def avg_wait(*extra):
+        r = CliRunner().invoke(main, ["replay", "-w", "seed-small-bursty", "-p", "lyapunov", "--json", *extra])
+        assert r.exit_code == 0, r.stderr
+        out = json.loads(r.stdout)
+        return out, out["policies"]["lyapunov"]["avg_wait_s"]
+
+    honest, w0 = avg_wait()
+    lied, w1 = avg_wait("--liars", "user1=0.01", "--no-trust")
+    assert lied["liars"] == {"user1": 0.01} and lied["trust"] is False and honest["trust"] is True
+    assert w1 != w0
+
+
+def test_known_reaches_running_jobs():
+    run = RunningObs("r", ((0, 1),), 0.0, predicted_run=10.0, user="new")
+    s = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
+        now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(), running=(run,), known={"r": 40.0}))
+    assert s.running[0].predicted_end == pytest.approx(400.0)
