@@ -1,10 +1,20 @@
-"""Wall time of a full Philly replay (82,247 jobs) per policy. Target: <= 60 s per policy.
+"""Wall time of replays per policy, optionally side by side with another tree in one run.
 
-    python benchmarks/replay_speed.py [--policies fifo,lyapunov] [--max-jobs N] [--limit 120] [--json]
+    python benchmarks/replay_speed.py [--policies fifo,lyapunov] [--max-jobs N] [--load 0.8]
+                                      [--limit 120] [--rounds 1] [--against DIR] [--json]
 
-Each policy runs on the same jobs and cluster (sized for load 0.8, 8 GPUs/node, as
+Each policy runs on the same jobs and cluster (a trace is sized for --load, 8 GPUs/node, as
 `lyasched replay --workload ../shared/data/traces/philly.csv` does); a policy still running
-after --limit seconds is stopped and reported as '> limit'. Prints one line per policy.
+after --limit seconds is stopped and reported as '> limit'. ``--against DIR``: the same replays
+with the lyasched package of another checkout (e.g. ``git worktree add /tmp/ccc ccc6d68``), run in
+a child process, alternating with this tree's round by round so both see the same machine load;
+the figures are printed side by side with this tree's / the other's wall-time ratio
+(``ratio`` in the JSON, median over rounds). Examples:
+
+    # the README's researcher command, with elastic (the first 3,000 Philly jobs at load 1.0)
+    python benchmarks/replay_speed.py --max-jobs 3000 --load 1.0 --policies lyapunov,elastic,tiresias,backfill --limit 600
+    # the full trace under lyapunov, against ccc6d68
+    python benchmarks/replay_speed.py --policies lyapunov --limit 1800 --against /tmp/ccc
 """
 
 from __future__ import annotations
@@ -13,53 +23,103 @@ import argparse
 import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
-
-from lyasched.policy import POLICIES, make_policy
-from lyasched.sim import Simulation, WallTimeExceeded
-from lyasched.sim.metrics import summarize
-from lyasched.sim.workloads import load_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
 
 
+def measure(trace: str, policies: list[str], max_jobs: int | None, load: float, limit: float) -> dict:
+    """One round in this process: setup, then every policy's replay (wall, decide, calls, JCT)."""
+    from lyasched.policy import make_policy
+    from lyasched.sim import Simulation, WallTimeExceeded
+    from lyasched.sim.metrics import summarize
+    from lyasched.sim.workloads import load_workload
+
+    import lyasched
+
+    t0 = time.perf_counter()
+    w = load_workload(trace, load=load, max_jobs=max_jobs)
+    sim = Simulation(w.jobs, w.cluster, seed=0)
+    out: dict = {"jobs": len(w.jobs), "cluster": f"{w.cluster.nodes}x{w.cluster.gpus_per_node}",
+                 "setup_s": round(time.perf_counter() - t0, 2), "package": os.path.dirname(lyasched.__file__),
+                 "policies": {}}
+    for name in policies:
+        try:
+            r = sim.run(make_policy(name, seed=0), name=name, wall_limit_s=limit)
+            out["policies"][name] = {"wall_s": round(r.wall_s, 1), "decide_s": round(r.decide_s, 1), "finished": True,
+                                     "decide_calls": r.decide_calls, "avg_jct_s": round(summarize(r)["avg_jct_s"])}
+        except WallTimeExceeded as e:
+            out["policies"][name] = {"wall_s": round(e.wall, 1), "decide_s": round(e.decide_s, 1), "finished": False,
+                                     "jobs_done": e.done}
+    return out
+
+
+def line(name: str, row: dict, limit: float) -> str:
+    if not row["finished"]:
+        return f"> {limit:.0f} s (stopped with {row['jobs_done']} jobs finished)"
+    return (f"{row['wall_s']:7.1f} s (decide {row['decide_s']:.1f} s in {row['decide_calls']} calls; "
+            f"avg JCT {row['avg_jct_s']} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default=PHILLY)
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=None, help="comma-separated (default: every registered policy)")
     ap.add_argument("--max-jobs", type=int, default=None)
     ap.add_argument("--load", type=float, default=0.8)
     ap.add_argument("--limit", type=float, default=120.0, help="stop a policy after this many seconds")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--against", default=None, help="a checkout whose lyasched package runs the same replays")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.policies is None:
+        from lyasched.policy import POLICIES
+
+        a.policies = ",".join(POLICIES)
+    policies = [p for p in a.policies.split(",") if p]
+    if a.child:
+        print(json.dumps(measure(a.trace, policies, a.max_jobs, a.load, a.limit)))
+        return
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
-    t0 = time.perf_counter()
-    w = load_workload(a.trace, load=a.load, max_jobs=a.max_jobs)
-    sim = Simulation(w.jobs, w.cluster, seed=0)
-    setup = time.perf_counter() - t0
-    out = {"jobs": len(w.jobs), "cluster": f"{w.cluster.nodes}x{w.cluster.gpus_per_node}", "setup_s": round(setup, 2),
-           "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus", "policies": {}}
-    if not a.json:
-        print(f"{len(w.jobs)} jobs on {out['cluster']} GPUs; load+setup {setup:.1f} s (once, shared by all policies)")
-    for name in a.policies.split(","):
-        try:
-            r = sim.run(make_policy(name, seed=0), name=name, wall_limit_s=a.limit)
-            s = summarize(r)
-            row = {"wall_s": round(r.wall_s, 1), "decide_s": round(r.decide_s, 1), "finished": True,
-                   "decide_calls": r.decide_calls, "avg_jct_s": round(s["avg_jct_s"])}
-            line = (f"{name:11s} {r.wall_s:7.1f} s  (policy.decide {r.decide_s:.1f} s in {r.decide_calls} calls, "
-                    f"simulator {r.wall_s - r.decide_s:.1f} s; avg JCT {s['avg_jct_s']:.0f} s)")
-        except WallTimeExceeded as e:
-            row = {"wall_s": round(e.wall, 1), "decide_s": round(e.decide_s, 1), "finished": False, "jobs_done": e.done}
-            line = (f"{name:11s}  > {a.limit:.0f} s  (stopped with {e.done}/{e.total} jobs finished; "
-                    f"policy.decide {e.decide_s:.1f} s of it)")
-        out["policies"][name] = row
-        if not a.json:
-            print(line, flush=True)
+    trees = {"this": os.path.dirname(HERE)}
+    if a.against:
+        if not os.path.isdir(os.path.join(a.against, "lyasched")):
+            sys.exit(f"Error: --against {a.against}: no lyasched package there")
+        trees["against"] = os.path.abspath(a.against)
+    runs: dict[str, list[dict]] = {k: [] for k in trees}
+    for rnd in range(a.rounds):
+        for key, root in trees.items():
+            argv = [sys.executable, os.path.abspath(__file__), "--child", "--trace", a.trace, "--policies", a.policies,
+                    "--load", str(a.load), "--limit", str(a.limit)] + (["--max-jobs", str(a.max_jobs)] if a.max_jobs else [])
+            env = {**os.environ, "PYTHONPATH": root}
+            got = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
+            runs[key].append(got)
+            print(f"round {rnd + 1}, {key} ({got['package']}): " + "; ".join(
+                f"{p} {line(p, got['policies'][p], a.limit).strip()}" for p in policies), file=sys.stderr, flush=True)
+    first = runs["this"][0]
+    out: dict = {"jobs": first["jobs"], "cluster": first["cluster"], "load": a.load,
+                 "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+                 "load_average": os.getloadavg(), "rounds": runs, "policies": {}}
+    for p in policies:
+        row: dict = {k: [r["policies"][p] for r in v] for k, v in runs.items()}
+        if a.against:
+            ratios = [x["wall_s"] / y["wall_s"] for x, y in zip(row["this"], row["against"]) if y["wall_s"] > 0]
+            row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+        out["policies"][p] = row
     if a.json:
         print(json.dumps(out))
+        return
+    print(f"{first['jobs']} jobs on {first['cluster']} GPUs, load {a.load}")
+    for p, row in out["policies"].items():
+        text = f"{p:11s} this: {line(p, row['this'][-1], a.limit)}"
+        if a.against:
+            text += f"\n{'':11s} against: {line(p, row['against'][-1], a.limit)}\n{'':11s} ratio this/against: {row['ratio']}"
+        print(text)
 
 
 if __name__ == "__main__":

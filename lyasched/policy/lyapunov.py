@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -554,7 +555,7 @@ def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
 _WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
 
 
-def quiet_for(holds, step: float) -> float:
+def quiet_for(holds: Callable[[float], bool], step: float) -> float:
     """The longest D (0 if not even ``step``; at most `_WAKE_HORIZON`) found for which ``holds(D)``
     says nothing can happen within D: D doubles from ``step`` while it holds, then four halvings
     close in on where it stopped holding. ``holds`` must be monotone (true at D, true below)."""
@@ -602,81 +603,6 @@ class TenantBound:
         _, y1, floor, scale = self._at(d)
         return scale * np.maximum(0.0, np.maximum(self.y0, y1) - floor)
 
-    def of(self, tenant: str, d: float) -> float:
-        """The same bound for a tenant with no job waiting (`tenant_behind` reads those too)."""
-        later, _, floor, scale = self._at(d)
-        y = max(self.book.shortfall(tenant, self.slack, self.pad), later.shortfall(tenant, self.slack, self.pad))
-        return scale * max(0.0, y - floor)
-
-
-def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
-    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
-    g = np.arange(1, one.shape[1] + 1, dtype=float)
-    with np.errstate(invalid="ignore"):
-        gt = np.minimum(one, multi)
-        gt *= g[None, :]
-    gt[~np.isfinite(gt)] = np.inf
-    return gt
-
-
-_WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
-
-
-def quiet_for(holds, step: float) -> float:
-    """The longest D (0 if not even ``step``; at most `_WAKE_HORIZON`) found for which ``holds(D)``
-    says nothing can happen within D: D doubles from ``step`` while it holds, then four halvings
-    close in on where it stopped holding. ``holds`` must be monotone (true at D, true below)."""
-    if not holds(step):
-        return 0.0
-    lo, hi = step, 2 * step
-    while hi <= _WAKE_HORIZON and holds(hi):
-        lo, hi = hi, 2 * hi
-    if hi > _WAKE_HORIZON:
-        return lo
-    for _ in range(4):
-        mid = 0.5 * (lo + hi)
-        if holds(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-class TenantBound:
-    """While demand is unchanged, an upper bound over [now, now + d] on each waiting tenant's
-    credit per GPU over V*Theta (`LyapunovPolicy._tenants_behind`: weight x Ebar x (y_k - floor)
-    / G^2). Ebar grows with time, so its value at d bounds it; each shortfall y_k is a ratio of
-    two linear functions of time (`TenantBook.at`), so monotone, and lies between its values at
-    the ends; the floor is at least the least of those ends."""
-
-    def __init__(self, book: TenantBook, users: list[str], weight: float, slack: float, total_gpus: int, slot: float) -> None:
-        self.book, self.weight, self.slack = book, weight, slack
-        self.g2 = float(total_gpus * total_gpus)
-        self.pad = total_gpus * slot
-        self.names = sorted(set(users))
-        col = {name: i for i, name in enumerate(self.names)}
-        self.who = np.fromiter((col[u] for u in users), dtype=np.intp, count=len(users))
-        self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
-
-    def per_gpu(self, d: float) -> np.ndarray:
-        """Per tenant (``names`` order), the bound on its credit per GPU over V*Theta within d."""
-        later = self.book.at(d)
-        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
-        floor = min(float(self.y0.min()), float(y1.min()))
-        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
-        return self.weight * ebar / self.g2 * np.maximum(0.0, np.maximum(self.y0, y1) - floor)
-
-    def of(self, tenant: str, d: float, per: np.ndarray | None = None) -> float:
-        """The bound for any tenant (one with no job waiting too), as `tenant_behind` reads it."""
-        p = self.per_gpu(d) if per is None else per
-        if tenant in self.names:
-            return float(p[self.names.index(tenant)])
-        later = self.book.at(d)
-        y = max(self.book.shortfall(tenant, self.slack, self.pad), later.shortfall(tenant, self.slack, self.pad))
-        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
-        floor = min(float(self.y0.min()), float(y1.min()))
-        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
-        return self.weight * ebar / self.g2 * max(0.0, y - floor)
 
 _GREEDY_BLOCK = 256  # jobs whose score rows `_greedy` sorts in one call
 
