@@ -389,8 +389,7 @@ class LyapunovPolicy:
         cand = np.flatnonzero(has & (r <= free.total))
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        order = np.lexsort((cand, key[cand]))
-        for j in cand[order]:
+        for j in cand[self._fill_order(arr, cand, key[cand])]:
             g = int(r[j])  # the request
             if free.total < g:
                 continue
@@ -404,6 +403,12 @@ class LyapunovPolicy:
             if free.total == 0:
                 break
         return out
+
+    def _fill_order(self, arr: dict, cand: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """Extension point (benchmarks/experiments/tenant_cost.py): the order in which the fill tries
+        the candidates ``cand`` (their GPU-time at the request: ``key``). Shipped: shortest first,
+        whatever the tenant."""
+        return np.lexsort((cand, key))
 
     def _wake_terms(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float,
                     z: float) -> float | tuple[int, np.ndarray, np.ndarray, np.ndarray]:
