@@ -2,7 +2,7 @@
 against the same policy without tenant input, side by side on the same simulation, on the
 multi-tenant workloads of benchmarks/robustness.py and benchmarks/fairness.py (docs/fairness.md).
 
-    python benchmarks/experiments/tenant_cost.py SETS [--policy lyapunov|elastic] [--forms shipped,tenant-first] [--param KEY=VALUE]
+    python benchmarks/experiments/tenant_cost.py SETS [--policy lyapunov|elastic] [--forms shipped,tenant-first] [--param KEY=VALUE] [--skip PREFIX,...]
 
 SETS, comma-separated: ``philly12000`` (rows 12,000-15,000 of the trace at loads 0.8, 1.0, 1.2:
 design), ``fair`` (benchmarks/fairness.py --quick, design), ``rob`` (benchmarks/robustness.py
@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--policy", default="lyapunov", choices=("lyapunov", "elastic"))
     ap.add_argument("--forms", default="shipped")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--skip", default="", help="leave out workloads whose name starts with one of these (comma-separated)")
     a = ap.parse_args()
     try:
         params = parse_params(a.param, [a.policy]).get(a.policy, {})
@@ -87,7 +88,10 @@ def main() -> None:
     if "tenant-first" in forms and a.policy != "lyapunov":
         ap.exit(2, "tenant_cost.py: the tenant-first form is lyapunov's\n")
     ratios: dict[str, list[tuple[float, float]]] = {f: [] for f in forms}
+    skip = tuple(x for x in a.skip.split(",") if x)
     for w in workloads(a.sets.split(",")):
+        if skip and w["name"].startswith(skip):
+            continue
         kw = dict(seed=w["seed"], end_fraction=w["end_fraction"], shares=w.get("shares") or {})
         line, base = [], None
         t0 = time.perf_counter()
