@@ -6,7 +6,7 @@ multi-tenant workloads of benchmarks/robustness.py and benchmarks/fairness.py (d
 
 SETS, comma-separated: ``philly12000`` (rows 12,000-15,000 of the trace at loads 0.8, 1.0, 1.2:
 design), ``fair`` (benchmarks/fairness.py --quick, design), ``rob`` (benchmarks/robustness.py
---quick, design); held out: ``philly40000`` (rows 40,000-43,000 at 0.6, 1.0, 1.2), ``fairh``,
+--quick, design), ``seeds`` (the four seed groups at seeds 0-4, the full sweep's design seeds); held out: ``philly40000`` (rows 40,000-43,000 at 0.6, 1.0, 1.2), ``fairh``,
 ``robheldout``, ``robheldout2``. Every workload of these has two or more tenants (the seed
 groups' and synthetic workloads' users user0..7, Philly's virtual clusters).
 
@@ -63,6 +63,8 @@ def workloads(sets: list[str]) -> list[dict]:
             out += [robustness.philly_window(rows, off, 3000, load, s) for load in loads]
         elif s in ("fair", "fairh"):
             out += fairness.workloads(True, "design" if s == "fair" else "heldout")
+        elif s == "seeds":
+            out += robustness.seed_round("design", range(5))
         elif s == "rob":
             out += robustness.workloads(True, "design")
         elif s.startswith("rob"):
