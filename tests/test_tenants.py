@@ -218,3 +218,19 @@ def test_fill_stays_shortest_first_with_tenants_behind(policy):
     behind_b = TenantBook({}, {"a": 5e4, "b": 0.0}, {"a": 3e4, "b": 3e4})
     res = pol.decide(_fill_state(behind_b))
     assert [(d.job_id, d.reason) for d in res.starts] == [("a1", "fill: score 0, run 464s (+0s over best 464s)")]
+
+
+def test_wake_at_with_tenants_when_nothing_fits():
+    """With tenants behind the policy does not skip slots (a credit grows with time), except when
+    no configuration of any waiting job fits the free GPUs: then nothing can start before the
+    cluster changes, whatever the credit, and the slot says so (wake_at inf)."""
+    cm = CostModel(CL)
+    ws = tuple(waiting_job(j, cm, 2) for j in [
+        Job("a1", RESNET, 64, 40_000, submit_time=0.0, min_gpus=2, max_gpus=2, requested_gpus=2, user="a"),
+        Job("b1", RESNET, 64, 40_000, submit_time=0.0, min_gpus=2, max_gpus=2, requested_gpus=2, user="b"),
+    ])
+    run = RunningJob("r", 1, ((0, 1),), 0.0, 1e5, predicted_end=1e5, user="a")
+    book = TenantBook({}, {"a": 5e4, "b": 0.0}, {"a": 3e4, "b": 3e4})
+    state = SlotState(now=600.0, slot_len=30.0, free=(1,), gpus_per_node=2, waiting=ws, running=(run,), tenants=book)
+    res = make_policy("lyapunov").decide(state)
+    assert res.starts == () and res.info.get("wake_at") == math.inf

@@ -351,8 +351,13 @@ class LyapunovPolicy:
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
-        if not starts and cand.size == 0 and "tenant_credit" not in arr:  # a tenant's credit grows otherwise
-            info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
+        if not starts and cand.size == 0:
+            if "tenant_credit" not in arr:
+                info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
+            elif not (np.isfinite(raw_one).any() or np.isfinite(raw_multi).any()):
+                # a tenant's credit grows with time, but no configuration fits the free GPUs: nothing can
+                # start before the cluster changes (an arrival, a release), whatever the credit
+                info["wake_at"] = math.inf
         return SlotResult(starts=tuple(starts), q=q_after, z=z_after, info=info)
 
     def _starts_first(self, state: SlotState, arr: dict, free: FreeGpus, s_one: np.ndarray, s_multi: np.ndarray) -> list[Decision]:
