@@ -246,10 +246,7 @@ class ElasticPolicy(LyapunovPolicy):
         older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
         behind = self._swap_tenants(state)
-        if behind is None:
-            order = heapq.nsmallest(self.max_candidates, cands)
-        else:  # the jobs of the tenants furthest behind first, shortest first within a tenant
-            order = heapq.nsmallest(self.max_candidates, cands, key=lambda c: (-behind(left[c[2]].user), c))
+        order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
         searches = 0

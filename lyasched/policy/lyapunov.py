@@ -125,7 +125,7 @@ class LyapunovPolicy:
     relative: bool = True  # externality relative to the job shortest-first would start instead
     max_stretch: float = 3.0  # never fewer GPUs than asked if that more than multiplies the run time by this
     exact_limit: int = 50_000  # solve exactly when jobs x free GPUs x options is at most this
-    tenant_weight: float = 100.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
+    tenant_weight: float = 10.0  # weight of the tenants' GPU-time deficits (0: tenants ignored; docs/model.md, section 5)
     tenant_slack: float = 0.05  # a tenant counts as behind only past this share of its entitlement
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
@@ -373,8 +373,9 @@ class LyapunovPolicy:
     def _fill(self, state: SlotState, arr: dict, free: FreeGpus) -> list[Decision]:
         """Work conservation: GPUs the scores left free go to waiting jobs that fit at their request.
 
-        Shortest estimated GPU-time at the request first (the jobs of tenants furthest behind
-        first, when there are such). Fewer GPUs than asked stay the scores'
+        Shortest estimated GPU-time at the request first, whatever the tenant: the tenant term acts
+        in the scores, where a job's length weighs against it (ordering the fill by tenant put the
+        long jobs of a tenant behind ahead of every short one). Fewer GPUs than asked stay the scores'
         choice (bounded by ``max_stretch``): filling only ever gives a job what it asked for.
         """
         req, run_req, one, multi = arr["req"], arr["run_req"], arr["one"], arr["multi"]
@@ -393,9 +394,7 @@ class LyapunovPolicy:
         cand = np.flatnonzero(has & (r <= free.total))
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        tc = arr.get("tenant_credit")
-        order = np.lexsort((cand, key[cand])) if tc is None else np.lexsort((cand, key[cand], -tc[cand]))
-        for j in cand[order]:  # with tenants behind: theirs first (docs/model.md, section 5)
+        for j in cand[self._fill_order(arr, cand, key[cand])]:
             g = int(r[j])  # the request
             if free.total < g:
                 continue
@@ -409,6 +408,12 @@ class LyapunovPolicy:
             if free.total == 0:
                 break
         return out
+
+    def _fill_order(self, arr: dict, cand: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """Extension point (benchmarks/experiments/tenant_cost.py): the order in which the fill tries
+        the candidates ``cand`` (their GPU-time at the request: ``key``). Shipped: shortest first,
+        whatever the tenant."""
+        return np.lexsort((cand, key))
 
     def _wake_terms(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float,
                     z: float) -> float | tuple[int, np.ndarray, np.ndarray, np.ndarray]:
