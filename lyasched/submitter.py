@@ -324,7 +324,11 @@ def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, 
         raise RequestError(f"partition {partition!r} has no GPU nodes")
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
-    nodes = typed_nodes(nodes, gpu_types, partition)
+    return _view(typed_nodes(nodes, gpu_types, partition), conf)
+
+
+def _view(nodes: list, conf) -> ClusterView:
+    """`make_view` with the service database's calibrated links, the database closed after."""
     links_db = open_links_db(conf.db)
     try:
         return make_view(nodes, conf, links_db)
@@ -344,13 +348,7 @@ def shape_view(shape: tuple[int, int], config_path: Path | None, say: Say,
     if gpu_types:
         say(f"dry run: --cluster-shape taken as the nodes of GPU type {' or '.join(gpu_types)} "
             "(not checked against Slurm)")
-    nodes = [NodeInfo(f"node{i + 1}", "IDLE", shape[1], 0, gpu_type=gt) for i in range(shape[0])]
-    links_db = open_links_db(conf.db)
-    try:
-        return make_view(nodes, conf, links_db)
-    finally:
-        if links_db is not None:
-            links_db.conn.close()
+    return _view([NodeInfo(f"node{i + 1}", "IDLE", shape[1], 0, gpu_type=gt) for i in range(shape[0])], conf)
 
 
 def placeable(g: int, node_gpus: Sequence[int]) -> bool:
