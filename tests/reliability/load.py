@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -36,7 +37,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .users import TEST_USER, as_user, as_user_argv
 
@@ -243,17 +244,30 @@ def stop_service(p: subprocess.Popen, timeout: float = 120) -> int | None:
 # ---------------------------------------------------------------- burst
 
 
-def seed_cost_table(db: Path, model: str, device: str = "gpu") -> str:
+def cluster_device_keys() -> set[str]:
+    """The cost-table device keys lyasub may key a job on here: the generic one and each GPU type
+    the cluster's nodes declare (a job with no --gpu-type is keyed on the first typed node's)."""
+    from lyasched.profile.signature import device_type
+
+    out = subprocess.run(["sinfo", "-h", "-o", "%G"], capture_output=True, text=True).stdout
+    return {"gpu", *(device_type(t) for t in re.findall(r"gpu:([A-Za-z][\w.-]*):\d", out))}
+
+
+def seed_cost_table(db: Path, model: str, devices: Iterable[str] | None = None) -> str:
     """A measured cost-table entry for ``model`` so lyasub reuses it (the common case of a
-    user resubmitting a known model: no profiling job); returns the model signature."""
+    user resubmitting a known model: no profiling job), under every device key of this cluster
+    (`cluster_device_keys`: a miss would send a profiling job that waits behind the blocked GPUs);
+    returns the model signature."""
     from lyasched.store import open_db
     from lyasched.store.costtable import put
     from lyasched.submitter import model_signature_of
 
     spec, sig = model_signature_of(model, {})
     params = sum(p.numel() for p in spec.model.parameters())
-    put(open_db(db), {"signature": sig, "device_type": device, "model": model, "source": "measured",
-                      "alpha": 1e-3, "beta": 1e-5, "m0": 1e7, "m1": 1e4, "params": params, "bytes_per_param": 4})
+    conn = open_db(db)
+    for device in sorted(cluster_device_keys() if devices is None else devices):
+        put(conn, {"signature": sig, "device_type": device, "model": model, "source": "measured",
+                   "alpha": 1e-3, "beta": 1e-5, "m0": 1e7, "m1": 1e4, "params": params, "bytes_per_param": 4})
     return sig
 
 
