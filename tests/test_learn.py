@@ -171,6 +171,20 @@ def test_startup_term_is_a_median_per_cluster_and_launcher(tmp_path):
     assert startup.steady(10.0, 13.0, 50.0) == (1.0, pytest.approx(1.3))
 
 
+def test_startup_term_keeps_counts_that_are_not_allowed_out():
+    """The start-up term is added to the counts a job may run on and capped at its time limit; a
+    count it may not run on (inf) stays inf, not the time limit (a 4-GPU-only job was started on
+    1 GPU once the service had learned a start-up time: tests/test_serve_slurm.py)."""
+    from lyasched.policy.state import WaitingJob
+
+    inf = np.inf
+    wj = WaitingJob("j", 0.0, 1.0, np.array([inf, inf, inf, 2.0]), np.array([inf, inf, inf, 500.0]), requested_gpus=4,
+                    time_limit=300.0)
+    got = startup.with_startup(wj, 4.5, 300.0)
+    assert got.run_one_node.tolist() == [inf, inf, inf, 6.5]
+    assert got.run_multi_node.tolist() == [inf, inf, inf, 300.0]
+
+
 # ---------------------------------------------------------------- through the service
 
 

@@ -102,5 +102,8 @@ def with_startup(wj: Any, startup_s: float, limit: float | None = None) -> Any:
     if startup_s <= 0:
         return wj
     cap = limit if limit else np.inf
-    return dataclasses.replace(wj, run_one_node=np.minimum(wj.run_one_node + startup_s, cap),
-                               run_multi_node=np.minimum(wj.run_multi_node + startup_s, cap))
+
+    def add(row: Any) -> Any:  # a count that is not allowed (inf) stays not allowed, not "the time limit"
+        return np.where(np.isfinite(row), np.minimum(row + startup_s, cap), row)
+
+    return dataclasses.replace(wj, run_one_node=add(wj.run_one_node), run_multi_node=add(wj.run_multi_node))
