@@ -132,6 +132,18 @@ def test_random_keeps_fifo_order_without_skipping():
     assert res.info["blocked_by"] == blocked.job_id
 
 
+def test_random_draws_only_counts_an_empty_cluster_can_hold():
+    """On two 4-GPU nodes a job allowed 1..8 GPUs may not run on 5 or 7 (no layout: one node, or
+    k nodes x g/k GPUs): random never draws them, so no job blocks the queue for ever."""
+    w = wj("a", batch=8 * 5 * 7 * 3)  # every count 1..8 allowed
+    assert allowed_counts(w) == list(range(1, 9))
+    draws = set()
+    for s in range(200):
+        res = RandomGpus(seed=s).decide(slot([w], free=(4, 4)))
+        draws.add(started(res)["a"])
+    assert draws == {1, 2, 3, 4, 6, 8}
+
+
 # --------------------------------------------------------------------------- backfill
 
 

@@ -159,18 +159,29 @@ def test_unknown_builtin():
     assert r.exit_code != 0 and "unknown workload" in r.stderr
 
 
-def test_a_policy_leaving_jobs_unfinished_is_reported_not_fatal():
-    """random draws counts no layout of this cluster can hold and blocks its queue on one: it is
-    reported as failed with the count (table and JSON), fifo's results are still there, exit 3."""
-    args = ["replay", "-w", "synth:adaptive,load=1", "-p", "random,fifo"]
-    r = run(*args[1:], "--json")
+def test_a_policy_leaving_jobs_unfinished_is_reported_not_fatal(tmp_path):
+    """A 7-GPU request on two 4-GPU nodes: no layout holds it (one node, or k nodes x 7/k GPUs),
+    so fifo blocks its queue on it for ever. fifo is reported as failed with the count (table and
+    JSON), random's results are still there (it draws only counts the cluster can hold), exit 3."""
+    p = tmp_path / "t.csv"
+    p.write_text(TRACE.splitlines()[0] + "\n" + "".join(TRACE.splitlines(True)[1:11]) + "1300,600,7\n")
+    args = ["-w", str(p), "-p", "random,fifo", "--nodes", "2", "--gpus-per-node", "4"]
+    r = run(*args, "--json")
     assert r.exit_code == 3, r.output
     out = json.loads(r.stdout)
-    assert out["policies"]["random"] == {"failed": True, "unfinished": 135,
-                                         "error": "random: 135 of 160 jobs never finish (nothing runs or arrives, "
-                                                  "and the policy starts nothing)"}
-    assert out["policies"]["fifo"]["avg_jct_s"] > 0
-    t = run(*args[1:])
+    assert out["policies"]["fifo"] == {"failed": True, "unfinished": 1,
+                                       "error": "fifo: 1 of 11 jobs never finish (nothing runs or arrives, "
+                                                "and the policy starts nothing)"}
+    assert out["policies"]["random"]["avg_jct_s"] > 0 and out["policies"]["random"]["jobs"] == 11
+    t = run(*args)
     assert t.exit_code == 3
-    assert "FAILED: 135 of 160 jobs never finish" in t.stdout and "\nfifo " in t.stdout
-    assert "Error: random: 135 of 160 jobs never finish" in t.stderr
+    assert "FAILED: 1 of 11 jobs never finish" in t.stdout and "\nrandom " in t.stdout
+    assert "Error: fifo: 1 of 11 jobs never finish" in t.stderr
+
+
+def test_random_draws_only_counts_the_cluster_can_hold():
+    """synth:adaptive on 4-GPU nodes: jobs may run on counts such as 7 that no layout holds;
+    random draws among the others, so every job finishes."""
+    r = run("-w", "synth:adaptive,load=1", "-p", "random", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["policies"]["random"]["jobs"] == 160

@@ -57,9 +57,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
-from lyasched.policy.lyapunov import LyapunovPolicy
+from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Releases, SlotMemo, arrival_rate, candidate, fit_on
+from lyasched.policy.moveplan import Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
@@ -104,6 +104,7 @@ class ElasticPolicy(LyapunovPolicy):
         if self.grow_hold not in holds:
             raise ValueError(f"grow_hold must be one of {', '.join(holds)}, not {self.grow_hold!r}")
         self._cands = PerJob(candidate)
+        self._quiet: Quiet | None = None  # this call's record of what keeps make-room a no-op (`_quiet_wake`)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
         """Extension point (benchmarks/experiments/variants/swaps.py): a check of this slot's swaps beyond
@@ -184,8 +185,14 @@ class ElasticPolicy(LyapunovPolicy):
         moved: dict[str, str] = {}
         q, z = base.q, base.z
         inert = False
+        quiet = None
         if left:
-            more, pre, q, z, moved, inert = self._make_room(state, left, movable, free, q, z, base.starts)
+            self._quiet = self._quiet_start(state, movable)
+            try:
+                more, pre, q, z, moved, inert = self._make_room(state, left, movable, free, q, z, base.starts)
+                quiet = self._quiet
+            finally:
+                self._quiet = None
             starts += more
             preempt += pre
         elif self.grow and sum(free) > 0:
@@ -193,12 +200,22 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            if left and not inert:
-                # a swap's score changes with time: no skipping
+            if left and quiet is not None:
+                # a swap's score and a tenant's credit change with time: skip only as far as the
+                # margins recorded while searching allow (inert: no swap was weighed, only tenants')
+                wake = self._quiet_wake(state, base, soon, quiet)
+                info = {k: v for k, v in base.info.items() if k != "wake_at"}
+                if wake is not None and not base.starts and not more:
+                    info["wake_at"] = wake
+                return replace(base, info=info)
+            if left and not inert:  # a variant's make-room step: no bound on its terms, no skipping
                 return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
-            # nothing waits, or the make-room step is inert (no waiting candidate fits or has a
-            # forecast wait above its run: that forecast only falls as time passes, so the step
-            # stays a no-op until the cluster changes): the core's wake_at says when to ask again
+            if not left and self.grow and sum(free) > 0 and not self._grow_stays(state, movable, free):
+                return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
+            # nothing waits and no grow can become worth it, or the make-room step is inert (no
+            # waiting candidate fits or has a forecast wait above its run: that forecast only
+            # falls as time passes, so the step stays a no-op until the cluster changes): the
+            # core's wake_at says when to ask again
             return self._with_wake(base, soon, bool(left))
         info = dict(base.info)
         info.pop("wake_at", None)
@@ -214,6 +231,105 @@ class ElasticPolicy(LyapunovPolicy):
         info = dict(res.info)
         info["wake_at"] = min(float(info.get("wake_at", math.inf)), soon)
         return replace(res, info=info)
+
+    # ------------------------------------------------------------------ wake-up
+    _SHIPPED = ("_swap_check", "_swap_credit", "_ahead_of", "_move_interval", "_cost", "_make_room", "_victims", "_group")
+
+    def _quiet_start(self, state: SlotState, movable: list[MovableJob]) -> Quiet | None:
+        """A `Quiet` for this slot's make-room step, or None where no wake-up is offered: a variant
+        that replaces a step or extension point (their terms are not bounded here), an adaptive
+        movable job (its rows are not linear in its progress). Capped at the first predicted end of
+        a running job (it stops being a victim, and its rows stop shrinking)."""
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(ElasticPolicy, name) for name in self._SHIPPED):
+            return None
+        if any(r.adaptive for r in movable):
+            return None
+        cap = min((r.predicted_end - state.now for r in state.running if r.predicted_end > state.now), default=math.inf)
+        return Quiet(cap, state.now)
+
+    def _quiet_wake(self, state: SlotState, base: SlotResult, soon: float, quiet: Quiet | None) -> float | None:
+        """When to ask again after a make-room step that moved nothing although it searched: the
+        core's own wake-up, the next job to become movable, and the recorded margins (`Quiet`),
+        whichever is first; None when that is within a slot (ask every slot)."""
+        core = base.info.get("wake_at")
+        if quiet is None or core is None or not quiet.cap > state.slot_len:
+            return None
+        d = quiet_for(quiet.holds, state.slot_len)
+        if not d > 0:
+            return None
+        return min(float(core), soon, state.now + d)
+
+    def _quiet_tenants(self, state: SlotState, q: Quiet):
+        """Per tenant of a waiting job, a bound over [now, now + d] on its swap credit per GPU over
+        V*Theta (`TenantBound`, memoised per d), or None when the tenant term cannot act before
+        an event (off, or fewer than two tenants waiting)."""
+        users = self._tenants_of(state)
+        if users is None:
+            return None
+        bound = self._tenant_bound(state, users)
+        col = {k: i for i, k in enumerate(bound.names)}
+        memo: dict[float, object] = {}
+
+        def per(user: str, d: float) -> float:
+            hit = memo.get(d)
+            if hit is None:
+                hit = memo[d] = bound.per_gpu(d)
+            return float(hit[col[user]])  # type: ignore[index]
+        return per
+
+    def _quiet_rank(self, memo: SlotMemo, qt: Quiet, now: float) -> None:
+        """The victims' order (longest remaining run first within the same over-request flag)
+        holds while no two of them can swap places."""
+        us = memo.usable
+        for va, vb in zip(us, us[1:]):
+            ra, rb = va.job, vb.job
+            if (ra.gpus > ra.requested_gpus) != (rb.gpus > rb.requested_gpus):
+                continue
+            ka, kb = fade_rate(ra, now), fade_rate(rb, now)
+            if va.r_now > vb.r_now:
+                qt.keep(va.r_now - vb.r_now, va.r_now * ka + vb.r_now * kb)
+            elif ka > 0 or kb > 0:
+                qt.fail()  # a tie broken by id: time may break it the other way
+
+    def _quiet_swap(self, qt: Quiet, per, now: float, n: int, theta: float, z: float, q: float, s0: float, w0: float,
+                    x0: float, chosen: Chosen, susp: list[MovableJob], g: int, user: str) -> None:
+        """A swap scored <= 0 stays so while s0 + a*d + b*d^2 (plus its tenant's credit bound) is
+        negative. ``s0``: its score without the tenant term; ``w0``: the bracket Z multiplies (grows
+        at 1/s); ``x0``: the bracket V*Theta multiplies (pen + cost - saved). Z and Theta grow by n
+        per second, each victim's values shrink at most at its `fade_rate`, the saved wait by at
+        most 1/s or its victims' remaining runs' rate."""
+        wk = sum(r.work_left * fade_rate(r, now) for r in susp)
+        cx = max([1.0] + [r.best_remaining(r.gpus)[0] * fade_rate(r, now) for r, _, _, _ in chosen])
+        cx += sum(abs(c - self._cost(r)) * fade_rate(r, now) for r, new, c, _ in chosen if new is not None)
+        a = self.q_weight * q * wk + z + n * abs(w0) + self.V * (n * abs(x0) + theta * cx)
+        b = n + self.V * n * cx
+        if per is None:
+            qt.keep(-s0, a, b)
+            return
+        V = self.V
+        qt.tests.append(lambda d: s0 + a * d + b * d * d + V * (theta + n * d) * g * per(user, d) < 0)
+
+    def _grow_stays(self, state: SlotState, movable: list[MovableJob], free: list[int]) -> bool:
+        """Whether a grow step that moved nothing stays a no-op until the cluster changes: a grow
+        needs a count whose gain r_now - r2 exceeds twice the move cost plus the arrivals' expected
+        wait (>= 0). That gain only falls as the job runs (both runs shrink by one factor), while
+        the wait term may fall (the arrival rate, the hold), so only gains that are at most twice
+        the move cost now are sure to stay too small."""
+        nfree = sum(free)
+        for r in movable:
+            if r.adaptive:
+                return False  # its rows are not one factor of its progress
+            r_now, _ = r.best_remaining(r.gpus)
+            if not math.isfinite(r_now) or r.remaining_one_node is None:
+                continue
+            c = self._cost(r)
+            for g2 in range(r.gpus + 1, min(nfree + r.gpus, len(r.remaining_one_node)) + 1):
+                for spans in (False, True):
+                    r2 = r.remaining(g2, spans)
+                    if math.isfinite(r2) and r_now - r2 > 2 * c:
+                        return False
+        return True
 
     # ------------------------------------------------------------------ make room
     def _make_room(
@@ -246,6 +362,11 @@ class ElasticPolicy(LyapunovPolicy):
         older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
         behind = self._swap_tenants(state)
+        qt = self._quiet
+        per = self._quiet_tenants(state, qt) if qt is not None else None
+        n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
+        ranked = False  # the victims' order recorded (at the first search)
+        flips: list[float] = []  # per searching candidate, its forecast wait's margin over its run (0: its tenant's credit)
         order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
@@ -269,11 +390,20 @@ class ElasticPolicy(LyapunovPolicy):
             wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
             ahead += g
             if not wait_j > t_j and not (behind is not None and behind(w.user) > 0):
+                if qt is not None and per is not None:  # its tenant falling behind would make it search
+                    qt.tests.append(lambda d, u=w.user: per(u, d) <= 0)
                 continue  # not even a free swap would help it (unless its tenant is behind: the tenant term may)
             inert = False
+            # it may stop searching (its forecast wait falls by one second a second; its tenant's
+            # credit may fall to 0): that changes nothing while its search moves nothing, unless
+            # the search budget is spent (a later candidate would search in its place)
+            flips.append(wait_j - t_j if wait_j > t_j else 0.0)
             if searches >= self.max_searches:
                 continue
             searches += 1
+            if qt is not None and not ranked:
+                ranked = True
+                self._quiet_rank(memo, qt, now)
             plan = self._victims(shape, g, t_j, free, memo, used)
             score = -math.inf
             if plan is not None:
@@ -293,6 +423,13 @@ class ElasticPolicy(LyapunovPolicy):
                     score += self.V * theta * (behind(w.user) * g - given)
                 if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost, chosen, free, avail):
                     continue
+                if qt is not None and not score > 0:
+                    tenant_now = 0.0
+                    if behind is not None:
+                        tenant_now = self.V * theta * (behind(w.user) * g - given)
+                    w0 = (waits[pos] + slot) - sum(r.waited_s + slot for r in susp)
+                    self._quiet_swap(qt, per, now, n_wait, theta, z, q, score - tenant_now, w0, pen_j + cost - saved,
+                                     chosen, susp, g, w.user)
             if not score > 0:
                 if self.group and check is None:
                     grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, memo, used, q, z, mean_work)
@@ -330,6 +467,9 @@ class ElasticPolicy(LyapunovPolicy):
                                    f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
+        if qt is not None and searches >= self.max_searches:
+            for m in flips:
+                qt.keep(m, 1.0)
         return starts, preempt, q, z, moved, inert
 
     def _group(
@@ -353,6 +493,8 @@ class ElasticPolicy(LyapunovPolicy):
         # victim's and the free ones (``cap``) can fit, listed once per cap
         elig: list[tuple[int, int, Shape, float]] = []  # (pos, g, shape, forecast wait)
         behind = ahead
+        qt = self._quiet
+        closest = math.inf  # the least margin of a forecast wait above its run (each falls at 1/s)
         for i in range(k, len(order)):
             _, _, pos, g, t_i, shape = order[i]
             if pos in taken:
@@ -361,8 +503,11 @@ class ElasticPolicy(LyapunovPolicy):
             behind += g
             if wait_i > t_i:
                 elig.append((pos, g, shape, wait_i))
+                closest = min(closest, wait_i - t_i)
             elif i == k:
                 return None
+        if qt is not None:
+            qt.keep(closest, 1.0)
         by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
         # the batch is placed on the nodes with a free GPU and the victim's (`fit_on`): a victim
         # costs its batch, not a pass over every node
@@ -409,6 +554,13 @@ class ElasticPolicy(LyapunovPolicy):
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
+                if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
+                    n, nb, kr = len(state.waiting), len(batch), fade_rate(r, now)
+                    w0 = wsum - (r.waited_s + slot)
+                    x0 = pen + longest + v.cost - saved
+                    cx = nb * max(1.0, v.r_now * kr)
+                    a = self.q_weight * q * r.work_left * kr + z * nb + n * abs(w0) + self.V * (n * abs(x0) + theta * cx)
+                    qt.keep(-score, a, n * nb + self.V * n * cx)
                 continue
             for node, n in r.placement:
                 free[node] += n
@@ -445,6 +597,9 @@ class ElasticPolicy(LyapunovPolicy):
             # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a
             # victim larger than j is only ever shrunk.
             susp_cost = t_j + c
+            qt = self._quiet
+            if qt is not None and option is not None and r.gpus <= g:  # shrink or suspend: which is cheaper
+                qt.keep(abs(susp_cost - option[1]), abs(option[1] - c) * fade_rate(r, qt.now))
             if option is not None and (option[1] < susp_cost or r.gpus > g):
                 new, cost, avail, why = option
             elif r.gpus <= g:

@@ -161,3 +161,49 @@ def subset_placement(placement: Placement, g: int, spans: bool) -> Placement | N
     for node, k in placement:
         own[node] = k
     return equal_placement(own, g) if spans else one_node_placement(own, g)
+
+
+class Quiet:
+    """What keeps one slot's make-room step a no-op as time passes, recorded while it runs, so
+    that `ElasticPolicy.decide` can say ``wake_at``. Between events (no arrival, end, start or
+    move) only time moves: waits grow by d, Z by n*d (n waiting jobs), and every row value X of a
+    running job (its remaining run on any count, its work left) stays within [X*(1 - d*k), X],
+    k = 1 / (predicted end - now) (`share_left`: the predicted compute left falls to 0 at the
+    predicted end, no faster than that). Each comparison the step made is kept as a margin that
+    must stay positive, m0 - a*d - b*d^2 > 0 (a, b >= 0 bounding how fast it can close), or as a
+    test of d (tenant credits, through `TenantBound`); ``cap`` bounds d outright. ``holds(d)``:
+    none of them can flip within d, so the step decides the same (nothing) until now + d."""
+
+    def __init__(self, cap: float, now: float) -> None:
+        self.cap, self.now = cap, now
+        self.m: list[tuple[float, float, float]] = []
+        self.tests: list = []
+
+    def fail(self) -> None:
+        """Something can change at once (a tie that time may break, a term not bounded)."""
+        self.cap = 0.0
+
+    def keep(self, m0: float, a: float, b: float = 0.0) -> None:
+        """The margin m0 (must be > 0 now) closes by at most a*d + b*d^2 within d."""
+        if not m0 > 0 or not math.isfinite(a) or not math.isfinite(b):
+            if not (math.isinf(m0) and m0 > 0):
+                self.fail()
+            return
+        if a > 0 or b > 0:
+            self.m.append((m0, a, b))
+
+    def holds(self, d: float) -> bool:
+        if not d < self.cap:
+            return False
+        if self.m:
+            arr = np.asarray(self.m)
+            if bool((arr[:, 0] - arr[:, 1] * d - arr[:, 2] * d * d <= 0).any()):
+                return False
+        return all(t(d) for t in self.tests)
+
+
+def fade_rate(r, now: float) -> float:
+    """How fast (relative, per second) a running job's predicted remaining values can shrink:
+    1 / (predicted end - now) before its predicted end, 0 after it or without one (`Quiet`)."""
+    pe = r.predicted_end
+    return 1.0 / (pe - now) if math.isfinite(pe) and pe > now else 0.0

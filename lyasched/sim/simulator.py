@@ -556,6 +556,8 @@ class Simulation:
                         idle_calls = 0
                     else:
                         wake = res.info.get("wake_at") if isinstance(res.info, dict) else None
+                        if moves and self.running_estimate is not None:
+                            wake = None  # a mover reads running jobs' rows, which the estimate redraws once outlived
                         idle_calls += 1
                         if not running and next_arrival >= n and idle_calls > STARVATION_SLOTS:
                             raise Unfinished(pname, n - done, n, f"{len(waiting)} wait on an idle cluster", decide_s)
