@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from lyasched.policy import adaptive
-from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+from lyasched.policy.state import (Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob, type_slice,
+                                   capabilities, unslice, untyped)
 from lyasched.policy.tenants import TenantBook
 
 Fut = tuple[np.ndarray, np.ndarray] | None  # a term added to the penalty: (one node, several nodes) per configuration
@@ -129,6 +130,7 @@ class LyapunovPolicy:
     tenant_slack: float = 0.05  # a tenant counts as behind only past this share of its entitlement
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
+    types_aware: bool = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/model.md, section 6)
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -292,6 +294,8 @@ class LyapunovPolicy:
         return wait + slot
 
     def decide(self, state: SlotState) -> SlotResult:
+        if state.node_types:
+            return decide_by_type(self, state, LyapunovPolicy.decide)
         self._tenant_floor = None
         if not state.waiting:
             return SlotResult(starts=(), q=0.0, z=0.0)
@@ -545,6 +549,67 @@ class LyapunovPolicy:
         best = float(self._best[j])
         why = f"{solver}: score {score:.3g}, run {run:.0f}s (+{run - best:.0f}s over best {best:.0f}s)"
         return Decision(job_id=job.job_id, gpus=g, placement=pl, score=score, reason=why)
+
+
+@dataclass
+class LyapunovUnaware(LyapunovPolicy):
+    """The heterogeneity-unaware reference: every GPU one type (its jobs' rows on the reference
+    type), placed anywhere; a replay runs it at the speed of the type it lands on."""
+
+    types_aware: bool = False
+    name: str = "lyapunov-unaware"
+
+
+def type_order(state: SlotState, sample: int = 32) -> list[str]:
+    """The cluster's GPU types, fastest first for the waiting jobs: by the mean, over the first
+    ``sample`` waiting jobs that allow both, of their best run there relative to the first type."""
+    types = list(dict.fromkeys(state.node_types))
+    ref: dict[str, list[float]] = {t: [] for t in types}
+    for w in state.waiting[:sample]:
+        if w.by_type is None:
+            continue
+        runs = {t: v.best_run for t, v in w.by_type.items() if t in ref}
+        base = min(runs.values(), default=math.inf)
+        if math.isfinite(base) and base > 0:
+            for t, r in runs.items():
+                ref[t].append(r / base)
+    return sorted(types, key=lambda t: (float(np.mean(ref[t])) if ref[t] else math.inf, types.index(t)))
+
+
+def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[LyapunovPolicy, SlotState], SlotResult]) -> SlotResult:
+    """The type dimension of a slot (docs/model.md, section 6): each GPU type in turn, fastest
+    first, is a cluster of its own (`type_slice`: its nodes, its running jobs, the waiting jobs
+    that allow it with their rows there), decided by the untyped rule ``decide``; the jobs it
+    starts leave the later types' queues. So a job runs on one type only, chooses its type with
+    its count (the fastest where the scores start it), and a job that the fast type leaves
+    waiting competes for the next type's GPUs with its rows there. Q and Z are those left after
+    the slot. An unaware policy (``types_aware`` False) decides on `untyped` instead."""
+    if not policy.types_aware:
+        return decide(policy, untyped(state))
+    left = list(state.waiting)
+    starts: list[Decision] = []
+    preempt: list[str] = []
+    info: dict = {"solver": "by-type"}
+    wake = math.inf
+    for t in type_order(state):
+        sub, idx = type_slice(state, t, left)
+        if not sub.waiting and not (capabilities(policy).moves and sub.running):
+            continue
+        res = decide(policy, sub)
+        if res.starts:
+            done = {d.job_id for d in res.starts}
+            starts += [unslice(d, idx) for d in res.starts]
+            left = [w for w in left if w.job_id not in done]
+        preempt += res.preempt
+        w = res.info.get("wake_at") if isinstance(res.info, dict) else None
+        wake = min(wake, math.inf if w is None and not sub.waiting else (state.now if w is None else float(w)))
+        if "moves" in res.info:
+            info.setdefault("moves", {}).update(res.info["moves"])
+    if not starts and not preempt:
+        info["wake_at"] = wake
+    q = float(sum(w.work for w in left))
+    z = float(sum(max(0.0, state.now - w.submit_time) for w in left))
+    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=info)
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
