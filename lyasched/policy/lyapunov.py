@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from itertools import compress
+from operator import attrgetter, not_
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -586,20 +588,25 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[L
     the slot. An unaware policy (``types_aware`` False) decides on `untyped` instead."""
     if not policy.types_aware:
         return decide(policy, untyped(state))
-    left = list(state.waiting)
+    left: Sequence[WaitingJob] = state.waiting
     starts: list[Decision] = []
     preempt: list[str] = []
     info: dict = {"solver": "by-type"}
     wake = math.inf
+    done: set[str] = set()
     for t in type_order(state):
         sub, idx = type_slice(state, t, left)
         if not sub.waiting and not (capabilities(policy).moves and sub.running):
             continue
+        if sum(sub.free) == 0 and not capabilities(policy).preemptive:
+            continue  # nothing starts there before a release (an event)
         res = decide(policy, sub)
         if res.starts:
-            done = {d.job_id for d in res.starts}
+            new = {d.job_id for d in res.starts}
+            done |= new
             starts += [unslice(d, idx) for d in res.starts]
-            left = [w for w in left if w.job_id not in done]
+            # the jobs it started leave the later types' queues (C-speed filter)
+            left = tuple(compress(left, map(not_, map(new.__contains__, map(_JOB_ID, left)))))
         preempt += res.preempt
         w = res.info.get("wake_at") if isinstance(res.info, dict) else None
         wake = min(wake, math.inf if w is None and not sub.waiting else (state.now if w is None else float(w)))
@@ -607,9 +614,16 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[L
             info.setdefault("moves", {}).update(res.info["moves"])
     if not starts and not preempt:
         info["wake_at"] = wake
-    q = float(sum(w.work for w in left))
-    z = float(sum(max(0.0, state.now - w.submit_time) for w in left))
-    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z, info=info)
+    work = np.fromiter(map(_WORK, state.waiting), dtype=float, count=len(state.waiting))
+    wait = state.now - np.fromiter(map(_SUBMIT, state.waiting), dtype=float, count=len(state.waiting))
+    np.maximum(wait, 0.0, out=wait)
+    if done:
+        gone = np.fromiter(map(done.__contains__, map(_JOB_ID, state.waiting)), dtype=bool, count=len(state.waiting))
+        work, wait = work[~gone], wait[~gone]
+    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=float(work.sum()), z=float(wait.sum()), info=info)
+
+
+_JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ The simulator (`lyasched.sim`) and the live service (`lyasched serve`) both buil
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import attrgetter
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace as _replace
 from typing import Mapping, Protocol, Sequence
@@ -175,8 +177,11 @@ def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob]) -
             for n, k in pl:
                 cap[n] += k
             running.append(r if pl == r.placement else _replace(r, placement=pl))
-    jobs = tuple(w.by_type[gpu_type] if w.by_type is not None else w
-                 for w in waiting if w.by_type is None or gpu_type in w.by_type)
+    try:  # C-speed (no Python frame per job: 10,000 waiting jobs a slot): every job typed
+        jobs = tuple(filter(None, map(dict.get, map(_BY_TYPE, waiting), repeat(gpu_type))))
+    except TypeError:  # some untyped (by_type None): their own rows on every type
+        jobs = tuple(w.by_type[gpu_type] if w.by_type is not None else w
+                     for w in waiting if w.by_type is None or gpu_type in w.by_type)
     sub = _replace(state, free=tuple(state.free[i] for i in idx), gpus_per_node=max(cap, default=0),
                    waiting=jobs, running=tuple(running), node_types=())
     return sub, idx
@@ -184,7 +189,10 @@ def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob]) -
 
 def unslice(d: Decision, idx: tuple[int, ...]) -> Decision:
     """A decision made on `type_slice`'s renumbered nodes, on the whole cluster's."""
-    return _replace(d, placement=tuple(sorted((idx[n], k) for n, k in d.placement)))
+    return Decision(d.job_id, d.gpus, tuple(sorted((idx[n], k) for n, k in d.placement)), d.score, d.reason, d.batch)
+
+
+_BY_TYPE = attrgetter("by_type")
 
 
 def untyped(state: SlotState) -> SlotState:

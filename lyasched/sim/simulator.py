@@ -319,6 +319,13 @@ class Simulation:
             t = self._templates[key] = waiting_job(replace(on, iterations=1, adaptive=None), cost, self.row_len)
         return t.run_time(g, spans)
 
+    def _true_speed(self, i: int, gtype: str, g: int, spans: bool) -> float:
+        """Job i's true time for the whole job on g GPUs of ``gtype`` (every node as that type;
+        an adaptive job at its best batches there): what ranks the types a placement spans."""
+        if self.jobs[i].adaptive is not None:
+            return self.true_left(i, g, spans, 1.0, None, gtype)
+        return self._true_unit(i, gtype, g, spans)
+
     def _landing(self, i: int, placement: Sequence[tuple[int, int]], g: int, spans: bool) -> tuple[str, str]:
         """(the type whose speed job i runs at on ``placement``: the slowest of its nodes', and the
         types it lands on as 'a+b')."""
@@ -326,7 +333,7 @@ class Simulation:
         types = sorted({self.typed.node_types[n] for n, _ in placement})
         if len(types) == 1:
             return types[0], types[0]
-        slow = max(types, key=lambda t: self._true_unit(i, t, g, spans))
+        slow = max(types, key=lambda t: self._true_speed(i, t, g, spans))
         return slow, "+".join(types)
 
     def predicted(self, i: int) -> WaitingJob:
@@ -745,7 +752,7 @@ class Simulation:
         if valid and len(landed) == 1 and landed <= set(fine):
             return d
         if valid and len(landed) > 1 and len(ok) == len(self.typed.types) and all(
-                math.isfinite(self._true_unit(i, t, d.gpus, spans)) for t in landed):
+                math.isfinite(self._true_speed(i, t, d.gpus, spans)) for t in landed):
             return d
         pl = fit_typed(d.gpus, tuple(d.placement), free, types, fine) if fine else None
         return None if pl is None else replace(d, placement=pl)
