@@ -42,7 +42,8 @@ SETS = {
     "design": ("a100:2x8,rtx2080ti:3x8,t4:6x4", (1, 2, 3, 4)),
     "heldout": ("a100:1x8,v100:2x8,t4:8x4", (5, 6, 7, 8)),
 }
-POLICIES = ("lyapunov", "lyapunov-unaware", "elastic", "elastic-unaware", "gavel")
+# gavel: fixed batch (its definition); gavel-adaptive: the same rule on the adaptive jobs (for reference)
+POLICIES = ("lyapunov", "lyapunov-unaware", "elastic", "elastic-unaware", "gavel", "gavel-adaptive")
 PAIRS = (("lyapunov", "lyapunov-unaware"), ("elastic", "elastic-unaware"))
 
 
@@ -66,15 +67,21 @@ def run_set(name: str, args) -> dict:
         path = os.path.join(ROOT, "workloads", f"workload-{k}.csv")
         w = pollux_workload(path, os.path.join(ROOT, "traces"), typed.nodes, max(typed.node_gpus),
                             adaptive=not args.fixed_batch, max_jobs=args.max_jobs)
+        # gavel runs each job at its user's batch (Gavel+TunedJobs: the row's batch and replicas)
+        wf = pollux_workload(path, os.path.join(ROOT, "traces"), typed.nodes, max(typed.node_gpus),
+                             adaptive=False, max_jobs=args.max_jobs)
         measured = measured_types(os.path.join(ROOT, "traces"), {j.profile.model for j in w.jobs}, typed.types)
         probe = Simulation(w.jobs[:1], w.cluster, typed=typed, measured=measured)
-
-        gt = allowed_types(w.jobs, typed, lambda job, want: bool(_fits(probe, job, want)))
+        fixed = {j.job_id: j for j in wf.jobs}
+        gt = allowed_types(w.jobs, typed, lambda job, want: bool(_fits(probe, job, want))
+                           and bool(_fits(probe, fixed[job.job_id], want)))
         sim = Simulation(w.jobs, w.cluster, typed=typed, gpu_types=gt, measured=measured, seed=args.seed)
+        sim_fixed = Simulation(wf.jobs, wf.cluster, typed=typed, gpu_types=gt, measured=measured, seed=args.seed)
         row: dict = {"jobs": len(w.jobs), "typed_jobs": len(gt)}
         for p in args.policies:
             t0 = time.perf_counter()
-            r = sim.run(make_policy(p))
+            on = sim_fixed if p == "gavel" and not args.fixed_batch else sim
+            r = on.run(make_policy(p.removesuffix("-adaptive")), name=p)
             row[p] = {"avg_jct_h": float(np.mean([x.jct for x in r.records])) / 3600, "type_violations": r.type_violations,
                       "wall_s": round(time.perf_counter() - t0, 1)}
             if not args.json:

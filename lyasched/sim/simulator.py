@@ -268,7 +268,11 @@ class Simulation:
                     raise ValueError(f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) fits no GPU type it allows")
                 best = min(v.best_run for v in rows.values()) * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
-            arrivals.add(j.job_id, j.submit_time, requested_gpu_s(self.predicted(i)))  # as the service records it
+            v = self.predicted(i)
+            gs = requested_gpu_s(v)
+            if not math.isfinite(gs) and v.by_type:  # typed: its request on the types it may run on
+                gs = min(requested_gpu_s(x) for x in v.by_type.values())
+            arrivals.add(j.job_id, j.submit_time, gs)  # as the service records it
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
