@@ -132,6 +132,7 @@ class LyapunovPolicy:
     tenant_slack: float = 0.05  # a tenant counts as behind only past this share of its entitlement
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
+    cross_type: bool = True  # typed slots: a start's penalty counts from the job's best type, not the slot's
     types_aware: bool = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/model.md, section 6)
 
     def __post_init__(self) -> None:
@@ -139,6 +140,7 @@ class LyapunovPolicy:
         self._best = np.zeros(0)
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
+        self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
 
     def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
@@ -160,6 +162,8 @@ class LyapunovPolicy:
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
             over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
         one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
+        if self._type_best is not None:  # one type of a typed slot: the penalty counts from the job's best type
+            best = np.minimum(best, self._type_best)
         ad = self._rows.waiting_adaptive()
         if ad is not None:  # adaptive jobs: one node while others wait (lyasched.policy.adaptive)
             narrowed = adaptive.one_node_while_waiting(n, ad, multi, req)
@@ -600,7 +604,12 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[L
             continue
         if sum(sub.free) == 0 and not capabilities(policy).preemptive:
             continue  # nothing starts there before a release (an event)
-        res = decide(policy, sub)
+        if policy.cross_type:
+            policy._type_best = np.fromiter(map(_BEST_ANY, sub.waiting), dtype=float, count=len(sub.waiting))
+        try:
+            res = decide(policy, sub)
+        finally:
+            policy._type_best = None
         if res.starts:
             new = {d.job_id for d in res.starts}
             done |= new
@@ -624,6 +633,7 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[L
 
 
 _JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
+_BEST_ANY = attrgetter("best_any")
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:

@@ -205,8 +205,9 @@ def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], 
     """``WaitingJob.by_type``: the job on each type it allows (all of ``costs``' when ``allowed``
     is empty), with its profile there (`type_profile`) on that type's nodes and memory (``costs``:
     a cost model per type, whose ``gpu_mem`` is the type's; a batch that does not fit is inf
-    there, an adaptive job's best batch is chosen for the type). A type it allows that no node
-    has is absent; so is one where no count is allowed (its batch fits nowhere)."""
+    there, an adaptive job's best batch is chosen for the type), each with ``best_any``, its best
+    run over them all. A type it allows that no node has is absent; so is one where no count is
+    allowed (its batch fits nowhere)."""
     out: dict[str, WaitingJob] = {}
     for t in (allowed or tuple(costs)):
         cost = costs.get(t)
@@ -216,7 +217,8 @@ def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], 
         w = waiting_job(on, cost, max_gpus)
         if math.isfinite(w.best_run):
             out[t] = w
-    return out
+    best = min((w.best_run for w in out.values()), default=math.inf)
+    return {t: replace(w, best_any=best) for t, w in out.items()}
 
 
 def requested_gpu_s(w: WaitingJob) -> float:

@@ -45,6 +45,7 @@ class WaitingJob:
     # GPU type -> this job as it would run on that type (its rows there; `type_rows`); only the
     # types it allows. None: the job is untyped (one type, or a heterogeneity-unaware view)
     by_type: Mapping[str, "WaitingJob"] | None = field(default=None, compare=False, repr=False)
+    best_any: float = math.inf  # a by_type view: the job's best run over all the types it allows (inf: unknown)
 
     @property
     def best_run(self) -> float:

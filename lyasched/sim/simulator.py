@@ -374,6 +374,8 @@ class Simulation:
                                          run_multi_node=m, requested_gpus=min(j.requested_gpus, self.row_len),
                                          time_limit=j.time_limit if j.time_limit is not None else math.inf, user=j.user,
                                          attained=attained, adaptive=j.adaptive is not None)
+            best_any = min((float(min(v.run_one_node.min(), v.run_multi_node.min())) for v in by_type.values()), default=math.inf)
+            by_type = {k: replace(v, best_any=best_any) for k, v in by_type.items()}
             if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
                 one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
                 multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)
