@@ -181,7 +181,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         "lower_bound": lower_bound(sim.best_true_runs()),
     }
     if typed is not None:
-        summary["cluster"]["gpu_types"] = typed.describe()
+        summary["cluster"].update(gpu_types=typed.describe(), total_gpus=typed.total_gpus)
         for n, r in _in_order(names, results):
             summary["policies"][n]["type_violations"] = r.type_violations
     if out_dir:
@@ -198,7 +198,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        info = (f"{len(w.jobs)} jobs on {c.nodes}x{c.gpus_per_node} GPUs, seed {seed}, slot {slot:g}s, "
+        shape = typed.describe() if typed is not None else f"{c.nodes}x{c.gpus_per_node}"
+        info = (f"{len(w.jobs)} jobs on {shape} GPUs, seed {seed}, slot {slot:g}s, "
                 f"estimate error {estimate_error:g}")
         click.echo(_fmt_table(w.name, summary, info))
         if out_dir:
