@@ -516,5 +516,5 @@ class ElasticPolicy(LyapunovPolicy):
 class ElasticUnaware(ElasticPolicy):
     """The heterogeneity-unaware reference of `ElasticPolicy` (`lyapunov.LyapunovUnaware`)."""
 
-    types_aware: bool = False
+    types_aware: ClassVar[bool] = False
     name: str = "elastic-unaware"

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class LyapunovPolicy:
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
     cross_type: bool = True  # typed slots: a start's penalty counts from the job's best type, not the slot's
-    types_aware: bool = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/model.md, section 6)
+    types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/model.md, section 6)
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -562,7 +562,7 @@ class LyapunovUnaware(LyapunovPolicy):
     """The heterogeneity-unaware reference: every GPU one type (its jobs' rows on the reference
     type), placed anywhere; a replay runs it at the speed of the type it lands on."""
 
-    types_aware: bool = False
+    types_aware: ClassVar[bool] = False
     name: str = "lyapunov-unaware"
 
 
