@@ -95,6 +95,45 @@ def build(n_jobs: int, nodes: int, gpn: int, max_gpus: int, seed: int, running: 
     return SlotState(now=now, slot_len=30.0, free=free, gpus_per_node=gpn, waiting=tuple(rows), running=tuple(run))
 
 
+TYPES = ("a100", "rtx2080ti", "t4")
+
+
+def typed(state: SlotState, n_types: int, gpn: int, max_gpus: int) -> SlotState:
+    """``state`` on a cluster of ``n_types`` GPU types (equal blocks of consecutive nodes): each
+    waiting job gets its rows on every type (`lyasched.policy.snapshot.type_rows`: the roofline from
+    the first type's profile, each type's memory). Same jobs, same free GPUs."""
+    from dataclasses import replace
+
+    from lyasched.costmodel.roofline import lookup
+    from lyasched.policy.snapshot import type_rows
+
+    rng = np.random.default_rng(1)
+    names = TYPES[:n_types]
+    nodes = len(state.free)
+    node_types = tuple(names[min(i * n_types // nodes, n_types - 1)] for i in range(nodes))
+    costs = {t: CostModel(ClusterSpec(nodes=node_types.count(t), gpus_per_node=gpn, gpu_mem=lookup(t).memory,
+                                      intra=Link(100e9, 1e-5), inter=Link(10e9, 5e-5))) for t in names}
+    jobs = []
+    for i, w in enumerate(state.waiting):
+        job = _job(np.random.default_rng([1, i]), w.job_id, state.now)
+        job = replace(job, submit_time=w.submit_time)
+        jobs.append(replace(w, by_type=type_rows(job, costs, (), names[0], max_gpus)))
+    del rng
+    return replace(state, waiting=tuple(jobs), node_types=node_types)
+
+
+def _time(pol, state: SlotState, repeats: int) -> tuple[float, list[float], object]:
+    t = time.perf_counter()
+    res = pol.decide(state)
+    cold = time.perf_counter() - t
+    times: list[float] = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = pol.decide(state)
+        times.append(time.perf_counter() - t)
+    return cold, times, res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10_000)
@@ -108,6 +147,8 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="no free GPU (with --running: all of them hold running jobs)")
     ap.add_argument("--param", action="append", default=[], metavar="POLICY.KEY=VALUE",
                     help="a parameter of the policy timed, as in replay (e.g. elastic.max_searches=64)")
+    ap.add_argument("--types", type=int, default=1, choices=(1, 2, 3),
+                    help="also time the same slot on a cluster of this many GPU types, side by side (target: <= 2x)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--against", metavar="DIR", help="another checkout of lyasched: time both, side by side")
     ap.add_argument("--rounds", type=int, default=5, help="with --against: runs of each tree, in turn")
@@ -125,14 +166,29 @@ def main() -> None:
     state = build(a.jobs, a.nodes, a.gpus_per_node, a.max_gpus, 0, running=a.running, full=a.full)
     build_s = time.perf_counter() - t0
     pol = make_policy(a.policy, **{"V": a.V, **params})
-    t = time.perf_counter()
-    res = pol.decide(state)  # cold: the policy copies every job's rows into its matrices once
-    cold = time.perf_counter() - t
-    times: list[float] = []
-    for _ in range(a.repeats):
-        t = time.perf_counter()
-        res = pol.decide(state)
-        times.append(time.perf_counter() - t)
+    if a.types > 1:  # side by side: the same slot untyped and typed, in turn, medians compared
+        tstate = typed(state, a.types, a.gpus_per_node, a.max_gpus)
+        tpol = make_policy(a.policy, **{"V": a.V, **params})
+        one, many = [], []
+        res1 = rest = None
+        for _ in range(3):
+            _, t1, res1 = _time(pol, state, max(1, a.repeats // 3))
+            _, t2, rest = _time(tpol, tstate, max(1, a.repeats // 3))
+            one += t1
+            many += t2
+        out = {"policy": a.policy, "jobs": a.jobs, "nodes": a.nodes, "types": a.types, "free_gpus": sum(state.free),
+               "median_ms_one_type": statistics.median(one) * 1e3, "median_ms_typed": statistics.median(many) * 1e3,
+               "started_one_type": len(res1.starts), "started_typed": len(rest.starts)}
+        out["ratio"] = out["median_ms_typed"] / out["median_ms_one_type"]
+        out["target_ratio"] = 2.0
+        if a.json:
+            print(json.dumps(out))
+        else:
+            print(f"{a.policy} decision, {a.jobs} waiting jobs on {a.nodes}x{a.gpus_per_node} GPUs ({out['free_gpus']} free): "
+                  f"one type {out['median_ms_one_type']:.1f} ms, {a.types} types {out['median_ms_typed']:.1f} ms, "
+                  f"ratio {out['ratio']:.2f} (target <= 2); started {out['started_one_type']} / {out['started_typed']}")
+        return
+    cold, times, res = _time(pol, state, a.repeats)  # cold: the policy copies every job's rows into its matrices once
     out = {
         "policy": a.policy, "params": params, "running": len(state.running), "jobs": a.jobs, "nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "free_gpus": sum(state.free),
         "median_ms": statistics.median(times) * 1e3, "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,

@@ -91,7 +91,7 @@ def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, e.g. V=1e4 or lyapunov.V=1e4 (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
 @click.option("--profiles", type=click.Path(file_okay=False), default=None, help="Pollux-format workload (name,time,application,num_replicas,batch_size): the directory of the applications' measured profiles (placements.csv, scalability.csv, validation-<batch>.csv).")
-@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS", help="With --profiles: the cluster, e.g. 16x4 (default 16x4).")
+@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS|TYPE:NODESxGPUS,...", help="With --profiles: the cluster, e.g. 16x4 (default 16x4), or typed node groups, e.g. a100:2x8,rtx2080ti:3x8,t4:6x4 (profiles measured on T4; docs/simulator.md, \"GPU types\").")
 @click.option("--liars", default=None, metavar="USER=X[,USER=X]", help="Multiply these users' claimed (predicted) run times by X, e.g. user3=0.01; their true run times are unchanged.")
 @click.option("--no-trust", is_flag=True, help="Show claims as they are: no per-user observed/predicted trust factor (docs/estimates.md).")
 @click.option("--fixed-batch", is_flag=True, help="With --profiles: every job trains at its row's batch (Tiresias+TunedJobs), not adaptive.")
@@ -115,6 +115,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if start is not None and end is not None and end <= start:
         raise click.BadParameter("--end must be after --start", param_hint="--end")
     pparams = parse_params(params, names)
+    typed, measured = None, None
     liar_map = parse_liars(liars) if liars else None
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
@@ -123,19 +124,29 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         raise click.BadParameter("needs --profiles", param_hint="--cluster/--fixed-batch")
     try:
         if profiles:
-            from lyasched.sim.pollux_trace import parse_cluster, pollux_workload
+            from lyasched.sim.hetero import TypedCluster, parse_cluster_spec
+            from lyasched.sim.pollux_trace import measured_types, pollux_workload
 
             try:
-                shape = parse_cluster(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
+                shape = parse_cluster_spec(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
             except ValueError as e:
                 raise click.BadParameter(str(e), param_hint="--cluster") from None
-            w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
+            if isinstance(shape, TypedCluster):
+                typed = shape
+                shape = (typed.nodes, max(typed.node_gpus))
+                w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
+                measured = measured_types(profiles, {j.profile.model for j in w.jobs}, typed.types)
+            else:
+                w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
         else:
             w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                               max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
                          restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable,
-                         liars=liar_map, trust=not no_trust)
+                         liars=liar_map, trust=not no_trust, typed=typed, gpu_types=w.gpu_types if typed else None,
+                         measured=measured)
+        if w.gpu_types and typed is None:
+            raise ValueError(f"{w.name}: jobs limit GPU types (gpu_types column): give a typed --cluster, e.g. a100:2x8,t4:6x4")
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]
         if liar_map and (absent := sorted(set(liar_map) - {j.user for j in w.jobs})):
             raise click.BadParameter(f"no job of user {', '.join(absent)} in the workload", param_hint="--liars")
@@ -169,6 +180,10 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
                      for n, r in _in_order(names, results)},
         "lower_bound": lower_bound(sim.best_true_runs()),
     }
+    if typed is not None:
+        summary["cluster"].update(gpu_types=typed.describe(), total_gpus=typed.total_gpus)
+        for n, r in _in_order(names, results):
+            summary["policies"][n]["type_violations"] = r.type_violations
     if out_dir:
         from lyasched.sim.plots import write_all
 
@@ -183,7 +198,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        info = (f"{len(w.jobs)} jobs on {c.nodes}x{c.gpus_per_node} GPUs, seed {seed}, slot {slot:g}s, "
+        shape = typed.describe() if typed is not None else f"{c.nodes}x{c.gpus_per_node}"
+        info = (f"{len(w.jobs)} jobs on {shape} GPUs, seed {seed}, slot {slot:g}s, "
                 f"estimate error {estimate_error:g}")
         click.echo(_fmt_table(w.name, summary, info))
         if out_dir:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
-from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
+from lyasched.policy.lyapunov import LyapunovPolicy, decide_by_type, quiet_for
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.moveplan import Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
 from lyasched.policy.params import PARAMS
@@ -170,6 +170,8 @@ class ElasticPolicy(LyapunovPolicy):
         return out, soon
 
     def decide(self, state: SlotState) -> SlotResult:
+        if state.node_types:  # one type at a time (lyapunov.decide_by_type)
+            return decide_by_type(self, state, ElasticPolicy.decide)
         movable, soon = self._movable(state)
         base = LyapunovPolicy.decide(self, state)
         if not movable:
@@ -663,3 +665,11 @@ class ElasticPolicy(LyapunovPolicy):
             starts.append(Decision(r.job_id, g2, pl, 0.0, f"elastic grow {r.gpus}->{g2}: run {r_now:.0f}s -> {r2:.0f}s + {c:.0f}s move"))
             moved[r.job_id] = f"grow {r.gpus}->{g2}"
         return starts, preempt, moved
+
+
+@dataclass
+class ElasticUnaware(ElasticPolicy):
+    """The heterogeneity-unaware reference of `ElasticPolicy` (`lyapunov.LyapunovUnaware`)."""
+
+    types_aware: ClassVar[bool] = False
+    name: str = "elastic-unaware"

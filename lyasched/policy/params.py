@@ -56,6 +56,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "exact_limit": Param("int", lo=0, hi=1e9, help="exact knapsack when jobs x free GPUs x options is at most this"),
         "tenant_slack": Param("float", lo=0.0, hi=1.0, help="a tenant counts as behind only once it has received less than (1 - this) of its entitled GPU-time"),
         "tenant_weight": Param("float", lo=0.0, hi=1e9, help="weight of a tenant's GPU-time deficit against its entitlement (0: tenants ignored)"),
+        "cross_type": Param("bool", help="GPU types: a start's penalty counts from the job's best run over all its types (else over the slot's type)"),
     },
     "elastic": {},  # filled below: the lyapunov core's parameters and the moves'
     "fixed-1": {},
@@ -85,6 +86,11 @@ PARAMS["elastic"] = {
     "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the recent arrival rate that prices a grow (s)"),
 }
 
+
+# the heterogeneity-unaware references take their aware version's parameters (docs/model.md, section 6)
+PARAMS["lyapunov-unaware"] = dict(PARAMS["lyapunov"])
+PARAMS["elastic-unaware"] = dict(PARAMS["elastic"])
+PARAMS["gavel"] = {"round_s": Param("float", hi=1e9, **_POS, help="round length (s): jobs are re-admitted and preempted at each round")}
 
 # every policy takes a seed; replay sets it from --seed, serve's config may set it
 SEED = Param("int", lo=0, hi=2**63 - 1, help="seed of random choices (random); ignored elsewhere")

@@ -20,14 +20,17 @@ longer than predicted has their waiting and running jobs' predictions multiplied
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from lyasched.costmodel.cost import CostModel, Profile
+from lyasched.costmodel.jobspec import Job
+from lyasched.costmodel.roofline import GpuType, lookup, profile_on
 from lyasched.estimates.trust import TrustBook, distrusted, known_scale, scaled_row
 from lyasched.policy.placement import Placement
-from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob
+from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob, waiting_job
 from lyasched.policy.tenants import TenantBook
 
 
@@ -72,6 +75,7 @@ class ClusterSnapshot:
     # job id -> what is already known of its run time (its model's shared profile, the FLOP
     # estimate) over its claim, for jobs where they differ; a claim far below it is replaced
     known: Mapping[str, float] | None = None
+    node_types: tuple[str, ...] = ()  # GPU type per node (`SlotState.node_types`); () = one type
 
 
 def expected_end(start: float, predicted_run: float, time_limit: float, slot_len: float) -> float:
@@ -142,7 +146,10 @@ class SlotStateBuilder:
             if f > 1.0:
                 m = self._trusted.get(w.job_id)
                 if m is None or m[0] is not w or m[1] != f:
-                    m = (w, f, distrusted(w, f))
+                    d = distrusted(w, f)
+                    if w.by_type:  # its rows on every type, scaled alike
+                        d = replace(d, by_type={t: distrusted(v, f) for t, v in w.by_type.items()})
+                    m = (w, f, d)
                 memo[w.job_id] = m
                 w = m[2]
             out.append(w)
@@ -178,7 +185,40 @@ class SlotStateBuilder:
             arrivals_t=snap.arrivals_t,
             arrivals_cum_gpu_s=snap.arrivals_cum_gpu_s,
             tenants=snap.tenants,
+            node_types=snap.node_types,
         )
+
+
+def type_profile(profile: Profile, base: str, gpu_type: str, measured: Mapping[tuple[str, str], Profile] | None = None,
+                 types: Mapping[str, GpuType] | None = None) -> Profile:
+    """A job's profile on ``gpu_type``: the one measured there ((model, type) in ``measured``),
+    else the roofline's prediction from its profile on its ``base`` type."""
+    m = (measured or {}).get((profile.model, gpu_type))
+    if m is not None:
+        return m
+    return profile_on(profile, lookup(base, types), lookup(gpu_type, types))
+
+
+def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], base: str, max_gpus: int,
+              measured: Mapping[tuple[str, str], Profile] | None = None,
+              types: Mapping[str, GpuType] | None = None) -> dict[str, WaitingJob]:
+    """``WaitingJob.by_type``: the job on each type it allows (all of ``costs``' when ``allowed``
+    is empty), with its profile there (`type_profile`) on that type's nodes and memory (``costs``:
+    a cost model per type, whose ``gpu_mem`` is the type's; a batch that does not fit is inf
+    there, an adaptive job's best batch is chosen for the type), each with ``best_any``, its best
+    run over them all. A type it allows that no node has is absent; so is one where no count is
+    allowed (its batch fits nowhere)."""
+    out: dict[str, WaitingJob] = {}
+    for t in (allowed or tuple(costs)):
+        cost = costs.get(t)
+        if cost is None:
+            continue
+        on = replace(job, profile=type_profile(job.profile, base, t, measured, types))
+        w = waiting_job(on, cost, max_gpus)
+        if math.isfinite(w.best_run):
+            out[t] = w
+    best = min((w.best_run for w in out.values()), default=math.inf)
+    return {t: replace(w, best_any=best) for t, w in out.items()}
 
 
 def requested_gpu_s(w: WaitingJob) -> float:

@@ -7,9 +7,11 @@ The simulator (`lyasched.sim`) and the live service (`lyasched serve`) both buil
 from __future__ import annotations
 
 import math
+from itertools import repeat
+from operator import attrgetter
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from dataclasses import dataclass, field, replace as _replace
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -40,6 +42,10 @@ class WaitingJob:
     # the job lets the scheduler choose its batch with its GPUs (lyasched.costmodel.goodput): its rows
     # are at its best batch per count. No shipped rule reads it yet (docs/elastic.md, "Adaptive jobs")
     adaptive: bool = False
+    # GPU type -> this job as it would run on that type (its rows there; `type_rows`); only the
+    # types it allows. None: the job is untyped (one type, or a heterogeneity-unaware view)
+    by_type: Mapping[str, "WaitingJob"] | None = field(default=None, compare=False, repr=False)
+    best_any: float = math.inf  # a by_type view: the job's best run over all the types it allows (inf: unknown)
 
     @property
     def best_run(self) -> float:
@@ -84,6 +90,9 @@ class SlotState:
     # Tenants' shares and GPU-time received / entitled so far (lyasched.policy.tenants); a job's
     # tenant is its ``user``. None = no tenant input: the policy ignores tenants.
     tenants: TenantBook | None = None
+    # GPU type of each node (index i is free[i]'s node); () = one type everywhere, the policy
+    # places on any node. With types, a job's ``by_type`` says where it may run and how fast.
+    node_types: tuple[str, ...] = ()
 
     @property
     def max_gpus(self) -> int:
@@ -152,6 +161,45 @@ def capabilities(policy: object) -> Capabilities:
     (non-preemptive, estimates only, reads the clock, Slurm's placement rule), the safe ones."""
     caps = getattr(policy, "capabilities", None)
     return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
+def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob]) -> tuple[SlotState, tuple[int, ...]]:
+    """The part of a typed ``state`` on the nodes of ``gpu_type``, as an untyped state of its own:
+    those nodes renumbered 0.., the running jobs placed wholly on them (placements renumbered),
+    and those of ``waiting`` that allow the type, with their rows there. Returns it and the
+    nodes' indices in ``state`` (to map a decision's placement back, `unslice`)."""
+    idx = tuple(i for i, t in enumerate(state.node_types) if t == gpu_type)
+    local = {g: k for k, g in enumerate(idx)}
+    cap = [state.free[i] for i in idx]
+    running = []
+    for r in state.running:
+        if r.placement and all(n in local for n, _ in r.placement):
+            pl = tuple((local[n], k) for n, k in r.placement)
+            for n, k in pl:
+                cap[n] += k
+            running.append(r if pl == r.placement else _replace(r, placement=pl))
+    try:  # C-speed (no Python frame per job: 10,000 waiting jobs a slot): every job typed
+        jobs = tuple(filter(None, map(dict.get, map(_BY_TYPE, waiting), repeat(gpu_type))))
+    except TypeError:  # some untyped (by_type None): their own rows on every type
+        jobs = tuple(w.by_type[gpu_type] if w.by_type is not None else w
+                     for w in waiting if w.by_type is None or gpu_type in w.by_type)
+    sub = _replace(state, free=tuple(state.free[i] for i in idx), gpus_per_node=max(cap, default=0),
+                   waiting=jobs, running=tuple(running), node_types=())
+    return sub, idx
+
+
+def unslice(d: Decision, idx: tuple[int, ...]) -> Decision:
+    """A decision made on `type_slice`'s renumbered nodes, on the whole cluster's."""
+    return Decision(d.job_id, d.gpus, tuple(sorted((idx[n], k) for n, k in d.placement)), d.score, d.reason, d.batch)
+
+
+_BY_TYPE = attrgetter("by_type")
+
+
+def untyped(state: SlotState) -> SlotState:
+    """A heterogeneity-unaware view of ``state``: every GPU one type (the jobs' own rows, those of
+    the reference type), placement anywhere."""
+    return _replace(state, node_types=()) if state.node_types else state
 
 
 def waiting_job(job: Job, cost: CostModel, max_gpus: int, fraction_done: float = 0.0) -> WaitingJob:

@@ -59,9 +59,10 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     for r, rj in zip(running.values(), state.running):
         if moves:
             j = sim.jobs[r.idx]
-            t = sim._template(j)
+            gt = r.gtype if getattr(sim, "typed_moves", False) and r.gtype in sim._typed_templates(j) else None
+            t = sim._template(j, gt)  # on typed clusters, an aware policy sees its rows on its type
             if j.adaptive is not None:
-                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, bool(mask[r.idx]), state.now))
+                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, bool(mask[r.idx]), state.now, gt))
                 continue
             out.append(movable_view(
                 rj, job=j, template=t, plain=plain_rows(t, sim._plain_rows), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
@@ -77,7 +78,7 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
 
 
 def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool, checkpointable: bool,
-                  now: float) -> MovableJob:
+                  now: float, gtype: str | None = None) -> MovableJob:
     """An adaptive job (lyasched.costmodel.goodput) as a moving policy sees it: its progress in
     base steps estimated from the prediction as `movable_view` does (the predicted compute done
     so far, walked through its re-tuning pieces), its rows the time left from there."""
@@ -89,8 +90,9 @@ def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool,
     ahead = base.predicted_end - now
     done_s = max(0.0, segment - max(0.0, ahead)) if math.isfinite(segment) else 0.0
     p0 = 1.0 - r.frac_at_start
-    p = goodput.progress_after(sim.cost, j, r.gpus, r.spans, p0, done_s / factor, r.batch)
-    one, multi = sim._pieces(j).rows(p)
+    cost, on = (sim.cost, j) if gtype is None else sim._typed_job(j, gtype)
+    p = goodput.progress_after(cost, on, r.gpus, r.spans, p0, done_s / factor, r.batch)
+    one, multi = sim._pieces(j, gtype).rows(p)
     tpl = WaitingJob(job_id="", submit_time=0.0, work=sim._template(j).work * (1.0 - p), run_one_node=one,
                      run_multi_node=multi)
     return movable_job(

@@ -34,6 +34,7 @@ from lyasched.costmodel.calibration import PlacementRow, fit_compute, read_place
 from lyasched.costmodel.cost import ClusterSpec, Link, Profile
 from lyasched.costmodel.goodput import Adaptive, NoiseScale
 from lyasched.costmodel.jobspec import Job
+from lyasched.sim.hetero import parse_allowed
 from lyasched.sim.workloads import TraceError, Workload
 
 # The artifact's per-application settings (simulator/applications.py): epochs each job trains
@@ -192,6 +193,33 @@ def _job(k: int, name: str, submit: float, app: Application, replicas: int, batc
                checkpointable=True)
 
 
+def measured_types(profiles: str, apps: set[str] | list[str], types: tuple[str, ...]) -> dict[tuple[str, str], Profile]:
+    """(application, type) -> its profile measured on that type, from ``<app>/placements-<type>.csv``
+    (and ``scalability-<type>.csv``) where the artifact has one; the other pairs are left to the
+    roofline (`lyasched.policy.snapshot.type_profile`). Memory and validation are the application's."""
+    out: dict[tuple[str, str], Profile] = {}
+    for a in sorted(apps):
+        d = os.path.join(profiles, a)
+        for t in types:
+            place = os.path.join(d, f"placements-{t}.csv")
+            if not os.path.isfile(place):
+                continue
+            base = read_application(d).profile
+            try:
+                rows = read_placements_csv(place)
+                scal = os.path.join(d, f"scalability-{t}.csv")
+                if os.path.isfile(scal):
+                    rows = rows + read_scalability_csv(scal)
+                c = fit_compute(a, rows)
+            except ValueError as e:
+                raise TraceError(str(e).splitlines()[0]) from None
+            out[(a, t)] = Profile(model=a, alpha=c.alpha, beta=c.beta, knee=c.knee, params=1, bytes_per_param=1,
+                                  mem_per_sample=base.mem_per_sample, source="measured",
+                                  comm_scale_intra=_comm_scale(rows, False) or base.comm_scale_intra,
+                                  comm_scale_inter=_comm_scale(rows, True) or base.comm_scale_inter)
+    return out
+
+
 def pollux_workload(path: str, profiles: str, nodes: int = 16, gpus_per_node: int = 4, adaptive: bool = True,
                     max_jobs: int | None = None) -> Workload:
     """The jobs of a Pollux workload CSV, each on its application's measured profile; one-line
@@ -217,16 +245,21 @@ def pollux_workload(path: str, profiles: str, nodes: int = 16, gpus_per_node: in
             app = (rec["application"] or "").strip()
             if not app or os.sep in app or not os.path.isdir(os.path.join(profiles, app)):
                 raise TraceError(f"{path}:{i}: no profile for application {app!r} in {profiles}")
-            rows.append((t, i, (rec["name"] or f"job-{i}").strip(), app, g, b))
+            try:  # the types the job allows (lyasched.sim.hetero): empty = any
+                allowed = parse_allowed(rec.get("gpu_types") or "")
+            except ValueError as e:
+                raise TraceError(f"{path}:{i}: {e}") from None
+            rows.append((t, i, (rec["name"] or f"job-{i}").strip(), app, g, b, allowed))
     if not rows:
         raise TraceError(f"{path}: no jobs")
     rows.sort()
     if max_jobs is not None:
         rows = rows[:max_jobs]
     jobs = tuple(_job(k, n, t, read_application(os.path.join(profiles, a)), g, b, cluster.total_gpus, adaptive)
-                 for k, (t, _, n, a, g, b) in enumerate(rows))
+                 for k, (t, _, n, a, g, b, _) in enumerate(rows))
+    gpu_types = {j.job_id: r[6] for j, r in zip(jobs, rows) if r[6]}
     if len({j.job_id for j in jobs}) != len(jobs):
         raise TraceError(f"{path}: job names must be unique")
     kind = "adaptive" if adaptive else "fixed-batch"
     return Workload(name=os.path.basename(path), jobs=jobs, cluster=cluster,
-                    description=f"Pollux-format workload, {kind} jobs on {profiles}")
+                    description=f"Pollux-format workload, {kind} jobs on {profiles}", gpu_types=gpu_types)

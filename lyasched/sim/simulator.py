@@ -25,12 +25,15 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from lyasched.costmodel import goodput
-from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.estimates.trust import TrustBook
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import violation
-from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s
+from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
+                                      type_profile, type_rows)
+from lyasched.live.gputypes import fit_typed
+from lyasched.sim.hetero import TypedCluster
 from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
 from lyasched.sim.progress import Progress
@@ -92,6 +95,7 @@ class JobRecord:
     gpus: int = 0  # GPU count of the last segment
     spans_nodes: bool = False
     segments: list[Segment] = field(default_factory=list)
+    gpu_type: str = ""  # type of the last segment's GPUs (typed clusters; "a+b" when it spans types)
 
     @property
     def jct(self) -> float:
@@ -116,6 +120,7 @@ class SimResult:
     decide_calls: int
     wall_s: float
     decide_s: float = 0.0  # part of wall_s spent inside policy.decide
+    type_violations: int = 0  # starts on a GPU type the job does not allow (typed clusters; 0 expected)
 
     @property
     def first_submit(self) -> float:
@@ -140,6 +145,7 @@ class _Running:
     token: int
     obs: RunningObs  # what a policy is shown of it (lyasched.policy.snapshot)
     batch: int | None = None  # an adaptive job's batch of its first piece (Decision.batch); None: its best
+    gtype: str | None = None  # the GPU type whose speed it runs at (typed clusters; the slowest it spans)
 
 
 def true_factors(n: int, sigma: float, seed: int) -> np.ndarray:
@@ -176,6 +182,10 @@ class Simulation:
         tenant_input: bool = True,
         liars: Mapping[str, float] | None = None,
         trust: bool = True,
+        typed: TypedCluster | None = None,
+        gpu_types: Mapping[str, Sequence[str]] | None = None,
+        measured: Mapping[tuple[str, str], Profile] | None = None,
+        refit: bool = True,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -185,6 +195,8 @@ class Simulation:
         ids = [j.job_id for j in self.jobs]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate job ids")
+        if typed is not None:  # every node as the base type: what an unaware policy (and the cost summary) sees
+            cluster = typed.spec(cluster)
         self.cluster = cluster
         # tenants (a job's user) and their shares: the policies see each tenant's GPU-time received
         # and entitled (SlotState.tenants) when there are two or more tenants and tenant_input is on
@@ -193,12 +205,26 @@ class Simulation:
             raise ValueError("tenant shares must be > 0")
         self.tenant_input = tenant_input and len({j.user for j in jobs}) >= 2
         self.cost = CostModel(cluster)
+        # GPU types (lyasched.sim.hetero): ``cluster`` is every node as the base type (what an unaware
+        # policy sees); each type has its own cost model (its nodes, its memory) and profiles
+        # (``measured`` per (model, type), else the roofline); ``gpu_types``: job id -> allowed types
+        self.typed = typed
+        self.allowed = {str(k): tuple(v) for k, v in (gpu_types or {}).items() if v}
+        self.measured = dict(measured or {})
+        self.refit = refit
+        if typed is not None:
+            self.type_costs = {t: CostModel(typed.spec(cluster, t)) for t in typed.types}
+            self.true_costs = {t: CostModel(replace(cluster, gpu_mem=typed.spec(cluster, t).gpu_mem)) for t in typed.types}
+            for jid, ts in self.allowed.items():
+                bad = [t for t in ts if t not in self.type_costs]
+                if bad:
+                    raise ValueError(f"job {jid}: GPU type {bad[0]} is on no node of {typed.describe()}")
         self.slot_len = float(slot_len)
         self.restart_overhead = float(restart_overhead)
         # which jobs may be preempted/resized, and what a move costs each (lyasched.sim.moves)
         self.checkpointable = mv.checkpointable_mask(self.jobs, checkpointable)
         self.move_costs = mv.move_costs(self.jobs, self.restart_overhead)
-        self.row_len = min(cluster.total_gpus, max(j.max_gpus for j in self.jobs))
+        self.row_len = min(typed.total_gpus if typed is not None else cluster.total_gpus, max(j.max_gpus for j in self.jobs))
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
         if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
             for i, j in enumerate(self.jobs):
@@ -236,8 +262,17 @@ class Simulation:
         for i, j in enumerate(self.jobs):
             t = self._template(j)
             best = t.best_run * j.iterations
+            if typed is not None:  # the best over the types it allows
+                rows = self._typed_templates(j)
+                if not rows:
+                    raise ValueError(f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) fits no GPU type it allows")
+                best = min(v.best_run for v in rows.values()) * j.iterations
             self._best_gpu[i] = float(np.min(np.minimum(t.run_one_node, t.run_multi_node) * gcount)) * j.iterations
-            arrivals.add(j.job_id, j.submit_time, requested_gpu_s(self.predicted(i)))  # as the service records it
+            v = self.predicted(i)
+            gs = requested_gpu_s(v)
+            if not math.isfinite(gs) and v.by_type:  # typed: its request on the types it may run on
+                gs = min(requested_gpu_s(x) for x in v.by_type.values())
+            arrivals.add(j.job_id, j.submit_time, gs)  # as the service records it
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
@@ -248,7 +283,10 @@ class Simulation:
         self._arr_t, self._arr_cum = arrivals.arrays()
 
     # --- rows -------------------------------------------------------------------------
-    def _template(self, job: Job) -> WaitingJob:
+    def _template(self, job: Job, gtype: str | None = None) -> WaitingJob:
+        """One iteration's rows: on the base cluster (``gtype`` None), else on the nodes of ``gtype``."""
+        if gtype is not None:
+            return self._typed_templates(job)[gtype]
         key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive)
         t = self._templates.get(key)
         if t is None:
@@ -256,6 +294,51 @@ class Simulation:
             t = waiting_job(unit, self.cost, self.row_len)
             self._templates[key] = t
         return t
+
+    def _typed_templates(self, job: Job) -> dict[str, WaitingJob]:
+        """One iteration's rows on each type the job allows and fits (the builder's `type_rows`)."""
+        allowed = self.allowed.get(job.job_id, ())
+        key = ("typed", job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive, allowed)
+        t = self._templates.get(key)
+        if t is None:
+            assert self.typed is not None
+            unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
+            t = self._templates[key] = type_rows(unit, self.type_costs, allowed, self.typed.base, self.row_len, self.measured)
+        return t
+
+    def _typed_job(self, job: Job, gtype: str, whole: bool = False) -> tuple[CostModel, Job]:
+        """The cost model and job (its profile there) of ``job`` on ``gtype``'s nodes (``whole``:
+        on every node as that type: the true speed of a placement that spans types)."""
+        assert self.typed is not None
+        cost = (self.true_costs if whole else self.type_costs)[gtype]
+        return cost, replace(job, profile=type_profile(job.profile, self.typed.base, gtype, self.measured))
+
+    def _true_unit(self, i: int, gtype: str, g: int, spans: bool) -> float:
+        """True-speed seconds per iteration of job i on g GPUs of ``gtype`` (before its factor)."""
+        j = self.jobs[i]
+        key = ("true", j.profile, j.global_batch, j.min_gpus, j.max_gpus, gtype)
+        t = self._templates.get(key)
+        if t is None:
+            cost, on = self._typed_job(j, gtype, whole=True)
+            t = self._templates[key] = waiting_job(replace(on, iterations=1, adaptive=None), cost, self.row_len)
+        return t.run_time(g, spans)
+
+    def _true_speed(self, i: int, gtype: str, g: int, spans: bool) -> float:
+        """Job i's true time for the whole job on g GPUs of ``gtype`` (every node as that type;
+        an adaptive job at its best batches there): what ranks the types a placement spans."""
+        if self.jobs[i].adaptive is not None:
+            return self.true_left(i, g, spans, 1.0, None, gtype)
+        return self._true_unit(i, gtype, g, spans)
+
+    def _landing(self, i: int, placement: Sequence[tuple[int, int]], g: int, spans: bool) -> tuple[str, str]:
+        """(the type whose speed job i runs at on ``placement``: the slowest of its nodes', and the
+        types it lands on as 'a+b')."""
+        assert self.typed is not None
+        types = sorted({self.typed.node_types[n] for n, _ in placement})
+        if len(types) == 1:
+            return types[0], types[0]
+        slow = max(types, key=lambda t: self._true_speed(i, t, g, spans))
+        return slow, "+".join(types)
 
     def predicted(self, i: int) -> WaitingJob:
         """The job's `WaitingJob` as a non-oracle policy first sees it (== waiting_job(job))."""
@@ -265,6 +348,7 @@ class Simulation:
         j = self.jobs[i]
         t = self._template(j)
         scale = j.iterations * frac * (self.factors[i] if oracle else self.claim[i])
+        per = j.iterations * (self.factors[i] if oracle else self.claim[i])
         if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
             per = j.iterations * (self.factors[i] if oracle else self.claim[i])
             one, multi = self._pieces(j).rows(1.0 - frac)
@@ -275,6 +359,26 @@ class Simulation:
         if overhead:
             one = one + overhead
             multi = multi + overhead
+        by_type = None
+        if self.typed is not None:
+            by_type = {}
+            for gt, tt in self._typed_templates(j).items():
+                if j.adaptive is not None:
+                    o, m = self._pieces(j, gt).rows(1.0 - frac)
+                    o, m = o * per, m * per
+                else:
+                    o, m = tt.run_one_node * scale, tt.run_multi_node * scale
+                if overhead:
+                    o, m = o + overhead, m + overhead
+                by_type[gt] = WaitingJob(job_id=j.job_id, submit_time=j.submit_time, work=t.work * scale, run_one_node=o,
+                                         run_multi_node=m, requested_gpus=min(j.requested_gpus, self.row_len),
+                                         time_limit=j.time_limit if j.time_limit is not None else math.inf, user=j.user,
+                                         attained=attained, adaptive=j.adaptive is not None)
+            best_any = min((float(min(v.run_one_node.min(), v.run_multi_node.min())) for v in by_type.values()), default=math.inf)
+            by_type = {k: replace(v, best_any=best_any) for k, v in by_type.items()}
+            if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
+                one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
+                multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)
         return WaitingJob(
             job_id=j.job_id,
             submit_time=j.submit_time,
@@ -286,23 +390,33 @@ class Simulation:
             user=j.user,
             attained=attained,
             adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
+            by_type=by_type,
         )
 
-    def _pieces(self, job: Job) -> goodput.PieceTable:
-        """An adaptive job's per-iteration piece table (memoised per job shape in goodput)."""
-        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive)
+    def _pieces(self, job: Job, gtype: str | None = None) -> goodput.PieceTable:
+        """An adaptive job's per-iteration piece table (memoised per job shape in goodput), on
+        ``gtype``'s nodes when given (its best batch chosen for that type)."""
+        key = (job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive, gtype)
         t = self._piece_tables.get(key)
         if t is None:
-            unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
-            t = self._piece_tables[key] = goodput.piece_table(self.cost, unit, self.row_len)
+            cost, on = (self.cost, job) if gtype is None else self._typed_job(job, gtype)
+            unit = replace(on, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
+            t = self._piece_tables[key] = goodput.piece_table(cost, unit, self.row_len)
         return t
 
-    def true_left(self, i: int, g: int, spans: bool, frac: float, batch: int | None = None) -> float:
+    def _cost_job(self, i: int, gtype: str | None) -> tuple[CostModel, Job]:
+        """The cost model and job that give job i's true speed on ``gtype`` (None: the base cluster)."""
+        return (self.cost, self.jobs[i]) if gtype is None else self._typed_job(self.jobs[i], gtype, whole=True)
+
+    def true_left(self, i: int, g: int, spans: bool, frac: float, batch: int | None = None, gtype: str | None = None) -> float:
         """True compute time of the share ``frac`` still to do of job i on g GPUs (an adaptive
-        job: re-tuning its batch, its first piece at ``batch`` when given)."""
+        job: re-tuning its batch, its first piece at ``batch`` when given), on ``gtype``'s GPUs."""
         j = self.jobs[i]
         if j.adaptive is not None:
-            return float(self.factors[i]) * goodput.run_time(self.cost, j, g, spans, 1.0 - frac, batch)
+            cost, on = self._cost_job(i, gtype)
+            return float(self.factors[i]) * goodput.run_time(cost, on, g, spans, 1.0 - frac, batch)
+        if gtype is not None:
+            return frac * self._true_unit(i, gtype, g, spans) * j.iterations * float(self.factors[i])
         row = self._template(j)
         unit = float((row.run_multi_node if spans else row.run_one_node)[g - 1])
         return frac * unit * j.iterations * float(self.factors[i])
@@ -328,6 +442,12 @@ class Simulation:
         node_names = tuple(f"node{k}" for k in range(self.cluster.nodes))
         cl = self.cluster
         gpn, total = cl.gpus_per_node, cl.total_gpus
+        typed = self.typed
+        node_types = typed.node_types if typed is not None else ()
+        if typed is not None:
+            gpn, total = max(typed.node_gpus), typed.total_gpus
+        violations = 0
+        self.typed_moves = typed is not None and bool(getattr(policy, "types_aware", False))  # lyasched.sim.moves
         slot = self.slot_len
         jobs, factors = self.jobs, self.factors
         n = len(jobs)
@@ -339,7 +459,7 @@ class Simulation:
         attained = [0.0] * n
         tokens = [0] * n
 
-        free = [gpn] * cl.nodes
+        free = list(typed.node_gpus) if typed is not None else [gpn] * cl.nodes
         busy = 0
         busy_gpu_s = 0.0
         util_t: list[float] = []
@@ -388,11 +508,12 @@ class Simulation:
             elif j.adaptive is not None:  # progress in base steps, walking its re-tuning pieces
                 p0 = 1.0 - r.frac_at_start
                 secs = max(0.0, elapsed - r.overhead) / float(factors[r.idx])
-                fdone = min(r.frac_at_start, goodput.progress_after(self.cost, j, r.gpus, r.spans, p0, secs, r.batch) - p0)
+                cost, j = self._cost_job(r.idx, r.gtype)
+                fdone = min(r.frac_at_start, goodput.progress_after(cost, j, r.gpus, r.spans, p0, secs, r.batch) - p0)
             else:
                 fdone = min(r.frac_at_start, max(0.0, elapsed - r.overhead) / r.true_full)
             batch0 = j.global_batch if j.adaptive is None else (
-                r.batch or goodput.best_batch(self.cost, j, r.gpus, r.spans, 1.0 - r.frac_at_start))
+                r.batch or goodput.best_batch(*self._cost_job(r.idx, r.gtype), r.gpus, r.spans, 1.0 - r.frac_at_start))
             rec.segments.append(Segment(r.start, t, r.gpus, r.spans, r.overhead, fdone, batch0))
             rec.run_s += elapsed
             rec.gpu_s += elapsed * r.gpus
@@ -476,6 +597,7 @@ class Simulation:
                         tenants=book,
                         trust=trust,
                         known=self.known if trust is not None else None,
+                        node_types=node_types,
                     ))
                     if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
                         state = mv.policy_view(self, state, running, records, oracle, moves)
@@ -508,17 +630,32 @@ class Simulation:
                     preempted = set(res.preempt)
                     started: set[int] = set()
                     for d in res.starts:
+                        gtype, landed = None, ""
+                        if typed is not None:
+                            d = self._typed_start(d, by_id, views, free)
+                            if d is None:
+                                continue  # no node of a type it allows has room: it waits (as serve does)
                         i = self._check(d, by_id, views, started, set() if moves else preempted, free, pname, t)
                         v = views[i]
                         spans = len(d.placement) > 1
                         predicted = v.run_time(d.gpus, spans)
+                        if typed is not None:
+                            gtype, landed = self._landing(i, d.placement, d.gpus, spans)
+                            ok = v.by_type or {}
+                            if any(x not in ok for x in landed.split("+")):
+                                violations += 1  # a type it does not allow, or whose memory cannot hold its batch
+                            elif "+" not in landed:
+                                predicted = ok[landed].run_time(d.gpus, spans)
                         for node, take in d.placement:
                             free[node] -= take
                         busy += d.gpus
                         batch = d.batch if jobs[i].adaptive is not None else None
                         if jobs[i].adaptive is not None:
                             true_full = math.nan  # not linear in the share left: stop() walks the pieces
-                            left_s = self.true_left(i, d.gpus, spans, frac[i], batch)
+                            left_s = self.true_left(i, d.gpus, spans, frac[i], batch, gtype)
+                        elif gtype is not None:
+                            true_full = self._true_unit(i, gtype, d.gpus, spans) * jobs[i].iterations * float(factors[i])
+                            left_s = frac[i] * true_full
                         else:
                             row = self._template(jobs[i])
                             unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
@@ -529,8 +666,9 @@ class Simulation:
                         tokens[i] += 1
                         obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i], jobs[i].user)
                         running[i] = _Running(
-                            i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch
+                            i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch, gtype
                         )
+                        records[i].gpu_type = landed
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]
                         if math.isnan(rec.first_start):
@@ -599,7 +737,33 @@ class Simulation:
             decide_calls=calls,
             wall_s=wall,
             decide_s=decide_s,
+            type_violations=violations,
         )
+
+    def _typed_start(self, d: Decision, by_id: dict[str, int], views: dict[int, WaitingJob], free: list[int]) -> Decision | None:
+        """On a typed cluster, a start as the service carries it out (lyasched.live.gputypes): its
+        placement fitted onto nodes of one type that the job allows and whose memory holds this
+        configuration, unless it is there already (or the job allows every type and spans types
+        that all hold it: an unaware policy's choice, run at the slowest); None when no such type
+        has room. ``refit`` off: the decision as made (a violation is then counted)."""
+        i = by_id.get(d.job_id)
+        if not self.refit or i is None or i not in views:
+            return d
+        assert self.typed is not None
+        types = self.typed.node_types
+        v = views[i]
+        ok = v.by_type or {}
+        spans = len(d.placement) > 1
+        fine = tuple(t for t, w in ok.items() if math.isfinite(w.run_time(d.gpus, spans)))
+        landed = {types[n] for n, _ in d.placement if 0 <= n < len(types)}
+        valid = not violation(tuple(d.placement), d.gpus, free)  # an earlier start's re-fit may have taken its GPUs
+        if valid and len(landed) == 1 and landed <= set(fine):
+            return d
+        if valid and len(landed) > 1 and len(ok) == len(self.typed.types) and all(
+                math.isfinite(self._true_speed(i, t, d.gpus, spans)) for t in landed):
+            return d
+        pl = fit_typed(d.gpus, tuple(d.placement), free, types, fine) if fine else None
+        return None if pl is None else replace(d, placement=pl)
 
     def _check(
         self,
@@ -622,6 +786,11 @@ class Simulation:
         why = violation(tuple(d.placement), d.gpus, free)  # the placement rule the service enforces too
         if why:
             raise InvalidDecision(f"{where}: {why}")
-        if not math.isfinite(views[i].run_time(d.gpus, len(d.placement) > 1)):
+        v = views[i]
+        if self.typed is not None and v.by_type:  # typed: the rows of the type it lands on (one type)
+            landed = {self.typed.node_types[n] for n, _ in d.placement if 0 <= n < len(self.typed.node_types)}
+            if len(landed) == 1:
+                v = v.by_type.get(next(iter(landed)), v)
+        if not math.isfinite(v.run_time(d.gpus, len(d.placement) > 1)):
             raise InvalidDecision(f"{where}: {d.gpus} GPUs is not an allowed configuration")
         return i

@@ -35,6 +35,8 @@ class Workload:
     description: str = ""
     # job id -> share of its run a job does before it ends early (cancelled/failed; synthetic workloads)
     end_fraction: dict = field(default_factory=dict)
+    # job id -> the GPU types it allows (a ``gpu_types`` column; lyasched.sim.hetero); absent = any
+    gpu_types: dict = field(default_factory=dict)
 
 
 # 25 Gb/s Ethernet between nodes, NVLink-class inside one: cross-node data parallelism
