@@ -638,6 +638,7 @@ def submit(
         profile = estimate(spec, view.device_type)
         source = "estimate"
 
+    check_type_memory(profile, req, view, max_gpus, types_table)  # before the config's GPU memory check
     model = CostModel(cluster)
     if mb:
         from lyasched.costmodel.goodput import Adaptive, NoiseScale, allowed_counts
@@ -654,7 +655,6 @@ def submit(
             f"no GPU count in {req.min_gpus}..{max_gpus} fits: B must split evenly and B/g samples must fit in "
             f"{cluster.gpu_mem / 2**30:.1f} GiB (needs {profile.memory(local) / 2**30:.1f} GiB at {local:g} per GPU)"
         )
-    check_type_memory(profile, req, view, max_gpus, types_table)
     node_gpus = [n.gpus_total for n in view.nodes] or [cluster.gpus_per_node] * cluster.nodes
     if not any(placeable(g, node_gpus) for g in counts):  # accepted, it would wait forever
         raise RequestError(
