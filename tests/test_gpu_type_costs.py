@@ -158,3 +158,36 @@ def test_what_a_job_teaches_goes_to_the_type_it_ran_on(tmp_path: Path):
     assert t4 is not None and t4.source == "estimated" and t4.beta == pytest.approx(
         typecost.on_type(cost("x" * 8, ()).to_profile(), "a100", "t4").beta)
     assert t4.correction is not None and t4.correction > 1  # it ran 2.5x its prediction on the t4
+
+
+# ---------------------------------------------------------------- lyastat
+
+
+def test_lyastat_shows_the_predicted_time_for_each_type_and_count(tmp_path: Path, monkeypatch):
+    from click.testing import CliRunner
+
+    from lyasched.cli import lyastat
+    from lyasched.slurm import as_backend
+    from lyasched.slurm import backend as backend_module
+
+    dbp = tmp_path / "svc.db"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[service]\ndb = "{dbp}"\n')
+    db = records.open_records(dbp)
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001", ()), gpn=2)])
+    typed_nodes_of(slurm)
+    service(db, slurm, StartAs({})).run_slot()
+    monkeypatch.setattr(backend_module, "make_backend", lambda *a, **kw: (as_backend(slurm), "fake"))
+    r = CliRunner().invoke(lyastat.main, ["101", "--db", str(dbp), "--config", str(cfg), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {(p["type"], p["gpus"]): p["seconds"] for p in json.loads(r.output)["predicted_by_type"]}
+    assert {g for t, g in rows if t == "a100"} == {2} and {g for t, g in rows if t == "t4"} == {2}  # gmin = gmax = 2
+    assert rows[("t4", 2)] > 2 * rows[("a100", 2)]  # the t4 by the roofline from the a100 profile
+    # a measured t4 profile replaces the roofline's guess
+    costtable.put(db, {"signature": "cnn:test", "device_type": "t4", "model": "cnn", "alpha": 0.01, "beta": 0.002,
+                       "params": 1_000_000, "bytes_per_param": 4, "m0": 0.0, "m1": 0.0, "source": "measured"})
+    learning.invalidate()
+    r = CliRunner().invoke(lyastat.main, ["101", "--db", str(dbp), "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    lines = {ln.split()[0]: ln.split()[2] for ln in r.output.splitlines() if ln.split()[:1] in (["a100"], ["t4"])}
+    assert lines["a100"] == lines["t4"], r.output  # the same profile on both: the same time

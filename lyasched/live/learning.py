@@ -223,3 +223,44 @@ def job_finished(db: Any, row: dict, slurm_state: str, observed: float | None, d
         records.upsert_job(db, row["uid"], refined=1)
     except ValueError as e:
         log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
+
+
+def type_predictions(db: Any, summary: Any, nodes: Any, config: Any, user: str | None = None,
+                     device: str = "") -> dict[str, dict[int, float]]:
+    """Predicted run time (s) of a job for each GPU type its nodes have (and it allows) and each GPU
+    count it may run on there, as `lyastat JOB` shows them: per type, the model's learned profile
+    there, else the roofline's prediction from a measured type or from its summary
+    (`typed_inputs`); the type's memory (the roofline table's) limits the counts; the type's
+    correction and the start-up term as the service adds them. ``nodes``: the GPU nodes
+    (`NodeInfo`); ``device``: the key the summary's profile is of when it has no ``pt``. {} on
+    untyped nodes."""
+    from dataclasses import replace
+
+    from lyasched.clusterview import cluster_view
+    from lyasched.costmodel.cost import CostModel
+    from lyasched.live.typecost import node_groups
+    from lyasched.profile.signature import device_type
+    from lyasched.security import bounded_correction
+    from lyasched.store import costtable
+
+    groups = node_groups(nodes)
+    allowed = summary.gpu_types or tuple(t for t in groups if t)
+    out: dict[str, dict[int, float]] = {}
+    for t in allowed:
+        typed = [n for n in nodes if n.gpu_type == t]
+        if not t or not typed:
+            continue
+        view = cluster_view(typed, config, db)
+        gt = config.gpu_types.get(t.lower())
+        spec = replace(view.spec, gpu_mem=gt.memory) if gt is not None else view.spec
+        key = device_type(t)
+        profile, startup_s = typed_inputs(db, summary, key, summary.profile_type or device, user, config.gpu_types)
+        profile = profile or summary.to_profile()
+        entry = costtable.get(db, summary.sig, key)
+        corr = bounded_correction(entry.correction if entry else None)
+        cost = CostModel(spec)
+        gpn = spec.gpus_per_node
+        counts = cost.allowed_counts(profile, summary.global_batch, summary.min_gpus, summary.max_gpus)
+        out[t] = {g: corr * cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
+                  for g in counts}
+    return out
