@@ -191,3 +191,31 @@ def test_lyastat_shows_the_predicted_time_for_each_type_and_count(tmp_path: Path
     assert r.exit_code == 0, r.output
     lines = {ln.split()[0]: ln.split()[2] for ln in r.output.splitlines() if ln.split()[:1] in (["a100"], ["t4"])}
     assert lines["a100"] == lines["t4"], r.output  # the same profile on both: the same time
+
+
+def test_the_service_learns_the_type_a_job_ran_on_and_predicts_that_type_from_it(db):
+    """A job of any type runs on node3 (a t4) 4x longer than predicted: the model's t4 entry is
+    created (the roofline's t4 prediction from the a100 summary) and corrected; the a100's is not.
+    The next t4-only job of the model is predicted with the t4's correction."""
+    first = TypedJob("31", _summary("uid-00000031", ("t4",)), gpn=2, gtype="t4")
+    slurm = FakeSlurm(jobs=[first])
+    typed_nodes_of(slurm)
+    svc = service(db, slurm, StartAs({"31": ((2, 2),), "32": ((2, 2),)}))
+    svc.run_slot()
+    pred1 = records.get_job(db, "uid-00000031")["predicted"]
+    first.state, first.reason, first.start, first.nodes = "RUNNING", "None", 1_000_101.0, ("node3",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    first.state, first.end = "COMPLETED", 1_000_101.0 + 4 * pred1
+    svc.clock_state["t"] += 4 * pred1 + 2
+    svc.run_slot()
+    t4 = costtable.get(db, "cnn:test", "t4")
+    assert costtable.get(db, "cnn:test", "a100") is None
+    assert t4 is not None and t4.observations == 1 and 1.0 < t4.correction <= 2.0
+    assert t4.beta == pytest.approx(typecost.on_type(cost("x" * 8, ()).to_profile(), "a100", "t4").beta)
+    second = TypedJob("32", _summary("uid-00000032", ("t4",)), gpn=2, gtype="t4", submit=svc.clock_state["t"])
+    slurm.jobs.append(second)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    pred2 = records.get_job(db, "uid-00000032")["predicted"]
+    assert pred2 == pytest.approx(pred1 * t4.correction, rel=1e-6)
