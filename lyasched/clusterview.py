@@ -7,8 +7,9 @@ From Slurm's nodes (those with GPUs, in the partition if one is given) and the s
 - GPU memory, links and the all-reduce shape: the config's ``[cluster]``, with the links
   replaced by the calibrated ones (`lyasched calibrate fit --db <service db>`) where the service
   database has them;
-- the cost-table device key: ``LYASCHED_DEVICE_TYPE``, else ``[service] device``, else the first
-  typed GPU in Slurm's Gres (``gpu:a100:4``), else ``gpu``; always through
+- the cost-table device key: ``LYASCHED_DEVICE_TYPE``, else ``[service] device``, else the fastest
+  GPU type (by the roofline, `lyasched.live.typecost.fastest`) in the nodes' Slurm Gres
+  (``gpu:a100:4``), else ``gpu``; always through
   `lyasched.profile.signature.device_type` (``"A100"`` and ``"NVIDIA A100-SXM4-40GB"`` are ``a100``).
 """
 
@@ -43,11 +44,15 @@ def gpu_nodes(nodes: Sequence[NodeInfo], partition: str | None = None) -> list[N
     return [n for n in nodes if n.gpus_total > 0 and (not partition or partition in n.partitions)]
 
 
-def device_key(config_device: str, nodes: Sequence[NodeInfo], env: Mapping[str, str] | None = None) -> str:
-    """The cost-table device key (see the module doc for the order)."""
+def device_key(config_device: str, nodes: Sequence[NodeInfo], env: Mapping[str, str] | None = None,
+               table: Mapping | None = None) -> str:
+    """The cost-table device key (see the module doc for the order); ``table``: the GPU types
+    (`Config.gpu_types`, default the roofline's) that rank the nodes' types."""
+    from lyasched.live.typecost import fastest
+
     env = os.environ if env is None else env
     chosen = env.get(DEVICE_ENV, "").strip() or config_device
-    chosen = chosen or next((n.gpu_type for n in nodes if n.gpu_type), "") or GENERIC_DEVICE
+    chosen = chosen or fastest((n.gpu_type for n in nodes), table) or GENERIC_DEVICE
     from lyasched.profile.signature import device_type
 
     return device_type(chosen)
@@ -65,7 +70,7 @@ def cluster_view(nodes: Sequence[NodeInfo], config: Config, links_db: sqlite_uti
         from lyasched.store.cluster import with_calibrated_links
 
         spec = with_calibrated_links(links_db, spec)
-    return ClusterView(spec, device_key(config.device, nodes, env), tuple(nodes))
+    return ClusterView(spec, device_key(config.device, nodes, env, config.gpu_types), tuple(nodes))
 
 
 def open_links_db(path: str | os.PathLike) -> sqlite_utils.Database | None:

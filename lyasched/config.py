@@ -37,6 +37,10 @@ inter = { bandwidth = 10e9, latency = 5e-5 }    # between nodes
 # optional: the cluster's fitted step-time shape (lyasched.costmodel.commshape: overlap, contention, growth
 # of the all-reduce with GPUs and nodes); absent = the plain ring model. docs/calibration.md
 shape = { gamma = 2.8, s_multi = 0.05, sigma = 0.02, inter_ratio = 4.2, d_intra = 0.17, d_inter = 0.02, d_nodes = 0.05 }
+
+[cluster.gpu_types]        # optional: GPU types the roofline does not know, or overrides (lyasched.costmodel.roofline)
+rtx = { tflops = 53.8, bandwidth = 616, memory_gib = 11 }   # dense fp16 TFLOP/s, GB/s, GiB per GPU
+a100 = { memory_gib = 80 }                                  # an override names only what differs
 ```
 
 A bad file is a `ConfigError` with a one-line message naming the file and the key.
@@ -62,6 +66,12 @@ CONFIG_ENV = "LYASCHED_CONFIG"
 DEFAULT_DB = Path("/var/lib/lyasched/lyasched.db")
 
 
+def _known_types() -> Mapping[str, Any]:
+    from lyasched.costmodel.roofline import KNOWN_TYPES
+
+    return KNOWN_TYPES
+
+
 class ConfigError(ValueError):
     """The configuration is invalid (message is one line)."""
 
@@ -85,6 +95,8 @@ class Config:
     intra: Link = field(default_factory=lambda: Link(bandwidth=100e9, latency=10e-6))
     inter: Link = field(default_factory=lambda: Link(bandwidth=10e9, latency=50e-6))
     shape: Any = None  # lyasched.costmodel.commshape.CommShape from [cluster] shape; None = plain ring model
+    # GPU types by Slurm GRES name: the roofline's table with [cluster.gpu_types] added (lyasched.costmodel.roofline)
+    gpu_types: Mapping[str, Any] = field(default_factory=lambda: dict(_known_types()))
     metrics_port: int | None = None  # [metrics] port: Prometheus metrics of serve (None = off; 0 = any free port)
     metrics_address: str = "127.0.0.1"  # [metrics] address: what the metrics server binds
     failsafe_lease: Path | None = None  # [failsafe] lease: the service's lease file (None: lease.json beside db)
@@ -242,8 +254,8 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
 
     cl = _table(where, "cluster", data.get("cluster", {}))
     for key in cl:
-        if key not in {"gpu_mem", "intra", "inter", "shape"}:
-            raise ConfigError(f"{where}: unknown key cluster.{key} (known: gpu_mem, intra, inter, shape)")
+        if key not in {"gpu_mem", "intra", "inter", "shape", "gpu_types"}:
+            raise ConfigError(f"{where}: unknown key cluster.{key} (known: gpu_mem, intra, inter, shape, gpu_types)")
     if "gpu_mem" in cl:
         kw["gpu_mem"] = _number(where, "cluster.gpu_mem", cl["gpu_mem"])
     if "intra" in cl:
@@ -252,6 +264,13 @@ def from_mapping(data: Mapping[str, Any], source: str = "<config>", base_dir: Pa
         kw["inter"] = _link(where, "cluster.inter", cl["inter"], d.inter)
     if "shape" in cl:
         kw["shape"] = _shape(where, cl["shape"])
+    if "gpu_types" in cl:
+        from lyasched.costmodel.roofline import parse_types
+
+        try:
+            kw["gpu_types"] = parse_types(_table(where, "cluster.gpu_types", cl["gpu_types"]))
+        except ValueError as e:
+            raise ConfigError(f"{where}: cluster.{e}") from None
     kw.update(_metrics(where, data.get("metrics", {})))
     kw.update(_failsafe(where, data.get("failsafe", {}), base_dir))
     kw.update(_tenants(where, data.get("tenants", {})))

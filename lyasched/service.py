@@ -218,7 +218,7 @@ class Service:
         obs = observe.read(self.slurm, self.config, self.db)
         cluster = self.inputs.cluster(obs.view.spec)
         ctx.cluster, ctx.cost, ctx.names, ctx.types = cluster, CostModel(cluster), obs.names, obs.types  # lyasched.costmodel.learn refits against it
-        ctx.device = obs.view.device_type
+        ctx.device, ctx.gpu_types = obs.view.device_type, self.config.gpu_types
 
         self.crash.reach("after_read")
         self.starter.reconcile(obs.jobs, ctx)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lyasched.clusterview import DEVICE_ENV, GENERIC_DEVICE, ClusterView, gpu_nodes, open_links_db  # noqa: F401
 from lyasched.clusterview import cluster_view as make_view
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
+from lyasched.costmodel.roofline import lookup
 from lyasched.job.launcher import AdaptiveLaunch, render, write_script
 from lyasched.slurm import Slurm, SlurmError, as_backend
 from lyasched.slurm import submit as cmd
@@ -162,6 +163,23 @@ def typed_nodes(nodes: Sequence[NodeInfo], types: Sequence[str], partition: str 
             have = f"GPU types there: {', '.join(present)}" if present else "its GPUs are untyped in Slurm"
             raise RequestError(f"--gpu-type: no node of {where} has GPU type {t!r} ({have})")
     return [n for n in nodes if n.gpu_type in types]
+
+
+def check_type_memory(profile: Profile, req: SubmitRequest, view: ClusterView, max_gpus: int,
+                      table: Any) -> None:
+    """RequestError when a GPU type the job asked for cannot hold its smallest per-GPU batch (its
+    global batch over the most GPUs it may get on that type's nodes): it would never run there."""
+    from lyasched.live.typecost import node_groups, too_small
+
+    groups = node_groups(view.nodes)
+    for t in req.gpu_types:
+        most = max(1, min(max_gpus, sum(groups.get(t, [])) or max_gpus))
+        local = req.global_batch / most
+        bad = too_small(profile, (t,), local, table)
+        if bad:
+            need = profile.memory(local) / 2**30
+            raise RequestError(f"--gpu-type: a {t} GPU ({lookup(t, table).memory_gib:g} GiB) cannot hold the job's smallest "
+                               f"batch per GPU ({local:g} samples need {need:.1f} GiB; it holds at most {int(bad[0][1])})")
 
 
 def check_request(req: SubmitRequest) -> int:
@@ -341,10 +359,12 @@ def shape_view(shape: tuple[int, int], config_path: Path | None, say: Say,
                gpu_types: Sequence[str] = ()) -> ClusterView:
     """A dry run's cluster without Slurm: ``shape`` = (nodes, GPUs per node), the rest as `cluster_view`
     (the config's GPU memory and links, the service database's calibrated links). With ``gpu_types``
-    the shape is taken as the nodes of those types (all of the first type, which then keys the cost
+    the shape is taken as the nodes of those types (all of the fastest, which then keys the cost
     table as a typed Slurm node would): no Slurm to check that the types exist, so say so."""
+    from lyasched.live.typecost import fastest
+
     conf = _config(config_path, say)
-    gt = gpu_types[0] if gpu_types else ""
+    gt = fastest(gpu_types, conf.gpu_types)
     if gpu_types:
         say(f"dry run: --cluster-shape taken as the nodes of GPU type {' or '.join(gpu_types)} "
             "(not checked against Slurm)")
@@ -388,9 +408,12 @@ def estimate(spec: Any, device: str) -> Profile:
 
 
 def profile_job_options(
-    req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable
+    req: SubmitRequest, out_file: Path, log_file: Path, db_path: Path, python: str = sys.executable,
+    gpu_type: str | None = None,
 ) -> cmd.SbatchOptions:
-    """Options of the one-GPU profiling job (a plain Slurm job: no summary, not held)."""
+    """Options of the one-GPU profiling job (a plain Slurm job: no summary, not held), on one GPU of
+    ``gpu_type`` (the type the profile is for: `lyasched.live.typecost.profile_type`; None: the
+    first type the job asked for, or any)."""
     # the job never runs more than B/gmin samples per GPU: measuring beyond that is wasted time
     max_batch = max(1, min(req.global_batch // max(1, req.min_gpus), PROFILE_MAX_BATCH))
     prof = [python, "-m", "lyasched.profile", req.model, "--out", str(out_file), "--db", str(db_path),
@@ -401,7 +424,8 @@ def profile_job_options(
     opts = cmd.SbatchOptions(
         partition=o.partition, account=o.account, qos=o.qos, constraint=o.constraint, mem=o.mem,
         cpus_per_gpu=o.cpus_per_gpu, time=PROFILE_TIME_LIMIT, job_name="lyasched-profile",
-        output=str(log_file), gpus_per_node=1, gpu_type=req.gpu_types[0] if req.gpu_types else None, nodes=1, ntasks=1,
+        output=str(log_file), gpus_per_node=1, nodes=1, ntasks=1,
+        gpu_type=gpu_type if gpu_type is not None else (req.gpu_types[0] if req.gpu_types else None),
         wrap="exec " + shlex.join(prof),
     )
     return opts
@@ -437,9 +461,11 @@ def wait_for_job(slurm: Slurm, job_id: str, say: Say, timeout: float, poll: floa
 
 
 def run_profiling_job(
-    req: SubmitRequest, slurm: Slurm, db_path: Path, device: str, uid: str, say: Say, timeout: float
+    req: SubmitRequest, slurm: Slurm, db_path: Path, device: str, uid: str, say: Say, timeout: float,
+    gpu_type: str | None = None,
 ) -> Profile:
-    """Submit the one-GPU profiling job, wait for it, read its result, cache it under ``device``."""
+    """Submit the one-GPU profiling job (on ``gpu_type`` when given), wait for it, read its result,
+    cache it under ``device``."""
     from lyasched.profile.result import ProfileResult
     from lyasched.store import open_db
     from lyasched.store.costtable import put
@@ -447,8 +473,9 @@ def run_profiling_job(
     work = db_path.parent / "profile-jobs"
     work.mkdir(parents=True, exist_ok=True)
     out_file, log_file = work / f"{uid}.json", work / f"{uid}.out"
-    job_id = slurm.submit(profile_job_options(req, out_file, log_file, db_path))
-    say(f"profiling {req.model} on one GPU: Slurm job {job_id} (log {log_file})")
+    job_id = slurm.submit(profile_job_options(req, out_file, log_file, db_path, gpu_type=gpu_type))
+    on = f"one {gpu_type} GPU" if gpu_type else "one GPU"
+    say(f"profiling {req.model} on {on}: Slurm job {job_id} (log {log_file})")
     try:
         state = wait_for_job(slurm, job_id, say, timeout)
     except BaseException:
@@ -550,6 +577,12 @@ def submit(
     uid = req.uid or new_uid()
     if not is_valid_uid(uid):
         raise RequestError(f"--uid {uid!r} must be 8-64 characters of A-Z a-z 0-9 -") from None
+    types_table = _config(req.config, say).gpu_types
+    for t in req.gpu_types:  # a type the roofline cannot rank or predict: before anything reaches Slurm
+        try:
+            lookup(t, types_table)
+        except ValueError as e:
+            raise RequestError(f"--gpu-type: {e}") from None
     backend: Slurm | None = None  # None only on a dry run with --cluster-shape
     if req.cluster_shape is not None:  # a dry run without Slurm
         if not req.dry_run:
@@ -563,6 +596,9 @@ def submit(
             hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
             raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
     cluster = view.spec
+    # the type the profile is of: the view's device key when it is a type of the job's nodes (the
+    # fastest the job allows, lyasched.clusterview.device_key); '' for untyped nodes
+    ptype = view.device_type if view.device_type in {n.gpu_type for n in view.nodes} else ""
     if req.min_gpus > cluster.total_gpus:
         raise RequestError(f"--min-gpus {req.min_gpus} exceeds the {cluster.total_gpus} GPUs of the cluster")
     max_gpus = req.max_gpus
@@ -586,7 +622,8 @@ def submit(
             else:
                 assert backend is not None  # --cluster-shape is refused without --dry-run
                 try:
-                    profile = run_profiling_job(req, backend, db_path, view.device_type, uid, say, profile_timeout)
+                    profile = run_profiling_job(req, backend, db_path, view.device_type, uid, say, profile_timeout,
+                                                gpu_type=ptype or None)
                 except SlurmError as e:
                     raise SubmitError(f"profiling job failed: {e}") from None
                 except TimeoutError as e:
@@ -601,6 +638,7 @@ def submit(
         profile = estimate(spec, view.device_type)
         source = "estimate"
 
+    check_type_memory(profile, req, view, max_gpus, types_table)  # before the config's GPU memory check
     model = CostModel(cluster)
     if mb:
         from lyasched.costmodel.goodput import Adaptive, NoiseScale, allowed_counts
@@ -630,7 +668,7 @@ def submit(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
             checkpointable=req.checkpointable, max_batch=mb, lr_rule=(req.lr_rule or "adascale") if mb else "",
-            gpu_types=tuple(req.gpu_types),
+            gpu_types=tuple(req.gpu_types), profile_type=ptype,
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None

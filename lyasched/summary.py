@@ -7,7 +7,7 @@ accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (
 checkpointable, `lyasub --checkpointable`: the scheduler may move it) and ``mb``/``lr`` (an
 adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule)
 and ``kn`` (the per-GPU batch up to which the step time is flat) and ``gt`` (the GPU types the job may
-run on, `lyasub --gpu-type`), written only when set, so the summaries of other jobs are unchanged.
+run on, `lyasub --gpu-type`) and ``pt`` (the GPU type its profile is of), written only when set, so the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -95,8 +95,12 @@ KN = _Field("kn", "knee", "float", 0, 1_048_576)
 # (lyasub --gpu-type a100,h100); absent: any type. The service releases the job on nodes of one of them.
 GT = _Field("gt", "gpu_types", "types")
 MAX_GPU_TYPES = 8
+# optional: the GPU type the profile (a, bt, m0, m1) was measured or estimated on (lyasub profiles on the
+# fastest type the job may run on); absent: the cluster's one type. Other types are predicted from it by the
+# roofline (lyasched.live.typecost) until the job's runs there report.
+PT = _Field("pt", "profile_type", "type")
 _ADAPTIVE = (MB, LR)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT)}
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT, PT)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -129,6 +133,12 @@ def _parse_types(f: _Field, raw: str) -> tuple[str, ...]:
     return types
 
 
+def _parse_type(f: _Field, raw: str) -> str:
+    if not is_gpu_type(raw):
+        raise ValueError(f"cost summary: {f.key}={raw!r} is not a GPU type (A-Z a-z 0-9 _ . -)")
+    return raw
+
+
 _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
     "int": _parse_int,
     "float": _parse_float,
@@ -137,6 +147,7 @@ _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
     "src": _parse_text(re.compile(r"[me]\Z"), "source (m or e)"),
     "rule": _parse_text(re.compile(r"(linear|sqrt|adascale)\Z"), "learning-rate rule (linear, sqrt or adascale)"),
     "types": _parse_types,
+    "type": _parse_type,
 }
 
 
@@ -167,6 +178,7 @@ class CostSummary:
     chosen_batch: int = 0  # key cb: the batch the service chose for the job's (re)start; 0 = none yet
     knee: float = 0.0  # key kn, optional: per-GPU batch where the step time stops being flat; 0 = a straight line
     gpu_types: tuple[str, ...] = ()  # key gt, optional: the GPU types the job may run on; () = any
+    profile_type: str = ""  # key pt, optional: the GPU type the profile is of; "" = the cluster's one type
 
     @property
     def adaptive(self) -> bool:
@@ -207,6 +219,9 @@ class CostSummary:
         gt = self.gpu_types
         if not isinstance(gt, tuple) or (gt and _parse_types(GT, ",".join(str(t) for t in gt)) != gt):
             raise ValueError(f"cost summary: gt must be a tuple of GPU type names, got {gt!r}")
+        pt = self.profile_type
+        if not isinstance(pt, str) or (pt and not is_gpu_type(pt)):
+            raise ValueError(f"cost summary: pt must be a GPU type name, got {pt!r}")
         if len(self._encode_unchecked()) > MAX_LEN:
             raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
 
@@ -243,6 +258,8 @@ class CostSummary:
             parts.append(f"{KN.key}={float(self.knee)!r}")
         if self.gpu_types:
             parts.append(f"{GT.key}={','.join(self.gpu_types)}")
+        if self.profile_type:
+            parts.append(f"{PT.key}={self.profile_type}")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -293,6 +310,7 @@ class CostSummary:
     def from_profile(
         cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int,
         checkpointable: bool = False, max_batch: int = 0, lr_rule: str = "", gpu_types: tuple[str, ...] = (),
+        profile_type: str = "",
     ) -> "CostSummary":
         return cls(
             uid=uid,
@@ -313,6 +331,7 @@ class CostSummary:
             lr_rule=lr_rule,
             knee=float(profile.knee),
             gpu_types=tuple(gpu_types),
+            profile_type=profile_type,
         )
 
     def to_profile(self) -> Profile:

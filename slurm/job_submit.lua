@@ -136,6 +136,13 @@ local FIELDS = {
 		end
 		return v
 	end,
+	-- optional: the GPU type the profile is of (lyasub profiles on the fastest type the job allows)
+	pt = function(v)
+		if #v < 1 or #v > 32 or not v:match("^[%w][%w_%.%-]*$") or v:match("^%d+$") then
+			return nil, "must be a GPU type (A-Z a-z 0-9 _ . -)"
+		end
+		return v
+	end,
 }
 local ORDER = { "id", "sig", "b", "it", "gmin", "gmax", "a", "bt", "p", "bpp", "m0", "m1", "src" }
 

@@ -215,7 +215,7 @@ def test_lyasub_passes_the_typed_gres_and_records_the_types(fake: Fake, monkeypa
     (argv,) = fake.training_sbatches()
     assert "--gres=gpu:a100:1" in argv and "--constraint=ib" in argv
     out = json.loads(r.stdout)
-    assert out["gpu_types"] == ["a100"] and out["comment"].endswith(";gt=a100") and out["max_gpus"] == 8  # 2 a100 nodes
+    assert out["gpu_types"] == ["a100"] and out["comment"].endswith(";gt=a100;pt=a100") and out["max_gpus"] == 8  # 2 a100 nodes
 
 
 @pytest.mark.parametrize("types, env, fragment", [

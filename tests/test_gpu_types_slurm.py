@@ -1,7 +1,9 @@
 """Typed GPU requests on the real test clusters (marker ``slurm``), whose nodes carry two GPU types:
 node1 and node2 ``gpu:a100:4``, node3 ``gpu:t4:4`` (docs/test-cluster.md). A job that asked for a
 type runs on that type only, whoever releases it: the service (a lyasub job, and a plain sbatch job
-of the managed partition), the fail-safe, and a move (native cluster: an in-process service).
+of the managed partition), the fail-safe, and a move (native cluster: an in-process service). Its
+``--constraint`` (Slurm's Features) survives the updates too: ``scontrol update`` of TresPerNode and
+ReqNodeList leaves Features as submitted (checked on 22.05).
 
 Slurm 22.05 refuses an untyped ``TresPerNode=gres:gpu:N`` update of a typed job ("Invalid GRES
 specification (with and without type identification)"): without the type in every update such a
@@ -32,7 +34,8 @@ def test_the_service_runs_a_typed_lyasub_job_and_a_typed_managed_sbatch_job_on_t
     svc = start_service(cluster, cfg, work / "serve.log")
     try:
         # lyapunov's best fit for 2 GPUs on an idle cluster is node1 (an a100): both must go to node3
-        typed = lyasub(as_user, test_user, job_dir, "--job-name", "typed", "--model", "mlp", "--gpu-type", "t4", "--global-batch", "8",
+        typed = lyasub(as_user, test_user, job_dir, "--job-name", "typed", "--model", "mlp", "--gpu-type", "t4",
+                       "--constraint", "t4", "--global-batch", "8",
                        "--iterations", "3", "--min-gpus", "2", "--max-gpus", "2")
         slurm_jobs.append(typed)
         plain = submitted(sbatch(as_user, test_user, job_dir, "-p", PARTITION, "--gres=gpu:t4:2", "--time=5",
@@ -46,6 +49,7 @@ def test_the_service_runs_a_typed_lyasub_job_and_a_typed_managed_sbatch_job_on_t
         shown = show_job(job)
         assert shown.nodes == T4 and (shown.gpu_type, shown.gpus_per_node) == ("t4", 2), shown
     assert (job_dir / f"{plain}.out").read_text().split() == [test_user, "node3", "2"]
+    assert features(as_user, typed) == "t4"  # the service's update (TresPerNode, ReqNodeList) kept --constraint
 
 
 def test_the_failsafe_releases_typed_jobs_on_their_type(work, job_dir, test_user, as_user, slurm_jobs, cluster):
@@ -54,7 +58,8 @@ def test_the_failsafe_releases_typed_jobs_on_their_type(work, job_dir, test_user
     leases.write(lease, leases.Lease("gone-host:1", 3, time.time() - 3600, 2.0))
     if cluster.service_uid:
         os.chown(lease, cluster.service_uid, cluster.service_uid)
-    t4 = lyasub(as_user, test_user, job_dir, "--job-name", "t4", "--model", "mlp", "--gpu-type", "t4", "--global-batch", "8",
+    t4 = lyasub(as_user, test_user, job_dir, "--job-name", "t4", "--model", "mlp", "--gpu-type", "t4", "--constraint", "t4",
+                "--global-batch", "8",
                 "--iterations", "3", "--min-gpus", "2", "--max-gpus", "2")
     wide = lyasub(as_user, test_user, job_dir, "--job-name", "wide", "--model", "mlp", "--gpu-type", "a100", "--global-batch", "16",
                   "--iterations", "3", "--min-gpus", "8", "--max-gpus", "8")
@@ -66,6 +71,14 @@ def test_the_failsafe_releases_typed_jobs_on_their_type(work, job_dir, test_user
     assert {j.state for j in done.values()} == {"COMPLETED"}, done
     assert show_job(t4).nodes == T4 and show_job(t4).gpu_type == "t4"
     assert show_job(wide).nodes == A100 and show_job(wide).gpu_type == "a100"
+    assert features(as_user, t4) == "t4"  # the fail-safe's update kept --constraint
+
+
+def features(as_user, job_id: str) -> str:
+    """The job's Features (its --constraint) as `scontrol show job` reports it."""
+    r = as_user("root", "scontrol", "show", "job", "-o", job_id)
+    assert r.returncode == 0, r.stderr
+    return next((w.split("=", 1)[1] for w in r.stdout.split() if w.startswith("Features=")), "")
 
 
 @pytest.mark.skipif(CLUSTER_KIND != "native", reason="native cluster only: the in-process service reads the "

@@ -130,12 +130,12 @@ def test_every_json_key_is_documented(no_slurm: Path) -> None:
 
 
 def test_dry_run_with_a_cluster_shape_and_gpu_types(no_slurm: Path) -> None:
-    # no Slurm to say which nodes have which type: the shape is taken as nodes of the first type asked for
+    # no Slurm to say which nodes have which type: the shape is taken as nodes of the fastest type asked for
     r = lyasub(*BASE, "--gpu-type", "a100,h100", "--dry-run", "--cluster-shape", "2x4", "--json", "--", "train.py")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["gpu_types"] == ["a100", "h100"] and ";gt=a100,h100" in out["comment"]
-    assert out["device_type"] == "a100"  # the cost-table key a typed Slurm node would give
+    assert out["device_type"] == "h100" and out["profile_type"] == "h100"  # the fastest, by the roofline
     assert any(a.startswith("--gres=gpu:a100:") for a in out["sbatch"])
     assert set(out["predicted_run_time_s"]) == {"1", "2", "4", "8"}
     assert "not checked against Slurm" in r.stderr

@@ -230,3 +230,24 @@ def test_heterogeneous_components_and_crlf_and_bom():
     h = build_history(parse_sacct(text).records)
     assert sorted(j.job_id for j in h.jobs) == ["9+0", "9+1"]  # each component is a job
     assert all(j.time_limit == 3600 for j in h.jobs)
+
+
+def test_a_typed_history_gives_each_job_its_gpu_type(hist):
+    by_id = {j.job_id: j for j in hist.jobs}
+    assert by_id["1002"].gpu_types == "a100"  # AllocTRES gres/gpu:a100=8
+    assert {j.gpu_types for j in hist.jobs} >= {"a100", ""}  # untyped jobs allow any type
+
+
+def test_the_sites_typed_node_groups_in_the_simulators_cluster_grammar():
+    from lyasched.slurm.query import NodeInfo
+    from lyasched.whatif.cluster import typed_cluster_spec
+
+    nodes = [NodeInfo("node1", "IDLE", 4, 0, ("gpu",), gpu_type="a100"), NodeInfo("node2", "IDLE", 4, 0, ("gpu",), gpu_type="a100"),
+             NodeInfo("node3", "MIXED", 4, 2, ("gpu",), gpu_type="t4"), NodeInfo("cpu1", "IDLE", 0, 0, ("cpu",))]
+    assert typed_cluster_spec(nodes) == "a100:2x4,t4:1x4"
+    assert cluster_from_nodes(nodes).typed == "a100:2x4,t4:1x4"
+    big = NodeInfo("node4", "IDLE", 8, 0, ("big",), gpu_type="a100")
+    assert typed_cluster_spec([*nodes, big]) == "a100:2x4,t4:1x4,a100:1x8"  # another GPU count: another group
+    assert typed_cluster_spec([*nodes, big], partition="big") == "a100:1x8"
+    assert typed_cluster_spec([NodeInfo("n", "IDLE", 4, 0), *nodes[2:3]]) == "gpu:1x4,t4:1x4"  # untyped among typed
+    assert typed_cluster_spec([NodeInfo("n", "IDLE", 4, 0)]) == ""  # an untyped site: the plain spec holds

@@ -130,6 +130,40 @@ def live_jobs(user: str | None, slurm: Any = None, config: str | None = None,
         return None
 
 
+def by_type(rdb: Any, summary: Any, user: str | None, config: str | None, slurm: Any = None) -> list[dict[str, Any]]:
+    """The job's predicted run time for each (GPU type, count) on the cluster's typed nodes
+    (lyasched.live.learning.type_predictions); [] on untyped nodes or when Slurm or the config
+    does not answer (the per-count table above still holds)."""
+    import sqlite3
+
+    from lyasched.clusterview import gpu_nodes
+    from lyasched.live.learning import type_predictions
+    from lyasched.slurm import SlurmError, as_backend
+    from lyasched.slurm.backend import BackendChoiceError, backend_choice, env_prefix, make_backend
+    from lyasched.slurm.types import ParseError
+
+    try:
+        conf = load_config(config)
+        if slurm is not None:
+            nodes = as_backend(slurm).nodes()
+        else:
+            backend, _ = make_backend(backend_choice(conf.slurm_backend), timeout=10, retries=0, prefix=env_prefix())
+            try:
+                nodes = backend.nodes()
+            finally:
+                backend.close()
+        nodes = gpu_nodes(nodes, conf.partition or None)
+        if not any(n.gpu_type for n in nodes):
+            return []
+        from lyasched.clusterview import device_key
+
+        pred = type_predictions(rdb, summary, nodes, conf, user, device_key(conf.device, nodes, table=conf.gpu_types))
+    except (ConfigError, SlurmError, ParseError, BackendChoiceError, sqlite3.Error, ValueError):
+        return []
+    return [{"type": t, "gpus": g, "seconds": s if math.isfinite(s) else None}
+            for t, per in pred.items() for g, s in sorted(per.items())]
+
+
 def job_view(rec: JobRecord, live: dict | None, now: float) -> dict:
     """One job as lyastat shows it: the record, with Slurm's live state where it has one."""
     j = live.get(rec.slurm_id) if live else None
@@ -381,8 +415,10 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
            "reason": m.reason, "checkpoint_step": m.ckpt_step, "cost_s": m.cost_s,
            "resolution": m.resolution} for m in jobrecord.moves(rdb, rec.uid)]  # docs/elastic.md
     batch = adaptive_view(rdb, rec.uid, summary) if summary is not None and summary.adaptive else None
+    typed = by_type(rdb, summary, rec.user, config) if summary is not None and not summary.plain and not no_slurm else []
     if as_json:
-        click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "decisions": dec, "moves": mv,
+        click.echo(json.dumps({**view, "profile": profile, "predicted_by_gpus": per_gpus, "predicted_by_type": typed,
+                               "decisions": dec, "moves": mv,
                                "work": rec.work, "time_limit": rec.time_limit,
                                "startup": _startup_dict(rdb), "adaptive": batch}, indent=2))
         return
@@ -405,6 +441,10 @@ def show_job(rdb, jobid: str, now: float, as_json: bool, no_slurm: bool, config:
         click.echo("GPUS  ONE-NODE  MULTI-NODE")
         for p in allowed:
             click.echo(f"{p['gpus']:>4}  {fmt_seconds(p['one_node']):>8}  {fmt_seconds(p['multi_node']):>10}")
+    if typed:
+        click.echo("GPU TYPE    GPUS  PREDICTED  (each type: its learned profile, else the roofline's prediction)")
+        for p in typed:
+            click.echo(f"{p['type']:<10}  {p['gpus']:>4}  {fmt_seconds(p['seconds']):>9}")
     if dec:
         click.echo("decisions:")
         for d in dec:

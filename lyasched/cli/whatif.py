@@ -156,7 +156,8 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
         site = choose_cluster(hist.jobs, nodes, gpus_per_node, scontrol, say=_say, source=source)
     except ClusterUnknown as e:
         raise BadInput(str(e)) from None
-    _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}")
+    _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}"
+         + (f"; GPU types {site.typed}" if site.typed else ""))
 
     est_figures = None
     try:

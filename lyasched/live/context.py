@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lyasched.costmodel.cost import ClusterSpec, CostModel
 
@@ -23,11 +23,12 @@ class SlotContext:
     cost: CostModel | None = None
     names: list[str] = field(default_factory=list)  # node names, index = node index in placements
     types: list[str] = field(default_factory=list)  # each node's GPU type (Slurm's Gres, '' untyped), same index
+    gpu_types: Mapping[str, Any] | None = None  # the roofline's GPU types (Config.gpu_types; None: the built-in table)
     free: list[int] = field(default_factory=list)  # free GPUs per node, as the slot goes
     decisions: list[dict] = field(default_factory=list)  # decision rows recorded with the slot
     decision_ids: list[int] = field(default_factory=list)  # decisions already written (starts), slot set later
-    corrections: dict[str, float] = field(default_factory=dict)  # one cost-table read per model per slot
-    models: dict[tuple[str, str], tuple] = field(default_factory=dict)  # (sig, user) -> (correction, learned profile, start-up s), once per slot
+    corrections: dict[tuple[str, str], float] = field(default_factory=dict)  # (sig, device): one cost-table read per slot
+    models: dict[tuple[str, ...], tuple] = field(default_factory=dict)  # (sig, user, device, summary's type) -> (correction, learned profile, start-up s), once per slot
     limit_why: dict[str, str] = field(default_factory=dict)  # Slurm id -> the Slurm limit keeping it out (lyasched.live.limits)
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
     adaptive: dict[str, tuple] = field(default_factory=dict)  # Slurm id -> (Job, fraction done) of adaptive-batch jobs (lyasched.live.adaptive)
@@ -35,6 +36,14 @@ class SlotContext:
     @property
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
+
+    @property
+    def per_type(self) -> bool:
+        """Whether costs are kept per GPU type: the nodes are typed and the cluster's device key is one
+        of their types (an admin's ``[service] device`` or ``LYASCHED_DEVICE_TYPE`` keys them all as one)."""
+        from lyasched.profile.signature import device_type
+
+        return self.device in {device_type(t) for t in self.types if t}
 
     @property
     def type_of(self) -> dict[str, str]:

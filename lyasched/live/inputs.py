@@ -45,7 +45,7 @@ class PolicyInputs:
         self.clock = clock
         # (uid, job) -> (inputs: cluster, model inputs, summary, ...; the rows); waiting jobs only
         self.rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
-        self._models_seen: dict[tuple[str, str], tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
+        self._models_seen: dict[tuple[str, ...], tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
@@ -127,23 +127,39 @@ class PolicyInputs:
         """The next slot reuses this one's model inputs (also called for a slot that failed)."""
         self._models_seen = ctx.models or self._models_seen
 
-    def correction(self, ctx: SlotContext, sig: str) -> float:
-        """The bounded observed/predicted correction learned for this model on this cluster (1 if none)."""
-        if sig not in ctx.corrections:
-            entry = costtable.get(self.db, sig, ctx.device)
-            ctx.corrections[sig] = bounded_correction(entry.correction if entry else None)
-        return ctx.corrections[sig]
+    def correction(self, ctx: SlotContext, sig: str, device: str | None = None) -> float:
+        """The bounded observed/predicted correction learned for this model on GPU type ``device``
+        (default: the cluster's key) (1 if none)."""
+        key = (sig, device or ctx.device)
+        if key not in ctx.corrections:
+            entry = costtable.get(self.db, sig, key[1])
+            ctx.corrections[key] = bounded_correction(entry.correction if entry else None)
+        return ctx.corrections[key]
+
+    def device_of(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> str:
+        """The GPU type a waiting job is predicted on: the fastest of its allowed types that a node
+        has (lyasched.live.typecost.profile_type); the cluster's key on untyped nodes, or when the
+        admin keys every type as one (``[service] device``, ``LYASCHED_DEVICE_TYPE``)."""
+        from lyasched.live import gputypes, typecost
+        from lyasched.profile.signature import device_type
+
+        if not ctx.per_type:  # untyped, or one key set by the admin
+            return ctx.device
+        t = typecost.profile_type(gputypes.allowed_types(job, job.comment), ctx.types, ctx.gpu_types)
+        return device_type(t) if t else ctx.device
 
     def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
         assert cost is not None
         if s.plain:
             return self.plain_waiting(ctx, s, job)
-        mkey = (s.sig, job.user or "")  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
+        dev = self.device_of(ctx, s, job)  # a profile belongs to a (model, GPU type)
+        src = s.profile_type or ctx.device  # the type the summary's profile is of
+        mkey = (s.sig, job.user or "", dev, src)  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
         model = ctx.models.get(mkey)
-        if model is None:  # once per model and user per slot: correction, learned profile, start-up term
-            learned, startup_s = learning.model_inputs(self.db, s.sig, ctx.device, job.user)
-            model = (self.correction(ctx, s.sig), learned, startup_s)
+        if model is None:  # once per model, user and type per slot: correction, learned profile, start-up term
+            learned, startup_s = learning.typed_inputs(self.db, s, dev, src, job.user, ctx.gpu_types)
+            model = (self.correction(ctx, s.sig, dev), learned, startup_s)
             old = self._models_seen.get(mkey)
             model = ctx.models[mkey] = self._models_seen[mkey] = old if old == model else model
         # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on

@@ -159,12 +159,45 @@ def submit_predictions(db_path: Any, summary: Any, device: str, cost: Any, count
             for g in counts}
 
 
+def ran_on_type(row: dict, type_of: dict[str, str]) -> str:
+    """The cost-table device key of the one GPU type of the nodes a job ran on (its record's
+    ``nodes``), '' when they are untyped, mixed or unknown."""
+    import json
+
+    from lyasched.profile.signature import device_type
+
+    try:
+        nodes = json.loads(row.get("nodes") or "[]")
+    except ValueError:
+        return ""
+    types = {type_of.get(str(n), "") for n in nodes} if isinstance(nodes, list) else set()
+    return device_type(next(iter(types))) if len(types) == 1 and "" not in types else ""
+
+
+def typed_inputs(db: Any, summary: Any, device: str, src_type: str, user: str | None = None,
+                 table: Any = None) -> tuple[Profile | None, float]:
+    """`model_inputs` on GPU type ``device`` for a job whose summary's profile is of ``src_type``:
+    the model's learned profile there when its runs on that type reported; else (the types differ)
+    a learned or measured profile of another type, or the summary's, predicted by the roofline
+    (lyasched.live.typecost.type_profile); None when the summary itself is of ``device``."""
+    from lyasched.live.typecost import type_profile
+
+    learned, s = model_inputs(db, summary.sig, device, user)
+    if learned is not None or not src_type or src_type == device:
+        return learned, s
+    p, _how = type_profile(db, summary.sig, device, summary.to_profile(), src_type, table, user)
+    return p, s
+
+
 def job_finished(db: Any, row: dict, slurm_state: str, observed: float | None, device: str,
-                 cluster: ClusterSpec | None, workdir: Callable[[], str | None]) -> None:
+                 cluster: ClusterSpec | None, workdir: Callable[[], str | None], src_type: str = "",
+                 table: Any = None) -> None:
     """What a finished job teaches the cost table (the service calls it once per finished job):
     a COMPLETED job with a prediction and an observed run time creates its model's entry from
     its cost summary the first time; then its step report refits the profile (`job_ended`), or,
-    when it wrote none, its observed/predicted ratio refines the correction. ``workdir``: where
+    when it wrote none, its observed/predicted ratio refines the correction. ``device``: the GPU
+    type the job ran on; ``src_type``: the type its summary's profile is of (a first entry of
+    another type is the roofline's prediction from it, lyasched.live.typecost). ``workdir``: where
     the job wrote its report, asked only when needed."""
     from lyasched.costmodel import startup
     from lyasched.store import costtable, records
@@ -176,15 +209,58 @@ def job_finished(db: Any, row: dict, slurm_state: str, observed: float | None, d
         return
     try:
         if costtable.get(db, row["sig"], device) is None and row.get("summary"):
+            from lyasched.live.typecost import on_type
+
             s = CostSummary.decode(row["summary"])
-            p = s.to_profile()
+            p = on_type(s.to_profile(), s.profile_type or src_type, device, table)
             costtable.put(db, {
                 "signature": s.sig, "device_type": device, "model": s.sig, "alpha": p.alpha, "beta": p.beta,
                 "params": p.params, "bytes_per_param": p.bytes_per_param, "m0": p.mem_base,
-                "m1": p.mem_per_sample, "source": "measured" if s.source == "m" else "estimated",
+                "m1": p.mem_per_sample, "source": "measured" if s.source == "m" and p.source != "estimated" else "estimated",
             })
         if not job_ended(db, JobRecord.from_row(row), device, cluster, workdir()):
             costtable.refine(db, row["sig"], device, *startup.steady(float(pred), float(observed), startup.seconds(db)))
         records.upsert_job(db, row["uid"], refined=1)
     except ValueError as e:
         log.warning("cost table refinement for %s skipped: %s", row["slurm_id"], e)
+
+
+def type_predictions(db: Any, summary: Any, nodes: Any, config: Any, user: str | None = None,
+                     device: str = "") -> dict[str, dict[int, float]]:
+    """Predicted run time (s) of a job for each GPU type its nodes have (and it allows) and each GPU
+    count it may run on there, as `lyastat JOB` shows them: per type, the model's learned profile
+    there, else the roofline's prediction from a measured type or from its summary
+    (`typed_inputs`); the type's memory (the roofline table's) limits the counts; the type's
+    correction and the start-up term as the service adds them. ``nodes``: the GPU nodes
+    (`NodeInfo`); ``device``: the key the summary's profile is of when it has no ``pt``. {} on
+    untyped nodes."""
+    from dataclasses import replace
+
+    from lyasched.clusterview import cluster_view
+    from lyasched.costmodel.cost import CostModel
+    from lyasched.live.typecost import node_groups
+    from lyasched.profile.signature import device_type
+    from lyasched.security import bounded_correction
+    from lyasched.store import costtable
+
+    groups = node_groups(nodes)
+    allowed = summary.gpu_types or tuple(t for t in groups if t)
+    out: dict[str, dict[int, float]] = {}
+    for t in allowed:
+        typed = [n for n in nodes if n.gpu_type == t]
+        if not t or not typed:
+            continue
+        view = cluster_view(typed, config, db)
+        gt = config.gpu_types.get(t.lower())
+        spec = replace(view.spec, gpu_mem=gt.memory) if gt is not None else view.spec
+        key = device_type(t)
+        profile, startup_s = typed_inputs(db, summary, key, summary.profile_type or device, user, config.gpu_types)
+        profile = profile or summary.to_profile()
+        entry = costtable.get(db, summary.sig, key)
+        corr = bounded_correction(entry.correction if entry else None)
+        cost = CostModel(spec)
+        gpn = spec.gpus_per_node
+        counts = cost.allowed_counts(profile, summary.global_batch, summary.min_gpus, summary.max_gpus)
+        out[t] = {g: corr * cost.run_time(profile, summary.global_batch, summary.iterations, g, g > gpn) + startup_s
+                  for g in counts}
+    return out

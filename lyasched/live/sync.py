@@ -186,5 +186,8 @@ class RecordSync:
             if self.plain_finished is not None:
                 self.plain_finished({**row, "state": "finished", "slurm_state": slurm_state, "observed": observed})
             return
-        learning.job_finished(self.db, row, slurm_state, observed, ctx.device, ctx.cluster,
-                           lambda: learning.workdir_of(self.slurm, row["slurm_id"]))
+        # a profile belongs to a (model, GPU type): what the job teaches goes to the type it ran on
+        ran = learning.ran_on_type(row, ctx.type_of) if ctx.per_type else ""
+        learning.job_finished(self.db, row, slurm_state, observed, ran or ctx.device, ctx.cluster,
+                              lambda: learning.workdir_of(self.slurm, row["slurm_id"]),
+                              src_type=(s.profile_type if s is not None else "") or ctx.device, table=ctx.gpu_types)

@@ -1,5 +1,6 @@
 """The cluster a what-if replays on: given, read from `scontrol show node`, or inferred from
-the records. The simulator's cluster is homogeneous (nodes x GPUs per node)."""
+the records. The replay's cluster is homogeneous (nodes x GPUs per node); from scontrol it also
+carries the site's typed node groups (`typed_cluster_spec`) for a typed replay."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class SiteCluster:
     spec: ClusterSpec
     source: str  # "options", "scontrol" or "records"
     how: str  # one sentence: where nodes and GPUs per node came from
+    typed: str = ""  # the nodes' typed groups in the simulator's --cluster grammar (a100:2x4,t4:1x4); "" untyped/unknown
 
 
 class ClusterUnknown(ValueError):
@@ -82,7 +84,23 @@ def cluster_from_nodes(nodes: Sequence[NodeInfo], partition: str | None = None) 
     how = f"from scontrol show node: {len(gpu_nodes)} GPU nodes, {total} GPUs"
     if count != len(gpu_nodes):
         how += f" (uneven: replayed as {count} x {gpn})"
-    return SiteCluster(ClusterSpec(nodes=count, gpus_per_node=gpn), "scontrol", how)
+    return SiteCluster(ClusterSpec(nodes=count, gpus_per_node=gpn), "scontrol", how,
+                       typed_cluster_spec(gpu_nodes))
+
+
+def typed_cluster_spec(nodes: Sequence[NodeInfo], partition: str | None = None) -> str:
+    """The site's GPU nodes (of ``partition`` if given) as typed node groups in the simulator's
+    ``--cluster`` grammar, ``TYPE:NODESxGPUS`` comma-separated in Slurm's order of first appearance
+    (``a100:2x4,t4:1x4``); nodes of one type with different GPU counts are separate groups, untyped
+    nodes of a typed site are type ``gpu``. "" when no node names a type (the plain spec holds)."""
+    gpu_nodes = [n for n in nodes if n.gpus_total > 0 and (partition is None or partition in n.partitions)]
+    if not any(n.gpu_type for n in gpu_nodes):
+        return ""
+    groups: dict[tuple[str, int], int] = {}
+    for n in gpu_nodes:
+        key = (n.gpu_type or "gpu", n.gpus_total)
+        groups[key] = groups.get(key, 0) + 1
+    return ",".join(f"{t}:{count}x{g}" for (t, g), count in groups.items())
 
 
 def given_cluster(nodes: int, gpus_per_node: int) -> SiteCluster:

@@ -52,6 +52,10 @@ class HistoryJob:
     time_limit: float | None
     runs: tuple[Run, ...]
     line: int  # sacct line of the last run
+    # the GPU type its last run had (AllocTRES gres/gpu:a100=4, else ReqTRES), "" untyped: the types
+    # the job allows as the simulator's workload column names them (comma-separated; one here, as
+    # the records say which type it held, not which others it would have taken)
+    gpu_types: str = ""
 
     @property
     def requeues(self) -> int:
@@ -160,6 +164,7 @@ def build_history(records: Sequence[SacctRecord], partition: str | None = None) 
                 time_limit=last.time_limit,
                 runs=runs_t,
                 line=last.line,
+                gpu_types=last.gpu_type,
             )
         )
         states[last.state] += 1
