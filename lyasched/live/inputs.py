@@ -116,7 +116,8 @@ class PolicyInputs:
             done = hist.last_done
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
             pred = row.get("predicted")
-            seg = float(pred) if pred else math.nan
+            # this run's predicted length as the builder shows it (trust-scaled: lyasched.policy.snapshot)
+            seg = rj.predicted_end - rj.start_time if math.isfinite(rj.predicted_end) else (float(pred) if pred else math.nan)
             if s.adaptive:  # its rows are already what is left from its reported base steps
                 saved, seg = 0.0, math.nan
             run = max(0.0, ctx.now - rj.start_time)
