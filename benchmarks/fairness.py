@@ -1,13 +1,16 @@
 """Tenant fairness (issue 36): multi-tenant workloads under today's policies and with the tenant queue.
 
-    python benchmarks/fairness.py [--quick] [--json] [--only design|heldout] [--policies lyapunov,elastic]
+    python benchmarks/fairness.py [--quick] [--json] [--only design|heldout] [--policies lyapunov,elastic,fairshare] [--tenant-only]
     python benchmarks/fairness.py --sweep [--quick] [--json]     # average JCT on the robustness sweep
 
 Per workload, each of lyapunov and elastic runs twice in one process, on the same simulation:
 "today" (no tenant input: ``Simulation(tenant_input=False)``, the decisions before the tenant
 queue) and "tenant" (the tenants' received / entitled GPU-time in the state); tiresias once (it
 ignores tenants). For each: average JCT, the worst tenant's received / entitled GPU-time and the
-worst tenant's average slowdown (lyasched.sim.fairness). Targets: worst share ratio >= 0.9
+worst tenant's average slowdown (lyasched.sim.fairness); fairshare (Slurm's multifactor priority
+with EASY backfill, lyasched/policy/fairshare.py) once, with the tenant book, as the anchor:
+lyapunov's and elastic's worst share at least fairshare's (``share_vs_fairshare`` >= 0) and their
+average JCT at most 0.8 x fairshare's (``jct_vs_fairshare`` <= 0.8). Earlier targets: worst share ratio >= 0.9
 (elastic) and >= 0.8 (lyapunov); elastic's worst tenant slowdown <= 1.1 x tiresias's; average
 JCT on the robustness sweep (``--sweep``, its design workloads) <= 1.05 x today's.
 
@@ -38,6 +41,8 @@ from lyasched.sim.workloads import Tenant, read_trace, select_rows, size_cluster
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHILLY = os.path.join(HERE, "..", "..", "shared", "data", "traces", "philly.csv")
 TENANT_AWARE = ("lyapunov", "elastic")
+TENANT_INPUT = ("fairshare",)  # baselines that read the tenant book: run once, with it
+ANCHOR = "fairshare"  # what a Slurm site runs: the tenant-aware policies' targets are set against it
 
 # name -> (tenants, nodes, gpus per node, seed)
 MIXES: dict[str, tuple[list[Tenant], int, int, int, str]] = {
@@ -113,7 +118,7 @@ def _figures(res, shares) -> dict:
             "best_tenant_slowdown": f["best_tenant_slowdown"], "wall_s": round(res.wall_s, 2)}
 
 
-def run_one(w: dict, policies: list[str], params: dict[str, dict]) -> dict:
+def run_one(w: dict, policies: list[str], params: dict[str, dict], tenant_only: bool = False) -> dict:
     kw = dict(seed=w["seed"], end_fraction=w["end_fraction"], shares=w["shares"])
     sims = {"today": Simulation(w["jobs"], w["cluster"], tenant_input=False, **kw),
             "tenant": Simulation(w["jobs"], w["cluster"], **kw)}
@@ -121,13 +126,21 @@ def run_one(w: dict, policies: list[str], params: dict[str, dict]) -> dict:
                  "cluster": f"{w['cluster'].nodes}x{w['cluster'].gpus_per_node}",
                  "tenants": len({j.user for j in w["jobs"]}), "shares": w["shares"] or "equal", "policies": {}}
     for p in policies:
-        modes = ("today", "tenant") if p in TENANT_AWARE else ("today",)
+        if p in TENANT_AWARE:
+            modes = ("tenant",) if tenant_only else ("today", "tenant")
+        else:
+            modes = ("tenant",) if p in TENANT_INPUT else ("today",)
         for m in modes:
             res = sims[m].run(make_policy(p, seed=w["seed"], **params.get(p, {})), name=p)
-            out["policies"][p if m == "today" and p not in TENANT_AWARE else f"{p}/{m}"] = _figures(res, w["shares"])
+            out["policies"][p if p not in TENANT_AWARE else f"{p}/{m}"] = _figures(res, w["shares"])
     per = out["policies"]
     for p in TENANT_AWARE:
-        if f"{p}/tenant" in per:
+        t = per.get(f"{p}/tenant")
+        if t is not None and ANCHOR in per:
+            # targets: worst share at least fairshare's (difference >= 0), average JCT at most 0.8 x its
+            t["share_vs_fairshare"] = t["worst_share_ratio"] - per[ANCHOR]["worst_share_ratio"]
+            t["jct_vs_fairshare"] = t["avg_jct_s"] / per[ANCHOR]["avg_jct_s"]
+        if t is not None and f"{p}/today" in per:
             per[f"{p}/tenant"]["vs_today_jct"] = per[f"{p}/tenant"]["avg_jct_s"] / per[f"{p}/today"]["avg_jct_s"]
             if "tiresias" in per:
                 per[f"{p}/tenant"]["slowdown_vs_tiresias"] = (per[f"{p}/tenant"]["worst_tenant_slowdown"]
@@ -137,13 +150,17 @@ def run_one(w: dict, policies: list[str], params: dict[str, dict]) -> dict:
 
 def worst(rows: list[dict]) -> dict:
     """The worst case over workloads of each target's figure, today and with the tenant queue."""
-    out: dict = {"share_ratio": {}, "vs_today_jct": {}, "slowdown_vs_tiresias": {}}
+    out: dict = {"share_ratio": {}, "vs_today_jct": {}, "slowdown_vs_tiresias": {},
+                 "share_vs_fairshare": {}, "jct_vs_fairshare": {}}
     for key in sorted({k for r in rows for k in r["policies"]}):
         out["share_ratio"][key] = min(r["policies"][key]["worst_share_ratio"] for r in rows if key in r["policies"])
     for p in TENANT_AWARE:
         vals = [r["policies"][f"{p}/tenant"] for r in rows if f"{p}/tenant" in r["policies"]]
-        if vals:
+        if vals and all("vs_today_jct" in v for v in vals):
             out["vs_today_jct"][p] = max(v["vs_today_jct"] for v in vals)
+        if vals and all("jct_vs_fairshare" in v for v in vals):
+            out["share_vs_fairshare"][p] = min(v["share_vs_fairshare"] for v in vals)
+            out["jct_vs_fairshare"][p] = max(v["jct_vs_fairshare"] for v in vals)
             sv = [v["slowdown_vs_tiresias"] for v in vals if "slowdown_vs_tiresias" in v]
             if sv:
                 out["slowdown_vs_tiresias"][p] = max(sv)
@@ -176,7 +193,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=("design", "heldout"), default=None)
     ap.add_argument("--names", default=None, help="only workloads whose name starts with one of these (comma-separated)")
-    ap.add_argument("--policies", default="lyapunov,elastic,tiresias")
+    ap.add_argument("--policies", default="lyapunov,elastic,tiresias,fairshare")
+    ap.add_argument("--tenant-only", action="store_true", help="lyapunov and elastic with the tenant queue only (no 'today' run)")
     ap.add_argument("--param", action="append", default=[], metavar="[POLICY.]KEY=VALUE")
     ap.add_argument("--sweep", action="store_true", help="average JCT on the robustness sweep's design workloads instead")
     a = ap.parse_args()
@@ -195,7 +213,7 @@ def main() -> None:
         if names and not w["name"].startswith(names):
             continue
         t = time.perf_counter()
-        r = run_one(w, policies, params)
+        r = run_one(w, policies, params, a.tenant_only)
         rows.append(r)
         print(f"{r['name']} ({r['jobs']} jobs, {r['tenants']} tenants, {time.perf_counter() - t:.0f} s): "
               + "; ".join(f"{k} jct {v['avg_jct_s']:.0f} share {v['worst_share_ratio']:.2f} sd {v['worst_tenant_slowdown']:.1f}"
@@ -207,7 +225,8 @@ def main() -> None:
         for r in rows:
             print(f"{r['name']} [{r['set']}] {r['jobs']} jobs on {r['cluster']}, {r['tenants']} tenants")
             for k, v in r["policies"].items():
-                extra = "".join(f"  {x} {v[x]:.3f}" for x in ("vs_today_jct", "slowdown_vs_tiresias") if x in v)
+                extra = "".join(f"  {x} {v[x]:.3f}" for x in ("vs_today_jct", "slowdown_vs_tiresias", "share_vs_fairshare",
+                                                              "jct_vs_fairshare") if x in v)
                 print(f"  {k:18s} avg JCT {v['avg_jct_s']:9.0f}  worst share {v['worst_share_ratio']:.3f} "
                       f"({v['worst_share_tenant']})  tenant slowdown {v['best_tenant_slowdown']:.1f}-"
                       f"{v['worst_tenant_slowdown']:.1f}{extra}")

@@ -255,6 +255,7 @@ class Service:
         movable = 0
         if self.caps.moves:
             state, movable = self.inputs.movable(ctx, state, seen, moving)
+            state = self.builder.movable(state)  # claims scaled by trust in the movers' view too
         self.last_state = state
         report.free = dict(zip(ctx.names, free))
         report.waiting, report.running = len(waiting), len(running)

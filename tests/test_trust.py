@@ -3,6 +3,7 @@ simulator's liars."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -239,3 +240,56 @@ def test_known_reaches_running_jobs():
     s = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
         now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(), running=(run,), known={"r": 40.0}))
     assert s.running[0].predicted_end == pytest.approx(400.0)
+
+
+def test_service_replaces_a_forged_claim_by_the_models_shared_profile():
+    """A hand-written summary of a profiled model claiming 1% of its step time: the service's
+    snapshot knows the model's profile (`ClusterSnapshot.known`) and the policy sees the job
+    predicted as the profile says; an honest summary of the same model is shown as it is."""
+    from test_service import FakeJob, FakeSlurm, StartAs, service
+
+    from lyasched.store import costtable, records
+    from lyasched.summary import CostSummary
+
+    def summ(uid: str, scale: float) -> str:
+        return CostSummary(uid=uid, sig="cnn:test", global_batch=64, iterations=200, min_gpus=1, max_gpus=8,
+                           alpha=0.01 * scale, beta=0.002 * scale, params=1_000_000).encode()
+
+    db = records.open_records(":memory:")
+    costtable.put(db, {"signature": "cnn:test", "device_type": "gpu", "model": "cnn", "device_name": "gpu",
+                       "source": "measured", "alpha": 0.01, "beta": 0.002, "params": 1_000_000})
+    slurm = FakeSlurm(jobs=[FakeJob("41", summ("uid-00000041", 0.01)), FakeJob("42", summ("uid-00000042", 1.0), user="bob")])
+    pol = StartAs({})
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    known = svc.last_snapshot.known or {}
+    assert known.get("41") == pytest.approx(100.0, rel=0.05) and "42" not in known
+    raw = {w.job_id: w for w in svc.last_snapshot.waiting}
+    shown = {w.job_id: w for w in pol.states[-1].waiting}
+    assert shown["42"] is raw["42"]
+    assert shown["41"].best_run == pytest.approx(raw["41"].best_run * known["41"], rel=1e-6)
+    assert shown["41"].run_one_node[0] == pytest.approx(raw["42"].run_one_node[0], rel=0.05)  # as long as the honest one
+
+
+def test_trust_reaches_a_moving_policys_view_of_running_jobs():
+    """elastic reads running jobs as MovableJob (remaining rows): a liar's are scaled by their
+    factor, at most the time left to their limit, never below the claim; others' untouched."""
+    from lyasched.policy.movable import movable_job
+
+    b = TrustBook()
+    b.observe("liar", 1.0, 50.0)
+    obs = (RunningObs("l", ((0, 1),), 0.0, predicted_run=10.0, time_limit=400.0, user="liar"),
+           RunningObs("h", ((0, 1),), 0.0, predicted_run=10.0, user="ann"))
+    builder = SlotStateBuilder(Capabilities(preemptive=True, moves=True))
+    s = builder.build(ClusterSnapshot(now=100.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                                      waiting=(), running=obs, trust=b))
+    row = np.array([10.0, 6.0, np.inf, 20.0])
+    views = tuple(movable_job(r, one=row, multi=row, work=10.0, scale=1.0, requested=1, move_cost=0.0,
+                              waited=0.0, checkpointable=True) for r in s.running)
+    m = builder.movable(dataclasses.replace(s, running=views))
+    liar, honest = m.running
+    assert honest is views[1]
+    # 50 x, capped at 400 - 100 s left to the limit; the disallowed count stays disallowed
+    assert list(liar.remaining_one_node) == pytest.approx([300.0, 300.0, math.inf, 300.0])
+    assert liar.work_left == pytest.approx(10.0 * 300.0 / 6.0)
+    assert SlotStateBuilder(Capabilities(preemptive=True, moves=True)).movable(s) is s  # no trust input: as is

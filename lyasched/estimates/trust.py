@@ -11,7 +11,8 @@ every schedule for nothing, while a claim of 1% is caught at the first finished 
 no finished job of their own gets their account's
 factor, so a fresh user name does not escape it. Pure: no clock, no I/O; the simulator feeds it
 its finished jobs, the service its records' (lyasched.live.trust), and the one
-`SlotStateBuilder` applies it (lyasched.policy.snapshot).
+`SlotStateBuilder` applies it (lyasched.policy.snapshot) to waiting jobs, running jobs' predicted
+ends and a moving policy's remaining rows (`distrusted_movable`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from lyasched.policy.movable import MovableJob
 from lyasched.policy.state import WaitingJob
 
 
@@ -127,3 +129,17 @@ def distrusted(w: WaitingJob, factor: float) -> WaitingJob:
     best0, best1 = w.best_run, float(min(one.min(), multi.min()))
     scale = best1 / best0 if best0 > 0 and math.isfinite(best0) and math.isfinite(best1) else factor
     return replace(w, run_one_node=one, run_multi_node=multi, work=w.work * scale)
+
+
+def distrusted_movable(m: MovableJob, factor: float, time_left: float = math.inf) -> MovableJob:
+    """A running job as a moving policy sees it (`MovableJob`), its remaining rows and work as
+    predicted with ``factor`` (>= 1): at most ``time_left`` (to its time limit), never below the
+    rows themselves."""
+    if factor <= 1.0 or m.remaining_one_node is None or m.remaining_multi_node is None:
+        return m
+    one = scaled_row(m.remaining_one_node, factor, time_left)
+    multi = scaled_row(m.remaining_multi_node, factor, time_left)
+    b0 = float(min(m.remaining_one_node.min(), m.remaining_multi_node.min()))
+    b1 = float(min(one.min(), multi.min()))
+    scale = b1 / b0 if b0 > 0 and math.isfinite(b0) and math.isfinite(b1) else factor
+    return replace(m, remaining_one_node=one, remaining_multi_node=multi, work_left=m.work_left * scale)

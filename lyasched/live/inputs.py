@@ -20,6 +20,7 @@ import sqlite_utils
 
 from lyasched.costmodel import startup
 from lyasched.live import adaptive, learning, plain
+from lyasched.live.trust import known_over_claim, shared_profile
 from lyasched.costmodel.cost import ClusterSpec
 from lyasched.costmodel.goodput import Adaptive
 from lyasched.costmodel.jobspec import Job
@@ -49,6 +50,8 @@ class PolicyInputs:
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
+        # job id -> its shared profile's run over its claim's (lyasched.live.trust), made with its rows
+        self.known: dict[str, float] = {}
         self.load_arrivals()
         self.plain = plain.load(self.db, slurm)  # run-time estimates of managed partitions' plain jobs
 
@@ -73,6 +76,9 @@ class PolicyInputs:
             self.rows = {k: v for k, v in self.rows.items() if k in ctx.rows_used}
         arr_t, arr_cum = self.arrivals.arrays()
         n_arr = int(np.searchsorted(arr_t, ctx.now, side="right"))
+        if self.known:  # the jobs still followed (waiting or running) only
+            ids = {w.job_id for w in waiting} | {r.job_id for r in running}
+            self.known = {k: v for k, v in self.known.items() if k in ids}
         return ClusterSnapshot(
             now=ctx.now,
             slot_len=slot_len,
@@ -83,6 +89,7 @@ class PolicyInputs:
             running=tuple(running),
             arrivals_t=arr_t[:n_arr],
             arrivals_cum_gpu_s=arr_cum[:n_arr],
+            known=dict(self.known) if self.known else None,
         )
 
     def movable(self, ctx: SlotContext, state: SlotState, seen: dict,
@@ -109,7 +116,8 @@ class PolicyInputs:
             done = hist.last_done
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
             pred = row.get("predicted")
-            seg = float(pred) if pred else math.nan
+            # this run's predicted length as the builder shows it (trust-scaled: lyasched.policy.snapshot)
+            seg = rj.predicted_end - rj.start_time if math.isfinite(rj.predicted_end) else (float(pred) if pred else math.nan)
             if s.adaptive:  # its rows are already what is left from its reported base steps
                 saved, seg = 0.0, math.nan
             run = max(0.0, ctx.now - rj.start_time)
@@ -195,6 +203,12 @@ class PolicyInputs:
                 adaptive=ad,
             )
             wj = waiting_job(j, cost, cost.cluster.total_gpus, round(frac, 3))
+            # what the model's shared profile says of it (a claim far below is replaced: ClusterSnapshot.known)
+            k = None if s.adaptive else known_over_claim(cost, j, shared_profile(self.db, s.sig, ctx.device))
+            if k is not None and k != 1.0:
+                self.known[job.job_id] = k
+            else:
+                self.known.pop(job.job_id, None)
             # A summary is not trusted blindly: predictions are scaled by the correction learned
             # from this model's observed run times (bounded) and never exceed the Slurm time limit.
             wj = replace(

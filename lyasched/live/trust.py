@@ -5,6 +5,10 @@ before any trust factor: the starter records the row it was given) and its obser
 fed once, in end order. Jobs moved while running (a row in ``moves``) are left out: their
 ``predicted`` is the remaining run of their last piece, not the whole run. After a restart the
 book is rebuilt from the records, as the simulator's is from its finished jobs.
+
+`known_over_claim` is the service's ``ClusterSnapshot.known`` for one job: its model's shared
+cost-table profile against the profile its rows were made from (its claim, or what the model's
+runs taught), so a forged summary of a known model is replaced by what is known of it.
 """
 
 from __future__ import annotations
@@ -12,9 +16,16 @@ from __future__ import annotations
 import math
 import sqlite3
 
+from dataclasses import replace
+
 import sqlite_utils
 
+from lyasched.costmodel.cost import CostModel, Profile
+from lyasched.costmodel.jobspec import Job
 from lyasched.estimates.trust import TrustBook, TrustParams
+from lyasched.policy.snapshot import requested_gpu_s
+from lyasched.policy.state import waiting_job
+from lyasched.store import costtable
 
 _FINISHED = (
     "select uid, user, predicted, observed, ended from jobs"
@@ -42,3 +53,28 @@ class LiveTrust:
             self.book.observe(str(user or ""), float(pred), float(obs))
             self._after = (float(ended), str(uid))
         return self.book
+
+
+def known_over_claim(cost: CostModel, job: Job, shared: Profile | None) -> float | None:
+    """What is already known of a job's run time over what its claim predicts: its run on its
+    requested count (`requested_gpu_s`) with its model's shared profile on this device (the cost
+    table's: learned from every user's reports where there are some, else profiled) over the
+    same with the profile the job is predicted with (``job.profile``). None when nothing is known
+    or either is not finite; `lyasched.estimates.trust.known_scale` decides whether it is far
+    enough below to be replaced (`ClusterSnapshot.known`)."""
+    if shared is None:
+        return None
+    n = cost.cluster.total_gpus
+    claim = requested_gpu_s(waiting_job(job, cost, n))
+    known = requested_gpu_s(waiting_job(replace(job, profile=shared), cost, n))
+    if not (claim > 0 and math.isfinite(claim) and math.isfinite(known)):
+        return None
+    return known / claim
+
+
+def shared_profile(db: sqlite_utils.Database, sig: str, device: str) -> Profile | None:
+    """The cost table's profile of (sig, device) shared by all users, uncorrected; None if none."""
+    try:
+        return costtable.get_profile(db, sig, device, corrected=False)
+    except sqlite3.OperationalError:
+        return None

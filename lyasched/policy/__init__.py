@@ -29,6 +29,7 @@ POLICIES: dict[str, str] = {
     "random": "lyasched.policy.random_gpus:RandomGpus",
     "fifo": "lyasched.policy.fifo:Fifo",
     "backfill": "lyasched.policy.backfill:Backfill",
+    "fairshare": "lyasched.policy.fairshare:FairShare",
     "sjf-oracle": "lyasched.policy.sjf_oracle:SjfOracle",
     "srpt-oracle": "lyasched.policy.srpt_oracle:SrptOracle",
     "optimus": "lyasched.policy.optimus:Optimus",

@@ -41,6 +41,7 @@ class Backfill(_Base):
     """
 
     name = "backfill"
+    order_name = "fifo"  # what orders the queue (the reason a job in order starts)
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)
@@ -66,7 +67,7 @@ class Backfill(_Base):
         queue = self._queue.load(state)
         self._job.prune(state.waiting)
         waiting = state.waiting
-        order = queue.fifo()
+        order = self._order(state, queue)
         free = Pool(state.free)
         ends: list[tuple[float, Placement]] = [(max(r.expected_end, now), r.placement) for r in state.running]
         starts: list[Decision] = []
@@ -83,7 +84,7 @@ class Backfill(_Base):
                 break
             free.take(f.placement)
             ends.append((now + w.time_limit, f.placement))
-            starts.append(_decision(w, f, g, f"fifo, requested {g}"))
+            starts.append(_decision(w, f, g, f"{self.order_name}, requested {g}"))
             started.append(i)
         if head is None:  # every job started, or none can ever run: only an event changes that
             done: dict[str, Any] = {} if starts else {"wake_at": math.inf}
@@ -145,6 +146,11 @@ class Backfill(_Base):
         if not starts:
             info["wake_at"] = self._wake_at(state)
         return queue.result(starts, started, **info)
+
+    def _order(self, state: SlotState, queue: Queue) -> Sequence[int]:
+        """Positions in ``state.waiting`` in the order jobs are tried: submit order here (a
+        subclass orders by priority, lyasched.policy.fairshare)."""
+        return queue.fifo()
 
     @staticmethod
     def _wake_at(state: SlotState) -> float:

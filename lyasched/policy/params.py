@@ -63,6 +63,12 @@ PARAMS: dict[str, dict[str, Param]] = {
     "random": {},
     "fifo": {},
     "backfill": {},
+    "fairshare": {
+        "weight_fairshare": Param("float", lo=0.0, hi=1e9, help="PriorityWeightFairshare: weight of the fair-share factor 2^(-usage/shares)"),
+        "weight_age": Param("float", lo=0.0, hi=1e9, help="PriorityWeightAge: weight of the age factor (wait / max_age_s, at most 1)"),
+        "max_age_s": Param("float", **_POS, hi=1e9, help="PriorityMaxAge (s): the wait at which the age factor reaches 1"),
+        "calc_period_s": Param("float", **_POS, hi=1e9, help="PriorityCalcPeriod (s): priorities are re-read at least this often while nothing starts"),
+    },
     "sjf-oracle": {},
     "srpt-oracle": {"move_cost": Param("float", lo=0.0, hi=1e9, help="checkpoint + relaunch time (s) of a job that carries none")},
     "pollux": {"move_cost": Param("float", lo=0.0, hi=1e9, help="restart delay (s) of a job that carries none: the restart penalty's d")},

@@ -13,7 +13,8 @@ lyapunov's spread horizon reads.
 
 A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
 longer than predicted has their waiting and running jobs' predictions multiplied by their factor
-(at most the time limit, never below the claim) here, so replay and serve apply it alike; and
+(at most the time limit, never below the claim) here, so replay and serve apply it alike (a moving
+policy's view of running jobs too: `SlotStateBuilder.movable`); and
 ``known``: a job whose claim is far below what is already known of it is shown with that.
 """
 
@@ -28,7 +29,8 @@ import numpy as np
 from lyasched.costmodel.cost import CostModel, Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import GpuType, lookup, profile_on
-from lyasched.estimates.trust import TrustBook, distrusted, known_scale, scaled_row
+from lyasched.estimates.trust import TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
+from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob, waiting_job
 from lyasched.policy.tenants import TenantBook
@@ -103,14 +105,22 @@ class SlotStateBuilder:
         self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
+        self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
+
+    def scale(self, user: str, job_id: str) -> float:
+        """This slot's scale of a job's claim: its user's trust factor, or what is known of it over
+        its claim when far above (`known_scale`), the larger: either estimates truth / claim, so
+        never both multiplied."""
+        f = self._factors.get(user, 1.0) if self._factors else 1.0
+        if self._known and (k := self._known.get(job_id)) is not None:
+            f = max(f, known_scale(k))
+        return f
 
     def running_job(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
         gpus = obs.gpus
         live = self.caps.preemptive
         pred = obs.predicted_run
-        f = self._factors.get(obs.user, 1.0) if self._factors else 1.0
-        if self._known and (k := self._known.get(obs.job_id)) is not None:
-            f = max(f, known_scale(k))
+        f = self.scale(obs.user, obs.job_id)
         if f > 1.0 and math.isfinite(pred):
             pred = float(scaled_row(np.array([pred]), f, obs.time_limit)[0])
         return RunningJob(
@@ -140,9 +150,7 @@ class SlotStateBuilder:
             return snap.waiting
         out, memo = [], {}
         for w in snap.waiting:
-            f = self._factors.get(w.user, 1.0)
-            if known and (k := known.get(w.job_id)) is not None:
-                f = max(f, known_scale(k))  # either estimates truth / claim: never both multiplied
+            f = self.scale(w.user, w.job_id)
             if f > 1.0:
                 m = self._trusted.get(w.job_id)
                 if m is None or m[0] is not w or m[1] != f:
@@ -171,10 +179,26 @@ class SlotStateBuilder:
         self._last = (snap.running, res)
         return res
 
+    def movable(self, state: SlotState) -> SlotState:
+        """``state`` (built here) with its running `MovableJob`s (a moving policy's view, made from
+        it by the simulator or the service) scaled as their waiting rows would be: remaining rows
+        times `scale`, at most the time left to the job's limit, never below the claim."""
+        if not self._factors and not self._known:
+            return state
+        limits = {o.job_id: o.time_limit for o in self._obs}
+        out, changed = [], False
+        for r in state.running:
+            if isinstance(r, MovableJob) and (f := self.scale(r.user, r.job_id)) > 1.0:
+                r = distrusted_movable(r, f, limits.get(r.job_id, math.inf) - max(0.0, state.now - r.start_time))
+                changed = True
+            out.append(r)
+        return replace(state, running=tuple(out)) if changed else state
+
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
         self._set_trust(snap.trust)
         self._known = snap.known or {}
+        self._obs = snap.running
         return SlotState(
             now=snap.now,
             slot_len=snap.slot_len,

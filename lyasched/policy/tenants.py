@@ -10,6 +10,10 @@ tenant was *entitled* to; the GPU-time it held is what it *received*.
 service can keep one from its records. A `TenantBook` is its frozen copy at one slot: what a
 policy reads (``SlotState.tenants``), so the policy itself stays pure and memoryless. The
 measurement (`lyasched.sim.fairness`) replays a finished run's events through the same ledger.
+
+The ledger also keeps each tenant's GPU-seconds held with a half-life decay (``usage``), the
+usage Slurm's fair-share factor reads (PriorityDecayHalfLife, 7 days by default): the
+``fairshare`` baseline orders jobs by it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
+
+USAGE_HALF_LIFE_S = 7 * 86400.0  # Slurm's PriorityDecayHalfLife default (7-00:00:00)
+
+
+def decayed(u: float, g: float, dt: float, half_life: float) -> float:
+    """Decayed usage ``u`` after ``dt`` seconds holding ``g`` GPUs: u d + g (1 - d) / lambda, with
+    d = 2^(-dt/half_life) (exact for g constant over dt, so the sum does not depend on how often
+    it is taken)."""
+    if dt <= 0:
+        return u
+    if not math.isfinite(half_life):
+        return u + g * dt
+    lam = math.log(2.0) / half_life
+    d = math.exp(-lam * dt)
+    return u * d + g * (-math.expm1(-lam * dt)) / lam
 
 
 def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity: float) -> dict[str, float]:
@@ -56,6 +75,8 @@ class TenantBook:
     entitled: Mapping[str, float]
     held: Mapping[str, float] = field(default_factory=dict)  # GPUs held now: received grows at this rate
     rate: Mapping[str, float] = field(default_factory=dict)  # GPUs entitled now (water-filled): entitled's rate
+    usage: Mapping[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed with ``half_life``
+    half_life: float = USAGE_HALF_LIFE_S
 
     def at(self, dt: float) -> TenantBook:
         """The book ``dt`` seconds on, if demand does not change meanwhile."""
@@ -67,7 +88,8 @@ class TenantBook:
         for k, e in self.rate.items():
             if e:
                 ent[k] = ent.get(k, 0.0) + e * dt
-        return TenantBook(self.shares, rec, ent, self.held, self.rate)
+        use = {k: decayed(u, self.held.get(k, 0.0), dt, self.half_life) for k, u in self.usage.items()}
+        return TenantBook(self.shares, rec, ent, self.held, self.rate, use, self.half_life)
 
     def deficit(self, tenant: str) -> float:
         """GPU-seconds the tenant is behind its entitlement (negative: ahead)."""
@@ -98,6 +120,8 @@ class TenantLedger:
     asked: dict[str, float] = field(default_factory=dict)
     received: dict[str, float] = field(default_factory=dict)
     entitled: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed (module docstring)
+    half_life: float = USAGE_HALF_LIFE_S
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes
 
     def rates(self) -> dict[str, float]:
@@ -119,6 +143,8 @@ class TenantLedger:
         for k, g in self.held.items():
             if g:
                 self.received[k] = self.received.get(k, 0.0) + g * dt
+        for k, u in self.usage.items():
+            self.usage[k] = decayed(u, self.held.get(k, 0.0), dt, self.half_life)
         for k, e in rate.items():
             if e:
                 self.entitled[k] = self.entitled.get(k, 0.0) + e * dt
@@ -128,6 +154,7 @@ class TenantLedger:
         self.held[tenant] = self.held.get(tenant, 0.0) + gpus
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
+        self.usage.setdefault(tenant, 0.0)
         self._rate = None
 
     def ask(self, tenant: str, gpus: float) -> None:
@@ -151,8 +178,10 @@ class TenantLedger:
         not advanced there: the ledger's sums move only at events, so the book at t is the same
         however often (or seldom) books are taken in between (a replay that skips slots decides
         as one that asks every slot)."""
-        base = TenantBook(dict(self.shares), self.received, self.entitled, dict(self.held), dict(self.rates()))
+        base = TenantBook(dict(self.shares), self.received, self.entitled, dict(self.held), dict(self.rates()),
+                          self.usage, self.half_life)
         dt = t - self.t if math.isfinite(self.t) else 0.0
         if dt > 0:
             return base.at(dt)
-        return TenantBook(base.shares, dict(self.received), dict(self.entitled), base.held, base.rate)
+        return TenantBook(base.shares, dict(self.received), dict(self.entitled), base.held, base.rate,
+                          dict(self.usage), self.half_life)

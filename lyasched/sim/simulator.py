@@ -601,6 +601,8 @@ class Simulation:
                     ))
                     if preemptive:  # checkpointable jobs only; movers see MovableJob (lyasched.sim.moves)
                         state = mv.policy_view(self, state, running, records, oracle, moves)
+                        if moves:  # claims scaled by trust in the movers' view too
+                            state = builder.movable(state)
                     c0 = time.perf_counter()
                     res = policy.decide(state)
                     decide_s += time.perf_counter() - c0
