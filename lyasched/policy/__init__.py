@@ -35,13 +35,14 @@ POLICIES: dict[str, str] = {
     "tiresias": "lyasched.policy.tiresias:Tiresias",
     "elastic": "lyasched.policy.elastic:ElasticPolicy",
     "pollux": "lyasched.policy.pollux:PolluxPolicy",
+    "hesrpt": "lyasched.policy.hesrpt:HesrptPolicy",
 }
 
 
 # registered, but run only when named (replay and whatif leave them out of their default set): a
 # reference for the benchmarks, slow on long traces, and no more than that (pollux: the peer of
-# issue 35's adaptive workloads, re-planning every job each slot)
-REFERENCES: tuple[str, ...] = ("srpt-oracle", "pollux")
+# issue 35's adaptive workloads, re-planning every job each slot; hesrpt: pollux's search, so as slow)
+REFERENCES: tuple[str, ...] = ("srpt-oracle", "pollux", "hesrpt")
 DEFAULT_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p not in REFERENCES)
 
 
