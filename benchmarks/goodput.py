@@ -2,7 +2,7 @@
 pollux, elastic with every batch fixed at M0, and tiresias.
 
     python benchmarks/goodput.py [--quick] [--json] [--only design|heldout] [--loads 0.5,1,2]
-        [--jobs N] [--family-only] [--wall-limit SECONDS]
+        [--jobs N] [--family-only] [--wall-limit SECONDS] [--policy elastic|hesrpt|...]
 
 Workloads: the ``synth:adaptive`` family (160 mixed jobs on 16 x 4 GPUs, 3/4 of them adaptive,
 phi curves rising, flat and late) at loads 0.5, 1.0 and 2.0 on several seeds, plus
@@ -181,6 +181,7 @@ def main() -> None:
     ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="loads of the adaptive family")
     ap.add_argument("--jobs", type=int, default=None, help="jobs per family workload (default 160; 60 with --quick)")
     ap.add_argument("--family-only", action="store_true", help="only the adaptive family, no mixed workloads")
+    ap.add_argument("--policy", default="elastic", help="the policy of the goodput run (default elastic)")
     ap.add_argument("--wall-limit", type=float, default=900.0,
                     help="seconds of wall time a replay may take before it is listed as timed out (default 900)")
     a = ap.parse_args()
@@ -192,12 +193,17 @@ def main() -> None:
             raise ValueError
     except ValueError:
         ap.exit(2, f"goodput.py: --loads {a.loads!r}: expected numbers > 0, e.g. 0.5,1,2\n")
+    from lyasched.policy import POLICIES
+
+    if a.policy not in POLICIES:
+        ap.exit(2, f"goodput.py: --policy {a.policy!r}: expected one of {', '.join(POLICIES)}\n")
+    runs = tuple((label, a.policy if label == "goodput" else policy, version) for label, policy, version in RUNS)
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
     ws = workloads(a.quick, a.only, loads, a.jobs, a.family_only)
     rows = []
     t0 = time.perf_counter()
     for k, w in enumerate(ws):
-        r = run_one(w, wall_limit_s=a.wall_limit)
+        r = run_one(w, runs, wall_limit_s=a.wall_limit)
         rows.append(r)
         j = r["avg_jct_s"]
         print(f"[{k + 1}/{len(ws)} {time.perf_counter() - t0:.0f}s] {r['name']}: "

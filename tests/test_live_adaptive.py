@@ -195,7 +195,7 @@ def test_a_refused_comment_update_still_starts_the_job_at_its_base_batch(db):
     assert adaptive_store.get(db, "uid-00000601") is None  # nothing handed, nothing recorded as chosen
 
 
-@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic", "pollux", "hesrpt"])
 def test_the_shipped_policies_start_an_adaptive_job_at_its_best_batch(db, policy):
     """With a real policy: the batch handed is the best for the GPUs it chose at the reported phi
     and progress (the policy's Decision.batch, or goodput.best_batch: the same number)."""

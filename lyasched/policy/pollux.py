@@ -170,7 +170,7 @@ class PolluxPolicy:
         def smaller(j: _Job, g: int) -> list[int]:
             return [c for c in j.counts if c < g]
 
-        for j in sorted((j for j in jobs if not j.current), key=lambda j: (j.submit, j.job_id)):
+        for j in sorted((j for j in jobs if not j.current), key=self._admission_key):
             g0 = j.counts[0]
             alloc[j.job_id] = g0
             while not _packs(alloc, cap, gpn):
@@ -234,6 +234,10 @@ class PolluxPolicy:
             else:
                 break
         return alloc
+
+    def _admission_key(self, j: _Job) -> tuple[float, str]:
+        """The order waiting jobs enter the search in: oldest first (Pollux's)."""
+        return (j.submit, j.job_id)
 
     def _greedy(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
         """From nothing (when the current allocation itself does not pack): oldest first at the

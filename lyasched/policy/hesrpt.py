@@ -1,0 +1,101 @@
+"""Goodput shares for the mean JCT: every job's GPUs re-chosen each slot, as Pollux does, but with
+the shares that minimise the mean completion time of jobs whose sizes are known (heSRPT) instead
+of Pollux's fairness objective.
+
+Why. Pollux (`lyasched.policy.pollux`) maximises the p = -1 mean of the jobs' speed-ups, which
+evens out the slow-downs. For the mean JCT, shorter jobs should get more: heSRPT (Berg, Vesilo and
+Harchol-Balter, 2020) shows that for M jobs whose speed-up on a share x of the machine is x^p, the
+shares that minimise the total flow time depend only on the jobs' ranks by remaining size: the
+i-th largest gets ``theta_i = (i/M)^c - ((i-1)/M)^c`` with ``c = 1 / (1 - p)``, so the smallest
+gets the most and the largest the least, and all are served at once (speed-ups are concave).
+
+How. Real jobs do not scale as x^p, so the shares become weights on each job's remaining time:
+the search minimises ``sum_j w_j * remaining_j(g_j)`` with ``w_j = theta_j^(1+p) / size_j``
+(size: its remaining GPU-seconds on its smallest count). For rows of the form size / g^p the
+optimum of that sum is exactly g_j proportional to theta_j; on measured rows (the goodput model's:
+for an adaptive job, its best batch per count as its noise scale grows) a job that scales worse
+than x^p gets fewer GPUs and one that scales better more. Restarts are charged as time: a running
+job's count other than its current one costs ``move_charge`` moves (its move cost each: the move
+and, when the shares turn back, the move back), added to its remaining time; a job that cannot
+move keeps its GPUs.
+
+The search, placement rules and decisions are the pollux baseline's (from the current allocation;
+up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
+restart charge and the admission order (smallest first, as SRPT) are this policy's. What it reads
+is what pollux reads: the waiting jobs' rows and the running jobs' `MovableJob` rows and move
+costs, which the simulator and the service build the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lyasched.policy.movable import MovableJob
+from lyasched.policy.pollux import PolluxPolicy, _Job
+from lyasched.policy.state import RunningJob
+
+HOUR = 3600.0  # the weights' unit (only their ratios matter; it keeps them near 1)
+
+
+@dataclass
+class _Weighted(_Job):
+    w: float = 1.0  # heSRPT weight: theta^(1+p) / size
+    charge: float = 0.0  # seconds a change of count costs (move_charge x its move cost)
+
+    def loss(self, g: int) -> float:
+        """Weighted remaining time on g GPUs, a change of a running job's count charged."""
+        r = self.rem.get(g, math.inf)
+        if self.current and g != self.current:
+            if self.fixed:
+                return math.inf
+            r += self.charge
+        return self.w * r
+
+
+@dataclass
+class HesrptPolicy(PolluxPolicy):
+    """Pollux's re-allocation of every job each slot, with heSRPT's shares as the objective."""
+
+    p: float = 0.5  # the speed-up exponent the shares assume (x^p on a share x)
+    move_charge: float = 2.0  # moves a change of count is charged (the move and the move back)
+    name: str = "hesrpt"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p < 1.0:
+            raise ValueError(f"hesrpt: p must be in [0, 1), got {self.p}")
+
+    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> _Job | None:
+        if not rem:
+            return None
+        counts = sorted(rem)
+        return _Weighted(job_id, submit, counts, rem, max(rem[counts[0]] * counts[0], 1e-9))
+
+    def _running(self, r: RunningJob, gpn: int, now: float) -> _Job | None:
+        j = super()._running(r, gpn, now)
+        if isinstance(j, _Weighted):
+            j.charge = self.move_charge * (r.cost(self.move_cost) if isinstance(r, MovableJob) else self.move_cost)
+        return j
+
+    def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+        set_weights(jobs, self.p)
+        return self._local(jobs, cap, gpn)
+
+    def _admission_key(self, j: _Job) -> tuple[float, str]:
+        """Smallest first (SRPT's order): the jobs the shares favour enter first."""
+        return (j.base, j.job_id)
+
+
+def shares(m: int, p: float) -> list[float]:
+    """heSRPT's shares of m jobs, largest job first: theta_i = (i/m)^c - ((i-1)/m)^c, c = 1/(1-p)."""
+    c = 1.0 / (1.0 - p)
+    return [(i / m) ** c - ((i - 1) / m) ** c for i in range(1, m + 1)]
+
+
+def set_weights(jobs: list[_Job], p: float) -> None:
+    """Each job's weight from its rank by size (its ``base``: remaining GPU-seconds on its
+    smallest count), largest first, ties by id."""
+    order = sorted(jobs, key=lambda j: (-j.base, j.job_id))
+    for j, th in zip(order, shares(len(order), p)):
+        if isinstance(j, _Weighted):
+            j.w = HOUR * th ** (1.0 + p) / j.base
