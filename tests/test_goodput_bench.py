@@ -95,3 +95,14 @@ def test_the_wide_shape_is_held_out_in_rows_of_its_own_and_changes_only_adaptive
         want = max(y.max_gpus, 16) if y.adaptive is not None else y.max_gpus
         assert x.max_gpus == want and replace(x, max_gpus=y.max_gpus) == y
     assert any(x.max_gpus > y.max_gpus for x, y in zip(a.jobs, b.jobs))
+
+
+def test_policy_names_the_goodput_run_and_a_bad_name_is_a_one_line_error():
+    args = [sys.executable, str(ROOT / "benchmarks" / "goodput.py"), "--quick", "--only", "design", "--loads", "1",
+            "--family-only", "--jobs", "12", "--json"]
+    runs = {p: json.loads(subprocess.run([*args, "--policy", p], capture_output=True, text=True, timeout=600,
+                                         cwd=ROOT).stdout)["workloads"][0]["avg_jct_s"] for p in ("fifo", "pollux")}
+    assert runs["pollux"]["goodput"] == runs["pollux"]["pollux"] == runs["fifo"]["pollux"]
+    assert runs["fifo"]["goodput"] != runs["fifo"]["pollux"]  # the goodput run is fifo's here
+    out = subprocess.run([*args, "--policy", "nope"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2 and "--policy" in out.stderr and out.stderr.strip().count("\n") == 0
