@@ -62,4 +62,4 @@ def test_philly_window_with_long_jobs():
     w = load_workload(PHILLY, max_jobs=12, load=1.0)
     sim = Simulation(w.jobs, w.cluster, seed=0)
     skip, every = same_as_every_slot(sim)
-    assert skip * 20 < every
+    assert skip * 10 < every

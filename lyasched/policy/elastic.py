@@ -54,6 +54,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
@@ -212,8 +213,11 @@ class ElasticPolicy(LyapunovPolicy):
                 return replace(base, info=info)
             if left and not inert:  # a variant's make-room step: no bound on its terms, no skipping
                 return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
-            if not left and self.grow and sum(free) > 0 and not self._grow_stays(state, movable, free):
-                return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
+            if not left and self.grow and sum(free) > 0:
+                d = self._grow_quiet(state, movable, free)
+                if not d > 0:
+                    return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
+                soon = min(soon, state.now + d)
             # nothing waits and no grow can become worth it, or the make-room step is inert (no
             # waiting candidate fits or has a forecast wait above its run: that forecast only
             # falls as time passes, so the step stays a no-op until the cluster changes): the
@@ -312,26 +316,59 @@ class ElasticPolicy(LyapunovPolicy):
         V = self.V
         qt.tests.append(lambda d: s0 + a * d + b * d * d + V * (theta + n * d) * g * per(user, d) < 0)
 
-    def _grow_stays(self, state: SlotState, movable: list[MovableJob], free: list[int]) -> bool:
-        """Whether a grow step that moved nothing stays a no-op until the cluster changes: a grow
-        needs a count whose gain r_now - r2 exceeds twice the move cost plus the arrivals' expected
-        wait (>= 0). That gain only falls as the job runs (both runs shrink by one factor), while
-        the wait term may fall (the arrival rate, the hold), so only gains that are at most twice
-        the move cost now are sure to stay too small."""
-        nfree = sum(free)
+    def _grow_quiet(self, state: SlotState, movable: list[MovableJob], free: list[int]) -> float:
+        """How long a grow step that moved nothing stays a no-op while nothing arrives or ends
+        (seconds, 0: ask every slot). A grow needs a count whose gain r_now - r2 exceeds twice the
+        move cost plus the arrivals' expected wait, rate * hold^2 / 2 / F * (GPUs taken). Over
+        [now, now + d] the gain only falls (both runs shrink by one factor), the recent arrival rate
+        only falls (no arrival: its value at now + d is the least), and the hold is at least the
+        grown run faded (`fade_rate`) or the interval or the releases' forecast less d; the grow
+        stays too dear while the gain now is at most the cost with those lower bounds."""
+        cls = type(self)
+        if any(getattr(cls, n) is not getattr(ElasticPolicy, n) for n in ("_grow", "_grow_hold", "_cost", "_move_interval")):
+            return 0.0
+        now, nfree = state.now, sum(free)
+        ends = Releases(state.running) if self.grow_hold == "release" else None
+        live = []  # (gain now, 2c, r2, its fade rate, GPUs taken, release wait now)
         for r in movable:
             if r.adaptive:
-                return False  # its rows are not one factor of its progress
+                return 0.0  # its rows are not one factor of its progress
             r_now, _ = r.best_remaining(r.gpus)
             if not math.isfinite(r_now) or r.remaining_one_node is None:
                 continue
-            c = self._cost(r)
+            c, kr = self._cost(r), fade_rate(r, now)
+            avail = list(free)
+            for node, k in r.placement:
+                avail[node] += k
             for g2 in range(r.gpus + 1, min(nfree + r.gpus, len(r.remaining_one_node)) + 1):
                 for spans in (False, True):
                     r2 = r.remaining(g2, spans)
-                    if math.isfinite(r2) and r_now - r2 > 2 * c:
-                        return False
-        return True
+                    # no layout on the free GPUs and its own: never (they stay as they are)
+                    if (math.isfinite(r2) and r_now - r2 > 2 * c
+                            and FreeGpus(tuple(avail), state.gpus_per_node).take(g2, not spans) is not None):
+                        wait = ends.wait(0, g2 - r.gpus, now) if ends is not None else 0.0
+                        live.append((r_now - r2, 2 * c, r2, kr, g2 - r.gpus, wait))
+        if not live:
+            return math.inf
+        cap = min((r.predicted_end - now for r in state.running if r.predicted_end > now), default=math.inf)
+        per = max(1, nfree)
+
+        def holds(d: float) -> bool:
+            if not d < cap:
+                return False
+            rate = arrival_rate(SimpleNamespace(arrivals_t=state.arrivals_t, now=now + d, slot_len=state.slot_len),  # type: ignore[arg-type]
+                                self.min_window)
+            for gain, c2, r2, kr, dg, wait in live:
+                r2_lo = r2 * max(0.0, 1.0 - kr * d)
+                if ends is None:
+                    hold = self.min_move_interval
+                else:
+                    hold = min(r2_lo, max(self.min_move_interval, wait - d))
+                if not gain <= c2 + rate * hold * hold / 2 / per * dg:
+                    return False
+            return True
+
+        return quiet_for(holds, state.slot_len)
 
     # ------------------------------------------------------------------ make room
     def _make_room(
