@@ -40,14 +40,15 @@ POLICIES: dict[str, str] = {
     "elastic-unaware": "lyasched.policy.elastic:ElasticUnaware",
     "gavel": "lyasched.policy.gavel:Gavel",
     "hesrpt": "lyasched.policy.hesrpt:HesrptPolicy",
+    "sia": "lyasched.policy.sia:SiaPolicy",
 }
 
 
 # registered, but run only when named (replay and whatif leave them out of their default set): a
 # reference for the benchmarks, slow on long traces, and no more than that (pollux: the peer of
 # issue 35's adaptive workloads, re-planning every job each slot; hesrpt: pollux's search, so as slow)
-# lyapunov-unaware, elastic-unaware and gavel: references for GPU types (benchmarks/heterogeneous.py)
-REFERENCES: tuple[str, ...] = ("srpt-oracle", "pollux", "hesrpt", "lyapunov-unaware", "elastic-unaware", "gavel")
+# lyapunov-unaware, elastic-unaware, gavel and sia: references for GPU types (benchmarks/heterogeneous.py)
+REFERENCES: tuple[str, ...] = ("srpt-oracle", "pollux", "hesrpt", "lyapunov-unaware", "elastic-unaware", "gavel", "sia")
 DEFAULT_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p not in REFERENCES)
 
 

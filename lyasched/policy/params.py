@@ -100,6 +100,13 @@ PARAMS["elastic"] = {
 PARAMS["lyapunov-unaware"] = dict(PARAMS["lyapunov"])
 PARAMS["elastic-unaware"] = dict(PARAMS["elastic"])
 PARAMS["gavel"] = {"round_s": Param("float", hi=1e9, **_POS, help="round length (s): jobs are re-admitted and preempted at each round")}
+PARAMS["sia"] = {
+    "move_cost": Param("float", lo=0.0, hi=1e9, help="restart delay (s) of a job that carries none: the restart penalty's d"),
+    "p": Param("float", lo=-10.0, hi=-0.01, help="fairness exponent of the normalised goodputs (negative)"),
+    "lambda_n": Param("float", lo=1.0, hi=1e6, lo_open=True, help="cost of a job left without GPUs (above 1: any allocation beats none)"),
+    "round_s": Param("float", hi=1e9, **_POS, help="round length (s): the integer program is solved once a round"),
+    "time_limit_s": Param("float", hi=1e4, **_POS, help="solver time limit per round (s); no solution keeps the allocation"),
+}
 
 # every policy takes a seed; replay sets it from --seed, serve's config may set it
 SEED = Param("int", lo=0, hi=2**63 - 1, help="seed of random choices (random); ignored elsewhere")
