@@ -54,6 +54,7 @@ class _Option:
     gtype: str
     gpus: int
     cost: float  # G^p, restart penalty included
+    keep: bool = False  # a running job's current configuration
 
 
 @dataclass
@@ -154,7 +155,7 @@ class SiaPolicy(PolluxPolicy):
             return e, []
         own = _configs(r.remaining_one_node, r.remaining_multi_node, gpn[t], nodes[t]) if isinstance(r, MovableJob) else {}
         own[r.gpus] = j.rem[r.gpus]
-        opts = [_Option(k, t, g, v) for g, v in own.items()]
+        opts = [_Option(k, t, g, v, keep=g == r.gpus) for g, v in own.items()]
         for u, rows in self._cross_type(r, t, j.rem[r.gpus], gpn).items():
             if u in gpn:
                 opts.extend(_Option(k, u, g, v) for g, v in _configs(rows[0], rows[1], gpn[u], nodes[u]).items())
@@ -208,6 +209,10 @@ class SiaPolicy(PolluxPolicy):
             return None, f"solver error: {exc}"
         if res.x is None:
             return None, res.message
+        if res.status != 0:  # stopped early: its best so far must beat keeping the allocation
+            keep = np.array([o.keep for o in options])
+            if float(c @ np.round(res.x)) >= float(c[keep].sum()):
+                return None, f"{res.message}; its best is no better than the current allocation"
         chosen = {options[k].job: options[k] for k in np.flatnonzero(res.x > 0.5)}
         return chosen, "optimal" if res.status == 0 else res.message
 
