@@ -126,7 +126,7 @@ class SiaPolicy(PolluxPolicy):
         solve_s = time.perf_counter() - t0
         if chosen is None:  # no solution: the current allocation stays
             return SlotResult(starts=(), q=left[0], z=left[1], info={"sia": f"fallback ({status})", "sia_solve_s": solve_s})
-        return self._decisions(state, entries, chosen, cap, node_type, gpn, status, solve_s)
+        return self._typed_decisions(state, entries, chosen, cap, node_type, gpn, status, solve_s)
 
     # --- the jobs' configurations -------------------------------------------------------------
     def _remember(self, state: SlotState) -> None:
@@ -217,7 +217,7 @@ class SiaPolicy(PolluxPolicy):
         return chosen, "optimal" if res.status == 0 else res.message
 
     # --- placements and decisions -------------------------------------------------------------
-    def _decisions(self, state: SlotState, entries: list[_Entry], chosen: dict[int, _Option], cap: list[int],
+    def _typed_decisions(self, state: SlotState, entries: list[_Entry], chosen: dict[int, _Option], cap: list[int],
                    node_type: tuple[str, ...], gpn: Mapping[str, int], status: str, solve_s: float) -> SlotResult:
         placed: dict[str, Placement] = {}
         gtype: dict[str, str] = {}
@@ -227,17 +227,18 @@ class SiaPolicy(PolluxPolicy):
             by_id: dict[str, _Job] = {}
             for k, e in enumerate(entries):
                 o = chosen.get(k)
-                here = e.running is not None and e.gtype == t
-                if e.fixed and here:
-                    g = e.running.gpus
+                r = e.running if e.gtype == t else None  # running here
+                if e.fixed and r is not None:
+                    g = r.gpus
                 elif o is not None and o.gtype == t:
                     g = o.gpus
                 else:
                     continue
                 alloc[e.job_id] = g
                 by_id[e.job_id] = _Job(e.job_id, e.submit, [g], {g: 0.0}, 1.0,
-                                       current=e.running.gpus if here else 0,
-                                       placement=tuple(e.running.placement) if here else (), fixed=e.fixed and here)
+                                       current=r.gpus if r is not None else 0,
+                                       placement=tuple(r.placement) if r is not None else (),
+                                       fixed=e.fixed and r is not None)
             got = _place(alloc, by_id, cap_t, gpn[t]) or _place(alloc, by_id, cap_t, gpn[t], keep=False)
             while got is None:  # cannot pack (fixed jobs in the way): drop the youngest movable job
                 movable = [jid for jid in alloc if not by_id[jid].fixed]
@@ -261,11 +262,11 @@ class SiaPolicy(PolluxPolicy):
                 preempt.append(e.job_id)
                 moved.add(e.job_id)
         for e in sorted(entries, key=lambda e: (e.submit, e.job_id)):
-            pl = placed.get(e.job_id)
-            if pl is None or (e.running is not None and e.job_id not in moved):
+            where = placed.get(e.job_id)
+            if where is None or (e.running is not None and e.job_id not in moved):
                 continue
-            g = sum(k for _, k in pl)
-            starts.append(Decision(e.job_id, g, tuple(sorted(pl)),
+            g = sum(k for _, k in where)
+            starts.append(Decision(e.job_id, g, tuple(sorted(where)),
                                    reason=f"sia: {g} GPUs of type {gtype[e.job_id] or 'any'}"))
         q, z = self._queues(state, {d.job_id for d in starts})
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z,
