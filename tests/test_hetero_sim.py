@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from lyasched.cli import main
-from lyasched.policy import make_policy
+from lyasched.policy import POLICIES, make_policy
 from lyasched.policy.state import Capabilities, Decision, SlotResult
 from lyasched.sim.hetero import TypedCluster, parse_allowed, parse_cluster_spec
 from lyasched.sim.pollux_trace import measured_types, pollux_workload, read_application
@@ -67,7 +67,7 @@ def test_workload_reads_gpu_types(data):
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
-@pytest.mark.parametrize("name", ["lyapunov", "lyapunov-unaware", "elastic", "elastic-unaware", "gavel", "fifo", "tiresias"])
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_no_job_runs_on_a_type_it_does_not_allow(data, name, adaptive):
     sim = sim_of(data, adaptive=adaptive)
     r = sim.run(make_policy(name))
