@@ -2,7 +2,7 @@
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
         [--policy lyapunov|elastic] [--running] [--full] [--param POLICY.KEY=VALUE ...]
-        [--against DIR [--rounds 5]]
+        [--against DIR [--rounds 5]] [--types 3]
 
 Builds the WaitingJob rows once (the simulator and the service keep them per job), then
 times the policy's `decide` alone (`--policy`, default lyapunov). The policy copies a job's rows into its matrices the
@@ -14,6 +14,10 @@ their run done), checkpointable ones as `MovableJob`s: what `--policy elastic` (
 and deciding moves of running jobs too) looks at in `serve` on such a cluster. No target is set
 for elastic; the figure says what a slot costs there. ``--full``: no GPU free (all busy), where
 a moving policy can only make room by moves.
+
+``--types N`` times the same slot on a cluster of N GPU types (equal blocks of nodes: a100,
+rtx2080ti, t4), each waiting job with its rows on every type (the roofline), side by side with
+the one-type slot, in turn, and prints both medians and their ratio (target: <= 2x).
 
 ``--against DIR`` times the same slot with another checkout's package (e.g. ``git worktree add
 /tmp/before REV``) side by side: this script runs in turn with ``DIR`` and with this tree first
@@ -107,7 +111,6 @@ def typed(state: SlotState, n_types: int, gpn: int, max_gpus: int) -> SlotState:
     from lyasched.costmodel.roofline import lookup
     from lyasched.policy.snapshot import type_rows
 
-    rng = np.random.default_rng(1)
     names = TYPES[:n_types]
     nodes = len(state.free)
     node_types = tuple(names[min(i * n_types // nodes, n_types - 1)] for i in range(nodes))
@@ -118,7 +121,6 @@ def typed(state: SlotState, n_types: int, gpn: int, max_gpus: int) -> SlotState:
         job = _job(np.random.default_rng([1, i]), w.job_id, state.now)
         job = replace(job, submit_time=w.submit_time)
         jobs.append(replace(w, by_type=type_rows(job, costs, (), names[0], max_gpus)))
-    del rng
     return replace(state, waiting=tuple(jobs), node_types=node_types)
 
 

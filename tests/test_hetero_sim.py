@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from lyasched.cli import main
-from lyasched.policy import make_policy
+from lyasched.policy import POLICIES, make_policy
 from lyasched.policy.state import Capabilities, Decision, SlotResult
 from lyasched.sim.hetero import TypedCluster, parse_allowed, parse_cluster_spec
 from lyasched.sim.pollux_trace import measured_types, pollux_workload, read_application
@@ -67,7 +67,7 @@ def test_workload_reads_gpu_types(data):
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
-@pytest.mark.parametrize("name", ["lyapunov", "lyapunov-unaware", "elastic", "elastic-unaware", "gavel", "fifo", "tiresias"])
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_no_job_runs_on_a_type_it_does_not_allow(data, name, adaptive):
     sim = sim_of(data, adaptive=adaptive)
     r = sim.run(make_policy(name))
@@ -155,3 +155,17 @@ def test_replay_cli_typed(data):
     # a workload that limits types needs a typed cluster
     r = CliRunner().invoke(main, [*base, "--cluster", "3x4", "-p", "lyapunov"])
     assert r.exit_code == 1 and "gpu_types" in r.output
+
+
+def test_csv_trace_with_gpu_types(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text('submit_time,duration,num_gpus,gpu_types\n0,3600,2,a100\n10,1800,4,\n20,7200,1,"t4,v100"\n30,600,8,\n')
+    args = ["replay", "-w", str(trace), "--cluster", "a100:1x8,v100:1x8,t4:2x4", "-p", "lyapunov,elastic-unaware,gavel", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["cluster"]["total_gpus"] == 24
+    assert all(p["type_violations"] == 0 for p in out["policies"].values())
+    trace.write_text("submit_time,duration,num_gpus,gpu_types\n0,3600,2,a1000\n")
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and "line 2" in r.output and "unknown GPU type" in r.output

@@ -91,7 +91,7 @@ def _with_tenants(figures: dict, tenants: tuple[dict, dict]) -> dict:
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, e.g. V=1e4 or lyapunov.V=1e4 (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table.")
 @click.option("--profiles", type=click.Path(file_okay=False), default=None, help="Pollux-format workload (name,time,application,num_replicas,batch_size): the directory of the applications' measured profiles (placements.csv, scalability.csv, validation-<batch>.csv).")
-@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS|TYPE:NODESxGPUS,...", help="With --profiles: the cluster, e.g. 16x4 (default 16x4), or typed node groups, e.g. a100:2x8,rtx2080ti:3x8,t4:6x4 (profiles measured on T4; docs/simulator.md, \"GPU types\").")
+@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS|TYPE:NODESxGPUS,...", help="The cluster, e.g. 16x4 (with --profiles, default 16x4), or typed node groups, e.g. a100:2x8,rtx2080ti:3x8,t4:6x4 (the Pollux profiles are T4's, the model library's V100's; docs/simulator.md, \"GPU types\").")
 @click.option("--liars", default=None, metavar="USER=X[,USER=X]", help="Multiply these users' claimed (predicted) run times by X, e.g. user3=0.01; their true run times are unchanged.")
 @click.option("--no-trust", is_flag=True, help="Show claims as they are: no per-user observed/predicted trust factor (docs/estimates.md).")
 @click.option("--fixed-batch", is_flag=True, help="With --profiles: every job trains at its row's batch (Tiresias+TunedJobs), not adaptive.")
@@ -120,8 +120,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
 
-    if (cluster_shape or fixed_batch) and not profiles:
-        raise click.BadParameter("needs --profiles", param_hint="--cluster/--fixed-batch")
+    if fixed_batch and not profiles:
+        raise click.BadParameter("needs --profiles", param_hint="--fixed-batch")
     try:
         if profiles:
             from lyasched.sim.hetero import TypedCluster, parse_cluster_spec
@@ -139,6 +139,15 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
             else:
                 w = pollux_workload(workload, profiles, *shape, adaptive=not fixed_batch, max_jobs=max_jobs)
         else:
+            if cluster_shape:  # the model library's profiles are V100 figures (lyasched.sim.models)
+                from lyasched.sim.hetero import TypedCluster, parse_cluster_spec
+
+                try:
+                    shape = parse_cluster_spec(cluster_shape, base="v100")
+                except ValueError as e:
+                    raise click.BadParameter(str(e), param_hint="--cluster") from None
+                typed = shape if isinstance(shape, TypedCluster) else None
+                nodes, gpus_per_node = (typed.nodes, max(typed.node_gpus)) if typed else shape
             w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                               max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,

@@ -163,7 +163,7 @@ class LyapunovPolicy:
             over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
         one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
         if self._type_best is not None:  # one type of a typed slot: the penalty counts from the job's best type
-            best = np.minimum(best, self._type_best)
+            best = np.minimum(best, self._type_best)  # (the adaptive jobs' one-node rule below re-bases it on its rows)
         ad = self._rows.waiting_adaptive()
         if ad is not None:  # adaptive jobs: one node while others wait (lyasched.policy.adaptive)
             narrowed = adaptive.one_node_while_waiting(n, ad, multi, req)
@@ -568,7 +568,7 @@ class LyapunovUnaware(LyapunovPolicy):
 
 def type_order(state: SlotState, sample: int = 32) -> list[str]:
     """The cluster's GPU types, fastest first for the waiting jobs: by the mean, over the first
-    ``sample`` waiting jobs that allow both, of their best run there relative to the first type."""
+    ``sample`` typed waiting jobs, of their best run on the type over their best on any type."""
     types = list(dict.fromkeys(state.node_types))
     ref: dict[str, list[float]] = {t: [] for t in types}
     for w in state.waiting[:sample]:

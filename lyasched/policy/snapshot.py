@@ -31,7 +31,7 @@ from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import GpuType, lookup, profile_on
 from lyasched.estimates.trust import TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.placement import Placement
+from lyasched.policy.placement import Placement, splits
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob, waiting_job
 from lyasched.policy.tenants import TenantBook
 
@@ -229,7 +229,8 @@ def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], 
     """``WaitingJob.by_type``: the job on each type it allows (all of ``costs``' when ``allowed``
     is empty), with its profile there (`type_profile`) on that type's nodes and memory (``costs``:
     a cost model per type, whose ``gpu_mem`` is the type's; a batch that does not fit is inf
-    there, an adaptive job's best batch is chosen for the type), each with ``best_any``, its best
+    there, an adaptive job's best batch is chosen for the type; a count the placement rule cannot
+    lay out on the type's nodes is inf), each with ``best_any``, its best
     run over them all. A type it allows that no node has is absent; so is one where no count is
     allowed (its batch fits nowhere)."""
     out: dict[str, WaitingJob] = {}
@@ -239,6 +240,13 @@ def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], 
             continue
         on = replace(job, profile=type_profile(job.profile, base, t, measured, types))
         w = waiting_job(on, cost, max_gpus)
+        # counts the placement rule cannot lay out on the type's nodes (k nodes x g/k) are out there
+        nodes, gpn = cost.cluster.nodes, cost.cluster.gpus_per_node
+        multi = w.run_multi_node.copy()
+        for g in range(2, len(multi) + 1):
+            if math.isfinite(multi[g - 1]) and not splits(g, nodes, gpn):
+                multi[g - 1] = math.inf
+        w = replace(w, run_multi_node=multi)
         if math.isfinite(w.best_run):
             out[t] = w
     best = min((w.best_run for w in out.values()), default=math.inf)

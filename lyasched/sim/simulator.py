@@ -225,6 +225,12 @@ class Simulation:
         self.checkpointable = mv.checkpointable_mask(self.jobs, checkpointable)
         self.move_costs = mv.move_costs(self.jobs, self.restart_overhead)
         self.row_len = min(typed.total_gpus if typed is not None else cluster.total_gpus, max(j.max_gpus for j in self.jobs))
+        if typed is not None:
+            # the counts the placement rule can lay out across the real nodes (k nodes x g/k): what an
+            # unaware policy's rows allow across nodes (its one-type view has max-size nodes)
+            caps = typed.node_gpus
+            self._multi_ok = np.array([g >= 2 and any(g % per == 0 and g // per <= sum(c >= per for c in caps)
+                                                      for per in range(1, g // 2 + 1)) for g in range(1, self.row_len + 1)])
         self.factors = true_factors(len(self.jobs), estimate_error, seed)
         if end_fraction:  # jobs cancelled or failing early: they run that share of their true time
             for i, j in enumerate(self.jobs):
@@ -376,6 +382,7 @@ class Simulation:
                                          attained=attained, adaptive=j.adaptive is not None)
             best_any = min((float(min(v.run_one_node.min(), v.run_multi_node.min())) for v in by_type.values()), default=math.inf)
             by_type = {k: replace(v, best_any=best_any) for k, v in by_type.items()}
+            multi = np.where(self._multi_ok, multi, np.inf)
             if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
                 one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
                 multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)

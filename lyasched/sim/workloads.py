@@ -20,6 +20,7 @@ import numpy as np
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Link
 from lyasched.costmodel.goodput import Adaptive, NoiseScale
 from lyasched.costmodel.jobspec import Job
+from lyasched.sim.hetero import parse_allowed
 from lyasched.sim.models import MODELS, epoch_iterations, profile
 
 
@@ -163,6 +164,7 @@ class TraceRow:
     gpus: int
     group: str
     adaptive: Adaptive | None = None  # optional columns max_batch and noise_scale (lyasched.costmodel.goodput)
+    gpu_types: tuple[str, ...] = ()  # optional column gpu_types: the GPU types the job allows (() = any)
 
 
 def _parse_time(text: str) -> float:
@@ -220,7 +222,11 @@ def read_trace(path: str) -> list[TraceRow]:
                     raise TraceError(f"trace {path} line {line}: duration {duration:g} or num_gpus {g:g} out of range "
                                      f"(at most {TRACE_MAX_DURATION:g} s and {TRACE_MAX_GPUS} GPUs)")
                 ad = _adaptive(path, line, r) if adaptive_cols else None
-                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad))
+                try:
+                    types = parse_allowed(r.get("gpu_types") or "") if "gpu_types" in cols else ()
+                except ValueError as e:
+                    raise TraceError(f"trace {path} line {line}: {e}") from None
+                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad, types))
     except UnicodeDecodeError:
         raise TraceError(f"trace {path}: not a text CSV file") from None
     except csv.Error as e:
@@ -387,7 +393,8 @@ def load_workload(
             f"{len(too_big)} trace jobs ask for more than the cluster's {cluster.total_gpus} GPUs "
             f"(largest {max(r.gpus for r in too_big)}); use more --nodes"
         )
-    return Workload(name=os.path.basename(name), jobs=tuple(trace_jobs(rows, cluster, seed)), cluster=cluster, description="trace")
+    return Workload(name=os.path.basename(name), jobs=tuple(trace_jobs(rows, cluster, seed)), cluster=cluster, description="trace",
+                    gpu_types={f"t{r.row}": r.gpu_types for r in rows if r.gpu_types})
 
 
 def _refit(job: Job, cost: CostModel) -> Job:
