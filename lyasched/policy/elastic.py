@@ -55,6 +55,8 @@ import heapq
 import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
+
+import numpy as np
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
@@ -276,12 +278,25 @@ class ElasticPolicy(LyapunovPolicy):
         bound = self._tenant_bound(state, users)
         col = {k: i for i, k in enumerate(bound.names)}
         memo: dict[float, object] = {}
+        ends: dict[float, object] = {}
 
         def per(user: str, d: float) -> float:
             hit = memo.get(d)
             if hit is None:
                 hit = memo[d] = bound.per_gpu(d)
             return float(hit[col[user]])  # type: ignore[index]
+
+        def stays_behind(user: str, d: float) -> bool:
+            """Its credit stays above 0 over [now, now + d]: each shortfall is monotone, so its least
+            value is above every other's largest... enough that it is above some tenant's largest."""
+            hit = ends.get(d)
+            if hit is None:
+                y1 = bound._at(d)[1]
+                hit = ends[d] = (np.minimum(bound.y0, y1), float(np.maximum(bound.y0, y1).min()))
+            lo, top = hit  # type: ignore[misc]
+            return bool(lo[col[user]] > top)
+
+        per.stays_behind = stays_behind  # type: ignore[attr-defined]
         return per
 
     def _quiet_rank(self, memo: SlotMemo, qt: Quiet, now: float) -> None:
@@ -405,7 +420,7 @@ class ElasticPolicy(LyapunovPolicy):
         per = self._quiet_tenants(state, qt) if qt is not None else None
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
         ranked = False  # the victims' order recorded (at the first search)
-        flips: list[float] = []  # per searching candidate, its forecast wait's margin over its run (0: its tenant's credit)
+        flips: list[tuple[float, str]] = []  # per searching candidate, its forecast wait's margin over its run, its tenant
         order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
@@ -436,7 +451,7 @@ class ElasticPolicy(LyapunovPolicy):
             # it may stop searching (its forecast wait falls by one second a second; its tenant's
             # credit may fall to 0): that changes nothing while its search moves nothing, unless
             # the search budget is spent (a later candidate would search in its place)
-            flips.append(wait_j - t_j if wait_j > t_j else 0.0)
+            flips.append((wait_j - t_j, w.user))
             if searches >= self.max_searches:
                 continue
             searches += 1
@@ -507,8 +522,13 @@ class ElasticPolicy(LyapunovPolicy):
             q -= credit_j
             z -= waits[pos]
         if qt is not None and searches >= self.max_searches:
-            for m in flips:
-                qt.keep(m, 1.0)
+            for m, user in flips:
+                if m > 0:
+                    qt.keep(m, 1.0)
+                elif per is not None:  # searching for its tenant's credit: it must stay above 0
+                    qt.tests.append(lambda d, u=user: per.stays_behind(u, d))
+                else:
+                    qt.fail()
         return starts, preempt, q, z, moved, inert
 
     def _group(
