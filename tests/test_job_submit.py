@@ -171,6 +171,9 @@ LONG_SIG = "s" * 128
     (summary(gt="12"), "gt=12: must be up to 8 distinct GPU types"),
     (summary(gt="a100:4"), "gt=a100:4: must be up to 8 distinct GPU types"),
     (summary(gt="a100,a100"), "gt=a100,a100: GPU type 'a100' given twice"),
+    (summary(pt=""), "pt=: must be a GPU type"),
+    (summary(pt="a100,t4"), "pt=a100,t4: must be a GPU type"),
+    (summary(pt="12"), "pt=12: must be a GPU type"),
     (summary(gt=",".join(f"t{i}" for i in range(9))), "gt=t0,t1,t2,t3,t4,t5,t6,t7,t8: more than 8 GPU types"),
     (summary() + ";b=1", "key 'b' given twice"),
     (summary() + ";", "empty field"),
@@ -211,6 +214,8 @@ def test_malformed_summary_is_rejected_with_a_reason(as_user, test_user, slurm_j
     {"kn": "1048576"},
     {"gt": "a100"},  # optional: the GPU types the job may run on (lyasub --gpu-type)
     {"gt": "a100,h100.80gb,t4_x,A-1"},
+    {"pt": "a100"},  # optional: the GPU type the profile is of
+    {"gt": "t4,a100", "pt": "a100-80gb"},
 ])
 def test_boundary_values_are_accepted_and_held(as_user, test_user, slurm_jobs, override):
     job = submitted(submit(as_user, test_user, "--wrap", "true", comment=summary(**override)), slurm_jobs)
