@@ -160,3 +160,19 @@ def test_job_states_are_classified_once_and_consistently():
     assert not job.finished and not job.running and not job.pending
     for state in t.HOLDING_STATES:
         assert q.parse_squeue(f"1|u|1|{state}|None|0|N/A|N/A|N/A|10:00|1|gres:gpu:1|n1|gpu|lyasched:v1;x|n\n")[0].running
+
+
+def test_gpus_in_use_come_from_gres_used_not_a_stale_alloc_tres():
+    # Seen on the docker cluster (Slurm 22.05.8, typed Gres) after node1's container was killed mid-job
+    # and restarted: idle, GresUsed 0, but AllocTRES still holding one a100. The larger of the two hid
+    # that GPU, and a 12-GPU job on the 12-GPU cluster was held for good.
+    line = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=8 CPUTot=8 AvailableFeatures=a100 "
+            "ActiveFeatures=a100 Gres=gpu:a100:4 GresDrain=N/A GresUsed=gpu:a100:0(IDX:N/A) NodeAddr=172.31.77.21 "
+            "State=IDLE Partitions=gpu,managed CfgTRES=cpu=8,mem=4000M,billing=8,gres/gpu=4,gres/gpu:a100=4 "
+            "AllocTRES=gres/gpu:a100=1 CapWatts=n/a\n")
+    (node,) = q.parse_nodes(line)
+    assert (node.gpus_total, node.gpus_alloc, node.gpus_free, node.gpu_type) == (4, 0, 4, "a100")
+    busy = line.replace("GresUsed=gpu:a100:0(IDX:N/A)", "GresUsed=gpu:a100:2(IDX:0-1)")
+    assert q.parse_nodes(busy)[0].gpus_alloc == 2
+    # without -d there is no GresUsed: AllocTRES is all there is
+    assert q.parse_nodes(line.replace(" GresUsed=gpu:a100:0(IDX:N/A)", ""))[0].gpus_alloc == 1

@@ -203,7 +203,12 @@ def node_args() -> list[str]:
 
 def parse_nodes(text: str) -> list[NodeInfo]:
     """Parse `scontrol show node -o [-d]`: GPUs total from CfgTRES (or Gres), in use from
-    AllocTRES (or GresUsed)."""
+    GresUsed (``-d``), else AllocTRES.
+
+    GresUsed is the node's GRES state the scheduler allocates from. AllocTRES can keep a typed GPU
+    after its job ended (Slurm 22.05, typed Gres, after a node was killed mid-job: an idle node
+    with ``GresUsed=gpu:a100:0(IDX:N/A)`` and ``AllocTRES=gres/gpu:a100=1``): taking the larger
+    of the two hid that GPU for good, and a job needing every GPU was never started."""
     nodes: list[NodeInfo] = []
     for line in text.splitlines():
         line = line.strip()
@@ -212,10 +217,9 @@ def parse_nodes(text: str) -> list[NodeInfo]:
         kv = parse_kv_line(line)
         if "NodeName" not in kv:
             raise ParseError(f"no NodeName in scontrol output line: {line[:80]!r}")
-        # CfgTRES/AllocTRES count GPUs only when AccountingStorageTRES lists gres/gpu; Gres and
-        # GresUsed always do. Take whichever knows more.
+        # CfgTRES counts GPUs only when AccountingStorageTRES lists gres/gpu; Gres always does.
         total = max(gpus_in_tres(kv.get("CfgTRES", "")), gpus_in_tres(kv.get("Gres", "")))
-        alloc = max(gpus_in_tres(kv.get("AllocTRES", "")), gpus_in_tres(kv.get("GresUsed", "")))
+        alloc = gpus_in_tres(kv["GresUsed"]) if "GresUsed" in kv else gpus_in_tres(kv.get("AllocTRES", ""))
         m = re.match(r"(?:gres:)?gpu:([A-Za-z][^:(,]*):", kv.get("Gres", ""))
         gpu_type = m.group(1) if m and m.group(1) != "(null)" else ""
         parts = tuple(p for p in kv.get("Partitions", "").split(",") if p and p != "(null)")
