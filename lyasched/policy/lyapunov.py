@@ -133,7 +133,7 @@ class LyapunovPolicy:
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
     cross_type: bool = True  # typed slots: a start's penalty counts from the job's best type, not the slot's
-    types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/model.md, section 6)
+    types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/types.md)
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -583,7 +583,7 @@ def type_order(state: SlotState, sample: int = 32) -> list[str]:
 
 
 def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[LyapunovPolicy, SlotState], SlotResult]) -> SlotResult:
-    """The type dimension of a slot (docs/model.md, section 6): each GPU type in turn, fastest
+    """The type dimension of a slot (docs/types.md): each GPU type in turn, fastest
     first, is a cluster of its own (`type_slice`: its nodes, its running jobs, the waiting jobs
     that allow it with their rows there), decided by the untyped rule ``decide``; the jobs it
     starts leave the later types' queues. So a job runs on one type only, chooses its type with

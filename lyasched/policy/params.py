@@ -96,7 +96,7 @@ PARAMS["elastic"] = {
 }
 
 
-# the heterogeneity-unaware references take their aware version's parameters (docs/model.md, section 6)
+# the heterogeneity-unaware references take their aware version's parameters (docs/types.md)
 PARAMS["lyapunov-unaware"] = dict(PARAMS["lyapunov"])
 PARAMS["elastic-unaware"] = dict(PARAMS["elastic"])
 PARAMS["gavel"] = {"round_s": Param("float", hi=1e9, **_POS, help="round length (s): jobs are re-admitted and preempted at each round")}
