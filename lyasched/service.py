@@ -219,6 +219,8 @@ class Service:
         cluster = self.inputs.cluster(obs.view.spec)
         ctx.cluster, ctx.cost, ctx.names, ctx.types = cluster, CostModel(cluster), obs.names, obs.types  # lyasched.costmodel.learn refits against it
         ctx.device, ctx.gpu_types = obs.view.device_type, self.config.gpu_types
+        ctx.gpus = [n.gpus_total for n in obs.nodes]
+        ctx.type_costs = self.inputs.type_costs(ctx)  # typed nodes: each type's cost model ({} untyped)
 
         self.crash.reach("after_read")
         self.starter.reconcile(obs.jobs, ctx)

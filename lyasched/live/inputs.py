@@ -21,13 +21,15 @@ import sqlite_utils
 from lyasched.costmodel import startup
 from lyasched.live import adaptive, learning, plain
 from lyasched.live.trust import known_over_claim, shared_profile
-from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.roofline import lookup
+from lyasched.profile.signature import device_type
 from lyasched.costmodel.goodput import Adaptive
 from lyasched.costmodel.jobspec import Job
 from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
 from lyasched.policy.movable import movable_job, share_left, waited_so_far
-from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s
+from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s, type_rows
 from lyasched.policy.state import Placement, SlotState, WaitingJob, waiting_job
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.slurm.types import SlurmJob
@@ -48,6 +50,7 @@ class PolicyInputs:
         self.rows: dict[tuple[str, str], tuple[tuple, WaitingJob]] = {}
         self._models_seen: dict[tuple[str, ...], tuple] = {}  # the last slot's SlotContext.models, reused when equal (identity compares fast)
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
+        self._type_costs: tuple[tuple, dict[str, CostModel]] | None = None  # (its inputs, type_costs' answer), reused when equal
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         # job id -> its shared profile's run over its claim's (lyasched.live.trust), made with its rows
@@ -65,6 +68,27 @@ class PolicyInputs:
             return self._last_cluster
         self._last_cluster = spec
         return spec
+
+    def type_costs(self, ctx: SlotContext) -> dict[str, CostModel]:
+        """On typed nodes (`SlotContext.per_type`), each GPU type's cost model: the cluster's links
+        on that type's nodes and GPUs per node, with the type's memory (the roofline table's,
+        ``[cluster.gpu_types]`` included; the configured ``gpu_mem`` for a type the table lacks and
+        for untyped nodes); {} on an untyped cluster. The last slot's object while unchanged."""
+        if not ctx.per_type or ctx.cluster is None:
+            return {}
+        key = (ctx.cluster, tuple(ctx.types), tuple(ctx.gpus), id(ctx.gpu_types))
+        if self._type_costs is not None and self._type_costs[0] == key:
+            return self._type_costs[1]
+        out: dict[str, CostModel] = {}
+        for t in dict.fromkeys(ctx.types):
+            gpus = [g for g, x in zip(ctx.gpus, ctx.types) if x == t] or [ctx.cluster.gpus_per_node]
+            try:
+                mem = lookup(t, ctx.gpu_types).memory if t else ctx.cluster.gpu_mem
+            except ValueError:
+                mem = ctx.cluster.gpu_mem
+            out[t] = CostModel(replace(ctx.cluster, nodes=len(gpus), gpus_per_node=max(gpus), gpu_mem=mem))
+        self._type_costs = (key, out)
+        return out
 
     def snapshot(self, ctx: SlotContext, slot_len: float, free: Sequence[int], gpus_per_node: int,
                  waiting: Sequence[WaitingJob], running: Sequence[RunningObs]) -> ClusterSnapshot:
@@ -90,6 +114,7 @@ class PolicyInputs:
             arrivals_t=arr_t[:n_arr],
             arrivals_cum_gpu_s=arr_cum[:n_arr],
             known=dict(self.known) if self.known else None,
+            node_types=tuple(ctx.types) if ctx.type_costs else (),  # the simulator's typed input (docs/types.md)
         )
 
     def movable(self, ctx: SlotContext, state: SlotState, seen: dict,
@@ -111,7 +136,7 @@ class PolicyInputs:
                     or rj.job_id in moving or not checkpointable(row)):
                 out.append(replace(rj, preemptible=False))
                 continue
-            wj = self.waiting(ctx, s, job)
+            wj = on_its_type(self.waiting(ctx, s, job), rj.placement, ctx.types)
             hist = past.get(row["uid"], none)
             done = hist.last_done
             saved = min(1.0, (done["ckpt_step"] + 1) / max(1, s.iterations)) if done and done["ckpt_step"] is not None else 0.0
@@ -162,19 +187,15 @@ class PolicyInputs:
         if s.plain:
             return self.plain_waiting(ctx, s, job)
         dev = self.device_of(ctx, s, job)  # a profile belongs to a (model, GPU type)
-        src = s.profile_type or ctx.device  # the type the summary's profile is of
-        mkey = (s.sig, job.user or "", dev, src)  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
-        model = ctx.models.get(mkey)
-        if model is None:  # once per model, user and type per slot: correction, learned profile, start-up term
-            learned, startup_s = learning.typed_inputs(self.db, s, dev, src, job.user, ctx.gpu_types)
-            model = (self.correction(ctx, s.sig, dev), learned, startup_s)
-            old = self._models_seen.get(mkey)
-            model = ctx.models[mkey] = self._models_seen[mkey] = old if old == model else model
+        model = self.model(ctx, s, job.user, dev)
+        # typed nodes: the job's model inputs on each type it allows that a node has (its by_type rows)
+        typed = tuple((t, self.model(ctx, s, job.user, device_type(t) if t else ctx.device))
+                      for t in self.types_of(ctx, s, job)) if ctx.type_costs else None
         # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
         # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
         # TimeLimit=` included; kept objects compare by identity first: a slot compares cheaply).
         key = (s.uid, job.job_id)
-        inputs: tuple = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user)
+        inputs: tuple = (cost.cluster, model, s, job.time_limit, job.submit_time, job.user, typed, ctx.type_costs or None)
         ad, frac = None, 0.0
         if s.adaptive:  # the batch is the policy's to choose: phi and progress from the job's reports
             phi, base = adaptive.job_state(self.db, s.uid)
@@ -218,6 +239,8 @@ class PolicyInputs:
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
             wj = startup.with_startup(wj, startup_s, limit)  # lyasched.costmodel.startup: launch + imports + rendezvous
+            if typed is not None:  # its rows on each type, by the simulator's builder
+                wj = replace(wj, by_type=self._by_type(ctx, j, typed, round(frac, 3), max(1, s.max_gpus)))
             self.rows[key] = (inputs, wj)
             self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
             records.upsert_job(
@@ -225,6 +248,50 @@ class PolicyInputs:
                 pred_multi=encode_times(wj.run_multi_node), work=wj.work,
             )
         return wj
+
+    def model(self, ctx: SlotContext, s: CostSummary, user: str, dev: str) -> tuple:
+        """(correction, learned or roofline profile, start-up s) of the summary's model for ``user``'s
+        jobs on GPU type ``dev``: once per model, user and type per slot (`SlotContext.models`), the
+        last slot's object while equal."""
+        src = s.profile_type or ctx.device  # the type the summary's profile is of
+        mkey = (s.sig, user or "", dev, src)  # a user's own runs teach that user's jobs (lyasched.costmodel.learn.refit_shared)
+        model = ctx.models.get(mkey)
+        if model is None:
+            learned, startup_s = learning.typed_inputs(self.db, s, dev, src, user, ctx.gpu_types)
+            model = (self.correction(ctx, s.sig, dev), learned, startup_s)
+            old = self._models_seen.get(mkey)
+            model = ctx.models[mkey] = self._models_seen[mkey] = old if old == model else model
+        return model
+
+    @staticmethod
+    def types_of(ctx: SlotContext, s: CostSummary, job: SlurmJob) -> tuple[str, ...]:
+        """The node types ``job`` may run on, in the nodes' order: those it allows (its summary's,
+        else its request's: `gputypes.allowed_types`, from the summary already decoded), every one
+        for a job of any type."""
+        allowed = s.gpu_types or ((job.gpu_type,) if job.gpu_type else ())
+        return tuple(t for t in ctx.type_costs if (t in allowed if allowed else True))
+
+    def _by_type(self, ctx: SlotContext, j: Job, typed: tuple, frac: float, max_gpus: int) -> dict[str, WaitingJob]:
+        """`WaitingJob.by_type` of ``j`` (its profile, the one predicted on the fastest allowed
+        type): on each of ``typed``'s types with the profile the service knows there (learned on
+        it, else measured, else the roofline's from a measured type: `model`), made by the one
+        builder replay uses (`type_rows`), each type's rows corrected, capped and given the
+        start-up term as the job's own rows are."""
+        assert ctx.cost is not None
+        models = dict(typed)
+        base = j.profile
+        measured = {(base.model, t): (m[1] or base) for t, m in typed}
+        limit = j.time_limit
+
+        def finish(t: str, w: WaitingJob) -> WaitingJob:
+            correction, _, startup_s = models[t]
+            w = replace(w, run_one_node=clamp_run_times(w.run_one_node, limit, correction),
+                        run_multi_node=clamp_run_times(w.run_multi_node, limit, correction),
+                        work=min(w.work * correction, limit * max_gpus) if limit else w.work * correction)
+            return startup.with_startup(w, startup_s, limit)
+
+        return type_rows(j, ctx.type_costs, tuple(models), "", ctx.cost.cluster.total_gpus, measured,
+                         ctx.gpu_types, frac, finish)
 
     def _adaptive_job(self, s: CostSummary, job: SlurmJob, ad: Adaptive) -> Job:
         """What the starter and the mover choose an adaptive job's batch from (its summary's profile)."""
@@ -239,7 +306,7 @@ class PolicyInputs:
         assert cost is not None
         est = self.plain.estimate(job, s, ctx.now)
         key = (s.uid, job.job_id)
-        inputs = (cost.cluster, est, s, job.time_limit, job.submit_time, job.user)
+        inputs = (cost.cluster, est, s, job.time_limit, job.submit_time, job.user, ctx.type_costs or None)
         ctx.rows_used.add(key)
         hit = self.rows.get(key)
         if hit is not None and hit[0] == inputs:
@@ -249,6 +316,13 @@ class PolicyInputs:
         wj = waiting_job(j, cost, cost.cluster.total_gpus)
         wj = replace(wj, run_one_node=clamp_run_times(wj.run_one_node, limit, 1.0),
                      run_multi_node=clamp_run_times(wj.run_multi_node, limit, 1.0))
+        if ctx.type_costs:  # typed nodes: the estimate on each type it may run on (its request's type only)
+            types = self.types_of(ctx, s, job)
+            wj = replace(wj, by_type=type_rows(
+                j, ctx.type_costs, types, "", cost.cluster.total_gpus, {(j.profile.model, t): j.profile for t in types},
+                ctx.gpu_types, finish=lambda t, w: replace(
+                    w, run_one_node=clamp_run_times(w.run_one_node, limit, 1.0),
+                    run_multi_node=clamp_run_times(w.run_multi_node, limit, 1.0))))
         self.rows[key] = (inputs, wj)
         self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
         records.upsert_job(self.db, s.uid, pred_one=encode_times(wj.run_one_node.tolist()),
@@ -304,3 +378,13 @@ class PolicyInputs:
             wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
                             run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
             self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
+
+
+def on_its_type(wj: WaitingJob, placement: Placement, node_types: Sequence[str]) -> WaitingJob:
+    """A running job's rows as its movers' view shows them: those of the one GPU type of its nodes
+    (`WaitingJob.by_type`), its own rows on an untyped cluster or when its nodes' type is not one
+    of its rows' (never on a typed cluster: the placement step keeps a job on one allowed type)."""
+    if not wj.by_type:
+        return wj
+    types = {node_types[n] for n, _ in placement if 0 <= n < len(node_types)}
+    return wj.by_type.get(next(iter(types)), wj) if len(types) == 1 else wj

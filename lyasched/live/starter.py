@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from lyasched.live.context import SlotContext
 from lyasched.live import adaptive, gputypes, plain, step
 from lyasched.live.crash import CrashPoints
+from lyasched.live.inputs import on_its_type
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
@@ -129,7 +130,7 @@ class Starter:
         named = NodePlacement.from_indices(placement, names)  # the one placement shape after the policy
         node_names = list(named.nodes)
         per_node = placement[0][1]
-        pred = wj.run_time(d.gpus, spans)
+        pred = on_its_type(wj, placement, ctx.types).run_time(d.gpus, spans)  # typed: its rows on the type it lands on
         place_json = named.to_json()
         why = d.reason or "chosen by the policy"
         # Never start twice: only a job this slot saw pending and held by the service is released

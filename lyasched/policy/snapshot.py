@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -225,21 +225,25 @@ def type_profile(profile: Profile, base: str, gpu_type: str, measured: Mapping[t
 
 def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], base: str, max_gpus: int,
               measured: Mapping[tuple[str, str], Profile] | None = None,
-              types: Mapping[str, GpuType] | None = None) -> dict[str, WaitingJob]:
+              types: Mapping[str, GpuType] | None = None, fraction_done: float = 0.0,
+              finish: Callable[[str, WaitingJob], WaitingJob] | None = None) -> dict[str, WaitingJob]:
     """``WaitingJob.by_type``: the job on each type it allows (all of ``costs``' when ``allowed``
     is empty), with its profile there (`type_profile`) on that type's nodes and memory (``costs``:
     a cost model per type, whose ``gpu_mem`` is the type's; a batch that does not fit is inf
     there, an adaptive job's best batch is chosen for the type; a count the placement rule cannot
     lay out on the type's nodes is inf), each with ``best_any``, its best
     run over them all. A type it allows that no node has is absent; so is one where no count is
-    allowed (its batch fits nowhere)."""
+    allowed (its batch fits nowhere). Replay calls it on one iteration of the job; the service on
+    the whole job from ``fraction_done`` (an adaptive job's progress), with ``finish(type, rows)``
+    applying what it knows of the type besides the profile (its learned correction, the time
+    limit, the start-up term) before ``best_any`` is taken."""
     out: dict[str, WaitingJob] = {}
     for t in (allowed or tuple(costs)):
         cost = costs.get(t)
         if cost is None:
             continue
         on = replace(job, profile=type_profile(job.profile, base, t, measured, types))
-        w = waiting_job(on, cost, max_gpus)
+        w = waiting_job(on, cost, max_gpus, fraction_done)
         # counts the placement rule cannot lay out on the type's nodes (k nodes x g/k) are out there
         nodes, gpn = cost.cluster.nodes, cost.cluster.gpus_per_node
         multi = w.run_multi_node.copy()
@@ -247,6 +251,8 @@ def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], 
             if math.isfinite(multi[g - 1]) and not splits(g, nodes, gpn):
                 multi[g - 1] = math.inf
         w = replace(w, run_multi_node=multi)
+        if finish is not None:
+            w = finish(t, w)
         if math.isfinite(w.best_run):
             out[t] = w
     best = min((w.best_run for w in out.values()), default=math.inf)

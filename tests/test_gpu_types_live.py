@@ -1,0 +1,189 @@
+"""The live service gives the policy the typed input replay gives it: each node's GPU type
+(`SlotState.node_types`) and each waiting job's rows on every type it allows (`WaitingJob.by_type`),
+made by the one builder (`lyasched.policy.snapshot.type_rows`), so lyapunov chooses the type with
+the count under ``serve`` as under ``replay``. On recorded-format fake Slurm (test_service).
+
+Cluster: node1, node2 with gpu:a100:4, node3 with gpu:t4:4 (the test clusters' layout)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from lyasched.config import Config
+from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.jobspec import Job
+from lyasched.costmodel.roofline import lookup
+from lyasched.policy import make_policy
+from lyasched.policy.state import SlotResult, SlotState
+from lyasched.sim.hetero import NodeGroup, TypedCluster
+from lyasched.sim.simulator import Simulation
+from lyasched.store import records
+from test_gpu_types import TypedJob, cost, resizes, typed_nodes_of
+from test_mover import MoveAs, MovingSlurm, make
+from test_service import FakeSlurm, service
+
+T0 = 1_000_100.0
+
+
+class Watch:
+    """lyapunov, keeping each slot's input."""
+
+    name = "lyapunov"
+
+    def __init__(self) -> None:
+        self.policy = make_policy("lyapunov")
+        self.states: list[SlotState] = []
+
+    def decide(self, state: SlotState) -> SlotResult:
+        self.states.append(state)
+        return self.policy.decide(state)
+
+
+@pytest.fixture
+def db():
+    return records.open_records(":memory:")
+
+
+def _summary(uid: str, types: tuple[str, ...] = (), gmin: int = 4, gmax: int = 4, **kw) -> str:
+    return replace(cost(uid, types, gmin=gmin, gmax=gmax), profile_type="a100", **kw).encode()
+
+
+def test_a_job_that_gains_much_from_a100s_starts_on_them_and_a_t4_only_job_on_the_t4(db):
+    """Both kinds free: the service's input is typed (the simulator's), the job of any type starts
+    on the a100s (4x faster by the roofline), the t4-only job on node3, each release on its type."""
+    fast = TypedJob("101", _summary("uid-00000001"), gpn=4)
+    slow = TypedJob("102", _summary("uid-00000002", ("t4",)), gpn=4, gtype="t4")
+    slurm = FakeSlurm(jobs=[fast, slow])
+    typed_nodes_of(slurm)
+    pol = Watch()
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    (state,) = pol.states
+    assert state.node_types == ("a100", "a100", "t4")
+    w = {j.job_id: j for j in state.waiting}
+    assert set(w["101"].by_type) == {"a100", "t4"} and set(w["102"].by_type) == {"t4"}
+    a, t = w["101"].by_type["a100"], w["101"].by_type["t4"]
+    assert t.run_time(4, False) > 2 * a.run_time(4, False)  # the a100 gains much
+    assert w["101"].by_type["a100"].best_any == pytest.approx(a.best_run)
+    # the job's own rows (lyastat, Q) stay its fastest type's, as before
+    np.testing.assert_allclose(w["101"].run_one_node, a.run_one_node)
+    placed = {u["JobId"]: u for u in resizes(slurm)}
+    assert placed["101"]["ReqNodeList"] in ("node1", "node2") and placed["101"]["TresPerNode"] == "gres:gpu:4"
+    assert (placed["102"]["ReqNodeList"], placed["102"]["TresPerNode"]) == ("node3", "gres:gpu:t4:4")
+    # each start's prediction is its rows on the type it landed on
+    assert records.get_job(db, "uid-00000002")["predicted"] == pytest.approx(w["102"].by_type["t4"].run_time(4, False))
+    assert records.get_job(db, "uid-00000001")["predicted"] == pytest.approx(a.run_time(4, False))
+
+
+def test_a_job_that_fits_only_the_a100s_waits_for_them(db):
+    """node1 and node2 busy, node3 (t4) free: a job whose batch the t4's 16 GiB cannot hold has no
+    t4 rows, so the policy leaves it waiting (before, the policy placed it on node3 and the
+    release's fit refused it every slot); the t4-only job behind it starts."""
+    big = _summary("uid-00000001", gmin=1, gmax=1, mem_base=2e9, mem_per_sample=3e8)  # 64 samples: 21 GB on one GPU
+    slurm = FakeSlurm(nodes=[("node1", 4, 4, "ALLOCATED"), ("node2", 4, 4, "ALLOCATED"), ("node3", 4, 0, "IDLE")],
+                      jobs=[TypedJob("101", big, gpn=1),
+                            TypedJob("102", _summary("uid-00000002", ("t4",)), gpn=4, gtype="t4", submit=1_000_001.0)])
+    typed_nodes_of(slurm)
+    pol = Watch()
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    w = {j.job_id: j for j in pol.states[0].waiting}
+    assert set(w["101"].by_type) == {"a100"}
+    assert [u["JobId"] for u in resizes(slurm)] == ["102"]
+    assert records.get_job(db, "uid-00000001")["state"] == "waiting"
+
+
+def test_an_untyped_cluster_gets_the_untyped_input(db):
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001"), gpn=4)])
+    pol = Watch()
+    service(db, slurm, pol).run_slot()
+    (state,) = pol.states
+    assert state.node_types == () and state.waiting[0].by_type is None
+    # the admin's one device key for every type: untyped too
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000003"), gpn=4)])
+    typed_nodes_of(slurm)
+    pol = Watch()
+    service(records.open_records(":memory:"), slurm, pol, device="gpu").run_slot()
+    assert pol.states[0].node_types == () and pol.states[0].waiting[0].by_type is None
+
+
+def test_the_service_and_replay_build_the_same_typed_rows_for_the_same_job(db):
+    """The same job (profile measured on an a100, no cost-table entry, no start-up term) on the
+    same typed nodes and links: the service's by_type rows are replay's, type by type."""
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001", gmin=1, gmax=8), gpn=1, limit="UNLIMITED")])
+    typed_nodes_of(slurm)
+    pol = Watch()
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    live = pol.states[0].waiting[0]
+
+    s = cost("uid-00000001", (), gmin=1, gmax=8)
+    conf = Config()
+    cluster = ClusterSpec(nodes=3, gpus_per_node=4, gpu_mem=lookup("a100").memory, intra=conf.intra, inter=conf.inter,
+                          shape=conf.shape)
+    typed = TypedCluster((NodeGroup("a100", 2, 4), NodeGroup("t4", 1, 4)), base="a100")
+    job = Job(job_id="101", profile=s.to_profile(), global_batch=s.global_batch, iterations=s.iterations,
+              submit_time=0.0, min_gpus=1, max_gpus=8, requested_gpus=1)
+    sim = Simulation([job], cluster, typed=typed, estimate_error=0.0)
+    replay = sim.predicted(0)
+    assert typed.node_types == pol.states[0].node_types
+    assert set(replay.by_type) == set(live.by_type) == {"a100", "t4"}
+    n = len(replay.run_one_node)  # replay's rows stop at the job's largest count, the service's at the cluster's GPUs
+    for t in ("a100", "t4"):
+        lv, rp = live.by_type[t], replay.by_type[t]
+        np.testing.assert_allclose(lv.run_one_node[:n], rp.run_one_node, rtol=1e-9)
+        np.testing.assert_allclose(lv.run_multi_node[:n], rp.run_multi_node, rtol=1e-9)
+        assert np.isinf(lv.run_one_node[n:]).all() and np.isinf(lv.run_multi_node[n:]).all()
+    assert live.by_type["t4"].best_any == pytest.approx(replay.by_type["t4"].best_any, rel=1e-9)
+    assert math.isinf(live.by_type["t4"].run_multi_node[7])  # 8 GPUs cannot be laid out on one t4 node
+
+
+def test_the_movers_view_shows_a_running_job_on_the_type_of_its_nodes(db, tmp_path):
+    """A checkpointable job of any type running on node3 (a t4): its `MovableJob` rows are its t4
+    rows, not its a100 ones (the fastest type's, its own rows)."""
+    summary = replace(cost("uid-00000001", (), ck=True, gmin=1, gmax=4), profile_type="a100").encode()
+    slurm = MovingSlurm(nodes=[("node1", 4, 0, "IDLE"), ("node2", 4, 0, "IDLE"), ("node3", 4, 2, "MIXED")],
+                        jobs=[TypedJob("101", summary, state="RUNNING", reason="None", start=T0 - 10,
+                                       nodes=("node3",), gpn=2)])
+    typed_nodes_of(slurm)
+    mv = MoveAs({})
+    svc = make(db, slurm, mv, tmp_path)
+    svc.run_slot()
+    state = svc.last_state
+    assert state is not None and state.node_types == ("a100", "a100", "t4")
+    (r,) = state.running
+    rows = svc.inputs.waiting(svc_ctx(svc), svc.inputs.decode(summary)[0], as_slurm_job(slurm, "101"))
+    rem = r.remaining_one_node
+    ok = np.isfinite(rem)
+    on_t4 = rem[ok] / rows.by_type["t4"].run_one_node[ok]  # the share left, the same at every count
+    on_a100 = rem[ok] / rows.by_type["a100"].run_one_node[ok]
+    np.testing.assert_allclose(on_t4, on_t4[0], rtol=1e-9)
+    assert 0 < on_t4[0] <= 1 and on_a100.min() > 2 * on_t4[0], (on_t4, on_a100)  # not the a100 rows
+
+
+def svc_ctx(svc):
+    """A slot context as the last slot's, for asking the service's inputs again."""
+    from lyasched.costmodel.cost import CostModel
+    from lyasched.live import observe
+    from lyasched.live.context import SlotContext
+    from lyasched.live.report import SlotReport
+
+    obs = observe.read(svc.slurm, svc.config, svc.db)
+    ctx = SlotContext(now=svc.clock_state["t"], report=SlotReport(slot_id=None, time=0.0, duration=0.0))
+    ctx.cluster = svc.inputs.cluster(obs.view.spec)
+    ctx.cost, ctx.names, ctx.types, ctx.device = CostModel(ctx.cluster), obs.names, obs.types, obs.view.device_type
+    ctx.gpus = [n.gpus_total for n in obs.nodes]
+    ctx.type_costs = svc.inputs.type_costs(ctx)
+    return ctx
+
+
+def as_slurm_job(slurm, job_id):
+    from lyasched.slurm import query as q
+
+    (job,) = [j for j in q.parse_squeue(slurm.run(["squeue"])) if j.job_id == job_id]
+    return job
