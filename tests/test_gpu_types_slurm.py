@@ -142,3 +142,30 @@ def test_an_elastic_move_keeps_a_typed_job_on_its_type(job_dir, test_user, as_us
     assert {g for _, _, g in ran} == {1, 2}, ran  # it ran on 1 GPU, then (after the move) on 2
     assert show_job(a).state == "COMPLETED"
     assert _final(job_dir / f"{a}.out")["world_size"] == 2
+
+
+def test_the_service_chooses_the_fast_type_for_a_job_of_any_type(work, job_dir, test_user, as_user, slurm_jobs, cluster):
+    """The service's input is typed (docs/types.md, "Live"): with 2 of node3's t4s taken by a job
+    lyasched does not own, a 2-GPU job of any type goes to an a100 node (node1 or node2), the
+    fastest type where it fits; an untyped view's best fit would be node3's 2 free t4s."""
+    r = as_user(test_user, "sbatch", "--parsable", "--nodelist=node3", "--gres=gpu:t4:2", "--time=5",
+                f"--chdir={job_dir}", "--output=/dev/null", "--wrap", "sleep 120")
+    assert r.returncode == 0, r.stderr
+    blocker = r.stdout.strip().split(";")[0]
+    slurm_jobs.append(blocker)
+    deadline = time.monotonic() + 60
+    while show_job(blocker).state != "RUNNING":
+        assert time.monotonic() < deadline, show_job(blocker)
+        time.sleep(1)
+    cfg = write_config(work, test_user)
+    svc = start_service(cluster, cfg, work / "serve.log")
+    try:
+        anyt = lyasub(as_user, test_user, job_dir, "--job-name", "anytype", "--model", "mlp", "--global-batch", "8",
+                      "--iterations", "3", "--min-gpus", "2", "--max-gpus", "2")
+        slurm_jobs.append(anyt)
+        done = wait_all([anyt], timeout=150, log=work / "serve.log")
+    finally:
+        stop_service(svc)
+    assert done[anyt].state == "COMPLETED", done
+    shown = show_job(anyt)
+    assert len(shown.nodes) == 1 and shown.nodes[0] in A100 and shown.gpus_per_node == 2, shown
