@@ -7,7 +7,6 @@ Cluster: node1, node2 with gpu:a100:4, node3 with gpu:t4:4 (the test clusters' l
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 

@@ -34,6 +34,7 @@ class SlotContext:
     limit_why: dict[str, str] = field(default_factory=dict)  # Slurm id -> the Slurm limit keeping it out (lyasched.live.limits)
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
     adaptive: dict[str, tuple] = field(default_factory=dict)  # Slurm id -> (Job, fraction done) of adaptive-batch jobs (lyasched.live.adaptive)
+    type_memo: dict[tuple, Any] = field(default_factory=dict)  # per-slot answers about the node types (per_type, device keys, profile types)
 
     @property
     def index(self) -> dict[str, int]:
@@ -45,7 +46,11 @@ class SlotContext:
         of their types (an admin's ``[service] device`` or ``LYASCHED_DEVICE_TYPE`` keys them all as one)."""
         from lyasched.profile.signature import device_type
 
-        return self.device in {device_type(t) for t in self.types if t}
+        key = ("per_type", self.device, id(self.types), len(self.types))  # asked once per waiting job: once per slot
+        hit = self.type_memo.get(key)
+        if hit is None:
+            hit = self.type_memo[key] = self.device in {device_type(t) for t in self.types if t}
+        return hit
 
     @property
     def type_of(self) -> dict[str, str]:

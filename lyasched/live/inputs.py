@@ -173,13 +173,26 @@ class PolicyInputs:
         """The GPU type a waiting job is predicted on: the fastest of its allowed types that a node
         has (lyasched.live.typecost.profile_type); the cluster's key on untyped nodes, or when the
         admin keys every type as one (``[service] device``, ``LYASCHED_DEVICE_TYPE``)."""
-        from lyasched.live import gputypes, typecost
-        from lyasched.profile.signature import device_type
+        from lyasched.live import typecost
 
         if not ctx.per_type:  # untyped, or one key set by the admin
             return ctx.device
-        t = typecost.profile_type(gputypes.allowed_types(job, job.comment), ctx.types, ctx.gpu_types)
-        return device_type(t) if t else ctx.device
+        allowed = allowed_of(s, job)
+        key = ("profile_type", allowed)  # once per slot and set of allowed types
+        hit = ctx.type_memo.get(key)
+        if hit is None:
+            t = typecost.profile_type(allowed, ctx.types, ctx.gpu_types)
+            hit = ctx.type_memo[key] = self.device_key(ctx, t)
+        return hit
+
+    @staticmethod
+    def device_key(ctx: SlotContext, t: str) -> str:
+        """The cost-table key of node type ``t`` (the cluster's for untyped nodes), once per slot."""
+        key = ("device", t)
+        hit = ctx.type_memo.get(key)
+        if hit is None:
+            hit = ctx.type_memo[key] = device_type(t) if t else ctx.device
+        return hit
 
     def waiting(self, ctx: SlotContext, s: CostSummary, job: SlurmJob) -> WaitingJob:
         cost = ctx.cost
@@ -189,7 +202,7 @@ class PolicyInputs:
         dev = self.device_of(ctx, s, job)  # a profile belongs to a (model, GPU type)
         model = self.model(ctx, s, job.user, dev)
         # typed nodes: the job's model inputs on each type it allows that a node has (its by_type rows)
-        typed = tuple((t, self.model(ctx, s, job.user, device_type(t) if t else ctx.device))
+        typed = tuple((t, self.model(ctx, s, job.user, self.device_key(ctx, t)))
                       for t in self.types_of(ctx, s, job)) if ctx.type_costs else None
         # The rows depend on the job (its summary, Slurm id, time limit, submit time, owner) and on
         # these inputs only: rebuilt when any of them changed (an admin's `scontrol update
@@ -268,8 +281,12 @@ class PolicyInputs:
         """The node types ``job`` may run on, in the nodes' order: those it allows (its summary's,
         else its request's: `gputypes.allowed_types`, from the summary already decoded), every one
         for a job of any type."""
-        allowed = s.gpu_types or ((job.gpu_type,) if job.gpu_type else ())
-        return tuple(t for t in ctx.type_costs if (t in allowed if allowed else True))
+        allowed = allowed_of(s, job)
+        key = ("types_of", allowed)
+        hit = ctx.type_memo.get(key)
+        if hit is None:
+            hit = ctx.type_memo[key] = tuple(t for t in ctx.type_costs if (t in allowed if allowed else True))
+        return hit
 
     def _by_type(self, ctx: SlotContext, j: Job, typed: tuple, frac: float, max_gpus: int) -> dict[str, WaitingJob]:
         """`WaitingJob.by_type` of ``j`` (its profile, the one predicted on the fastest allowed
@@ -378,6 +395,12 @@ class PolicyInputs:
             wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
                             run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
             self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
+
+
+def allowed_of(s: CostSummary, job: SlurmJob) -> tuple[str, ...]:
+    """`gputypes.allowed_types` of a job whose comment is already decoded (``s``): its summary's
+    types, else its request's; () = any."""
+    return s.gpu_types or ((job.gpu_type,) if job.gpu_type else ())
 
 
 def on_its_type(wj: WaitingJob, placement: Placement, node_types: Sequence[str]) -> WaitingJob:
