@@ -15,6 +15,7 @@ import pytest
 
 from lyasched.config import Config
 from lyasched.costmodel.cost import ClusterSpec
+from lyasched.costmodel.goodput import NoiseScale
 from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import lookup
 from lyasched.policy import make_policy
@@ -22,6 +23,7 @@ from lyasched.policy.state import SlotResult, SlotState
 from lyasched.sim.hetero import NodeGroup, TypedCluster
 from lyasched.sim.simulator import Simulation
 from lyasched.store import records
+from lyasched.summary import CostSummary
 from test_gpu_types import TypedJob, cost, resizes, typed_nodes_of
 from test_mover import MoveAs, MovingSlurm, make
 from test_service import FakeSlurm, service
@@ -186,3 +188,29 @@ def as_slurm_job(slurm, job_id):
 
     (job,) = [j for j in q.parse_squeue(slurm.run(["squeue"])) if j.job_id == job_id]
     return job
+
+
+def test_an_adaptive_jobs_batch_is_chosen_for_the_type_it_lands_on(db):
+    """An adaptive job of any type (large noise scale: it wants large batches; 0.25 GB a sample):
+    started on node3 its batch is the best a t4's speed and 16 GiB allow, on node1 an a100's."""
+    from lyasched.policy.state import Decision
+
+    comment = CostSummary(uid="uid-00000001", sig="cnn:test", global_batch=64, iterations=200, min_gpus=1, max_gpus=4,
+                          alpha=0.01, beta=0.002, params=1_000_000, mem_base=1e9, mem_per_sample=2.5e8, max_batch=4096,
+                          lr_rule="adascale", profile_type="a100").encode()
+    slurm = FakeSlurm(jobs=[TypedJob("101", comment, gpn=1)])
+    typed_nodes_of(slurm)
+    svc = service(db, slurm, Watch())
+    svc.run_slot()
+    ctx = svc_ctx(svc)
+    s = svc.inputs.decode(comment)[0]
+    svc.inputs.waiting(ctx, s, as_slurm_job(slurm, "101"))
+    job, frac, on = ctx.adaptive["101"]
+    job = replace(job, adaptive=replace(job.adaptive, noise=NoiseScale.constant(1e6)))  # as if it reported a large phi
+    ctx.adaptive["101"] = (job, frac, {t: (c, replace(j, adaptive=job.adaptive)) for t, (c, j) in on.items()})
+    d = Decision("101", 1, ((0, 1),), 1.0, "")
+    on_a100 = svc.inputs.adaptive_batch(ctx, "101", d, ((0, 1),))
+    on_t4 = svc.inputs.adaptive_batch(ctx, "101", replace(d, placement=((2, 1),)), ((2, 1),))
+    t4_holds = (lookup("t4").memory - 1e9) / 2.5e8
+    assert on_t4 is not None and on_a100 is not None
+    assert on_t4 <= t4_holds < on_a100, (on_t4, on_a100, t4_holds)

@@ -30,7 +30,7 @@ from lyasched.live.context import SlotContext
 from lyasched.live.mover import checkpointable
 from lyasched.policy.movable import movable_job, share_left, waited_so_far
 from lyasched.policy.snapshot import ArrivalHistory, ClusterSnapshot, RunningObs, requested_gpu_s, type_rows
-from lyasched.policy.state import Placement, SlotState, WaitingJob, waiting_job
+from lyasched.policy.state import Decision, Placement, SlotState, WaitingJob, waiting_job
 from lyasched.security import bounded_correction, clamp_run_times
 from lyasched.slurm.types import SlurmJob
 from lyasched.store import costtable, records
@@ -218,7 +218,10 @@ class PolicyInputs:
         hit = self.rows.get(key)
         wj = hit[1] if hit is not None and hit[0] == inputs else None
         if ad is not None:
-            ctx.adaptive[job.job_id] = (self._adaptive_job(s, job, ad), round(frac, 3))
+            aj = self._adaptive_job(s, job, ad)
+            # typed nodes: its batch is chosen for the type it lands on (that type's cost model and profile)
+            on = {t: (ctx.type_costs[t], replace(aj, profile=m[1] or aj.profile)) for t, m in typed} if typed else {}
+            ctx.adaptive[job.job_id] = (aj, round(frac, 3), on)
         if wj is None:
             correction, learned, startup_s = model
             profile = learned or s.to_profile()
@@ -309,6 +312,19 @@ class PolicyInputs:
 
         return type_rows(j, ctx.type_costs, tuple(models), "", ctx.cost.cluster.total_gpus, measured,
                          ctx.gpu_types, frac, finish)
+
+    @staticmethod
+    def adaptive_batch(ctx: SlotContext, job_id: str, d: Decision, placement: Placement) -> int | None:
+        """The batch to hand an adaptive job started (or moved) onto ``placement`` by ``d``
+        (`adaptive.chosen_batch`), on the type of those nodes when typed; None for another job."""
+        ad = ctx.adaptive.get(job_id)
+        if ad is None or ctx.cost is None:
+            return None
+        job, cost = ad[0], ctx.cost
+        types = {ctx.types[n] for n, _ in placement if 0 <= n < len(ctx.types)}
+        if len(ad) > 2 and len(types) == 1 and (hit := ad[2].get(next(iter(types)))) is not None:
+            cost, job = hit
+        return adaptive.chosen_batch(job, d, cost, ad[1])
 
     def _adaptive_job(self, s: CostSummary, job: SlurmJob, ad: Adaptive) -> Job:
         """What the starter and the mover choose an adaptive job's batch from (its summary's profile)."""

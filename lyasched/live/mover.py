@@ -196,10 +196,11 @@ class Mover:
                     continue
                 rem, _ = view.best_remaining(d.gpus)
                 order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
-                ad = ctx.adaptive.get(jid)
-                if ad is not None and ctx.cost is not None:  # its batch on the new GPUs, handed at the resize
-                    adaptive_store.record_chosen(self.db, row["uid"], jid, adaptive.chosen_batch(ad[0], d, ctx.cost, ad[1]),
-                                                 ctx.now)
+                from lyasched.live.inputs import PolicyInputs  # (inputs imports this module)
+
+                batch = PolicyInputs.adaptive_batch(ctx, jid, d, tuple(placement))
+                if batch is not None:  # its batch on the new GPUs (for their type), handed at the resize
+                    adaptive_store.record_chosen(self.db, row["uid"], jid, batch, ctx.now)
             if self.begin(job, row, order, ctx) and order.gpus:
                 for i, c in order.placement:  # the grow's extra GPUs are kept from this slot's starts
                     ctx.free[i] = max(0, ctx.free[i] - max(0, c - dict(view.placement).get(i, 0)))
