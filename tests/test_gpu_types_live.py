@@ -214,3 +214,15 @@ def test_an_adaptive_jobs_batch_is_chosen_for_the_type_it_lands_on(db):
     t4_holds = (lookup("t4").memory - 1e9) / 2.5e8
     assert on_t4 is not None and on_a100 is not None
     assert on_t4 <= t4_holds < on_a100, (on_t4, on_a100, t4_holds)
+
+
+def test_with_the_t4_node_partly_taken_a_job_of_any_type_still_goes_to_an_a100(db):
+    """node3 (t4) has 2 free GPUs, node1 and node2 (a100) 4 each: an untyped view's best fit for
+    2 GPUs is node3 (where the service released it before its input was typed); the typed input starts it on the a100s.
+    (The real-cluster twin: test_gpu_types_slurm.py.)"""
+    slurm = FakeSlurm(nodes=[("node1", 4, 0, "IDLE"), ("node2", 4, 0, "IDLE"), ("node3", 4, 2, "MIXED")],
+                      jobs=[TypedJob("101", _summary("uid-00000001", gmin=2, gmax=2), gpn=2)])
+    typed_nodes_of(slurm)
+    service(db, slurm).run_slot()
+    (u,) = resizes(slurm)
+    assert u["ReqNodeList"] in ("node1", "node2") and u["TresPerNode"] == "gres:gpu:2", u
