@@ -226,3 +226,84 @@ def test_with_the_t4_node_partly_taken_a_job_of_any_type_still_goes_to_an_a100(d
     service(db, slurm).run_slot()
     (u,) = resizes(slurm)
     assert u["ReqNodeList"] in ("node1", "node2") and u["TresPerNode"] == "gres:gpu:2", u
+
+
+# ---------------------------------------------------------------- replay = serve on typed nodes
+
+TYPED = {"node1": "a100", "node2": "a100", "node3": "t4"}
+
+
+def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
+    """test_parity's history on node1, node2 (a100 x 4) and node3 (t4 x 4), jobs allowing any type,
+    the a100 only or the t4 only: every slot the simulator decides, the service's input has the
+    same node types and the same by_type rows (and best_any) for every waiting job, and lyapunov
+    starts the same jobs on the same GPUs."""
+    from lyasched.service import Service
+    from test_parity import LIMIT_S, SLOT, T0, Recorder, ReplayedSlurm, _Job, workload
+
+    allowed = {}
+    history = []
+    for k, (jid, t, s) in enumerate(workload()):
+        allowed[jid] = [(), ("a100",), ("t4",), ("a100", "t4")][k % 4]
+        history.append((jid, t, replace(s, profile_type="a100", gpu_types=allowed[jid])))
+    cfg = Config(slot_seconds=SLOT, db=tmp_path / "p.db")
+    cluster = ClusterSpec(nodes=3, gpus_per_node=4, gpu_mem=lookup("a100").memory, intra=cfg.intra, inter=cfg.inter,
+                          shape=cfg.shape)
+    typed = TypedCluster((NodeGroup("a100", 2, 4), NodeGroup("t4", 1, 4)), base="a100")
+    jobs = [Job(job_id=jid, profile=s.to_profile(), global_batch=s.global_batch, iterations=s.iterations,
+                submit_time=t, min_gpus=s.min_gpus, max_gpus=s.max_gpus, requested_gpus=s.min_gpus,
+                time_limit=LIMIT_S, user="alice") for jid, t, s in history]
+    sim_pol = Recorder(make_policy("lyapunov"))
+    res = Simulation(jobs, cluster, slot_len=SLOT, estimate_error=0.0, seed=0, typed=typed,
+                     gpu_types={j: a for j, a in allowed.items() if a}).run(sim_pol, name="lyapunov")
+    end = max(r.end for r in res.records)
+
+    slurm = ReplayedSlurm([_Job(jid, s.encode(), t) for jid, t, s in history], nodes=("node1", "node2", "node3"))
+    base_run = slurm.run
+
+    def run(args, *, idempotent=True, input=None):  # each node's Gres names its type
+        out = base_run(args, idempotent=idempotent, input=input)
+        if list(args[:3]) == ["scontrol", "show", "node"]:
+            out = "\n".join(ln.replace("Gres=gpu:", f"Gres=gpu:{TYPED[ln.split()[0][9:]]}:", 1) if ln else ln
+                            for ln in out.split("\n"))
+        return out
+
+    slurm.run = run  # type: ignore[method-assign]
+    db = records.open_records(str(tmp_path / "p.db"))
+    clock = {"t": T0}
+    live_pol = Recorder(make_policy("lyapunov"))
+    svc = Service(cfg, db, slurm=slurm, policy=live_pol, clock=lambda: clock["t"])
+    run_time: dict[str, float] = {}
+    live = {}
+    t = T0
+    while t <= end + SLOT:
+        clock["t"] = t
+        slurm.advance(t, run_time)
+        n = len(live_pol.calls)
+        report = svc.run_slot()
+        assert not report.error, report.error
+        for st in report.started:
+            run_time[st["slurm_id"]] = records.get_job(db, f"uid-{int(st['slurm_id']) - 500:08d}")["predicted"]
+        if len(live_pol.calls) > n:
+            live[t] = live_pol.calls[-1]
+        t += SLOT
+    assert len(sim_pol.calls) >= 5
+    for state, starts, _, _ in sim_pol.calls:
+        assert state.now in live, f"slot {state.now}: the simulator decided, the service did not"
+        lstate, lstarts, _, _ = live[state.now]
+        assert (state.node_types, state.free) == (lstate.node_types, lstate.free), state.now
+        assert [w.job_id for w in state.waiting] == [w.job_id for w in lstate.waiting]
+        for a, b in zip(state.waiting, lstate.waiting):
+            assert set(a.by_type) == set(b.by_type), a.job_id
+            n = len(a.run_one_node)
+            for gt in a.by_type:
+                x, y = a.by_type[gt], b.by_type[gt]
+                assert np.allclose(x.run_one_node, y.run_one_node[:n], rtol=1e-9), (a.job_id, gt)
+                assert np.allclose(x.run_multi_node, y.run_multi_node[:n], rtol=1e-9), (a.job_id, gt)
+                assert math.isclose(x.best_any, y.best_any, rel_tol=1e-9), (a.job_id, gt)
+        assert starts == lstarts, f"slot {state.now}: {starts} vs {lstarts}"
+    started = {d[0]: d[2] for _, s, _, _ in sim_pol.calls for d in s}
+    assert len(started) == len(history)
+    for j, p in started.items():  # every job on one type it allows
+        kinds = {typed.node_types[n] for n, _ in p}
+        assert len(kinds) == 1 and (not allowed[j] or kinds <= set(allowed[j])), (j, allowed[j], p)
