@@ -307,3 +307,17 @@ def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
     for j, p in started.items():  # every job on one type it allows
         kinds = {typed.node_types[n] for n, _ in p}
         assert len(kinds) == 1 and (not allowed[j] or kinds <= set(allowed[j])), (j, allowed[j], p)
+
+
+def test_a_typed_plain_job_has_its_estimate_on_its_requests_type_only(db):
+    plain = "lyasched:v1;id=pl-0000000001;sig=plain;b=2;it=1;gmin=2;gmax=2;a=0.0;bt=0.0;p=1;bpp=4;m0=0.0;m1=0.0;src=e;pl=1"
+    other = plain.replace("pl-0000000001", "pl-0000000002")
+    slurm = FakeSlurm(nodes=[("node1", 4, 4, "ALLOCATED"), ("node2", 4, 4, "ALLOCATED"), ("node3", 4, 4, "ALLOCATED")],
+                      jobs=[TypedJob("101", plain, gpn=2, gtype="t4"), TypedJob("102", other, gpn=2)])
+    typed_nodes_of(slurm)
+    pol = Watch()
+    service(db, slurm, pol).run_slot()
+    w = {j.job_id: j for j in pol.states[0].waiting}
+    assert set(w["101"].by_type) == {"t4"} and set(w["102"].by_type) == {"a100", "t4"}
+    # no speed per type is known of a plain job: its estimate, the same on each
+    assert w["102"].by_type["t4"].run_time(2, False) == w["102"].by_type["a100"].run_time(2, False) == w["102"].run_time(2, False)
