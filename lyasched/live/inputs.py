@@ -3,7 +3,9 @@
 A waiting job's rows (`WaitingJob`: predicted run time per GPU count, corrected by what the cost
 table learned, clamped to the time limit, with the start-up term) are made once and kept while
 their inputs are unchanged; a running job is a `RunningObs`; the arrival history survives a
-restart (rebuilt from the records). The snapshot goes to the one `SlotStateBuilder`
+restart (rebuilt from the records). On typed nodes a waiting job also carries its rows on each type
+it allows (`WaitingJob.by_type`, by the simulator's builder `type_rows`) and the snapshot each
+node's type (docs/types.md, "Live"). The snapshot goes to the one `SlotStateBuilder`
 (lyasched.policy.snapshot) the simulator uses too; `observe.sort_jobs` (lyasched.live.observe)
 gathers which jobs wait and run.
 """
