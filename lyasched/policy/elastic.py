@@ -203,7 +203,7 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            if left and quiet is not None:
+            if left and quiet is not None and (not inert or quiet.tests):
                 # a swap's score and a tenant's credit change with time: skip only as far as the
                 # margins recorded while searching allow (inert: no swap was weighed, only tenants')
                 wake = self._quiet_wake(state, base, soon, quiet)
