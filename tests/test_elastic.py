@@ -430,11 +430,14 @@ def test_decisions_identical_to_the_reference_on_random_states(seed):
     fast = ElasticPolicy(group=False, grow_hold="interval", **params).decide(st)
     ref = ReferenceElasticPolicy(**params).decide(st)
     assert _sans_wake(fast) == _sans_wake(ref)
-    # the same wake_at where the reference gives one; beyond it, only inert slots add one
-    # (test_an_inert_slot_may_be_skipped_and_stays_inert_until_the_cluster_changes)
-    assert "wake_at" not in ref.info or fast.info["wake_at"] == ref.info["wake_at"]
+    # a wake_at no later than the reference's where both give one: the reference's rule for a
+    # slot where nothing waits (no change before a job becomes movable) missed that a grow gets
+    # cheaper as the recent arrival rate falls; tests/test_elastic_wake.py checks the new rule
+    # against asking every slot
+    if "wake_at" in ref.info and "wake_at" in fast.info:
+        assert fast.info["wake_at"] <= ref.info["wake_at"]
     variant = ElasticVariant(group=False, grow_hold="interval", **params).decide(st)  # the variants' class, every option off (benchmarks/experiments/variants)
-    assert variant == fast
+    assert _sans_wake(variant) == _sans_wake(fast)  # it replaces extension points: no wake_at offered
     check_result(st, fast)
     check_result(st, ElasticPolicy(**params).decide(st))  # with group swaps and the release price: feasible too
 
@@ -458,15 +461,21 @@ def _outcomes(r) -> list[tuple]:
 
 @pytest.mark.parametrize("name,seed,n", [("seed-small-bursty", 3, 120), ("seed-large-bursty", 1, 120)])
 def test_replay_identical_to_the_reference_and_to_the_recorded_outcomes(name, seed, n):
-    """The fast policy replays exactly as the reference in today's simulator, and both as recorded
-    with the simulator and policy before the speed-ups (tests/data/elastic_replay_outcomes.json)."""
+    """The fast policy replays exactly as the reference asked every slot in today's simulator, and
+    both as recorded (tests/data/elastic_replay_outcomes.json: with the simulator and policy before
+    the speed-ups; seed-small-bursty/3/120 re-recorded from the reference asked every slot, where
+    the old nothing-waits skip had missed a grow at 10,260 s)."""
     import json
     import pathlib
+
+    class RefEverySlot(ReferenceElasticPolicy):
+        def decide(self, state):
+            return _sans_wake(super().decide(state))
 
     w = seed_workload(name, seed=seed, n_jobs=n)
     # the reference predates group swaps, the tenth pass's grow price and tenants (issue 36)
     fast = Simulation(w.jobs, w.cluster, seed=seed, tenant_input=False).run(ElasticPolicy(group=False, grow_hold="interval"), name="elastic")
-    ref = Simulation(w.jobs, w.cluster, seed=seed, tenant_input=False).run(ReferenceElasticPolicy(), name="elastic")
+    ref = Simulation(w.jobs, w.cluster, seed=seed, tenant_input=False).run(RefEverySlot(), name="elastic")
     assert _outcomes(fast) == _outcomes(ref)
     assert sum(x.preemptions for x in fast.records) > 0, "the workload should make elastic move"
     rec = json.loads((pathlib.Path(__file__).parent / "data" / "elastic_replay_outcomes.json").read_text())[f"{name}/{seed}/{n}"]

@@ -135,7 +135,14 @@ class ElasticPolicy(LyapunovPolicy):
         total = max(1, sum(state.free) + sum(r.gpus for r in state.running))
         if self._tenants_behind(state, [w.user for w in state.waiting], total) is None:
             return None
-        return lambda k: self.tenant_behind(state, k)
+        memo: dict[str, float] = {}  # per tenant, for the slot: asked per swap and per victim
+
+        def behind(k: str) -> float:
+            hit = memo.get(k)
+            if hit is None:
+                hit = memo[k] = self.tenant_behind(state, k)
+            return hit
+        return behind
 
     def _move_interval(self, r: MovableJob) -> float:
         """How long ``r`` runs after its last start or move before it may move (an extension point,
@@ -205,7 +212,7 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            if left and quiet is not None:
+            if left and quiet is not None and (not inert or quiet.tests):
                 # a swap's score and a tenant's credit change with time: skip only as far as the
                 # margins recorded while searching allow (inert: no swap was weighed, only tenants')
                 wake = self._quiet_wake(state, base, soon, quiet)
@@ -320,9 +327,9 @@ class ElasticPolicy(LyapunovPolicy):
         at 1/s); ``x0``: the bracket V*Theta multiplies (pen + cost - saved). Z and Theta grow by n
         per second, each victim's values shrink at most at its `fade_rate`, the saved wait by at
         most 1/s or its victims' remaining runs' rate."""
-        wk = sum(r.work_left * fade_rate(r, now) for r in susp)
-        cx = max([1.0] + [r.best_remaining(r.gpus)[0] * fade_rate(r, now) for r, _, _, _ in chosen])
-        cx += sum(abs(c - self._cost(r)) * fade_rate(r, now) for r, new, c, _ in chosen if new is not None)
+        wk = sum(r.work_left * qt.fade(r) for r in susp)
+        cx = max([1.0] + [r.best_remaining(r.gpus)[0] * qt.fade(r) for r, _, _, _ in chosen])
+        cx += sum(abs(c - self._cost(r)) * qt.fade(r) for r, new, c, _ in chosen if new is not None)
         a = self.q_weight * q * wk + z + n * abs(w0) + self.V * (n * abs(x0) + theta * cx)
         b = n + self.V * n * cx
         if per is None:
@@ -614,7 +621,7 @@ class ElasticPolicy(LyapunovPolicy):
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
                 if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
-                    n, nb, kr = len(state.waiting), len(batch), fade_rate(r, now)
+                    n, nb, kr = len(state.waiting), len(batch), qt.fade(r)
                     w0 = wsum - (r.waited_s + slot)
                     x0 = pen + longest + v.cost - saved
                     cx = nb * max(1.0, v.r_now * kr)
@@ -658,7 +665,7 @@ class ElasticPolicy(LyapunovPolicy):
             susp_cost = t_j + c
             qt = self._quiet
             if qt is not None and option is not None and r.gpus <= g:  # shrink or suspend: which is cheaper
-                qt.keep(abs(susp_cost - option[1]), abs(option[1] - c) * fade_rate(r, qt.now))
+                qt.keep(abs(susp_cost - option[1]), abs(option[1] - c) * qt.fade(r))
             if option is not None and (option[1] < susp_cost or r.gpus > g):
                 new, cost, avail, why = option
             elif r.gpus <= g:

@@ -48,12 +48,17 @@ class SlotMemo:
             self.victims.append(Victim(r, r_now, pol._cost(r), usable))
         self.usable = [v for v in self.victims if v.usable]  # the others are never moved to make room
         self._gpus = [(v.job.job_id, v.job.gpus) for v in self.usable]
+        self._left: dict[int, int] = {}
         self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
         self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
 
     def gpus_left(self, used: set[str]) -> int:
-        """GPUs held by victims not yet moved this slot."""
-        return sum(k for jid, k in self._gpus if jid not in used)
+        """GPUs held by victims not yet moved this slot (``used`` only grows within a slot, so its
+        size keys the memo)."""
+        hit = self._left.get(len(used))
+        if hit is None:
+            hit = self._left[len(used)] = sum(k for jid, k in self._gpus if jid not in used)
+        return hit
 
     def fit(self, shape: Shape, free: Sequence[int]) -> Placement | None:
         """`fit_shape`, memoised; fewer free GPUs than the shape needs never fit."""
@@ -176,6 +181,7 @@ class Quiet:
 
     def __init__(self, cap: float, now: float) -> None:
         self.cap, self.now = cap, now
+        self._fade: dict[str, float] = {}
         self.m: list[tuple[float, float, float]] = []
         self.tests: list = []
 
@@ -191,6 +197,13 @@ class Quiet:
             return
         if a > 0 or b > 0:
             self.m.append((m0, a, b))
+
+    def fade(self, r) -> float:
+        """`fade_rate` of a running job, memoised for the slot."""
+        hit = self._fade.get(r.job_id)
+        if hit is None:
+            hit = self._fade[r.job_id] = fade_rate(r, self.now)
+        return hit
 
     def holds(self, d: float) -> bool:
         if not d < self.cap:
