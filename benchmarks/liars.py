@@ -1,7 +1,7 @@
 """One user claims a fraction of their jobs' true run times: does lying pay, and what does the
 trust factor (lyasched.estimates.trust) cost the honest users?
 
-    python benchmarks/liars.py [--policies lyapunov] [--claim 0.01] [--philly-rows 12000:15000] [--json]
+    python benchmarks/liars.py [--policies lyapunov] [--claim 0.01] [--philly-rows 12000:15000] [--groups G,...] [--json]
 
 Per workload (the four seed groups at seed 0, and a Philly window sized for load 0.8) and
 policy, five replays: honest (no liar) without and with trust, and with the liar (every job of
@@ -45,9 +45,9 @@ CONFIGS = ((False, False, False), (False, True, True), (True, False, False), (Tr
 MODES = (("no_trust", False, False), ("trust", True, False), ("trust_known", True, True))
 
 
-def workloads(philly_rows: str) -> list[tuple[str, list, object]]:
+def workloads(philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS) -> list[tuple[str, list, object]]:
     out = []
-    for g in SEED_GROUPS:
+    for g in groups:
         w = load_workload(g, seed=0)
         out.append((g, list(w.jobs), w.cluster))
     if philly_rows and os.path.exists(PHILLY):
@@ -78,9 +78,9 @@ def figures(result, liar: str) -> dict:
     }
 
 
-def run(policies: list[str], claim: float, philly_rows: str) -> list[dict]:
+def run(policies: list[str], claim: float, philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS) -> list[dict]:
     rows = []
-    for name, jobs, cl in workloads(philly_rows):
+    for name, jobs, cl in workloads(philly_rows, groups):
         liar = median_user(jobs)
         for p in policies:
             fig = {}
@@ -108,11 +108,15 @@ def main() -> None:
     ap.add_argument("--policies", default="lyapunov")
     ap.add_argument("--claim", type=float, default=0.01, help="the liar's claim multiplier")
     ap.add_argument("--philly-rows", default="12000:15000", help="LO:HI rows of the Philly trace ('' = none)")
+    ap.add_argument("--groups", default=",".join(SEED_GROUPS), help="seed groups to run, comma-separated ('' = none)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not (a.claim > 0):
         ap.error("--claim must be > 0")
-    rows = run([p.strip() for p in a.policies.split(",") if p.strip()], a.claim, a.philly_rows)
+    groups = tuple(g for g in a.groups.split(",") if g)
+    if set(groups) - set(SEED_GROUPS):
+        ap.error(f"--groups: one of {', '.join(SEED_GROUPS)}")
+    rows = run([p.strip() for p in a.policies.split(",") if p.strip()], a.claim, a.philly_rows, groups)
     if a.json:
         print(json.dumps(rows))
         return
