@@ -61,14 +61,8 @@ NATIVE_ONLY = {
 # Failures that only the docker cluster's real accounting shows, in code this change does not own:
 # marked xfail(strict) so the suite reports them and turns red once they are fixed (then drop them).
 DOCKER_KNOWN_FAILURES: dict[str, str] = {}
-# Flaky on the docker cluster since its nodes are typed (a100, a100, t4): it passes alone (3 of 3
-# runs) and failed after the other fault tests in 2 of 2 runs, its 12-GPU job pending with 11 GPUs
-# free (one GPU not yet back from an earlier test). Marked xfail without strict until that is found;
-# the native cluster has no such test.
-DOCKER_FLAKY: dict[str, str] = {
-    "tests/test_docker_faults.py::test_node_network_link_cut_and_restored": "after the other fault tests one GPU "
-    "of the typed docker cluster may not be back yet, so its 12-GPU job can stay pending",
-}
+# Flaky on the docker cluster for a reason not yet found: marked xfail without strict (test id prefix -> why).
+DOCKER_FLAKY: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
