@@ -18,6 +18,7 @@ from lyasched.costmodel.cost import ClusterSpec
 from lyasched.costmodel.goodput import NoiseScale
 from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import lookup
+from lyasched.live import adaptive
 from lyasched.policy import make_policy
 from lyasched.policy.state import SlotResult, SlotState
 from lyasched.sim.hetero import NodeGroup, TypedCluster
@@ -209,8 +210,8 @@ def test_an_adaptive_jobs_batch_is_chosen_for_the_type_it_lands_on(db):
     job = replace(job, adaptive=replace(job.adaptive, noise=NoiseScale.constant(1e6)))  # as if it reported a large phi
     ctx.adaptive["101"] = (job, frac, {t: (c, replace(j, adaptive=job.adaptive)) for t, (c, j) in on.items()})
     d = Decision("101", 1, ((0, 1),), 1.0, "")
-    on_a100 = svc.inputs.adaptive_batch(ctx, "101", d, ((0, 1),))
-    on_t4 = svc.inputs.adaptive_batch(ctx, "101", replace(d, placement=((2, 1),)), ((2, 1),))
+    on_a100 = adaptive.batch_on(ctx, "101", d, ((0, 1),))
+    on_t4 = adaptive.batch_on(ctx, "101", replace(d, placement=((2, 1),)), ((2, 1),))
     t4_holds = (lookup("t4").memory - 1e9) / 2.5e8
     assert on_t4 is not None and on_a100 is not None
     assert on_t4 <= t4_holds < on_a100, (on_t4, on_a100, t4_holds)

@@ -156,3 +156,17 @@ def hand_batch(db: Any, slurm: Any, uid: str, job_id: str, batch: int, now: floa
         return False
     store.record_chosen(db, uid, job_id, batch, time.time() if now is None else now)
     return True
+
+
+def batch_on(ctx: Any, job_id: str, d: Any, placement: Any) -> int | None:
+    """The batch to hand an adaptive job started (or moved) onto ``placement`` by ``d``
+    (`chosen_batch`), on the type of those nodes when typed (``ctx.adaptive[job_id]``'s per-type
+    models, filled by lyasched.live.inputs); None for another job."""
+    ad = ctx.adaptive.get(job_id)
+    if ad is None or ctx.cost is None:
+        return None
+    job, cost = ad[0], ctx.cost
+    types = {ctx.types[n] for n, _ in placement if 0 <= n < len(ctx.types)}
+    if len(ad) > 2 and len(types) == 1 and (hit := ad[2].get(next(iter(types)))) is not None:
+        cost, job = hit
+    return chosen_batch(job, d, cost, ad[1])

@@ -315,19 +315,6 @@ class PolicyInputs:
         return type_rows(j, ctx.type_costs, tuple(models), "", ctx.cost.cluster.total_gpus, measured,
                          ctx.gpu_types, frac, finish)
 
-    @staticmethod
-    def adaptive_batch(ctx: SlotContext, job_id: str, d: Decision, placement: Placement) -> int | None:
-        """The batch to hand an adaptive job started (or moved) onto ``placement`` by ``d``
-        (`adaptive.chosen_batch`), on the type of those nodes when typed; None for another job."""
-        ad = ctx.adaptive.get(job_id)
-        if ad is None or ctx.cost is None:
-            return None
-        job, cost = ad[0], ctx.cost
-        types = {ctx.types[n] for n, _ in placement if 0 <= n < len(ctx.types)}
-        if len(ad) > 2 and len(types) == 1 and (hit := ad[2].get(next(iter(types)))) is not None:
-            cost, job = hit
-        return adaptive.chosen_batch(job, d, cost, ad[1])
-
     def _adaptive_job(self, s: CostSummary, job: SlurmJob, ad: Adaptive) -> Job:
         """What the starter and the mover choose an adaptive job's batch from (its summary's profile)."""
         return Job(job_id=job.job_id, profile=s.to_profile(), global_batch=s.global_batch, iterations=s.iterations,

@@ -196,9 +196,7 @@ class Mover:
                     continue
                 rem, _ = view.best_remaining(d.gpus)
                 order = MoveOrder(jid, d.gpus, tuple(placement), why, predicted=rem)
-                from lyasched.live.inputs import PolicyInputs  # (inputs imports this module)
-
-                batch = PolicyInputs.adaptive_batch(ctx, jid, d, tuple(placement))
+                batch = adaptive.batch_on(ctx, jid, d, tuple(placement))
                 if batch is not None:  # its batch on the new GPUs (for their type), handed at the resize
                     adaptive_store.record_chosen(self.db, row["uid"], jid, batch, ctx.now)
             if self.begin(job, row, order, ctx) and order.gpus:

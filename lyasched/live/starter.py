@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from lyasched.live.context import SlotContext
 from lyasched.live import adaptive, gputypes, plain, step
 from lyasched.live.crash import CrashPoints
-from lyasched.live.inputs import PolicyInputs, on_its_type
+from lyasched.live.inputs import on_its_type
 from lyasched.policy.state import Decision, SlotResult, WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import SlurmJob
@@ -148,7 +148,7 @@ class Starter:
             # count on its nodes and tasks): released as submitted, Slurm places it. A lyasub job
             # runs one launcher per node: it is given the policy's nodes and GPUs.
             if not plain.is_plain(row.get("summary")):
-                batch = PolicyInputs.adaptive_batch(ctx, job.job_id, d, placement)
+                batch = adaptive.batch_on(ctx, job.job_id, d, placement)
                 if batch is not None:  # the batch the policy chose (for its type), read by launch.sbatch
                     adaptive.hand_batch(self.db, self.slurm, row["uid"], job.job_id, batch, now, job.comment)
                 self.slurm.resize(job.job_id, len(placement), per_node, node_names,

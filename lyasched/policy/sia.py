@@ -33,7 +33,6 @@ own type has changed since (`_cross_type`).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Mapping
 
@@ -121,12 +120,10 @@ class SiaPolicy(PolluxPolicy):
             whole[t] += int(i not in held_fixed and cap[i] >= gpn[t] > 0)
         options = [o for o in options if o.gpus <= room[o.gtype]]
 
-        t0 = time.perf_counter()
         chosen, status = self._solve(entries, options, types, room, whole, gpn)
-        solve_s = time.perf_counter() - t0
         if chosen is None:  # no solution: the current allocation stays
-            return SlotResult(starts=(), q=left[0], z=left[1], info={"sia": f"fallback ({status})", "sia_solve_s": solve_s})
-        return self._typed_decisions(state, entries, chosen, cap, node_type, gpn, status, solve_s)
+            return SlotResult(starts=(), q=left[0], z=left[1], info={"sia": f"fallback ({status})"})
+        return self._typed_decisions(state, entries, chosen, cap, node_type, gpn, status)
 
     # --- the jobs' configurations -------------------------------------------------------------
     def _remember(self, state: SlotState) -> None:
@@ -218,7 +215,7 @@ class SiaPolicy(PolluxPolicy):
 
     # --- placements and decisions -------------------------------------------------------------
     def _typed_decisions(self, state: SlotState, entries: list[_Entry], chosen: dict[int, _Option], cap: list[int],
-                   node_type: tuple[str, ...], gpn: Mapping[str, int], status: str, solve_s: float) -> SlotResult:
+                   node_type: tuple[str, ...], gpn: Mapping[str, int], status: str) -> SlotResult:
         placed: dict[str, Placement] = {}
         gtype: dict[str, str] = {}
         for t in gpn:
@@ -270,7 +267,7 @@ class SiaPolicy(PolluxPolicy):
                                    reason=f"sia: {g} GPUs of type {gtype[e.job_id] or 'any'}"))
         q, z = self._queues(state, {d.job_id for d in starts})
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z,
-                          info={"sia": status, "sia_solve_s": solve_s, "sia_jobs": len(entries)})
+                          info={"sia": status, "sia_jobs": len(entries)})
 
     @staticmethod
     def _queues(state: SlotState, started: set[str]) -> tuple[float, float]:
