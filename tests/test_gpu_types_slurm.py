@@ -1,7 +1,9 @@
 """Typed GPU requests on the real test clusters (marker ``slurm``), whose nodes carry two GPU types:
 node1 and node2 ``gpu:a100:4``, node3 ``gpu:t4:4`` (docs/test-cluster.md). A job that asked for a
 type runs on that type only, whoever releases it: the service (a lyasub job, and a plain sbatch job
-of the managed partition), the fail-safe, and a move (native cluster: an in-process service). Its
+of the managed partition), the fail-safe, and a move (an in-process service: on the docker cluster it
+reaches Slurm through docker/bin as root of the login node, and reads the job's checkpoint marker in
+the job directory, shared at the same path). Its
 ``--constraint`` (Slurm's Features) survives the updates too: ``scontrol update`` of TresPerNode and
 ReqNodeList leaves Features as submitted (checked on 22.05).
 
@@ -17,7 +19,6 @@ import time
 
 import pytest
 
-from conftest import CLUSTER_KIND
 from lyasched.live import lease as leases
 from test_failsafe_slurm import run_failsafe, start_service, stop_service, write_config
 from test_managed_slurm import PARTITION, sbatch, submitted
@@ -81,8 +82,6 @@ def features(as_user, job_id: str) -> str:
     return next((w.split("=", 1)[1] for w in r.stdout.split() if w.startswith("Features=")), "")
 
 
-@pytest.mark.skipif(CLUSTER_KIND != "native", reason="native cluster only: the in-process service reads the "
-                                                     "job's checkpoint marker on this host (as test_elastic_slurm)")
 def test_an_elastic_move_keeps_a_typed_job_on_its_type(job_dir, test_user, as_user, slurm_jobs):
     from lyasched.config import Config
     from lyasched.policy.movable import MovableJob
