@@ -314,24 +314,26 @@ class ElasticPolicy(LyapunovPolicy):
             ra, rb = va.job, vb.job
             if (ra.gpus > ra.requested_gpus) != (rb.gpus > rb.requested_gpus):
                 continue
-            ka, kb = fade_rate(ra, now), fade_rate(rb, now)
-            if va.r_now > vb.r_now:
-                qt.keep(va.r_now - vb.r_now, va.r_now * ka + vb.r_now * kb)
+            ka, kb = qt.fade(ra), qt.fade(rb)
+            if va.r_now > vb.r_now:  # the second's only falls: the first's fall closes the gap
+                qt.keep(va.r_now - vb.r_now, va.r_now * ka)
             elif ka > 0 or kb > 0:
                 qt.fail()  # a tie broken by id: time may break it the other way
 
     def _quiet_swap(self, qt: Quiet, per, now: float, n: int, theta: float, z: float, q: float, s0: float, w0: float,
                     x0: float, chosen: Chosen, susp: list[MovableJob], g: int, user: str) -> None:
         """A swap scored <= 0 stays so while s0 + a*d + b*d^2 (plus its tenant's credit bound) is
-        negative. ``s0``: its score without the tenant term; ``w0``: the bracket Z multiplies (grows
-        at 1/s); ``x0``: the bracket V*Theta multiplies (pen + cost - saved). Z and Theta grow by n
-        per second, each victim's values shrink at most at its `fade_rate`, the saved wait by at
-        most 1/s or its victims' remaining runs' rate."""
+        negative: a bound on how much the score can rise within d. ``s0``: its score without the
+        tenant term; ``w0``: the bracket Z multiplies (grows at 1/s); ``x0``: the bracket V*Theta
+        multiplies (pen + cost - saved). Z and Theta grow by n per second; the suspended victims'
+        work shrinks (the score rises) at most at their `fade_rate`; a shrink's added run shrinks
+        too (x falls, the score rises), at most at its fade rate; the saved wait only falls (x
+        rises, the score falls), so it is left out."""
         wk = sum(r.work_left * qt.fade(r) for r in susp)
-        cx = max([1.0] + [r.best_remaining(r.gpus)[0] * qt.fade(r) for r, _, _, _ in chosen])
-        cx += sum(abs(c - self._cost(r)) * qt.fade(r) for r, new, c, _ in chosen if new is not None)
-        a = self.q_weight * q * wk + z + n * abs(w0) + self.V * (n * abs(x0) + theta * cx)
-        b = n + self.V * n * cx
+        cs = sum(max(0.0, c - self._cost(r)) * qt.fade(r) for r, new, c, _ in chosen if new is not None)
+        # z*w rises by z0*d + n*w0*d + n*d^2; -V*theta*x by V*theta0*cs*d + V*n*max(0, -x0)*d + V*n*cs*d^2
+        a = self.q_weight * q * wk + z + n * max(0.0, w0) + self.V * (theta * cs + n * max(0.0, -x0))
+        b = n + self.V * n * cs
         if per is None:
             qt.keep(-s0, a, b)
             return
@@ -621,12 +623,13 @@ class ElasticPolicy(LyapunovPolicy):
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
                 if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
+                    # how much the score can rise within d (`_quiet_swap`): the victim's work
+                    # shrinks, Z and the batch's waits grow; the saved wait only falls
                     n, nb, kr = len(state.waiting), len(batch), qt.fade(r)
                     w0 = wsum - (r.waited_s + slot)
                     x0 = pen + longest + v.cost - saved
-                    cx = nb * max(1.0, v.r_now * kr)
-                    a = self.q_weight * q * r.work_left * kr + z * nb + n * abs(w0) + self.V * (n * abs(x0) + theta * cx)
-                    qt.keep(-score, a, n * nb + self.V * n * cx)
+                    a = self.q_weight * q * r.work_left * kr + z * nb + n * max(0.0, w0) + self.V * n * max(0.0, -x0)
+                    qt.keep(-score, a, n * nb)
                 continue
             for node, n in r.placement:
                 free[node] += n
