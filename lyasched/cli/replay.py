@@ -146,8 +146,11 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
                     shape = parse_cluster_spec(cluster_shape, base="v100")
                 except ValueError as e:
                     raise click.BadParameter(str(e), param_hint="--cluster") from None
-                typed = shape if isinstance(shape, TypedCluster) else None
-                nodes, gpus_per_node = (typed.nodes, max(typed.node_gpus)) if typed else shape
+                if isinstance(shape, TypedCluster):
+                    typed = shape
+                    nodes, gpus_per_node = typed.nodes, max(typed.node_gpus)
+                else:
+                    nodes, gpus_per_node = shape
             w = load_workload(workload, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node, load=load,
                               max_jobs=max_jobs, start=start, end=end)
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
@@ -207,8 +210,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        shape = typed.describe() if typed is not None else f"{c.nodes}x{c.gpus_per_node}"
-        info = (f"{len(w.jobs)} jobs on {shape} GPUs, seed {seed}, slot {slot:g}s, "
+        shape_text = typed.describe() if typed is not None else f"{c.nodes}x{c.gpus_per_node}"
+        info = (f"{len(w.jobs)} jobs on {shape_text} GPUs, seed {seed}, slot {slot:g}s, "
                 f"estimate error {estimate_error:g}")
         click.echo(_fmt_table(w.name, summary, info))
         if out_dir:

@@ -223,10 +223,10 @@ class ElasticPolicy(LyapunovPolicy):
             if left and not inert:  # a variant's make-room step: no bound on its terms, no skipping
                 return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
             if not left and self.grow and sum(free) > 0:
-                d = self._grow_quiet(state, movable, free)
-                if not d > 0:
+                quiet_s = self._grow_quiet(state, movable, free)
+                if not quiet_s > 0:
                     return replace(base, info={k: v for k, v in base.info.items() if k != "wake_at"})
-                soon = min(soon, state.now + d)
+                soon = min(soon, state.now + quiet_s)
             # nothing waits and no grow can become worth it, or the make-room step is inert (no
             # waiting candidate fits or has a forecast wait above its run: that forecast only
             # falls as time passes, so the step stays a no-op until the cluster changes): the
@@ -285,7 +285,7 @@ class ElasticPolicy(LyapunovPolicy):
         bound = self._tenant_bound(state, users)
         col = {k: i for i, k in enumerate(bound.names)}
         memo: dict[float, object] = {}
-        ends: dict[float, object] = {}
+        ends: dict[float, tuple[np.ndarray, float]] = {}
 
         def per(user: str, d: float) -> float:
             hit = memo.get(d)
@@ -300,7 +300,7 @@ class ElasticPolicy(LyapunovPolicy):
             if hit is None:
                 y1 = bound._at(d)[1]
                 hit = ends[d] = (np.minimum(bound.y0, y1), float(np.maximum(bound.y0, y1).min()))
-            lo, top = hit  # type: ignore[misc]
+            lo, top = hit
             return bool(lo[col[user]] > top)
 
         per.stays_behind = stays_behind  # type: ignore[attr-defined]

@@ -99,7 +99,7 @@ class Gavel:
                     starts.append(Decision(w.job_id, g, pl, score=speed / best, reason=f"gavel: type {t or 'any'}, normalised throughput {speed / best:.2f}"))
                     break
         started = {d.job_id for d in starts}
-        left = [w for w in state.waiting if w.job_id not in started]
-        q = sum(w.work for w in left)
-        z = sum(max(0.0, state.now - w.submit_time) for w in left)
+        still = [w for w in state.waiting if w.job_id not in started]
+        q = sum(w.work for w in still)
+        z = sum(max(0.0, state.now - w.submit_time) for w in still)
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=q, z=z)

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -582,7 +582,7 @@ def type_order(state: SlotState, sample: int = 32) -> list[str]:
     return sorted(types, key=lambda t: (float(np.mean(ref[t])) if ref[t] else math.inf, types.index(t)))
 
 
-def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[LyapunovPolicy, SlotState], SlotResult]) -> SlotResult:
+def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[Any, SlotState], SlotResult]) -> SlotResult:
     """The type dimension of a slot (docs/types.md): each GPU type in turn, fastest
     first, is a cluster of its own (`type_slice`: its nodes, its running jobs, the waiting jobs
     that allow it with their rows there), decided by the untyped rule ``decide``; the jobs it

@@ -86,7 +86,7 @@ def parse_cluster_spec(text: str, types: Mapping[str, GpuType] | None = None, ba
 
     if ":" not in text:
         return shape(text)
-    groups = []
+    groups: list[NodeGroup] = []
     for part in text.split(","):
         name, sep, rest = part.strip().partition(":")
         if not sep or not name:

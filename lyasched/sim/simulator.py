@@ -252,6 +252,7 @@ class Simulation:
         # their claim: the builder replaces a claim far below it (ClusterSnapshot.known)
         self.known = {j.job_id: 1.0 / c for j, c in zip(self.jobs, self.claim) if c != 1.0} if trust else {}
         self._templates: dict[tuple, WaitingJob] = {}
+        self._typed: dict[tuple, dict[str, WaitingJob]] = {}  # typed rows per template (`_typed_templates`)
         self._piece_tables: dict[tuple, goodput.PieceTable] = {}  # adaptive jobs' (lyasched.costmodel.goodput)
         self._plain_rows: dict[int, tuple[WaitingJob, bool]] = {}  # lyasched.sim.moves.plain_rows
         # (job index, predicted run it is shown with, elapsed, now) -> the whole run to show a running
@@ -305,11 +306,11 @@ class Simulation:
         """One iteration's rows on each type the job allows and fits (the builder's `type_rows`)."""
         allowed = self.allowed.get(job.job_id, ())
         key = ("typed", job.profile, job.global_batch, job.min_gpus, job.max_gpus, job.adaptive, allowed)
-        t = self._templates.get(key)
+        t = self._typed.get(key)
         if t is None:
             assert self.typed is not None
             unit = replace(job, iterations=1, job_id="", submit_time=0.0, time_limit=None, user="")
-            t = self._templates[key] = type_rows(unit, self.type_costs, allowed, self.typed.base, self.row_len, self.measured)
+            t = self._typed[key] = type_rows(unit, self.type_costs, allowed, self.typed.base, self.row_len, self.measured)
         return t
 
     def _typed_job(self, job: Job, gtype: str, whole: bool = False) -> tuple[CostModel, Job]:
@@ -638,12 +639,12 @@ class Simulation:
                         acted = True
                     preempted = set(res.preempt)
                     started: set[int] = set()
-                    for d in res.starts:
+                    for d0 in res.starts:
                         gtype, landed = None, ""
-                        if typed is not None:
-                            d = self._typed_start(d, by_id, views, free)
-                            if d is None:
-                                continue  # no node of a type it allows has room: it waits (as serve does)
+                        fitted = self._typed_start(d0, by_id, views, free) if typed is not None else d0
+                        if fitted is None:
+                            continue  # no node of a type it allows has room: it waits (as serve does)
+                        d = fitted
                         i = self._check(d, by_id, views, started, set() if moves else preempted, free, pname, t)
                         v = views[i]
                         spans = len(d.placement) > 1
