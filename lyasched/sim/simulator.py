@@ -377,7 +377,7 @@ class Simulation:
                     o, m = tt.run_one_node * scale, tt.run_multi_node * scale
                 if overhead:
                     o, m = o + overhead, m + overhead
-                by_type[gt] = WaitingJob(job_id=j.job_id, submit_time=j.submit_time, work=t.work * scale, run_one_node=o,
+                by_type[gt] = WaitingJob(job_id=j.job_id, submit_time=j.submit_time, work=tt.work * scale, run_one_node=o,
                                          run_multi_node=m, requested_gpus=min(j.requested_gpus, self.row_len),
                                          time_limit=j.time_limit if j.time_limit is not None else math.inf, user=j.user,
                                          attained=attained, adaptive=j.adaptive is not None)
