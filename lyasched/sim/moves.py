@@ -93,7 +93,7 @@ def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool,
     cost, on = (sim.cost, j) if gtype is None else sim._typed_job(j, gtype)
     p = goodput.progress_after(cost, on, r.gpus, r.spans, p0, done_s / factor, r.batch)
     one, multi = sim._pieces(j, gtype).rows(p)
-    tpl = WaitingJob(job_id="", submit_time=0.0, work=sim._template(j).work * (1.0 - p), run_one_node=one,
+    tpl = WaitingJob(job_id="", submit_time=0.0, work=sim._template(j, gtype).work * (1.0 - p), run_one_node=one,
                      run_multi_node=multi)
     return movable_job(
         base, one=tpl.run_one_node, multi=tpl.run_multi_node, work=tpl.work, scale=j.iterations * factor,

@@ -33,6 +33,7 @@ from lyasched.policy.placement import violation
 from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
                                       type_profile, type_rows)
 from lyasched.live.gputypes import fit_typed
+from lyasched.live.typecost import fastest, profile_type
 from lyasched.sim.hetero import TypedCluster
 from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
@@ -264,7 +265,13 @@ class Simulation:
         # arrival history handed to policies (SlotState.arrivals_*): submit times and the running
         # sum of requested GPU-seconds as predicted at submission, kept by the service's own
         # ArrivalHistory (jobs are in its order already: submit time, then id)
+        # a type-aware policy's view of a typed cluster: a job's own rows (its work in Q, its request in
+        # the arrival history) are those of its fastest allowed type, as serve builds them (`_view`);
+        # set per policy by `run`
+        self.own_fastest = False
+        self._own_types: dict[tuple[str, ...], str] = {}
         arrivals = ArrivalHistory()
+        aware = ArrivalHistory() if typed is not None else None
         gcount = np.arange(1, self.row_len + 1, dtype=float)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
@@ -280,6 +287,10 @@ class Simulation:
             if not math.isfinite(gs) and v.by_type:  # typed: its request on the types it may run on
                 gs = min(requested_gpu_s(x) for x in v.by_type.values())
             arrivals.add(j.job_id, j.submit_time, gs)  # as the service records it
+            if aware is not None:
+                self.own_fastest = True
+                aware.add(j.job_id, j.submit_time, requested_gpu_s(self.predicted(i)))
+                self.own_fastest = False
             if not math.isfinite(best):
                 raise ValueError(
                     f"job {j.job_id} ({j.profile.model}, batch {j.global_batch}) cannot run on "
@@ -287,7 +298,8 @@ class Simulation:
                 )
             self._best[i] = best
         assert len(arrivals) == len(self.jobs)  # every job once, each with a finite weight (checked above)
-        self._arr_t, self._arr_cum = arrivals.arrays()
+        self._arr_t, self._arr_cum = self._arr_base = arrivals.arrays()
+        self._arr_aware = aware.arrays() if aware is not None else self._arr_base
 
     # --- rows -------------------------------------------------------------------------
     def _template(self, job: Job, gtype: str | None = None) -> WaitingJob:
@@ -384,6 +396,9 @@ class Simulation:
             best_any = min((float(min(v.run_one_node.min(), v.run_multi_node.min())) for v in by_type.values()), default=math.inf)
             by_type = {k: replace(v, best_any=best_any) for k, v in by_type.items()}
             multi = np.where(self._multi_ok, multi, np.inf)
+            if self.own_fastest and by_type:  # an aware policy: its rows on its fastest allowed type
+                own = by_type[self._own_type(j.job_id, by_type)]
+                return replace(own, best_any=math.inf, by_type=by_type)
             if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
                 one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
                 multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)
@@ -400,6 +415,17 @@ class Simulation:
             adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
             by_type=by_type,
         )
+
+    def _own_type(self, job_id: str, by_type: Mapping[str, WaitingJob]) -> str:
+        """The type whose rows are a job's own in an aware policy's view: the fastest of its allowed
+        types that a node has (`typecost.profile_type`, the type serve and lyasub predict it on), or
+        the fastest it fits when its batch does not fit that one."""
+        allowed = self.allowed.get(job_id, ())
+        t = self._own_types.get(allowed)
+        if t is None:
+            assert self.typed is not None
+            t = self._own_types[allowed] = profile_type(allowed, self.typed.types)
+        return t if t in by_type else fastest(by_type)
 
     def _pieces(self, job: Job, gtype: str | None = None) -> goodput.PieceTable:
         """An adaptive job's per-iteration piece table (memoised per job shape in goodput), on
@@ -456,6 +482,8 @@ class Simulation:
             gpn, total = max(typed.node_gpus), typed.total_gpus
         violations = 0
         self.typed_moves = typed is not None and bool(getattr(policy, "types_aware", False))  # lyasched.sim.moves
+        self.own_fastest = self.typed_moves  # an aware policy: own rows on the job's fastest type (`_view`)
+        self._arr_t, self._arr_cum = self._arr_aware if self.own_fastest else self._arr_base
         slot = self.slot_len
         jobs, factors = self.jobs, self.factors
         n = len(jobs)
