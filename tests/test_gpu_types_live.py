@@ -294,9 +294,17 @@ def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
         lstate, lstarts, _, _ = live[state.now]
         assert (state.node_types, state.free) == (lstate.node_types, lstate.free), state.now
         assert [w.job_id for w in state.waiting] == [w.job_id for w in lstate.waiting]
+        # the arrival history: each job's request on its fastest allowed type, in both
+        assert np.array_equal(state.arrivals_t, lstate.arrivals_t), state.now
+        assert np.allclose(state.arrivals_cum_gpu_s, lstate.arrivals_cum_gpu_s, rtol=1e-9), state.now
         for a, b in zip(state.waiting, lstate.waiting):
             assert set(a.by_type) == set(b.by_type), a.job_id
             n = len(a.run_one_node)
+            # its own rows: those of its fastest allowed type (its work in Q; serve's own rows also hold
+            # the counts beyond that type's nodes, at its speed, which replay leaves out)
+            assert math.isclose(a.work, b.work, rel_tol=1e-9), a.job_id
+            for x, y in ((a.run_one_node, b.run_one_node[:n]), (a.run_multi_node, b.run_multi_node[:n])):
+                assert np.allclose(x[np.isfinite(x)], y[np.isfinite(x)], rtol=1e-9), a.job_id
             for gt in a.by_type:
                 x, y = a.by_type[gt], b.by_type[gt]
                 assert np.allclose(x.run_one_node, y.run_one_node[:n], rtol=1e-9), (a.job_id, gt)

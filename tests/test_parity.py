@@ -135,6 +135,7 @@ class Recorder:
         self.policy = policy
         self.name = policy.name
         self.capabilities = policy.capabilities if hasattr(policy, "capabilities") else None
+        self.types_aware = getattr(policy, "types_aware", False)  # what replay builds a typed view by
         self.calls: list[tuple[SlotState, tuple]] = []
 
     def decide(self, state):
