@@ -132,7 +132,7 @@ class LyapunovPolicy:
     tenant_slack: float = 0.05  # a tenant counts as behind only past this share of its entitlement
     seed: int = 0  # unused: the policy is deterministic
     name: str = "lyapunov"
-    cross_type: bool = True  # typed slots: a start's penalty counts from the job's best type, not the slot's
+    cross_type: bool = False  # typed slots: a start's penalty counts from the job's best type, not the slot's (off: docs/types.md)
     types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/types.md)
 
     def __post_init__(self) -> None:
