@@ -234,11 +234,12 @@ def test_with_the_t4_node_partly_taken_a_job_of_any_type_still_goes_to_an_a100(d
 TYPED = {"node1": "a100", "node2": "a100", "node3": "t4"}
 
 
-def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
+@pytest.mark.parametrize("cross_type", [False, True])
+def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path, cross_type):
     """test_parity's history on node1, node2 (a100 x 4) and node3 (t4 x 4), jobs allowing any type,
     the a100 only or the t4 only: every slot the simulator decides, the service's input has the
     same node types and the same by_type rows (and best_any) for every waiting job, and lyapunov
-    starts the same jobs on the same GPUs."""
+    (with and without the cross-type penalty) starts the same jobs on the same GPUs."""
     from lyasched.service import Service
     from test_parity import LIMIT_S, SLOT, T0, Recorder, ReplayedSlurm, _Job, workload
 
@@ -254,7 +255,7 @@ def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
     jobs = [Job(job_id=jid, profile=s.to_profile(), global_batch=s.global_batch, iterations=s.iterations,
                 submit_time=t, min_gpus=s.min_gpus, max_gpus=s.max_gpus, requested_gpus=s.min_gpus,
                 time_limit=LIMIT_S, user="alice") for jid, t, s in history]
-    sim_pol = Recorder(make_policy("lyapunov"))
+    sim_pol = Recorder(make_policy("lyapunov", cross_type=cross_type))
     res = Simulation(jobs, cluster, slot_len=SLOT, estimate_error=0.0, seed=0, typed=typed,
                      gpu_types={j: a for j, a in allowed.items() if a}).run(sim_pol, name="lyapunov")
     end = max(r.end for r in res.records)
@@ -272,7 +273,7 @@ def test_replay_and_serve_decide_alike_on_typed_nodes(tmp_path):
     slurm.run = run  # type: ignore[method-assign]
     db = records.open_records(str(tmp_path / "p.db"))
     clock = {"t": T0}
-    live_pol = Recorder(make_policy("lyapunov"))
+    live_pol = Recorder(make_policy("lyapunov", cross_type=cross_type))
     svc = Service(cfg, db, slurm=slurm, policy=live_pol, clock=lambda: clock["t"])
     run_time: dict[str, float] = {}
     live = {}
