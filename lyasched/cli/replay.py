@@ -130,7 +130,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
             try:
                 shape = parse_cluster_spec(cluster_shape) if cluster_shape else (nodes or 16, gpus_per_node or 4)
             except ValueError as e:
-                raise click.BadParameter(str(e), param_hint="--cluster") from None
+                raise click.UsageError(str(e)) from None
             if isinstance(shape, TypedCluster):
                 typed = shape
                 shape = (typed.nodes, max(typed.node_gpus))
@@ -145,7 +145,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
                 try:
                     shape = parse_cluster_spec(cluster_shape, base="v100")
                 except ValueError as e:
-                    raise click.BadParameter(str(e), param_hint="--cluster") from None
+                    raise click.UsageError(str(e)) from None
                 if isinstance(shape, TypedCluster):
                     typed = shape
                     nodes, gpus_per_node = typed.nodes, max(typed.node_gpus)
