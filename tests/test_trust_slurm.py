@@ -99,5 +99,5 @@ def test_a_forged_summary_of_a_known_model_does_not_jump_the_queue(serve, work, 
     wait_all([honest], log=work / "serve.log", timeout=40)  # started on the free GPU, and done
     db = records.open_readonly(db_path)
     starts = [d["slurm_id"] for d in db.query("select slurm_id from decisions where action = 'start' order by time")]
+    # the forged job may start on that GPU once the honest one is done (sleep 1), but never before it
     assert starts and starts[0] == honest, starts
-    assert forged not in starts
