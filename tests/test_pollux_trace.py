@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from lyasched.cli import main
 from lyasched.costmodel import goodput as gp
 from lyasched.costmodel.cost import CostModel
-from lyasched.sim.pollux_trace import parse_cluster, pollux_workload, read_application
+from lyasched.sim.hetero import parse_cluster_spec as parse_cluster
+from lyasched.sim.pollux_trace import pollux_workload, read_application
 from lyasched.sim.workloads import TraceError
 
 PLACEMENTS = """placement,local_bsz,step_time,sync_time

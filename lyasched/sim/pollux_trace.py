@@ -53,18 +53,6 @@ def pollux_cluster(nodes: int, gpus_per_node: int) -> ClusterSpec:
     return ClusterSpec(nodes=nodes, gpus_per_node=gpus_per_node, gpu_mem=GPU_MEM, intra=UNIT, inter=UNIT)
 
 
-def parse_cluster(text: str) -> tuple[int, int]:
-    """``16x4`` -> (16, 4)."""
-    a, sep, b = text.lower().partition("x")
-    try:
-        n, g = int(a), int(b)
-    except ValueError:
-        n = g = 0
-    if not sep or n < 1 or g < 1:
-        raise ValueError(f"--cluster {text!r}: expected NODESxGPUS, e.g. 16x4")
-    return n, g
-
-
 @dataclass(frozen=True)
 class Application:
     """One application's measured profile."""
