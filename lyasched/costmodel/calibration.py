@@ -504,6 +504,21 @@ def protocol_fit_placement(rows: Sequence[PlacementRow]) -> tuple[int, ...]:
     return (2,) if (2,) in present else present[0]
 
 
+def shape_without(a: AppData, apps: Sequence[AppData], compute: dict[str, Profile],
+                  protocol: str) -> tuple[CommShape, list[AppData]]:
+    """The communication shape fitted on every application but `a` (and the held-out ones):
+    those of a's cluster when it has others, else all; with the applications it was fitted on.
+    Both held-out protocols start here, so neither can see the application it predicts."""
+    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape
+
+    others = [o for o in apps if o.key != a.key and not o.held_out]
+    train = [o for o in others if o.cluster == a.cluster] or others
+    if not train:
+        raise ValueError(f"{protocol} needs at least two applications")
+    return fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
+                              o.grad_bytes, compute[o.key].knee) for o in train], CommShape(parallel=a.parallel)), train
+
+
 def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | None = None,
                       batch_fit: str = "shape") -> list[HeldOutReport]:
     """For every application A: fit the cluster's `CommShape` on the OTHER applications of A's
@@ -511,7 +526,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     rows and A's all-reduce time v on ONE of A's multi-GPU placements; predict every other
     multi-GPU row of A (and its scalability rows). Nothing of A but those rows is seen.
     Applications marked ``held_out`` are in no training set at all."""
-    from lyasched.costmodel.commshape import CommShape, Rows, fit_shape, fit_v
+    from lyasched.costmodel.commshape import Rows, fit_v
 
     keys = [a.key for a in apps]
     if len(set(keys)) != len(keys):
@@ -519,12 +534,7 @@ def leave_one_app_out(apps: Sequence[AppData], fit_placement: tuple[int, ...] | 
     compute = {a.key: fit_compute(a.app, a.rows, batch_fit) for a in apps}
     reports: list[HeldOutReport] = []
     for a in apps:
-        others = [o for o in apps if o.key != a.key and not o.held_out]
-        train = [o for o in others if o.cluster == a.cluster] or others
-        if not train:
-            raise ValueError("leave-one-app-out needs at least two applications")
-        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
-                                   o.grad_bytes, compute[o.key].knee) for o in train], CommShape(parallel=a.parallel))
+        shape, train = shape_without(a, apps, compute, "leave-one-app-out")
         prof = compute[a.key]
         fp = fit_placement if fit_placement is not None else protocol_fit_placement(a.rows)
         seen = [r for r in a.rows if r.placement == fp]

@@ -161,18 +161,13 @@ def online_protocol(apps: Sequence[Any], ks: Sequence[int] = (1, 2, 3), batch_fi
     for each k, A's own model (`fit_job`) from the rows of the first k placements A meets
     (`neighbour_order` from its request, `calibration.protocol_fit_placement`), predicting every
     multi-GPU row of every other placement (scalability.csv included)."""
-    from lyasched.costmodel.calibration import PlacementRow, fit_compute, placement_scatter, protocol_fit_placement
-    from lyasched.costmodel.commshape import fit_shape
+    from lyasched.costmodel.calibration import (PlacementRow, fit_compute, placement_scatter, protocol_fit_placement,
+                                                shape_without)
 
     compute = {a.key: fit_compute(a.app, a.rows, batch_fit) for a in apps}
     out: list[OnlineReport] = []
     for a in apps:
-        others = [o for o in apps if o.key != a.key and not o.held_out]
-        train = [o for o in others if o.cluster == a.cluster] or others
-        if not train:
-            raise ValueError("the online protocol needs at least two applications")
-        shape = fit_shape([Rows.of(o.key, compute[o.key].alpha, compute[o.key].beta, o.rows + o.scalability,
-                                   o.grad_bytes, compute[o.key].knee) for o in train], CommShape(parallel=a.parallel))
+        shape, _ = shape_without(a, apps, compute, "the online protocol")
         prof = compute[a.key]
         every = [r for r in list(a.rows) + list(a.scalability) if r.gpus > 1 and r.step_time > 0]
         order = neighbour_order(protocol_fit_placement(a.rows), [r.placement for r in a.rows if r.gpus > 1])
