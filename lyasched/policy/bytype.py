@@ -8,9 +8,10 @@ Kept out of lyapunov.py so that the rule for one type and the walk over types re
 from __future__ import annotations
 
 import math
-from itertools import compress
-from operator import attrgetter, not_
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from dataclasses import replace as _replace
+from itertools import repeat
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -47,45 +48,62 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     the slot. An unaware policy (``types_aware`` False) decides on `untyped` instead."""
     if not policy.types_aware:
         return decide(policy, untyped(state))
-    left: Sequence[WaitingJob] = state.waiting
+    waiting = state.waiting
+    n = len(waiting)
+    order = type_order(state)
+    # Each waiting job's rows by type, shared by all the types' slices: a started job's entry
+    # becomes empty, so the later types' slices drop it (C-speed maps: no Python frame per job).
+    views: list[dict[str, WaitingJob]] = list(map(_BY_TYPE, waiting))
+    if set(map(type, views)) != {dict}:  # an untyped job (None): its own rows on every type
+        views = [{t: w for t in order} if v is None else dict(v) for w, v in zip(waiting, views)]
+    pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built at the first start
     starts: list[Decision] = []
     preempt: list[str] = []
     info: dict = {"solver": "by-type"}
     wake = math.inf
-    done: set[str] = set()
-    for t in type_order(state):
-        sub, idx = type_slice(state, t, left)
-        if not sub.waiting and not (capabilities(policy).moves and sub.running):
+    done: list[int] = []
+    caps = capabilities(policy)
+    for t in order:
+        nodes, idx = type_slice(state, t, ())
+        jobs = tuple(filter(None, map(_GET, views, repeat(t))))
+        if not jobs and not (caps.moves and nodes.running):
             continue
-        if sum(sub.free) == 0 and not capabilities(policy).preemptive:
+        if sum(nodes.free) == 0 and not caps.preemptive:
             continue  # nothing starts there before a release (an event)
+        sub = _replace(nodes, waiting=jobs)
         if policy.cross_type:
-            policy._type_best = np.fromiter(map(_BEST_ANY, sub.waiting), dtype=float, count=len(sub.waiting))
+            policy._type_best = np.fromiter(map(_BEST_ANY, jobs), dtype=float, count=len(jobs))
         try:
             res = decide(policy, sub)
         finally:
             policy._type_best = None
         if res.starts:
-            new = {d.job_id for d in res.starts}
-            done |= new
+            if pos is None:
+                pos = dict(zip(map(_JOB_ID, waiting), range(n)))
+            for d in res.starts:
+                i = pos.get(d.job_id)
+                if i is not None:  # (elastic also restarts running jobs: not in ``waiting``)
+                    views[i] = _GONE
+                    done.append(i)
             starts += [unslice(d, idx) for d in res.starts]
-            # the jobs it started leave the later types' queues (C-speed filter)
-            left = tuple(compress(left, map(not_, map(new.__contains__, map(_JOB_ID, left)))))
         preempt += res.preempt
         w = res.info.get("wake_at") if isinstance(res.info, dict) else None
-        wake = min(wake, math.inf if w is None and not sub.waiting else (state.now if w is None else float(w)))
+        wake = min(wake, math.inf if w is None and not jobs else (state.now if w is None else float(w)))
         if "moves" in res.info:
             info.setdefault("moves", {}).update(res.info["moves"])
     if not starts and not preempt:
         info["wake_at"] = wake
-    work = np.fromiter(map(_WORK, state.waiting), dtype=float, count=len(state.waiting))
-    wait = state.now - np.fromiter(map(_SUBMIT, state.waiting), dtype=float, count=len(state.waiting))
+    work = np.fromiter(map(_WORK, waiting), dtype=float, count=n)
+    wait = state.now - np.fromiter(map(_SUBMIT, waiting), dtype=float, count=n)
     np.maximum(wait, 0.0, out=wait)
     if done:
-        gone = np.fromiter(map(done.__contains__, map(_JOB_ID, state.waiting)), dtype=bool, count=len(state.waiting))
-        work, wait = work[~gone], wait[~gone]
+        keep = np.ones(n, dtype=bool)
+        keep[done] = False
+        work, wait = work[keep], wait[keep]
     return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=float(work.sum()), z=float(wait.sum()), info=info)
 
 
 _JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
-_BEST_ANY = attrgetter("best_any")
+_BEST_ANY, _BY_TYPE = attrgetter("best_any"), attrgetter("by_type")
+_GET = dict.get
+_GONE: dict[str, WaitingJob] = {}  # a started job's views: none left
