@@ -1,17 +1,19 @@
 """The type dimension of a typed slot (docs/types.md), shared by lyapunov and elastic.
 
 A typed cluster is decided one GPU type at a time, each type a cluster of its own, by the
-policy's untyped rule: so a job never mixes types and chooses its type with its count.
-Kept out of lyapunov.py so that the rule for one type and the walk over types read apart.
+policy's untyped rule: so a job never mixes types and chooses its type with its count. A job
+joins a slower type's queue only when its run there beats waiting for its fastest type
+(`TypeMemo`, `_queues`). Kept out of lyapunov.py so that the rule for one type and the walk over
+types read apart.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace as _replace
-from itertools import repeat
+from itertools import compress, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -38,21 +40,117 @@ def type_order(state: SlotState, sample: int = 32) -> list[str]:
     return sorted(types, key=lambda t: (float(np.mean(ref[t])) if ref[t] else math.inf, types.index(t)))
 
 
-def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[Any, SlotState], SlotResult]) -> SlotResult:
+class TypeMemo:
+    """Per waiting job, what the backlog rule reads from its ``by_type`` rows: its best run on each
+    of the cluster's types (inf where it does not allow the type), its fastest type, and the
+    GPU-seconds of its request there (the one-node run at the requested count, else the
+    several-node one, else its best run, times the count). Kept across slots, since the simulator
+    and the service hand over the same `WaitingJob` objects slot after slot (as
+    `lyapunov.RowCache`); entries hold their object, so an id is not reused while cached. A pure
+    memo: results are unchanged."""
+
+    def __init__(self) -> None:
+        self._reset((), 0)
+
+    def _reset(self, types: tuple[str, ...], capacity: int) -> None:
+        self.types = types
+        self.index: dict[int, int] = {}
+        self.keep: list[WaitingJob] = []
+        self.best = np.empty((capacity, len(types)))
+        self.fast = np.empty(capacity, dtype=np.intp)
+        self.gsec = np.empty(capacity)
+
+    def arrays(self, jobs: Sequence[WaitingJob], types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(best run per type, fastest type's index, GPU-seconds there) of each of ``jobs``."""
+        n = len(jobs)
+        if types != self.types or len(self.index) > 4 * n + 4096:
+            self._reset(types, max(1024, 2 * n))
+        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
+        if None in idx:
+            for pos, w in enumerate(jobs):
+                if idx[pos] is None:
+                    idx[pos] = self._add(w)
+        sel = np.fromiter(idx, dtype=np.intp, count=n)
+        return self.best[sel], self.fast[sel], self.gsec[sel]
+
+    def _add(self, w: WaitingJob) -> int:
+        i = len(self.keep)
+        if i >= self.best.shape[0]:
+            grow = max(1024, i)
+            self.best = np.vstack([self.best, np.empty((grow, len(self.types)))])
+            self.fast = np.concatenate([self.fast, np.empty(grow, dtype=np.intp)])
+            self.gsec = np.concatenate([self.gsec, np.empty(grow)])
+        if w.by_type is None:  # untyped: its own rows everywhere, never left out of a type
+            self.best[i] = -math.inf
+            self.fast[i] = 0
+            self.gsec[i] = 0.0
+        else:
+            row = [w.by_type[t].best_run if t in w.by_type else math.inf for t in self.types]
+            f = int(np.argmin(row))
+            v = w.by_type.get(self.types[f])
+            g = max(1, w.requested_gpus)
+            run = math.inf
+            if v is not None:
+                run = min(v.run_time(g, False), v.run_time(g, True))
+                if not math.isfinite(run):
+                    run = v.best_run
+            self.best[i] = row
+            self.fast[i] = f
+            self.gsec[i] = run * g if math.isfinite(run) else 0.0
+        self.keep.append(w)
+        self.index[id(w)] = i
+        return i
+
+
+def _queues(policy: LyapunovPolicy, state: SlotState, types: tuple[str, ...]) -> np.ndarray:
+    """Which waiting jobs join each type's queue this slot (jobs x types): those that allow the
+    type and whose best run there is at most their best on their fastest type plus that type's
+    backlog, the GPU-seconds left of the jobs running on it (to their predicted end) and of the
+    waiting jobs whose fastest type it is (at their request), over its GPUs: a fluid estimate of
+    the wait for the fast type. A job the fast GPUs would finish sooner, even after that wait,
+    does not take slow ones just because they are free; when the fast type is swamped it does."""
+    memo = vars(policy).get("_type_memo")
+    if not isinstance(memo, TypeMemo):
+        memo = vars(policy)["_type_memo"] = TypeMemo()
+    best, fast, gsec = memo.arrays(state.waiting, types)
+    k = len(types)
+    col = {t: i for i, t in enumerate(types)}
+    node_t = np.fromiter((col[t] for t in state.node_types), dtype=np.intp, count=len(state.node_types))
+    cap = np.bincount(node_t, weights=np.asarray(state.free, dtype=float), minlength=k)
+    busy = np.bincount(fast, weights=gsec, minlength=k).astype(float)
+    for r in state.running:
+        for n, g in r.placement:
+            cap[node_t[n]] += g
+        ts = {node_t[n] for n, _ in r.placement}
+        if len(ts) == 1 and math.isfinite(r.predicted_end):
+            busy[ts.pop()] += max(0.0, r.predicted_end - state.now) * r.gpus
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = np.where(cap > 0, busy / np.maximum(cap, 1.0), math.inf)
+    limit = best[np.arange(len(fast)), fast] + wait[fast]
+    return best <= limit[:, None]
+
+
+def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[Any, SlotState], SlotResult],
+                   backlog: bool = True) -> SlotResult:
     """The type dimension of a slot (docs/types.md): each GPU type in turn, fastest
     first, is a cluster of its own (`type_slice`: its nodes, its running jobs, the waiting jobs
     that allow it with their rows there), decided by the untyped rule ``decide``; the jobs it
     starts leave the later types' queues. So a job runs on one type only, chooses its type with
     its count (the fastest where the scores start it), and a job that the fast type leaves
-    waiting competes for the next type's GPUs with its rows there. Q and Z are those left after
-    the slot. An unaware policy (``types_aware`` False) decides on `untyped` instead."""
+    waiting competes for the next type's GPUs with its rows there, if its run there beats
+    waiting for its fastest type (`_queues`; ``backlog`` False: always, the rule measured before
+    it in docs/experiments.md). Q and Z are those left after the slot. An unaware policy
+    (``types_aware`` False) decides on `untyped` instead."""
     if not policy.types_aware:
         return decide(policy, untyped(state))
     waiting = state.waiting
     n = len(waiting)
     order = type_order(state)
-    # Each waiting job's rows by type, shared by all the types' slices: a started job's entry
-    # becomes empty, so the later types' slices drop it (C-speed maps: no Python frame per job).
+    types = tuple(dict.fromkeys(state.node_types))
+    joins = _queues(policy, state, types) if backlog else np.ones((n, len(types)), dtype=bool)  # jobs x types
+    alive = np.ones(n, dtype=bool)  # False once started: the later types' queues drop it
+    # Each waiting job's rows by type, read once a slot for all the types' queues (C-speed maps:
+    # no Python frame per job).
     views: list[dict[str, WaitingJob]] = list(map(_BY_TYPE, waiting))
     if set(map(type, views)) != {dict}:  # an untyped job (None): its own rows on every type
         views = [{t: w for t in order} if v is None else dict(v) for w, v in zip(waiting, views)]
@@ -65,7 +163,8 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     caps = capabilities(policy)
     for t in order:
         nodes, idx = type_slice(state, t, ())
-        jobs = tuple(filter(None, map(_GET, views, repeat(t))))
+        mask = joins[:, types.index(t)] & alive
+        jobs = tuple(filter(None, compress(map(_GET, views, repeat(t)), mask.tolist())))
         if not jobs and not (caps.moves and nodes.running):
             continue
         if sum(nodes.free) == 0 and not caps.preemptive:
@@ -83,7 +182,7 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
             for d in res.starts:
                 i = pos.get(d.job_id)
                 if i is not None:  # (elastic also restarts running jobs: not in ``waiting``)
-                    views[i] = _GONE
+                    alive[i] = False
                     done.append(i)
             starts += [unslice(d, idx) for d in res.starts]
         preempt += res.preempt
@@ -106,4 +205,3 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
 _JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
 _BEST_ANY, _BY_TYPE = attrgetter("best_any"), attrgetter("by_type")
 _GET = dict.get
-_GONE: dict[str, WaitingJob] = {}  # a started job's views: none left
