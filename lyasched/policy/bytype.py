@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace as _replace
-from itertools import compress, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -41,13 +40,17 @@ def type_order(state: SlotState, sample: int = 32) -> list[str]:
 
 
 class TypeMemo:
-    """Per waiting job, what the backlog rule reads from its ``by_type`` rows: its best run on each
-    of the cluster's types (inf where it does not allow the type), its fastest type, and the
-    GPU-seconds of its request there (the one-node run at the requested count, else the
-    several-node one, else its best run, times the count). Kept across slots, since the simulator
-    and the service hand over the same `WaitingJob` objects slot after slot (as
-    `lyapunov.RowCache`); entries hold their object, so an id is not reused while cached. A pure
-    memo: results are unchanged."""
+    """Per waiting job, what a typed slot reads of it, as arrays over the cluster's types: its view
+    on each type (`WaitingJob.by_type`; None where it does not allow the type, the job itself on
+    every type when it is untyped), its best run there (inf where not allowed; -inf when untyped:
+    never left out), its fastest type, the GPU-seconds of its request there (the one-node run at the
+    requested count, else the several-node one, else its best run, times the count), its id, work
+    and submit time. Kept across slots, since the simulator and the service hand over the same
+    `WaitingJob` objects slot after slot (as `lyapunov.RowCache`): a slot then reads them with numpy
+    instead of a Python step per job and type. Entries hold their object, so an id is not reused
+    while cached. A pure memo: results are unchanged."""
+
+    _FIELDS = ("view", "best", "fast", "gsec", "ids", "work", "submit")
 
     def __init__(self) -> None:
         self._reset((), 0)
@@ -56,44 +59,52 @@ class TypeMemo:
         self.types = types
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
-        self.best = np.empty((capacity, len(types)))
+        width = len(types)
+        self.view = np.empty((capacity, width), dtype=object)
+        self.best = np.empty((capacity, width))
         self.fast = np.empty(capacity, dtype=np.intp)
         self.gsec = np.empty(capacity)
+        self.ids = np.empty(capacity, dtype=object)
+        self.work = np.empty(capacity)
+        self.submit = np.empty(capacity)
 
-    def arrays(self, jobs: Sequence[WaitingJob], types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(best run per type, fastest type's index, GPU-seconds there) of each of ``jobs``."""
+    def select(self, jobs: Sequence[WaitingJob], types: tuple[str, ...]) -> np.ndarray:
+        """The memo's rows of ``jobs``, in order (added for the jobs not seen before)."""
         n = len(jobs)
         if types != self.types or len(self.index) > 4 * n + 4096:
             self._reset(types, max(1024, 2 * n))
-        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
+        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))  # no Python frame per job
         if None in idx:
             for pos, w in enumerate(jobs):
                 if idx[pos] is None:
                     idx[pos] = self._add(w)
-        sel = np.fromiter(idx, dtype=np.intp, count=n)
-        return self.best[sel], self.fast[sel], self.gsec[sel]
+        return np.fromiter(idx, dtype=np.intp, count=n)
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
         if i >= self.best.shape[0]:
             grow = max(1024, i)
-            self.best = np.vstack([self.best, np.empty((grow, len(self.types)))])
-            self.fast = np.concatenate([self.fast, np.empty(grow, dtype=np.intp)])
-            self.gsec = np.concatenate([self.gsec, np.empty(grow)])
+            for name in self._FIELDS:
+                a = getattr(self, name)
+                setattr(self, name, np.concatenate([a, np.empty((grow, *a.shape[1:]), dtype=a.dtype)]))
+        self.ids[i], self.work[i], self.submit[i] = w.job_id, w.work, w.submit_time
         if w.by_type is None:  # untyped: its own rows everywhere, never left out of a type
+            self.view[i] = [w] * len(self.types)
             self.best[i] = -math.inf
             self.fast[i] = 0
             self.gsec[i] = 0.0
         else:
-            row = [w.by_type[t].best_run if t in w.by_type else math.inf for t in self.types]
+            views = [w.by_type.get(t) for t in self.types]
+            row = [v.best_run if v is not None else math.inf for v in views]
             f = int(np.argmin(row))
-            v = w.by_type.get(self.types[f])
+            v = views[f]
             g = max(1, w.requested_gpus)
             run = math.inf
             if v is not None:
                 run = min(v.run_time(g, False), v.run_time(g, True))
                 if not math.isfinite(run):
                     run = v.best_run
+            self.view[i] = views
             self.best[i] = row
             self.fast[i] = f
             self.gsec[i] = run * g if math.isfinite(run) else 0.0
@@ -102,26 +113,23 @@ class TypeMemo:
         return i
 
 
-def _queues(policy: LyapunovPolicy, state: SlotState, types: tuple[str, ...]) -> np.ndarray:
-    """Which waiting jobs join each type's queue this slot (jobs x types): those that allow the
-    type and whose best run there is at most their best on their fastest type plus that type's
-    backlog, the GPU-seconds left of the jobs running on it (to their predicted end) and of the
-    waiting jobs whose fastest type it is (at their request), over its GPUs: a fluid estimate of
-    the wait for the fast type. A job the fast GPUs would finish sooner, even after that wait,
-    does not take slow ones just because they are free; when the fast type is swamped it does."""
-    memo = vars(policy).get("_type_memo")
-    if not isinstance(memo, TypeMemo):
-        memo = vars(policy)["_type_memo"] = TypeMemo()
-    best, fast, gsec = memo.arrays(state.waiting, types)
-    k = len(types)
-    col = {t: i for i, t in enumerate(types)}
-    node_t = np.fromiter((col[t] for t in state.node_types), dtype=np.intp, count=len(state.node_types))
-    cap = np.bincount(node_t, weights=np.asarray(state.free, dtype=float), minlength=k)
-    busy = np.bincount(fast, weights=gsec, minlength=k).astype(float)
+def _queues(memo: TypeMemo, sel: np.ndarray, state: SlotState) -> np.ndarray:
+    """Which waiting jobs (the memo's rows ``sel``) join each type's queue this slot (jobs x types):
+    those that allow the type and whose best run there is at most their best on their fastest type
+    plus that type's backlog, the GPU-seconds left of the jobs running on it (to their predicted
+    end) and of the waiting jobs whose fastest type it is (at their request), over its GPUs: a fluid
+    estimate of the wait for the fast type. A job the fast GPUs would finish sooner, even after that
+    wait, does not take slow ones just because they are free; when the fast type is swamped it does."""
+    best, fast, gsec = memo.best[sel], memo.fast[sel], memo.gsec[sel]
+    width = len(memo.types)
+    col = {t: i for i, t in enumerate(memo.types)}
+    node_t = np.fromiter(map(col.__getitem__, state.node_types), dtype=np.intp, count=len(state.node_types))
+    cap = np.bincount(node_t, weights=np.asarray(state.free, dtype=float), minlength=width)
+    busy = np.bincount(fast, weights=gsec, minlength=width).astype(float)
     for r in state.running:
         for n, g in r.placement:
             cap[node_t[n]] += g
-        ts = {node_t[n] for n, _ in r.placement}
+        ts = {int(node_t[n]) for n, _ in r.placement}
         if len(ts) == 1 and math.isfinite(r.predicted_end):
             busy[ts.pop()] += max(0.0, r.predicted_end - state.now) * r.gpus
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -145,15 +153,15 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         return decide(policy, untyped(state))
     waiting = state.waiting
     n = len(waiting)
-    order = type_order(state)
+    memo = vars(policy).get("_type_memo")
+    if not isinstance(memo, TypeMemo):
+        memo = vars(policy)["_type_memo"] = TypeMemo()
     types = tuple(dict.fromkeys(state.node_types))
-    joins = _queues(policy, state, types) if backlog else np.ones((n, len(types)), dtype=bool)  # jobs x types
-    alive = np.ones(n, dtype=bool)  # False once started: the later types' queues drop it
-    # Each waiting job's rows by type, read once a slot for all the types' queues (C-speed maps:
-    # no Python frame per job).
-    views: list[dict[str, WaitingJob]] = list(map(_BY_TYPE, waiting))
-    if set(map(type, views)) != {dict}:  # an untyped job (None): its own rows on every type
-        views = [{t: w for t in order} if v is None else dict(v) for w, v in zip(waiting, views)]
+    sel = memo.select(waiting, types)
+    view = memo.view[sel]  # jobs x types: each job's rows there (None: not allowed)
+    joins = memo.best[sel] < math.inf  # the types it allows
+    if backlog:
+        joins &= _queues(memo, sel, state)
     pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built at the first start
     starts: list[Decision] = []
     preempt: list[str] = []
@@ -161,10 +169,10 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     wake = math.inf
     done: list[int] = []
     caps = capabilities(policy)
-    for t in order:
+    for t in type_order(state):
         nodes, idx = type_slice(state, t, ())
-        mask = joins[:, types.index(t)] & alive
-        jobs = tuple(filter(None, compress(map(_GET, views, repeat(t)), mask.tolist())))
+        col = types.index(t)
+        jobs: tuple[WaitingJob, ...] = tuple(view[joins[:, col], col])
         if not jobs and not (caps.moves and nodes.running):
             continue
         if sum(nodes.free) == 0 and not caps.preemptive:
@@ -178,11 +186,11 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
             policy._type_best = None
         if res.starts:
             if pos is None:
-                pos = dict(zip(map(_JOB_ID, waiting), range(n)))
+                pos = dict(zip(memo.ids[sel].tolist(), range(n)))
             for d in res.starts:
                 i = pos.get(d.job_id)
                 if i is not None:  # (elastic also restarts running jobs: not in ``waiting``)
-                    alive[i] = False
+                    joins[i] = False  # the later types' queues drop it
                     done.append(i)
             starts += [unslice(d, idx) for d in res.starts]
         preempt += res.preempt
@@ -192,8 +200,8 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
             info.setdefault("moves", {}).update(res.info["moves"])
     if not starts and not preempt:
         info["wake_at"] = wake
-    work = np.fromiter(map(_WORK, waiting), dtype=float, count=n)
-    wait = state.now - np.fromiter(map(_SUBMIT, waiting), dtype=float, count=n)
+    work = memo.work[sel]
+    wait = state.now - memo.submit[sel]
     np.maximum(wait, 0.0, out=wait)
     if done:
         keep = np.ones(n, dtype=bool)
@@ -202,6 +210,4 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=float(work.sum()), z=float(wait.sum()), info=info)
 
 
-_JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
-_BEST_ANY, _BY_TYPE = attrgetter("best_any"), attrgetter("by_type")
-_GET = dict.get
+_BEST_ANY = attrgetter("best_any")
