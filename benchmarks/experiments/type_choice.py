@@ -49,10 +49,11 @@ from lyasched.policy.state import SlotState  # noqa: E402
 def stretch_views(state: SlotState, bound: float) -> SlotState:
     jobs = []
     for w in state.waiting:
-        if w.by_type is None or not math.isfinite(w.best_any):
+        best = min((v.best_run for v in w.by_type.values()), default=math.inf) if w.by_type else math.inf
+        if w.by_type is None or not math.isfinite(best):
             jobs.append(w)
             continue
-        keep = {t: v for t, v in w.by_type.items() if v.best_run <= bound * w.best_any}
+        keep = {t: v for t, v in w.by_type.items() if v.best_run <= bound * best}
         jobs.append(replace(w, by_type=keep or dict(w.by_type)))
     return replace(state, waiting=tuple(jobs))
 
