@@ -58,7 +58,45 @@ def stretch_views(state: SlotState, bound: float) -> SlotState:
     return replace(state, waiting=tuple(jobs))
 
 
+def reserve_views(state: SlotState) -> SlotState:
+    """Flexible jobs leave a type to the jobs that can run only there when the delay they would
+    impose on them (each restricted job waiting behind g x its run there over the type's GPUs)
+    exceeds what the type gains them over their next-best type."""
+    node_cap = list(state.free)
+    for r in state.running:
+        for n, k in r.placement:
+            node_cap[n] += k
+    cap: dict[str, float] = {}
+    for n, t in enumerate(state.node_types):
+        cap[t] = cap.get(t, 0.0) + node_cap[n]
+    only: dict[str, int] = {}
+    for w in state.waiting:
+        if w.by_type is not None and len(w.by_type) == 1:
+            t = next(iter(w.by_type))
+            only[t] = only.get(t, 0) + 1
+    jobs = []
+    for w in state.waiting:
+        if w.by_type is None or len(w.by_type) < 2:
+            jobs.append(w)
+            continue
+        best = {t: v.best_run for t, v in w.by_type.items()}
+        g = max(1, w.requested_gpus)
+        keep = {}
+        for t, v in w.by_type.items():
+            other = min(b for u, b in best.items() if u != t)
+            imposed = only.get(t, 0) * g * best[t] / max(cap.get(t, 1.0), 1.0)
+            if imposed <= max(0.0, other - best[t]):  # no restricted job waiting there: no limit
+                keep[t] = v
+        if not keep:
+            f = min(best, key=best.__getitem__)
+            keep = {f: w.by_type[f]}
+        jobs.append(replace(w, by_type=keep))
+    return replace(state, waiting=tuple(jobs))
+
+
 def _typed(policy, state: SlotState, decide):
+    if policy.design == "reserve":
+        return decide_by_type(policy, reserve_views(state), decide)  # on top of the backlog rule
     if policy.design == "stretch":
         return decide_by_type(policy, stretch_views(state, policy.max_stretch), decide, backlog=False)
     return decide_by_type(policy, state, decide, backlog=False)  # "before": any slower type it allows
@@ -106,6 +144,18 @@ class LyapunovBefore(LyapunovDesign):
 class ElasticBefore(ElasticDesign):
     design: str = "before"
     name: str = "elastic-before"
+
+
+@dataclass
+class LyapunovReserve(LyapunovDesign):
+    design: str = "reserve"
+    name: str = "lyapunov-reserve"
+
+
+@dataclass
+class ElasticReserve(ElasticDesign):
+    design: str = "reserve"
+    name: str = "elastic-reserve"
 
 
 def _register(designs: list[str]) -> list[str]:
@@ -173,9 +223,9 @@ def main() -> None:
     ap.add_argument("--workloads", default=";".join(TABLE_WORKLOADS), help="separated by ;")
     a = ap.parse_args()
     designs = [d for d in a.designs.split(",") if d]
-    bad = [d for d in designs if d not in ("before", "stretch")]
+    bad = [d for d in designs if d not in ("before", "stretch", "reserve")]
     if bad:
-        ap.exit(2, f"type_choice.py: unknown design {bad[0]!r} (before, stretch)\n")
+        ap.exit(2, f"type_choice.py: unknown design {bad[0]!r} (before, stretch, reserve)\n")
     res = pollux(a.set, designs) if a.what == "pollux" else table(designs, a.workloads.split(";"))
     print(json.dumps(res))
 
