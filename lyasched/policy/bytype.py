@@ -162,6 +162,9 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     joins = memo.best[sel] < math.inf  # the types it allows
     if backlog:
         joins &= _queues(memo, sel, state)
+    from lyasched.policy.lyapunov import RowCache  # (lyapunov imports this module)
+
+    rows: dict[str, RowCache] = vars(policy).setdefault("_type_rows", {})  # GPU type -> its `RowCache`
     pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built at the first start
     starts: list[Decision] = []
     preempt: list[str] = []
@@ -180,10 +183,16 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         sub = _replace(nodes, waiting=jobs)
         if policy.cross_type:
             policy._type_best = np.fromiter(map(_BEST_ANY, jobs), dtype=float, count=len(jobs))
+        # each type its own row cache: one shared by queues of very different sizes would be
+        # cleared by the small one (`RowCache` keeps about 4x its last call's jobs) and refilled
+        # by the large one, every slot
+        own = policy._rows
+        policy._rows = rows.setdefault(t, RowCache())
         try:
             res = decide(policy, sub)
         finally:
             policy._type_best = None
+            policy._rows = own
         if res.starts:
             if pos is None:
                 pos = dict(zip(memo.ids[sel].tolist(), range(n)))
