@@ -90,6 +90,19 @@ def profile_on(profile: Profile, src: GpuType, dst: GpuType, intensity: float = 
                    beta=profile.beta * speed_ratio(src, dst, intensity), source="estimated")
 
 
+def on_type(profile: Profile, src: str, dst: str, types: Mapping[str, GpuType] | None = None) -> Profile:
+    """``profile`` (of type ``src``) as the roofline predicts it on type ``dst`` (`profile_on`), the
+    types looked up by name in ``types`` (default `KNOWN_TYPES`). Unchanged when they are the same
+    or either is empty or unknown: a type nobody can predict keeps the source's profile (replay and
+    the service refuse unknown types where they are named, so here that is only a fallback)."""
+    tab = KNOWN_TYPES if types is None else types
+    s = tab.get(src.strip().lower()) if src else None
+    d = tab.get(dst.strip().lower()) if dst else None
+    if s is None or d is None:
+        return profile
+    return profile_on(profile, s, d)
+
+
 def fits(profile: Profile, gpu: GpuType, local_batch: float) -> bool:
     """Whether one step at ``local_batch`` per GPU fits in ``gpu``'s memory (unknown use fits)."""
     need = profile.memory(local_batch)

@@ -4,7 +4,7 @@ A profile belongs to a (model, GPU type) pair: the cost table's device key is th
 (`lyasched.clusterview.device_key`). lyasub measures one type, the fastest the job may run on
 (`profile_type`); the service learns each type the model's jobs ran on from their step reports
 (lyasched.live.learning, keyed by the type of the job's nodes). A type nobody measured is
-predicted by the roofline (`lyasched.costmodel.roofline.profile_on`) from a measured one
+predicted by the roofline (`lyasched.costmodel.roofline.on_type`, as replay does) from a measured one
 (`type_profile`). A type the roofline table does not know (add it in ``[cluster.gpu_types]``)
 cannot be predicted: it gets the source type's profile unchanged.
 """
@@ -15,7 +15,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from lyasched.costmodel.cost import Profile
-from lyasched.costmodel.roofline import DEFAULT_INTENSITY, KNOWN_TYPES, GpuType, largest_batch, profile_on
+from lyasched.costmodel.roofline import DEFAULT_INTENSITY, KNOWN_TYPES, GpuType, largest_batch, on_type
 
 
 def _table(table: Mapping[str, GpuType] | None) -> Mapping[str, GpuType]:
@@ -42,16 +42,6 @@ def profile_type(allowed: Sequence[str], present: Iterable[str], table: Mapping[
     have = [t for t in dict.fromkeys(present) if t]
     cands = [t for t in allowed if t in have] if allowed else have
     return fastest(cands, table)
-
-
-def on_type(profile: Profile, src: str, dst: str, table: Mapping[str, GpuType] | None = None) -> Profile:
-    """``profile`` (of type ``src``) predicted on ``dst`` by the roofline; unchanged when either type
-    is unknown to the table or they are the same."""
-    tab = _table(table)
-    s, d = tab.get(src.lower()) if src else None, tab.get(dst.lower()) if dst else None
-    if s is None or d is None or s.name == d.name:
-        return profile
-    return profile_on(profile, s, d)
 
 
 def type_profile(db: Any, sig: str, dst: str, fallback: Profile, fallback_type: str,

@@ -60,7 +60,8 @@ import numpy as np
 from typing import ClassVar, Protocol, Sequence
 
 from lyasched.policy.common import PerJob, Shape
-from lyasched.policy.lyapunov import LyapunovPolicy, decide_by_type, quiet_for
+from lyasched.policy.bytype import decide_by_type
+from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.moveplan import Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
 from lyasched.policy.params import PARAMS
@@ -180,7 +181,7 @@ class ElasticPolicy(LyapunovPolicy):
         return out, soon
 
     def decide(self, state: SlotState) -> SlotResult:
-        if state.node_types:  # one type at a time (lyapunov.decide_by_type)
+        if state.node_types:  # one type at a time (bytype.decide_by_type)
             return decide_by_type(self, state, ElasticPolicy.decide)
         movable, soon = self._movable(state)
         base = LyapunovPolicy.decide(self, state)

@@ -32,14 +32,15 @@ import math
 from dataclasses import dataclass
 
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.pollux import PolluxPolicy, _Job
+from lyasched.policy.allocation import AllocJob
+from lyasched.policy.pollux import PolluxPolicy
 from lyasched.policy.state import RunningJob
 
 HOUR = 3600.0  # the weights' unit (only their ratios matter; it keeps them near 1)
 
 
 @dataclass
-class _Weighted(_Job):
+class _Weighted(AllocJob):
     w: float = 1.0  # heSRPT weight: theta^(1+p) / size
     charge: float = 0.0  # seconds a change of count costs (move_charge x its move cost)
 
@@ -65,23 +66,23 @@ class HesrptPolicy(PolluxPolicy):
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"hesrpt: p must be in [0, 1), got {self.p}")
 
-    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> _Job | None:
+    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> AllocJob | None:
         if not rem:
             return None
         counts = sorted(rem)
         return _Weighted(job_id, submit, counts, rem, max(rem[counts[0]] * counts[0], 1e-9))
 
-    def _running(self, r: RunningJob, gpn: int, now: float) -> _Job | None:
+    def _running(self, r: RunningJob, gpn: int, now: float) -> AllocJob | None:
         j = super()._running(r, gpn, now)
         if isinstance(j, _Weighted):
             j.charge = self.move_charge * (r.cost(self.move_cost) if isinstance(r, MovableJob) else self.move_cost)
         return j
 
-    def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+    def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         set_weights(jobs, self.p)
         return self._local(jobs, cap, gpn)
 
-    def _admission_key(self, j: _Job) -> tuple[float, str]:
+    def _admission_key(self, j: AllocJob) -> tuple[float, str]:
         """Smallest first (SRPT's order): the jobs the shares favour enter first."""
         return (j.base, j.job_id)
 
@@ -92,7 +93,7 @@ def shares(m: int, p: float) -> list[float]:
     return [(i / m) ** c - ((i - 1) / m) ** c for i in range(1, m + 1)]
 
 
-def set_weights(jobs: list[_Job], p: float) -> None:
+def set_weights(jobs: list[AllocJob], p: float) -> None:
     """Each job's weight from its rank by size (its ``base``: remaining GPU-seconds on its
     smallest count), largest first, ties by id."""
     order = sorted(jobs, key=lambda j: (-j.base, j.job_id))

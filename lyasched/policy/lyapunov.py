@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter, not_
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from lyasched.policy import adaptive
-from lyasched.policy.state import (Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob, type_slice,
-                                   capabilities, unslice, untyped)
+from lyasched.policy.bytype import decide_by_type
+from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 from lyasched.policy.tenants import TenantBook
 
 Fut = tuple[np.ndarray, np.ndarray] | None  # a term added to the penalty: (one node, several nodes) per configuration
@@ -564,76 +562,6 @@ class LyapunovUnaware(LyapunovPolicy):
 
     types_aware: ClassVar[bool] = False
     name: str = "lyapunov-unaware"
-
-
-def type_order(state: SlotState, sample: int = 32) -> list[str]:
-    """The cluster's GPU types, fastest first for the waiting jobs: by the mean, over the first
-    ``sample`` typed waiting jobs, of their best run on the type over their best on any type."""
-    types = list(dict.fromkeys(state.node_types))
-    ref: dict[str, list[float]] = {t: [] for t in types}
-    for w in state.waiting[:sample]:
-        if w.by_type is None:
-            continue
-        runs = {t: v.best_run for t, v in w.by_type.items() if t in ref}
-        base = min(runs.values(), default=math.inf)
-        if math.isfinite(base) and base > 0:
-            for t, r in runs.items():
-                ref[t].append(r / base)
-    return sorted(types, key=lambda t: (float(np.mean(ref[t])) if ref[t] else math.inf, types.index(t)))
-
-
-def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[Any, SlotState], SlotResult]) -> SlotResult:
-    """The type dimension of a slot (docs/types.md): each GPU type in turn, fastest
-    first, is a cluster of its own (`type_slice`: its nodes, its running jobs, the waiting jobs
-    that allow it with their rows there), decided by the untyped rule ``decide``; the jobs it
-    starts leave the later types' queues. So a job runs on one type only, chooses its type with
-    its count (the fastest where the scores start it), and a job that the fast type leaves
-    waiting competes for the next type's GPUs with its rows there. Q and Z are those left after
-    the slot. An unaware policy (``types_aware`` False) decides on `untyped` instead."""
-    if not policy.types_aware:
-        return decide(policy, untyped(state))
-    left: Sequence[WaitingJob] = state.waiting
-    starts: list[Decision] = []
-    preempt: list[str] = []
-    info: dict = {"solver": "by-type"}
-    wake = math.inf
-    done: set[str] = set()
-    for t in type_order(state):
-        sub, idx = type_slice(state, t, left)
-        if not sub.waiting and not (capabilities(policy).moves and sub.running):
-            continue
-        if sum(sub.free) == 0 and not capabilities(policy).preemptive:
-            continue  # nothing starts there before a release (an event)
-        if policy.cross_type:
-            policy._type_best = np.fromiter(map(_BEST_ANY, sub.waiting), dtype=float, count=len(sub.waiting))
-        try:
-            res = decide(policy, sub)
-        finally:
-            policy._type_best = None
-        if res.starts:
-            new = {d.job_id for d in res.starts}
-            done |= new
-            starts += [unslice(d, idx) for d in res.starts]
-            # the jobs it started leave the later types' queues (C-speed filter)
-            left = tuple(compress(left, map(not_, map(new.__contains__, map(_JOB_ID, left)))))
-        preempt += res.preempt
-        w = res.info.get("wake_at") if isinstance(res.info, dict) else None
-        wake = min(wake, math.inf if w is None and not sub.waiting else (state.now if w is None else float(w)))
-        if "moves" in res.info:
-            info.setdefault("moves", {}).update(res.info["moves"])
-    if not starts and not preempt:
-        info["wake_at"] = wake
-    work = np.fromiter(map(_WORK, state.waiting), dtype=float, count=len(state.waiting))
-    wait = state.now - np.fromiter(map(_SUBMIT, state.waiting), dtype=float, count=len(state.waiting))
-    np.maximum(wait, 0.0, out=wait)
-    if done:
-        gone = np.fromiter(map(done.__contains__, map(_JOB_ID, state.waiting)), dtype=bool, count=len(state.waiting))
-        work, wait = work[~gone], wait[~gone]
-    return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=float(work.sum()), z=float(wait.sum()), info=info)
-
-
-_JOB_ID, _WORK, _SUBMIT = attrgetter("job_id"), attrgetter("work"), attrgetter("submit_time")
-_BEST_ANY = attrgetter("best_any")
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:

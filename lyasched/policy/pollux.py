@@ -38,34 +38,13 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 
+from lyasched.policy.allocation import AllocJob, packs, place
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.state import Capabilities, Decision, Placement, RunningJob, SlotResult, SlotState, WaitingJob
-
-
-@dataclass
-class _Job:
-    job_id: str
-    submit: float
-    counts: list[int]  # allowed counts under the placement rules, ascending
-    rem: dict[int, float]  # remaining seconds on each allowed count (no restart in it)
-    base: float
-    current: int = 0  # GPUs it holds now (0: waiting)
-    placement: Placement = ()
-    factor: float = 1.0  # restart factor applied when its count changes (running jobs)
-    fixed: bool = False  # running and not movable: keeps its allocation
-
-    def loss(self, g: int) -> float:
-        """Inverse speed-up on g GPUs (the restart penalty included)."""
-        r = self.rem.get(g, math.inf)
-        if self.current and g != self.current:
-            if self.factor <= 0:
-                return math.inf
-            return r / self.base / self.factor
-        return r / self.base
+from lyasched.policy.state import Capabilities, Decision, RunningJob, SlotResult, SlotState, WaitingJob
 
 
 @dataclass
@@ -86,7 +65,7 @@ class PolluxPolicy:
         for r in state.running:
             for node, k in r.placement:
                 cap[node] += k
-        jobs: list[_Job] = []
+        jobs: list[AllocJob] = []
         for r in state.running:
             j = self._running(r, gpn, state.now)
             if j is not None:
@@ -115,18 +94,18 @@ class PolluxPolicy:
                     rem[(k + 2) * gpn] = v
         return rem
 
-    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> _Job | None:
+    def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> AllocJob | None:
         if not rem:
             return None
         counts = sorted(rem)
         g0 = counts[0]
         base = max(rem[g0] * g0, 1e-9)
-        return _Job(job_id, submit, counts, rem, base)
+        return AllocJob(job_id, submit, counts, rem, base)
 
-    def _waiting(self, w: WaitingJob, gpn: int) -> _Job | None:
+    def _waiting(self, w: WaitingJob, gpn: int) -> AllocJob | None:
         return self._make(w.job_id, w.submit_time, self._counts(w.run_one_node, w.run_multi_node, gpn))
 
-    def _running(self, r: RunningJob, gpn: int, now: float) -> _Job | None:
+    def _running(self, r: RunningJob, gpn: int, now: float) -> AllocJob | None:
         submit = r.start_time
         if isinstance(r, MovableJob):
             rem = self._counts(r.remaining_one_node, r.remaining_multi_node, gpn)
@@ -149,17 +128,17 @@ class PolluxPolicy:
         return j
 
     # --- the search -------------------------------------------------------------------------
-    def _allocate(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+    def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         return self._local(jobs, cap, gpn)
 
-    def _local(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+    def _local(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         """Search from the current allocation, as the paper's genetic algorithm is seeded with it:
         running jobs keep their counts, each waiting job (oldest first) enters at its smallest count,
         taking GPUs from the running job that loses least by giving them (a job without GPUs costs
         the p = -1 mean more than any restart), then free GPUs go by marginal gain and single-job
         steps (one job smaller, another larger) are taken while they lower the objective."""
         alloc: dict[str, int] = {j.job_id: j.current for j in jobs if j.current}
-        if not _packs(alloc, cap, gpn):
+        if not packs(alloc, cap, gpn):
             return self._greedy(jobs, cap, gpn)
         by_id = {j.job_id: j for j in jobs}
         total = sum(cap)
@@ -167,13 +146,13 @@ class PolluxPolicy:
         def used() -> int:
             return sum(alloc.values())
 
-        def smaller(j: _Job, g: int) -> list[int]:
+        def smaller(j: AllocJob, g: int) -> list[int]:
             return [c for c in j.counts if c < g]
 
         for j in sorted((j for j in jobs if not j.current), key=self._admission_key):
             g0 = j.counts[0]
             alloc[j.job_id] = g0
-            while not _packs(alloc, cap, gpn):
+            while not packs(alloc, cap, gpn):
                 # the cheapest shrink of a movable running job, by the rise of its loss per GPU freed
                 best: tuple[float, str, int] | None = None
                 for jid, g in alloc.items():
@@ -187,7 +166,7 @@ class PolluxPolicy:
                 if best is None:
                     break
                 alloc[best[1]] = best[2]
-            if not _packs(alloc, cap, gpn):
+            if not packs(alloc, cap, gpn):
                 del alloc[j.job_id]
         loss = {j.job_id: {c: j.loss(c) for c in j.counts} for j in jobs}
         movable = [jid for jid in alloc if not by_id[jid].fixed]
@@ -226,7 +205,7 @@ class PolluxPolicy:
                 alloc[jid] = g2
                 if giver is not None:
                     alloc[giver] = c
-                if _packs(alloc, cap, gpn):
+                if packs(alloc, cap, gpn):
                     break
                 alloc[jid] = old[0]
                 if giver is not None:
@@ -235,18 +214,18 @@ class PolluxPolicy:
                 break
         return alloc
 
-    def _admission_key(self, j: _Job) -> tuple[float, str]:
+    def _admission_key(self, j: AllocJob) -> tuple[float, str]:
         """The order waiting jobs enter the search in: oldest first (Pollux's)."""
         return (j.submit, j.job_id)
 
-    def _greedy(self, jobs: list[_Job], cap: list[int], gpn: int) -> dict[str, int]:
+    def _greedy(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         """From nothing (when the current allocation itself does not pack): oldest first at the
         smallest count (the current one if cheaper to keep), then free GPUs by marginal gain."""
         alloc: dict[str, int] = {}
         for j in jobs:
             if j.fixed:
                 alloc[j.job_id] = j.current
-        if not _packs(alloc, cap, gpn):
+        if not packs(alloc, cap, gpn):
             alloc = {}  # cannot happen on a consistent state; start from nothing rather than fail
         order = sorted((j for j in jobs if not j.fixed), key=lambda j: (j.submit, j.job_id))
         by_id = {j.job_id: j for j in jobs}
@@ -261,10 +240,10 @@ class PolluxPolicy:
                     continue
                 g = j.counts[0]
             alloc[j.job_id] = g
-            if not _packs(alloc, cap, gpn):
+            if not packs(alloc, cap, gpn):
                 if g != j.counts[0]:
                     alloc[j.job_id] = j.counts[0]
-                    if _packs(alloc, cap, gpn):
+                    if packs(alloc, cap, gpn):
                         used += j.counts[0]
                         continue
                 del alloc[j.job_id]
@@ -272,7 +251,7 @@ class PolluxPolicy:
             used += g
         heap: list[tuple[float, str]] = []
 
-        def push(j: _Job) -> None:
+        def push(j: AllocJob) -> None:
             g = alloc[j.job_id]
             best = 0.0
             lg = j.loss(g)
@@ -299,7 +278,7 @@ class PolluxPolicy:
                 if gain <= 0:
                     break
                 alloc[jid] = g2
-                if _packs(alloc, cap, gpn):
+                if packs(alloc, cap, gpn):
                     used += g2 - g
                     took = True
                     break
@@ -309,19 +288,19 @@ class PolluxPolicy:
         return alloc
 
     # --- placements and decisions ------------------------------------------------------------
-    def _decisions(self, state: SlotState, jobs: list[_Job], alloc: dict[str, int], cap: list[int], gpn: int,
+    def _decisions(self, state: SlotState, jobs: list[AllocJob], alloc: dict[str, int], cap: list[int], gpn: int,
                    nodes: int) -> SlotResult:
         by_id = {j.job_id: j for j in jobs}
-        placed = _place(alloc, by_id, cap, gpn)
+        placed = place(alloc, by_id, cap, gpn)
         if placed is None:  # the kept layouts block the packing: place everything afresh
-            placed = _place(alloc, by_id, cap, gpn, keep=False)
+            placed = place(alloc, by_id, cap, gpn, keep=False)
         while placed is None:  # only jobs that cannot move can block it: drop the youngest movable job
             movable = [jid for jid in alloc if not by_id[jid].fixed]
             if not movable:
                 return SlotResult(starts=(), q=sum(w.work for w in state.waiting),
                                   z=sum(state.now - w.submit_time for w in state.waiting))
             del alloc[max(movable, key=lambda x: (by_id[x].submit, x))]
-            placed = _place(alloc, by_id, cap, gpn, keep=False)
+            placed = place(alloc, by_id, cap, gpn, keep=False)
         preempt: list[str] = []
         starts: list[Decision] = []
         for r in state.running:
@@ -343,84 +322,3 @@ class PolluxPolicy:
         left = [w for w in state.waiting if w.job_id not in started]  # the queues, as the other baselines report them
         return SlotResult(starts=tuple(starts), preempt=tuple(preempt), q=sum(w.work for w in left),
                           z=sum(state.now - w.submit_time for w in left))
-
-
-def _packs(alloc: dict[str, int], cap: list[int], gpn: int) -> bool:
-    """Whether the counts fit: multi-node counts on whole free nodes, the others best fit."""
-    return _pack_counts(sorted(alloc.values(), reverse=True), cap, gpn) is not None
-
-
-def _pack_counts(counts: Sequence[int], cap: list[int], gpn: int) -> list[int] | None:
-    """Room left per free-count after packing ``counts`` (descending): multi-node counts on whole
-    nodes, the others best fit; None when they do not fit. Nodes are tallied by room (0..gpn), so
-    best fit is a scan of gpn buckets, not of the nodes."""
-    have = [0] * (gpn + 1)
-    for c in cap:
-        have[min(c, gpn)] += 1
-    for g in counts:
-        if g <= gpn:
-            break
-        k = g // gpn
-        if have[gpn] < k:
-            return None
-        have[gpn] -= k
-        have[0] += k
-    for g in counts:
-        if g > gpn:
-            continue
-        for c in range(g, gpn + 1):
-            if have[c]:
-                have[c] -= 1
-                have[c - g] += 1
-                break
-        else:
-            return None
-    return have
-
-
-def _place(alloc: dict[str, int], by_id: dict[str, _Job], cap: list[int], gpn: int,
-           keep: bool = True) -> dict[str, Placement] | None:
-    """Placements for the counts: running jobs whose count is kept stay where they are (``keep``),
-    whole nodes for multi-node jobs, best fit largest first for the rest; None if it does not fit."""
-    room = list(cap)
-    out: dict[str, Placement] = {}
-    exclusive: set[int] = set()
-    kept = [jid for jid, g in alloc.items() if (by_id[jid].fixed or (keep and by_id[jid].current == g))]
-    for jid in sorted(kept, key=lambda x: (not by_id[x].fixed, x)):
-        pl = by_id[jid].placement
-        if all(room[n] >= k and n not in exclusive for n, k in pl):
-            for n, k in pl:
-                room[n] -= k
-            if len(pl) > 1:
-                exclusive.update(n for n, _ in pl)
-            out[jid] = pl
-        elif by_id[jid].fixed:
-            return None
-    rest = sorted((jid for jid in alloc if jid not in out), key=lambda x: (-alloc[x], by_id[x].submit, x))
-    used_nodes = {n for pl in out.values() for n, _ in pl}
-    for jid in rest:
-        g = alloc[jid]
-        if g > gpn:
-            k = g // gpn
-            free_nodes = [i for i in range(len(room)) if room[i] >= gpn and i not in used_nodes]
-            if len(free_nodes) < k:
-                return None
-            pl = tuple((i, gpn) for i in free_nodes[:k])
-            for i, _ in pl:
-                room[i] = 0
-                used_nodes.add(i)
-                exclusive.add(i)
-        else:
-            best = -1
-            for i, c in enumerate(room):
-                if i in exclusive or c < g:
-                    continue
-                if best < 0 or c < room[best]:
-                    best = i
-            if best < 0:
-                return None
-            room[best] -= g
-            used_nodes.add(best)
-            pl = ((best, g),)
-        out[jid] = pl
-    return out

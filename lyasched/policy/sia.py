@@ -23,7 +23,7 @@ docs/baselines.md says where this version differs. The formulation, per round:
 
 The program is solved by HiGHS (`scipy.optimize.milp`) with a time limit; when it returns no
 solution the current allocation is kept. Counts are then placed type by type with Pollux's rule
-(`pollux._place`: kept layouts stay, whole nodes for multi-node jobs, best fit for the rest).
+(`allocation.place`: kept layouts stay, whole nodes for multi-node jobs, best fit for the rest).
 
 A running job's rows on types other than its own are not in `MovableJob`: the policy remembers
 each job's rows per type from when it last waited and scales them by how its time left on its
@@ -41,7 +41,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from lyasched.policy.movable import MovableJob, scaled
-from lyasched.policy.pollux import PolluxPolicy, _Job, _place
+from lyasched.policy.allocation import AllocJob, place
+from lyasched.policy.pollux import PolluxPolicy
 from lyasched.policy.state import Capabilities, Decision, Placement, RunningJob, SlotResult, SlotState, WaitingJob
 
 CLIP = 3000.0  # the artifact's cap on a configuration's G^p (a restart factor near 0)
@@ -221,7 +222,7 @@ class SiaPolicy(PolluxPolicy):
         for t in gpn:
             cap_t = [c if node_type[i] == t else 0 for i, c in enumerate(cap)]
             alloc: dict[str, int] = {}
-            by_id: dict[str, _Job] = {}
+            by_id: dict[str, AllocJob] = {}
             for k, e in enumerate(entries):
                 o = chosen.get(k)
                 r = e.running if e.gtype == t else None  # running here
@@ -232,18 +233,18 @@ class SiaPolicy(PolluxPolicy):
                 else:
                     continue
                 alloc[e.job_id] = g
-                by_id[e.job_id] = _Job(e.job_id, e.submit, [g], {g: 0.0}, 1.0,
+                by_id[e.job_id] = AllocJob(e.job_id, e.submit, [g], {g: 0.0}, 1.0,
                                        current=r.gpus if r is not None else 0,
                                        placement=tuple(r.placement) if r is not None else (),
                                        fixed=e.fixed and r is not None)
-            got = _place(alloc, by_id, cap_t, gpn[t]) or _place(alloc, by_id, cap_t, gpn[t], keep=False)
+            got = place(alloc, by_id, cap_t, gpn[t]) or place(alloc, by_id, cap_t, gpn[t], keep=False)
             while got is None:  # cannot pack (fixed jobs in the way): drop the youngest movable job
                 movable = [jid for jid in alloc if not by_id[jid].fixed]
                 if not movable:
                     got = {}
                     break
                 del alloc[max(movable, key=lambda x: (by_id[x].submit, x))]
-                got = _place(alloc, by_id, cap_t, gpn[t], keep=False)
+                got = place(alloc, by_id, cap_t, gpn[t], keep=False)
             for jid, pl in got.items():
                 placed[jid] = pl
                 gtype[jid] = t

@@ -28,7 +28,7 @@ import numpy as np
 
 from lyasched.costmodel.cost import CostModel, Profile
 from lyasched.costmodel.jobspec import Job
-from lyasched.costmodel.roofline import GpuType, lookup, profile_on
+from lyasched.costmodel.roofline import GpuType, on_type
 from lyasched.estimates.trust import TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement, splits
@@ -216,11 +216,11 @@ class SlotStateBuilder:
 def type_profile(profile: Profile, base: str, gpu_type: str, measured: Mapping[tuple[str, str], Profile] | None = None,
                  types: Mapping[str, GpuType] | None = None) -> Profile:
     """A job's profile on ``gpu_type``: the one measured there ((model, type) in ``measured``),
-    else the roofline's prediction from its profile on its ``base`` type."""
+    else the roofline's prediction from its profile on its ``base`` type (`on_type`)."""
     m = (measured or {}).get((profile.model, gpu_type))
     if m is not None:
         return m
-    return profile_on(profile, lookup(base, types), lookup(gpu_type, types))
+    return on_type(profile, base, gpu_type, types)
 
 
 def type_rows(job: Job, costs: Mapping[str, CostModel], allowed: Sequence[str], base: str, max_gpus: int,
