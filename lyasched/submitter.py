@@ -380,6 +380,29 @@ def placeable(g: int, node_gpus: Sequence[int]) -> bool:
     return one_node_placement(free, g) is not None or equal_placement(free, g) is not None
 
 
+def _counts(counts: Sequence[int]) -> str:
+    c = sorted(counts)
+    return f"{c[0]}-{c[-1]}" if len(c) > 3 and c == list(range(c[0], c[-1] + 1)) else ", ".join(map(str, c))
+
+
+def check_one_type(counts: Sequence[int], nodes: Sequence[NodeInfo]) -> None:
+    """RequestError when the job's GPU counts fit the cluster only by mixing GPU types: a job runs
+    on the nodes of one type (lyasched.live.gputypes), so on typed nodes some count must be
+    `placeable` on one type's nodes alone, or the job would wait forever."""
+    from lyasched.live.typecost import node_groups
+
+    groups = node_groups(nodes)
+    if len(groups) < 2 or any(placeable(g, gpus) for g in counts for gpus in groups.values()):
+        return
+    have = ", ".join(f"{t or 'untyped'} {len(g)} node{'s' if len(g) > 1 else ''} x {max(g)} GPUs"
+                     for t, g in groups.items())
+    raise RequestError(
+        f"the job can never be placed: a job runs on one GPU type, and its GPU counts ({_counts(counts)}) "
+        f"fit on no one type's nodes ({have}); choose --global-batch, --min-gpus and --max-gpus that allow one that "
+        "does, or --gpu-type"
+    )
+
+
 # ---------------------------------------------------------------- the job's cost
 
 
@@ -606,6 +629,7 @@ def submit(
     if max_gpus is None:
         max_gpus = max(req.min_gpus, min(mb or req.global_batch, cluster.total_gpus))
 
+    check_one_type(range(req.min_gpus, max_gpus + 1), view.nodes)  # before a profiling job runs
     # the job's cost: cached measurement > profiling job > FLOP estimate
     profile = None
     source = "estimate"
@@ -662,6 +686,7 @@ def submit(
             f"(at most {max(node_gpus)} GPUs) nor as equal shares over {len(node_gpus)} nodes (Slurm gives every node "
             "of a job the same GPU count); choose --global-batch, --min-gpus and --max-gpus that allow one that does"
         )
+    check_one_type(counts, view.nodes)
     gpn = cluster.gpus_per_node
     try:
         summary = CostSummary.from_profile(

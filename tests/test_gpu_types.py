@@ -233,3 +233,18 @@ def test_lyasub_refuses_a_type_no_node_has_and_submits_nothing(fake: Fake, monke
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("lyasub: error: --gpu-type") and fragment in line
     assert fake.calls("sbatch") == []
+
+
+@pytest.mark.parametrize("args", [("--min-gpus", "12"), ("--min-gpus", "12", "--gpu-type", "a100,t4")])
+def test_lyasub_refuses_a_job_larger_than_every_type_it_allows(fake: Fake, monkeypatch, args):
+    """12 GPUs fit the 3 nodes (a100, a100, t4) only by mixing types, which a job never does: it
+    would wait forever, so it is refused before anything runs."""
+    monkeypatch.setenv("FAKE_GPU_TYPES", "a100,a100,t4")
+    r = lyasub(*BASE, "--no-profile", *args, "--", "train.py")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("lyasub: error: the job can never be placed: a job runs on one GPU type") and "(12)" in line
+    assert "a100 2 nodes x 4 GPUs, t4 1 node x 4 GPUs" in line
+    assert fake.calls("sbatch") == []
+    r = lyasub(*BASE, "--no-profile", "--min-gpus", "8", "--json", "--", "train.py")  # two a100 nodes hold 8
+    assert r.exit_code == 0, r.stderr

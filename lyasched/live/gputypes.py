@@ -7,15 +7,24 @@ its placement is fitted again here, by the one placement rule (`fit_placement`),
 the job's types only (the others' free GPUs read as 0), and the job waits when none fits. Every
 ``scontrol update`` of a typed job names the type of the nodes it goes to (`release_type`): the
 update replaces the job's whole GPU request, and an untyped one would let Slurm run it anywhere.
+A held job that no type it allows can ever hold (more GPUs than any one type's nodes have, a batch
+no type's memory holds, a type no node has) is marked so in its record (`never_placeable`), which
+`lyastat` shows, rather than waiting silently.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from lyasched.policy.placement import Placement, fit_placement
 from lyasched.slurm.types import SlurmJob
 from lyasched.summary import CostSummary
+
+if TYPE_CHECKING:
+    from lyasched.live.context import SlotContext
+    from lyasched.policy.state import WaitingJob
+
+NEVER = "waiting: never placeable"  # the record reason's prefix (`never_placeable`)
 
 
 def allowed_types(job: SlurmJob, summary: str | None = None) -> tuple[str, ...]:
@@ -65,3 +74,19 @@ def release_type(allowed: Sequence[str], nodes: Sequence[str], type_of: Mapping[
     if len(types) != 1 or next(iter(types)) not in allowed:
         raise ValueError(f"nodes {list(nodes)} are not all of one allowed GPU type {list(allowed)}: {sorted(types)}")
     return next(iter(types))
+
+
+def never_placeable(wj: WaitingJob, job: SlurmJob, ctx: SlotContext, counts: str) -> str:
+    """The record reason of a held job no GPU type it allows can ever run (on typed nodes: no row
+    on any type, `lyasched.policy.snapshot.type_rows`); '' when one can, or the nodes are untyped.
+    ``counts``: the GPU counts it allows, as the reason shows them."""
+    if not ctx.type_costs or wj.by_type:
+        return ""
+    allowed = allowed_types(job)
+    groups: dict[str, list[int]] = {}
+    for t, g in zip(ctx.types, ctx.gpus):
+        groups.setdefault(t or "untyped", []).append(g)
+    have = ", ".join(f"{t} {len(g)}x{max(g)}" for t, g in groups.items() if not allowed or t in allowed)
+    which = ", ".join(allowed) if allowed else "any"
+    return (f"{NEVER}: a job runs on one GPU type, and no type it allows ({which}) can hold {counts} GPUs of its "
+            f"batch on its nodes ({have or 'none'})")
