@@ -152,6 +152,23 @@ def check_gpu_types(types: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+def featured_nodes(nodes: Sequence[NodeInfo], constraint: str | None, partition: str | None) -> list[NodeInfo]:
+    """The nodes whose Features satisfy ``constraint`` (all when none; lyasched.policy.placement);
+    RequestError when none does: Slurm would never start the job."""
+    from lyasched.policy.placement import parse_constraint, satisfies
+
+    c = parse_constraint(constraint)  # checked already (check_request)
+    if not c:
+        return list(nodes)
+    out = [n for n in nodes if satisfies(frozenset(n.features), c)]
+    if not out:
+        have = sorted({f for n in nodes for f in n.features})
+        where = f"partition {partition!r}" if partition else "the cluster"
+        raise RequestError(f"--constraint {constraint}: no GPU node of {where} has these features "
+                           f"({'features there: ' + ', '.join(have) if have else 'its nodes name no features'})")
+    return out
+
+
 def typed_nodes(nodes: Sequence[NodeInfo], types: Sequence[str], partition: str | None) -> list[NodeInfo]:
     """The GPU nodes of the ``types`` asked for (all when none); RequestError when a type is on no node."""
     if not types:
@@ -185,6 +202,12 @@ def check_type_memory(profile: Profile, req: SubmitRequest, view: ClusterView, m
 def check_request(req: SubmitRequest) -> int:
     """Validate everything that needs neither Slurm nor torch; returns the iteration count."""
     check_gpu_types(req.gpu_types)
+    from lyasched.policy.placement import parse_constraint
+
+    try:
+        parse_constraint(req.options.constraint)
+    except ValueError as e:
+        raise RequestError(str(e)) from None
     if not req.command:
         raise RequestError("no training script given (lyasub [OPTIONS] -- train.py [ARGS...])")
     script = Path(req.command[0])
@@ -332,17 +355,18 @@ def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
 
 
 def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say,
-                 gpu_types: Sequence[str] = ()) -> ClusterView:
+                 gpu_types: Sequence[str] = (), constraint: str | None = None) -> ClusterView:
     """The cluster as `lyasched serve` sees it (lyasched.clusterview: the same nodes, device key and
     calibrated links, read from the service database the config names); with ``gpu_types``, the
-    nodes of those types only (the job never runs elsewhere)."""
+    nodes of those types only, with ``constraint`` those with its features (the job never runs
+    elsewhere)."""
     conf = _config(config_path, say)
     nodes = gpu_nodes(slurm.nodes(), partition)
     if partition and not nodes:
         raise RequestError(f"partition {partition!r} has no GPU nodes")
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
-    return _view(typed_nodes(nodes, gpu_types, partition), conf)
+    return _view(typed_nodes(featured_nodes(nodes, constraint, partition), gpu_types, partition), conf)
 
 
 def _view(nodes: list, conf) -> ClusterView:
@@ -614,7 +638,7 @@ def submit(
     else:
         backend = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
         try:
-            view = cluster_view(backend, req.options.partition, req.config, say, req.gpu_types)
+            view = cluster_view(backend, req.options.partition, req.config, say, req.gpu_types, req.options.constraint)
         except SlurmError as e:
             hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
             raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
@@ -693,7 +717,7 @@ def submit(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
             checkpointable=req.checkpointable, max_batch=mb, lr_rule=(req.lr_rule or "adascale") if mb else "",
-            gpu_types=tuple(req.gpu_types), profile_type=ptype,
+            gpu_types=tuple(req.gpu_types), profile_type=ptype, constraint=req.options.constraint or "",
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None

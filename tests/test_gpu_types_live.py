@@ -366,3 +366,26 @@ def test_a_held_job_larger_than_every_type_it_allows_says_why(tmp_path, monkeypa
     svc.clock_state["t"] += 2
     svc.run_slot()
     assert not str(records.get_job(db, "uid-00000001")["reason"] or "").startswith(gputypes.NEVER)
+
+
+def test_a_constrained_job_has_rows_only_on_types_with_a_node_of_its_features(db):
+    """--constraint t4 on the test clusters' layout (each node's Features = its type): the policy's
+    input (by_type, the one builder) has the t4 rows only, so lyapunov starts it on node3 itself
+    (not the a100s it would pick for a job of any type); a constraint no node meets leaves no row,
+    and the record says why."""
+    from test_gpu_types import featured_nodes_of
+
+    from lyasched.live import gputypes
+
+    feats = {"node1": "a100", "node2": "a100", "node3": "t4"}
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001", constraint="t4"), gpn=4),
+                            TypedJob("102", _summary("uid-00000002", constraint="h100|ib"), gpn=4)])
+    featured_nodes_of(slurm, feats)
+    pol = Watch()
+    service(db, slurm, pol).run_slot()
+    w = {j.job_id: j for j in pol.states[0].waiting}
+    assert set(w["101"].by_type) == {"t4"} and w["102"].by_type == {}
+    (u,) = resizes(slurm)
+    assert (u["JobId"], u["ReqNodeList"]) == ("101", "node3")
+    why = records.get_job(db, "uid-00000002")["reason"]
+    assert why.startswith(gputypes.NEVER) and "with its --constraint's features (h100|ib)" in why

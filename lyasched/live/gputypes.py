@@ -7,7 +7,8 @@ its placement is fitted again here, by the one placement rule (`fit_placement`),
 the job's types only (the others' free GPUs read as 0), and the job waits when none fits. Every
 ``scontrol update`` of a typed job names the type of the nodes it goes to (`release_type`): the
 update replaces the job's whole GPU request, and an untyped one would let Slurm run it anywhere.
-A held job that no type it allows can ever hold (more GPUs than any one type's nodes have, a batch
+A job's ``--constraint`` (summary key ``ft``) limits it further to the nodes whose Slurm Features satisfy
+it (`room`, by the placement rule's `constrained`). A held job that no type it allows can ever hold (more GPUs than any one type's nodes have, a batch
 no type's memory holds, a type no node has) is marked so in its record (`never_placeable`), which
 `lyastat` shows, rather than waiting silently.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from lyasched.policy.placement import Placement, fit_placement
+from lyasched.policy.placement import Constraint, Placement, constrained, fit_placement, parse_constraint, satisfies
 from lyasched.slurm.types import SlurmJob
 from lyasched.summary import CostSummary
 
@@ -38,6 +39,30 @@ def allowed_types(job: SlurmJob, summary: str | None = None) -> tuple[str, ...]:
         if gt:
             return gt
     return (job.gpu_type,) if job.gpu_type else ()
+
+
+def constraint_of(job: SlurmJob, summary: str | None = None) -> Constraint:
+    """The node features ``job`` needs: its summary's ``ft`` (its --constraint; the plugin checked it
+    is the job's own Features), () for none or one lyasched cannot parse."""
+    text = summary if summary is not None else job.comment
+    try:
+        return parse_constraint(CostSummary.decode(text).constraint) if text else ()
+    except ValueError:
+        return ()
+
+
+def room(free: Sequence[int], ctx: SlotContext, job: SlurmJob, summary: str | None = None) -> list[int]:
+    """``free`` on the nodes ``job`` may run on by its --constraint (the others at 0:
+    `lyasched.policy.placement.constrained`, Slurm's node Features from ``ctx``)."""
+    return constrained(free, ctx.features, constraint_of(job, summary))
+
+
+def featured(ctx: SlotContext, constraint: str) -> frozenset[str]:
+    """The GPU types with at least one node whose Features satisfy ``constraint`` (every type when
+    there is none): the types a constrained job's rows are made on (`PolicyInputs.types_of`)."""
+    c = parse_constraint(constraint) if constraint else ()
+    return frozenset(t for t, f in zip(ctx.types, ctx.features or [frozenset()] * len(ctx.types))
+                     if not c or satisfies(f, c))
 
 
 def masked(free: Sequence[int], node_types: Sequence[str], allowed: Sequence[str]) -> list[int]:
@@ -88,5 +113,7 @@ def never_placeable(wj: WaitingJob, job: SlurmJob, ctx: SlotContext, counts: str
         groups.setdefault(t or "untyped", []).append(g)
     have = ", ".join(f"{t} {len(g)}x{max(g)}" for t, g in groups.items() if not allowed or t in allowed)
     which = ", ".join(allowed) if allowed else "any"
+    c = constraint_of(job)
+    feats = f" with its --constraint's features ({'|'.join('&'.join(sorted(t)) for t in c)})" if c else ""
     return (f"{NEVER}: a job runs on one GPU type, and no type it allows ({which}) can hold {counts} GPUs of its "
-            f"batch on its nodes ({have or 'none'})")
+            f"batch on its nodes{feats} ({have or 'none'})")
