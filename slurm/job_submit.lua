@@ -491,8 +491,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		summary, why = validate(comment)
 	end
 	if summary ~= nil and (summary.ft or "") ~= (job_desc.features or "") then
-		summary, why = nil, string.format("ft=%s is not the job's --constraint (%s)", (summary.ft or ""):gsub("|", "/"),
-			job_desc.features or "none")
+		summary, why = nil, string.format("ft=%s is not the job's --constraint (%s)",
+			summary.ft and summary.ft:gsub("|", "/") or "(none)", job_desc.features or "none")
 	end
 	if summary == nil then
 		slurm.log_user("lyasched: invalid cost summary in --comment: %s", why)
