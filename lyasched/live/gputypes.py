@@ -7,10 +7,11 @@ its placement is fitted again here, by the one placement rule (`fit_placement`),
 the job's types only (the others' free GPUs read as 0), and the job waits when none fits. Every
 ``scontrol update`` of a typed job names the type of the nodes it goes to (`release_type`): the
 update replaces the job's whole GPU request, and an untyped one would let Slurm run it anywhere.
-A job's ``--constraint`` (summary key ``ft``) limits it further to the nodes whose Slurm Features satisfy
-it (`room`, by the placement rule's `constrained`). A held job that no type it allows can ever hold (more GPUs than any one type's nodes have, a batch
-no type's memory holds, a type no node has) is marked so in its record (`never_placeable`), which
-`lyastat` shows, rather than waiting silently.
+A job's ``--constraint`` (summary key ``ft``) limits it further to the nodes whose Slurm Features
+satisfy it (`room`, by the placement rule's `constrained`; its rows are made only on the types with
+such a node: `featured`). A held job that no type it allows can ever hold (more GPUs than any one
+type's nodes have, a batch no type's memory holds, a type no node has, no node of its features) is
+marked so in its record (`never_placeable`), which `lyastat` shows, rather than waiting silently.
 """
 
 from __future__ import annotations
@@ -101,12 +102,13 @@ def release_type(allowed: Sequence[str], nodes: Sequence[str], type_of: Mapping[
     return next(iter(types))
 
 
-def never_placeable(wj: WaitingJob, job: SlurmJob, ctx: SlotContext, counts: str) -> str:
+def never_placeable(wj: WaitingJob, job: SlurmJob, ctx: SlotContext, gmin: int, gmax: int) -> str:
     """The record reason of a held job no GPU type it allows can ever run (on typed nodes: no row
     on any type, `lyasched.policy.snapshot.type_rows`); '' when one can, or the nodes are untyped.
-    ``counts``: the GPU counts it allows, as the reason shows them."""
+    ``gmin``..``gmax``: the GPU counts it allows."""
     if not ctx.type_costs or wj.by_type:
         return ""
+    counts = f"{gmin}-{gmax}" if gmax > gmin else str(gmin)
     allowed = allowed_types(job)
     groups: dict[str, list[int]] = {}
     for t, g in zip(ctx.types, ctx.gpus):

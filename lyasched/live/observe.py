@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from lyasched.config import Config
     from lyasched.live.inputs import PolicyInputs
+    from lyasched.summary import CostSummary
     from lyasched.live.sync import Seen
 
 
@@ -101,7 +102,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
             wj = inputs.waiting(ctx, s, job)
             waiting.append(wj)
-            _note_never(inputs, row, wj, job, ctx, f"{s.min_gpus}-{s.max_gpus}" if s.max_gpus > s.min_gpus else str(s.min_gpus))
+            _note_never(inputs, row, wj, job, ctx, s)
     return waiting, running
 
 
@@ -110,7 +111,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
 _MARKED: WeakKeyDictionary = WeakKeyDictionary()
 
 
-def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, counts: str) -> None:
+def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
     """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
     the reason goes once one can (the nodes changed)."""
     marked = _MARKED.get(inputs)
@@ -118,7 +119,7 @@ def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, 
         marked = _MARKED[inputs] = {r[0]: r[1] for r in inputs.db.execute(
             "select uid, reason from jobs where state = 'waiting' and reason like ?", [gputypes.NEVER + "%"])}
     uid = row["uid"]
-    why = gputypes.never_placeable(wj, job, ctx, counts)
+    why = gputypes.never_placeable(wj, job, ctx, s.min_gpus, s.max_gpus)
     if why and marked.get(uid) != why:
         records.upsert_job(inputs.db, uid, reason=why)
         marked[uid] = why
