@@ -135,3 +135,36 @@ def test_whatif_cli_bad_cluster_is_one_line_exit_2(tmp_path, args, fragment):
     errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("whatif: ")]
     assert len(errors) == 1 and fragment in errors[0], r.stderr
     assert not out.exists()
+
+
+def test_replay_reads_a_constraint_column_and_keeps_each_job_on_nodes_of_its_features(tmp_path):
+    """A trace's ``constraint`` column narrows a job to the types with a node of its features (a replay
+    node's Features are its type, as on the test clusters), the rule serve's input uses
+    (`featured_types`): lyapunov would put an untyped 2-GPU job on the a100s, its constraint keeps it
+    on the t4s; a bad or unmeetable constraint is one line."""
+    from lyasched.policy.placement import featured_types, parse_constraint
+    from lyasched.sim.hetero import parse_cluster_spec
+
+    cl = parse_cluster_spec("a100:1x8,t4:2x4", base="v100")
+    assert featured_types(cl.node_types, cl.node_features, parse_constraint("t4|h100")) == {"t4"}
+    assert featured_types(cl.node_types, cl.node_features, ()) == {"a100", "t4"}
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time,duration,num_gpus,constraint\n0,3600,2,t4\n10,1800,2,\n20,600,1,a100|t4\n")
+    args = ["replay", "-w", str(trace), "--cluster", "a100:1x8,t4:2x4", "-p", "lyapunov", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["policies"]["lyapunov"]["type_violations"] == 0
+    from lyasched.sim import Simulation
+    from lyasched.sim.workloads import load_workload
+    from lyasched.policy import make_policy
+
+    w = load_workload(str(trace), nodes=3, gpus_per_node=8)
+    assert w.constraints == {"t0": "t4", "t2": "a100|t4"}
+    sim = Simulation(w.jobs, w.cluster, typed=cl, constraints=w.constraints)
+    res = sim.run(make_policy("lyapunov"), name="lyapunov")
+    got = {rec.job.job_id: rec.gpu_type for rec in res.records}
+    assert got["t0"] == "t4" and got["t1"] == "a100"  # the unconstrained one takes the faster a100s
+    for bad, fragment in (("a100&", "are supported"), ("h100", "no node of a100:1x8,t4:2x4 has the features")):
+        trace.write_text(f"submit_time,duration,num_gpus,constraint\n0,3600,2,{bad}\n")
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 1 and fragment in r.output, r.output  # as a trace's unknown GPU type

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from lyasched.policy.placement import Constraint, Placement, constrained, fit_placement, parse_constraint, satisfies
+from lyasched.policy.placement import (Constraint, Placement, constrained, featured_types, fit_placement,
+                                       parse_constraint)
 from lyasched.slurm.types import SlurmJob
 from lyasched.summary import CostSummary
 
@@ -61,9 +62,7 @@ def room(free: Sequence[int], ctx: SlotContext, job: SlurmJob, summary: str | No
 def featured(ctx: SlotContext, constraint: str) -> frozenset[str]:
     """The GPU types with at least one node whose Features satisfy ``constraint`` (every type when
     there is none): the types a constrained job's rows are made on (`PolicyInputs.types_of`)."""
-    c = parse_constraint(constraint) if constraint else ()
-    return frozenset(t for t, f in zip(ctx.types, ctx.features or [frozenset()] * len(ctx.types))
-                     if not c or satisfies(f, c))
+    return featured_types(ctx.types, ctx.features, parse_constraint(constraint) if constraint else ())
 
 
 def masked(free: Sequence[int], node_types: Sequence[str], allowed: Sequence[str]) -> list[int]:

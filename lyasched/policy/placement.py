@@ -126,3 +126,11 @@ def constrained(free: Sequence[int], features: Sequence[frozenset[str]], constra
     if not constraint:
         return list(free)
     return [f if i < len(features) and satisfies(features[i], constraint) else 0 for i, f in enumerate(free)]
+
+
+def featured_types(node_types: Sequence[str], node_features: Sequence[frozenset[str]], constraint: Constraint) -> frozenset[str]:
+    """The node types with at least one node whose features satisfy ``constraint`` (every type when
+    there is none; a node without a features entry has none): the types a constrained job may
+    run on, which replay and serve give the policy alike."""
+    return frozenset(t for i, t in enumerate(node_types)
+                     if not constraint or (i < len(node_features) and satisfies(node_features[i], constraint)))
