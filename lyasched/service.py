@@ -220,6 +220,7 @@ class Service:
         ctx.cluster, ctx.cost, ctx.names, ctx.types = cluster, CostModel(cluster), obs.names, obs.types  # lyasched.costmodel.learn refits against it
         ctx.device, ctx.gpu_types = obs.view.device_type, self.config.gpu_types
         ctx.gpus = [n.gpus_total for n in obs.nodes]
+        ctx.features = [frozenset(n.features) for n in obs.nodes]  # what a job's --constraint names (gputypes.room)
         ctx.type_costs = self.inputs.type_costs(ctx)  # typed nodes: each type's cost model ({} untyped)
 
         self.crash.reach("after_read")

@@ -152,6 +152,23 @@ def check_gpu_types(types: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+def featured_nodes(nodes: Sequence[NodeInfo], constraint: str | None, partition: str | None) -> list[NodeInfo]:
+    """The nodes whose Features satisfy ``constraint`` (all when none; lyasched.policy.placement);
+    RequestError when none does: Slurm would never start the job."""
+    from lyasched.policy.placement import parse_constraint, satisfies
+
+    c = parse_constraint(constraint)  # checked already (check_request)
+    if not c:
+        return list(nodes)
+    out = [n for n in nodes if satisfies(frozenset(n.features), c)]
+    if not out:
+        have = sorted({f for n in nodes for f in n.features})
+        where = f"partition {partition!r}" if partition else "the cluster"
+        raise RequestError(f"--constraint {constraint}: no GPU node of {where} has these features "
+                           f"({'features there: ' + ', '.join(have) if have else 'its nodes name no features'})")
+    return out
+
+
 def typed_nodes(nodes: Sequence[NodeInfo], types: Sequence[str], partition: str | None) -> list[NodeInfo]:
     """The GPU nodes of the ``types`` asked for (all when none); RequestError when a type is on no node."""
     if not types:
@@ -185,6 +202,12 @@ def check_type_memory(profile: Profile, req: SubmitRequest, view: ClusterView, m
 def check_request(req: SubmitRequest) -> int:
     """Validate everything that needs neither Slurm nor torch; returns the iteration count."""
     check_gpu_types(req.gpu_types)
+    from lyasched.policy.placement import parse_constraint
+
+    try:
+        parse_constraint(req.options.constraint)
+    except ValueError as e:
+        raise RequestError(str(e)) from None
     if not req.command:
         raise RequestError("no training script given (lyasub [OPTIONS] -- train.py [ARGS...])")
     script = Path(req.command[0])
@@ -332,17 +355,18 @@ def _config(config_path: Path | None, say: Say):  # -> lyasched.config.Config
 
 
 def cluster_view(slurm: Slurm, partition: str | None, config_path: Path | None, say: Say,
-                 gpu_types: Sequence[str] = ()) -> ClusterView:
+                 gpu_types: Sequence[str] = (), constraint: str | None = None) -> ClusterView:
     """The cluster as `lyasched serve` sees it (lyasched.clusterview: the same nodes, device key and
     calibrated links, read from the service database the config names); with ``gpu_types``, the
-    nodes of those types only (the job never runs elsewhere)."""
+    nodes of those types only, with ``constraint`` those with its features (the job never runs
+    elsewhere)."""
     conf = _config(config_path, say)
     nodes = gpu_nodes(slurm.nodes(), partition)
     if partition and not nodes:
         raise RequestError(f"partition {partition!r} has no GPU nodes")
     if not nodes:
         raise SubmitError("Slurm reports no nodes with GPUs (Gres=gpu:N)")
-    return _view(typed_nodes(nodes, gpu_types, partition), conf)
+    return _view(typed_nodes(featured_nodes(nodes, constraint, partition), gpu_types, partition), conf)
 
 
 def _view(nodes: list, conf) -> ClusterView:
@@ -378,6 +402,29 @@ def placeable(g: int, node_gpus: Sequence[int]) -> bool:
 
     free = list(node_gpus)
     return one_node_placement(free, g) is not None or equal_placement(free, g) is not None
+
+
+def _counts(counts: Sequence[int]) -> str:
+    c = sorted(counts)
+    return f"{c[0]}-{c[-1]}" if len(c) > 3 and c == list(range(c[0], c[-1] + 1)) else ", ".join(map(str, c))
+
+
+def check_one_type(counts: Sequence[int], nodes: Sequence[NodeInfo]) -> None:
+    """RequestError when the job's GPU counts fit the cluster only by mixing GPU types: a job runs
+    on the nodes of one type (lyasched.live.gputypes), so on typed nodes some count must be
+    `placeable` on one type's nodes alone, or the job would wait forever."""
+    from lyasched.live.typecost import node_groups
+
+    groups = node_groups(nodes)
+    if len(groups) < 2 or any(placeable(g, gpus) for g in counts for gpus in groups.values()):
+        return
+    have = ", ".join(f"{t or 'untyped'} {len(g)} node{'s' if len(g) > 1 else ''} x {max(g)} GPUs"
+                     for t, g in groups.items())
+    raise RequestError(
+        f"the job can never be placed: a job runs on one GPU type, and its GPU counts ({_counts(counts)}) "
+        f"fit on no one type's nodes ({have}); choose --global-batch, --min-gpus and --max-gpus that allow one that "
+        "does, or --gpu-type"
+    )
 
 
 # ---------------------------------------------------------------- the job's cost
@@ -591,7 +638,7 @@ def submit(
     else:
         backend = as_backend(slurm) if slurm is not None else backend_for(req.config, say)
         try:
-            view = cluster_view(backend, req.options.partition, req.config, say, req.gpu_types)
+            view = cluster_view(backend, req.options.partition, req.config, say, req.gpu_types, req.options.constraint)
         except SlurmError as e:
             hint = "; --cluster-shape NODESxGPUS gives a dry run the cluster's shape instead" if req.dry_run else ""
             raise SubmitError(f"cannot read the cluster from Slurm: {e}{hint}") from None
@@ -606,6 +653,7 @@ def submit(
     if max_gpus is None:
         max_gpus = max(req.min_gpus, min(mb or req.global_batch, cluster.total_gpus))
 
+    check_one_type(range(req.min_gpus, max_gpus + 1), view.nodes)  # before a profiling job runs
     # the job's cost: cached measurement > profiling job > FLOP estimate
     profile = None
     source = "estimate"
@@ -662,13 +710,14 @@ def submit(
             f"(at most {max(node_gpus)} GPUs) nor as equal shares over {len(node_gpus)} nodes (Slurm gives every node "
             "of a job the same GPU count); choose --global-batch, --min-gpus and --max-gpus that allow one that does"
         )
+    check_one_type(counts, view.nodes)
     gpn = cluster.gpus_per_node
     try:
         summary = CostSummary.from_profile(
             profile, uid=uid, sig=signature, global_batch=req.global_batch,
             iterations=iterations, min_gpus=req.min_gpus, max_gpus=min(max_gpus, 1024),
             checkpointable=req.checkpointable, max_batch=mb, lr_rule=(req.lr_rule or "adascale") if mb else "",
-            gpu_types=tuple(req.gpu_types), profile_type=ptype,
+            gpu_types=tuple(req.gpu_types), profile_type=ptype, constraint=req.options.constraint or "",
         )
     except ValueError as e:
         raise SubmitError(f"the job's cost is outside what lyasched accepts: {e}") from None

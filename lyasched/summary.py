@@ -7,7 +7,8 @@ accepts is safe to feed the cost model. Every key is required, except ``ck=1`` (
 checkpointable, `lyasub --checkpointable`: the scheduler may move it) and ``mb``/``lr`` (an
 adaptive batch, `lyasub --adaptive-batch`: the largest global batch and the learning-rate rule)
 and ``kn`` (the per-GPU batch up to which the step time is flat) and ``gt`` (the GPU types the job may
-run on, `lyasub --gpu-type`) and ``pt`` (the GPU type its profile is of), written only when set, so the summaries of other jobs are unchanged.
+run on, `lyasub --gpu-type`) and ``pt`` (the GPU type its profile is of) and ``ft`` (its ``--constraint``: the
+node features it needs), written only when set, so the summaries of other jobs are unchanged.
 """
 
 from __future__ import annotations
@@ -99,8 +100,12 @@ MAX_GPU_TYPES = 8
 # fastest type the job may run on); absent: the cluster's one type. Other types are predicted from it by the
 # roofline (lyasched.live.typecost) until the job's runs there report.
 PT = _Field("pt", "profile_type", "type")
+# optional: the job's --constraint (Slurm node Features: names joined by & and |, lyasched.policy.placement),
+# written with / for | (squeue separates its fields with |); the plugin refuses one that differs from the
+# job's own Features. The service places the job on such nodes only.
+FT = _Field("ft", "constraint", "constraint")
 _ADAPTIVE = (MB, LR)
-_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT, PT)}
+_BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT, PT, FT)}
 _SOURCES = {"m": "measured", "e": "estimated"}
 
 
@@ -139,7 +144,19 @@ def _parse_type(f: _Field, raw: str) -> str:
     return raw
 
 
+_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.-]+([&|][A-Za-z0-9_.-]+)*\Z")
+
+
+def _parse_constraint(f: _Field, raw: str) -> str:
+    """``ft=a100&ib/h100`` -> Slurm's ``a100&ib|h100``."""
+    text = raw.replace("/", "|")
+    if "|" in raw or len(raw) > 256 or not _CONSTRAINT_RE.match(text):
+        raise ValueError(f"cost summary: {f.key}={raw!r} is not node features (A-Z a-z 0-9 _ . -) joined by & and /")
+    return text
+
+
 _PARSERS: dict[str, Callable[[_Field, str], Any]] = {
+    "constraint": _parse_constraint,
     "int": _parse_int,
     "float": _parse_float,
     "uid": _parse_text(_UID_RE, "job uid ([A-Za-z0-9-]{8,64})"),
@@ -179,6 +196,7 @@ class CostSummary:
     knee: float = 0.0  # key kn, optional: per-GPU batch where the step time stops being flat; 0 = a straight line
     gpu_types: tuple[str, ...] = ()  # key gt, optional: the GPU types the job may run on; () = any
     profile_type: str = ""  # key pt, optional: the GPU type the profile is of; "" = the cluster's one type
+    constraint: str = ""  # key ft, optional: the job's --constraint (node features); "" = none
 
     @property
     def adaptive(self) -> bool:
@@ -222,6 +240,9 @@ class CostSummary:
         pt = self.profile_type
         if not isinstance(pt, str) or (pt and not is_gpu_type(pt)):
             raise ValueError(f"cost summary: pt must be a GPU type name, got {pt!r}")
+        ft = self.constraint
+        if not isinstance(ft, str) or (ft and not _CONSTRAINT_RE.match(ft)) or len(ft) > 256:
+            raise ValueError(f"cost summary: ft must be node features joined by & and |, got {ft!r}")
         if len(self._encode_unchecked()) > MAX_LEN:
             raise ValueError(f"cost summary: longer than {MAX_LEN} characters")
 
@@ -260,6 +281,8 @@ class CostSummary:
             parts.append(f"{GT.key}={','.join(self.gpu_types)}")
         if self.profile_type:
             parts.append(f"{PT.key}={self.profile_type}")
+        if self.constraint:
+            parts.append(f"{FT.key}={self.constraint.replace('|', '/')}")
         return PREFIX + ";".join(parts)
 
     def encode(self) -> str:
@@ -310,7 +333,7 @@ class CostSummary:
     def from_profile(
         cls, profile: Profile, *, uid: str, sig: str, global_batch: int, iterations: int, min_gpus: int, max_gpus: int,
         checkpointable: bool = False, max_batch: int = 0, lr_rule: str = "", gpu_types: tuple[str, ...] = (),
-        profile_type: str = "",
+        profile_type: str = "", constraint: str = "",
     ) -> "CostSummary":
         return cls(
             uid=uid,
@@ -332,6 +355,7 @@ class CostSummary:
             knee=float(profile.knee),
             gpu_types=tuple(gpu_types),
             profile_type=profile_type,
+            constraint=constraint,
         )
 
     def to_profile(self) -> Profile:

@@ -86,6 +86,20 @@ local function word_field(pattern, charset, lo, hi)
 	end
 end
 
+-- A --constraint lyasched can place by (lyasched.policy.placement): feature names (A-Z a-z 0-9 _ . -)
+-- joined by & (all) and | (any), at most 256 characters; nil for anything else (brackets, counts, !).
+local function constraint_text(v)
+	if v == nil or #v < 1 or #v > 256 then
+		return nil
+	end
+	for name in (v:gsub("|", "&") .. "&"):gmatch("([^&]*)&") do
+		if not name:match("^[%w_%.%-]+$") then
+			return nil
+		end
+	end
+	return v
+end
+
 local FIELDS = {
 	id = word_field("^[%w%-]+$", "A-Z a-z 0-9 -", 8, 64),
 	sig = word_field("^[%w_%.:%-]+$", "A-Z a-z 0-9 _ . : -", 1, 128),
@@ -135,6 +149,14 @@ local FIELDS = {
 			return nil, "more than 8 GPU types"
 		end
 		return v
+	end,
+	-- optional: the job's --constraint (node features joined by & and |), written with / for |; it
+	-- must be the job's own Features (checked in slurm_job_submit)
+	ft = function(v)
+		if v:find("|", 1, true) or constraint_text((v:gsub("/", "|"))) == nil then
+			return nil, "must be node features (A-Z a-z 0-9 _ . -) joined by & and /"
+		end
+		return (v:gsub("/", "|"))
 	end,
 	-- optional: the GPU type the profile is of (lyasub profiles on the fastest type the job allows)
 	pt = function(v)
@@ -421,11 +443,12 @@ local function script_key(script)
 	return string.format("%08x%08x", h1, h2)
 end
 
-local function plain_summary(gpus, script)
+local function plain_summary(gpus, script, features)
 	local key = script_key(script)
 	return string.format(
-		"%sid=%s;sig=plain%s;b=%d;it=1;gmin=%d;gmax=%d;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1",
-		PREFIX, random_id(), key and (":" .. key) or "", gpus, gpus, gpus
+		"%sid=%s;sig=plain%s;b=%d;it=1;gmin=%d;gmax=%d;a=0;bt=0;p=1;bpp=4;m0=0;m1=0;src=e;pl=1%s",
+		PREFIX, random_id(), key and (":" .. key) or "", gpus, gpus, gpus,
+		features and (";ft=" .. features:gsub("|", "/")) or ""
 	)
 end
 
@@ -449,7 +472,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			return slurm.ERROR
 		end
 		if what == "take" then
-			job_desc.comment = plain_summary(gpus, job_desc.script)
+			local features = job_desc.features
+			if features ~= nil and features ~= "" and constraint_text(features) == nil then
+				slurm.log_user("lyasched: --constraint %s: a managed partition supports node features joined by & and | only", features)
+				return slurm.ERROR
+			end
+			job_desc.comment = plain_summary(gpus, job_desc.script, features ~= "" and features or nil)
 			hold(job_desc)
 			slurm.log_info("lyasched: taking job %s (%d GPUs) from uid %u in a managed partition",
 				tostring(job_desc.name), gpus, submit_uid)
@@ -461,6 +489,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		why = "leading or trailing whitespace"
 	else
 		summary, why = validate(comment)
+	end
+	if summary ~= nil and (summary.ft or "") ~= (job_desc.features or "") then
+		summary, why = nil, string.format("ft=%s is not the job's --constraint (%s)",
+			summary.ft and summary.ft:gsub("|", "/") or "(none)", job_desc.features or "none")
 	end
 	if summary == nil then
 		slurm.log_user("lyasched: invalid cost summary in --comment: %s", why)

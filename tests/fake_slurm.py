@@ -118,7 +118,8 @@ def scontrol(args: list[str]) -> int:
         types = os.environ.get("FAKE_GPU_TYPES", "").split(",")  # e.g. "a100,a100,t4": node i's GPU type
         for i in (1, 2, 3):
             t = types[i - 1] if len(types) >= i and types[i - 1] else ""
-            print(NODES[0].format(i=i).replace("Gres=gpu:4", f"Gres=gpu:{t}:4" if t else "Gres=gpu:4"))
+            # a typed node's Features name its type, as on the test clusters (slurm/cluster)
+            print(NODES[0].format(i=i).replace("Gres=gpu:4", f"Gres=gpu:{t}:4 ActiveFeatures={t}" if t else "Gres=gpu:4"))
         return 0
     if args[:3] == ["--oneliner", "show", "job"]:
         job = load()["jobs"].get(args[3])

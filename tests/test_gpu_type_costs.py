@@ -105,6 +105,8 @@ def test_lyasub_refuses_a_type_it_cannot_use_and_submits_nothing(fake: Fake, mon
     assert r.exit_code == 2, (r.stdout, r.stderr)
     (line,) = r.stderr.strip().splitlines()[-1:]
     assert line.startswith("lyasub: error: --gpu-type") and fragment in line, r.stderr
+    if "cannot hold" not in fragment:  # refused before any profiling: the one line is all
+        assert r.stderr.strip().splitlines() == [line] and fake.calls("sbatch") == []
     assert fake.training_sbatches() == []  # at most the (finished) profiling job ran
 
 

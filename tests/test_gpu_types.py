@@ -7,7 +7,7 @@ Cluster: node1, node2 with gpu:a100:4, node3 with gpu:t4:4 (the test clusters' l
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -210,12 +210,12 @@ def db():
 
 def test_lyasub_passes_the_typed_gres_and_records_the_types(fake: Fake, monkeypatch):
     monkeypatch.setenv("FAKE_GPU_TYPES", "a100,a100,t4")
-    r = lyasub(*BASE, "--no-profile", "--gpu-type", "a100", "--constraint", "ib", "--json", "--", "train.py")
+    r = lyasub(*BASE, "--no-profile", "--gpu-type", "a100", "--constraint", "a100", "--json", "--", "train.py")
     assert r.exit_code == 0, r.stderr
     (argv,) = fake.training_sbatches()
-    assert "--gres=gpu:a100:1" in argv and "--constraint=ib" in argv
+    assert "--gres=gpu:a100:1" in argv and "--constraint=a100" in argv
     out = json.loads(r.stdout)
-    assert out["gpu_types"] == ["a100"] and out["comment"].endswith(";gt=a100;pt=a100") and out["max_gpus"] == 8  # 2 a100 nodes
+    assert out["gpu_types"] == ["a100"] and out["comment"].endswith(";gt=a100;pt=a100;ft=a100") and out["max_gpus"] == 8  # 2 a100 nodes
 
 
 @pytest.mark.parametrize("types, env, fragment", [
@@ -233,3 +233,96 @@ def test_lyasub_refuses_a_type_no_node_has_and_submits_nothing(fake: Fake, monke
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("lyasub: error: --gpu-type") and fragment in line
     assert fake.calls("sbatch") == []
+
+
+@pytest.mark.parametrize("args", [("--min-gpus", "12"), ("--min-gpus", "12", "--gpu-type", "a100,t4")])
+def test_lyasub_refuses_a_job_larger_than_every_type_it_allows(fake: Fake, monkeypatch, args):
+    """12 GPUs fit the 3 nodes (a100, a100, t4) only by mixing types, which a job never does: it
+    would wait forever, so it is refused before anything runs."""
+    monkeypatch.setenv("FAKE_GPU_TYPES", "a100,a100,t4")
+    r = lyasub(*BASE, "--no-profile", *args, "--", "train.py")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("lyasub: error: the job can never be placed: a job runs on one GPU type") and "(12)" in line
+    assert "a100 2 nodes x 4 GPUs, t4 1 node x 4 GPUs" in line
+    assert fake.calls("sbatch") == []
+    r = lyasub(*BASE, "--no-profile", "--min-gpus", "8", "--json", "--", "train.py")  # two a100 nodes hold 8
+    assert r.exit_code == 0, r.stderr
+
+
+def test_lyasub_limits_the_job_to_the_nodes_its_constraint_names(fake: Fake, monkeypatch):
+    """The fake nodes' Features are their types: --constraint t4 is the t4 node only (4 GPUs), and
+    the summary records it (ft, / for |) for the service and the plugin."""
+    monkeypatch.setenv("FAKE_GPU_TYPES", "a100,a100,t4")
+    r = lyasub(*BASE, "--no-profile", "--constraint", "t4", "--json", "--", "train.py")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["max_gpus"] == 4 and out["comment"].endswith(";ft=t4")
+    r = lyasub(*BASE, "--no-profile", "--constraint", "a100|t4", "--json", "--", "train.py")
+    assert r.exit_code == 0 and json.loads(r.stdout)["comment"].endswith(";ft=a100/t4") and json.loads(r.stdout)["max_gpus"] == 12
+
+
+@pytest.mark.parametrize("constraint, fragment", [
+    ("ib", "--constraint ib: no GPU node of the cluster has these features (features there: a100, t4)"),
+    ("[a100|t4]", "only node feature names (A-Z a-z 0-9 _ . -) joined by & (all) and | (any) are supported"),
+    ("a100*2", "are supported"),
+    ("a100&", "are supported"),
+])
+def test_lyasub_refuses_a_constraint_it_cannot_place_and_submits_nothing(fake: Fake, monkeypatch, constraint, fragment):
+    monkeypatch.setenv("FAKE_GPU_TYPES", "a100,a100,t4")
+    r = lyasub(*BASE, "--no-profile", "--constraint", constraint, "--", "train.py")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("lyasub: error: --constraint") and fragment in line
+    assert fake.calls("sbatch") == []
+
+
+def featured_nodes_of(slurm: FakeSlurm, features: dict[str, str]) -> None:
+    """``scontrol show node`` of ``slurm`` (typed) also names each node's Features."""
+    typed_nodes_of(slurm)
+    run = slurm.run
+
+    def featured_run(args, *, idempotent=True, input=None):
+        out = run(args, idempotent=idempotent, input=input)
+        if list(args[:3]) == ["scontrol", "show", "node"]:
+            out = "\n".join(ln.replace("ActiveFeatures=(null)", f"ActiveFeatures={features[ln.split()[0][9:]]}")
+                            for ln in out.splitlines() if ln) + "\n"
+        return out
+
+    slurm.run = featured_run  # type: ignore[method-assign]
+
+
+def test_release_puts_a_constrained_job_on_nodes_with_its_features(db):
+    """An untyped job with --constraint ib (summary ft): the policy chose node1, which lacks ib; the
+    release re-places it on node3, the one node with ib; with ib busy it waits, saying why."""
+    feats = {"node1": "a100", "node2": "a100", "node3": "t4,ib"}
+    job = replace(cost("uid-00000001"), constraint="ib|nvlink").encode()
+    slurm = FakeSlurm(jobs=[TypedJob("101", job, gpn=2)])
+    featured_nodes_of(slurm, feats)
+    svc = service(db, slurm, StartAs({"101": ((0, 2),)}))
+    svc.run_slot()
+    (u,) = resizes(slurm)
+    assert (u["JobId"], u["ReqNodeList"], u["TresPerNode"]) == ("101", "node3", "gres:gpu:2")
+    slurm = FakeSlurm(nodes=[("node1", 4, 0, "IDLE"), ("node2", 4, 0, "IDLE"), ("node3", 4, 4, "ALLOCATED")],
+                      jobs=[TypedJob("102", replace(cost("uid-00000002"), constraint="ib").encode(), gpn=2)])
+    featured_nodes_of(slurm, feats)
+    db2 = records.open_records(":memory:")
+    service(db2, slurm, StartAs({"102": ((0, 2),)})).run_slot()
+    assert resizes(slurm) == [] and slurm.actions("release") == []
+    assert "on the nodes its --constraint allows" in records.get_job(db2, "uid-00000002")["reason"]
+
+
+def test_the_constraint_rule():
+    from lyasched.policy.placement import constrained, parse_constraint, satisfies
+
+    c = parse_constraint("a100&ib|h100")
+    assert c == (frozenset({"a100", "ib"}), frozenset({"h100"}))
+    assert satisfies(frozenset({"a100", "ib", "x"}), c) and satisfies(frozenset({"h100"}), c)
+    assert not satisfies(frozenset({"a100"}), c) and satisfies(frozenset(), ())
+    assert constrained([4, 4, 4], [frozenset({"a100"}), frozenset({"h100"})], c) == [0, 4, 0]  # no entry: no features
+    assert constrained([4, 4], [], ()) == [4, 4]
+    for bad in ("", None):
+        assert parse_constraint(bad) == ()
+    for bad in ("[a|b]", "a*2", "a,b", "a&", "|a", "!a", "a b", "a" * 300):
+        with pytest.raises(ValueError):
+            parse_constraint(bad)

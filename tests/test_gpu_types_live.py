@@ -331,3 +331,61 @@ def test_a_typed_plain_job_has_its_estimate_on_its_requests_type_only(db):
     assert set(w["101"].by_type) == {"t4"} and set(w["102"].by_type) == {"a100", "t4"}
     # no speed per type is known of a plain job: its estimate, the same on each
     assert w["102"].by_type["t4"].run_time(2, False) == w["102"].by_type["a100"].run_time(2, False) == w["102"].run_time(2, False)
+
+
+def test_a_held_job_larger_than_every_type_it_allows_says_why(tmp_path, monkeypatch):
+    """12 GPUs (an adopted or old job: lyasub refuses it now) fit the a100 x2 + t4 nodes only by
+    mixing types, which a job never does: its record says why it waits, lyastat shows it (and
+    --json carries it), and the reason is cleared once a type can hold it."""
+    from click.testing import CliRunner
+
+    from lyasched.cli.lyastat import main as lyastat
+    from lyasched.live import gputypes
+
+    path = tmp_path / "svc.db"
+    db = records.open_records(path)
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001", gmin=12, gmax=12, global_batch=48), gpn=4),
+                            TypedJob("102", _summary("uid-00000002", ("a100",)), gpn=4, gtype="a100")])
+    typed_nodes_of(slurm)
+    svc = service(db, slurm, Watch())
+    svc.run_slot()
+    why = records.get_job(db, "uid-00000001")["reason"]
+    assert why.startswith(gputypes.NEVER) and "(any)" in why and "12 GPUs" in why and "a100 2x4, t4 1x4" in why
+    assert not str(records.get_job(db, "uid-00000002")["reason"] or "").startswith(gputypes.NEVER)
+    assert [u["JobId"] for u in resizes(slurm)] == ["102"]
+    r = CliRunner().invoke(lyastat, ["--db", str(path), "--no-slurm", "--all", "--json"])
+    assert r.exit_code == 0, r.output
+    (row,) = [x for x in __import__("json").loads(r.output)["jobs"] if x["uid"] == "uid-00000001"]
+    assert row["reason"] == why
+    r = CliRunner().invoke(lyastat, ["--db", str(path), "--no-slurm", "--all"])
+    assert gputypes.NEVER in r.output
+    # the nodes change: three a100 nodes hold 12 GPUs of one type, and the reason goes
+    import test_gpu_types
+
+    monkeypatch.setitem(test_gpu_types.TYPES, "node3", "a100")
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    assert not str(records.get_job(db, "uid-00000001")["reason"] or "").startswith(gputypes.NEVER)
+
+
+def test_a_constrained_job_has_rows_only_on_types_with_a_node_of_its_features(db):
+    """--constraint t4 on the test clusters' layout (each node's Features = its type): the policy's
+    input (by_type, the one builder) has the t4 rows only, so lyapunov starts it on node3 itself
+    (not the a100s it would pick for a job of any type); a constraint no node meets leaves no row,
+    and the record says why."""
+    from test_gpu_types import featured_nodes_of
+
+    from lyasched.live import gputypes
+
+    feats = {"node1": "a100", "node2": "a100", "node3": "t4"}
+    slurm = FakeSlurm(jobs=[TypedJob("101", _summary("uid-00000001", constraint="t4"), gpn=4),
+                            TypedJob("102", _summary("uid-00000002", constraint="h100|ib"), gpn=4)])
+    featured_nodes_of(slurm, feats)
+    pol = Watch()
+    service(db, slurm, pol).run_slot()
+    w = {j.job_id: j for j in pol.states[0].waiting}
+    assert set(w["101"].by_type) == {"t4"} and w["102"].by_type == {}
+    (u,) = resizes(slurm)
+    assert (u["JobId"], u["ReqNodeList"]) == ("101", "node3")
+    why = records.get_job(db, "uid-00000002")["reason"]
+    assert why.startswith(gputypes.NEVER) and "with its --constraint's features (h100|ib)" in why

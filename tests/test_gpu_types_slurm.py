@@ -5,7 +5,8 @@ of the managed partition), the fail-safe, and a move (an in-process service: on 
 reaches Slurm through docker/bin as root of the login node, and reads the job's checkpoint marker in
 the job directory, shared at the same path). Its
 ``--constraint`` (Slurm's Features) survives the updates too: ``scontrol update`` of TresPerNode and
-ReqNodeList leaves Features as submitted (checked on 22.05).
+ReqNodeList leaves Features as submitted (checked on 22.05), and the service places a job of any type
+on the nodes with its features.
 
 Slurm 22.05 refuses an untyped ``TresPerNode=gres:gpu:N`` update of a typed job ("Invalid GRES
 specification (with and without type identification)"): without the type in every update such a
@@ -42,13 +43,19 @@ def test_the_service_runs_a_typed_lyasub_job_and_a_typed_managed_sbatch_job_on_t
         plain = submitted(sbatch(as_user, test_user, job_dir, "-p", PARTITION, "--gres=gpu:t4:2", "--time=5",
                                  script='echo "$(id -un) $SLURMD_NODENAME $SLURM_GPUS_ON_NODE"\n'), slurm_jobs)
         assert show_job(plain).comment.endswith(";pl=1")  # taken by lyasched (held), its type kept
-        done = wait_all([typed, plain], timeout=150, log=work / "serve.log")
+        # a job of any type whose --constraint names node3's Features: placed there by the service
+        # (before, it was released onto an a100 node and stayed pending: BadConstraints)
+        constrained = lyasub(as_user, test_user, job_dir, "--job-name", "ft", "--model", "mlp", "--constraint", "t4",
+                             "--global-batch", "8", "--iterations", "3", "--min-gpus", "2", "--max-gpus", "2")
+        slurm_jobs.append(constrained)
+        done = wait_all([typed, plain, constrained], timeout=180, log=work / "serve.log")
     finally:
         stop_service(svc)
     assert {j.state for j in done.values()} == {"COMPLETED"}, done
     for job in (typed, plain):
         shown = show_job(job)
         assert shown.nodes == T4 and (shown.gpu_type, shown.gpus_per_node) == ("t4", 2), shown
+    assert show_job(constrained).nodes == T4 and features(as_user, constrained) == "t4"
     assert (job_dir / f"{plain}.out").read_text().split() == [test_user, "node3", "2"]
     assert features(as_user, typed) == "t4"  # the service's update (TresPerNode, ReqNodeList) kept --constraint
 

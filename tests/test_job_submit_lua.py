@@ -103,3 +103,52 @@ def test_merged_file_keeps_the_sites_rules(tmp_path):
     (tmp_path / "alone").mkdir()
     alone = run(tmp_path / "alone", PLUGIN, merged=False)
     assert alone["plain"][2] == alone["lyasched"][2] == "4294967294"  # lyasched's plugin alone sets no limit
+
+
+CONSTRAINT_CASES = r"""
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, NO_VAL = 4294967294, NO_VAL16 = 65534 }
+local said = {}
+function slurm.log_user(fmt, ...) said[#said + 1] = string.format(fmt, ...) end
+function slurm.log_info(fmt, ...) end
+function slurm.log_debug(fmt, ...) end
+assert(dofile(arg[1]) == slurm.SUCCESS)
+local function submit(name, desc)
+  said = {}
+  desc.time_limit = desc.time_limit or slurm.NO_VAL
+  local rc = slurm_job_submit(desc, {}, 1000)
+  print(table.concat({name, tostring(rc), desc.comment or "", said[1] or ""}, "\t"))
+end
+local S = arg[2]
+submit("ft-matches", { name = "t", comment = S .. ";ft=a100&ib/h100", features = "a100&ib|h100" })
+submit("ft-differs", { name = "t", comment = S .. ";ft=a100", features = "t4" })
+submit("ft-missing", { name = "t", comment = S, features = "a100" })
+submit("ft-without-features", { name = "t", comment = S .. ";ft=a100" })
+submit("ft-bad", { name = "t", comment = S .. ";ft=a100*2", features = "a100*2" })
+submit("managed-ft", { name = "m", partition = "gpu", tres_per_node = "gres/gpu:2", features = "a100|h100",
+                       script = "#!/bin/bash\nsrun train\n" })
+submit("managed-brackets", { name = "m", partition = "gpu", tres_per_node = "gres/gpu:2", features = "[a100|h100]",
+                             script = "#!/bin/bash\nsrun train\n" })
+"""
+
+
+def test_the_constraint_key_must_be_the_jobs_own_features(tmp_path):
+    """``ft`` (the job's --constraint, / for |) is accepted only when it is the job's Features; a
+    managed partition's plain job gets it from its Features, and one lyasched cannot place by
+    (brackets) is refused with one line."""
+    d = tmp_path / "etc-slurm"
+    d.mkdir()
+    shutil.copy(PLUGIN, d / "job_submit.lua")
+    (d / "lyasched-managed.conf").write_text("partitions = gpu\n")
+    (tmp_path / "cases.lua").write_text(CONSTRAINT_CASES)
+    p = subprocess.run([LUA, str(tmp_path / "cases.lua"), str(d / "job_submit.lua"), summary()],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    out = {ln.split("\t")[0]: tuple(ln.split("\t")[1:]) for ln in p.stdout.splitlines()}
+    assert out["ft-matches"][0] == "0"
+    assert CostSummary.decode(summary() + ";ft=a100&ib/h100").constraint == "a100&ib|h100"  # Python agrees
+    for case in ("ft-differs", "ft-missing", "ft-without-features"):
+        assert out[case][0] == "-1" and "is not the job's --constraint" in out[case][2], (case, out[case])
+    assert out["ft-bad"][0] == "-1" and "ft=a100*2: must be node features" in out["ft-bad"][2]
+    rc, comment, _ = out["managed-ft"]
+    assert rc == "0" and comment.endswith(";pl=1;ft=a100/h100") and CostSummary.decode(comment).constraint == "a100|h100"
+    assert out["managed-brackets"][0] == "-1" and "supports node features joined by & and | only" in out["managed-brackets"][2]

@@ -156,7 +156,7 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
         sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=estimate_error, seed=seed,
                          restart_overhead=restart_overhead, end_fraction=w.end_fraction, checkpointable=checkpointable,
                          liars=liar_map, trust=not no_trust, typed=typed, gpu_types=w.gpu_types if typed else None,
-                         measured=measured)
+                         measured=measured, constraints=w.constraints)
         if w.gpu_types and typed is None:
             raise ValueError(f"{w.name}: jobs limit GPU types (gpu_types column): give a typed --cluster, e.g. a100:2x8,t4:6x4")
         built = [(n, make_policy(n, seed=seed, **pparams[n])) for n in names]

@@ -63,6 +63,10 @@ def _write_atomic(path: str, text: str) -> None:
               help="Replay cluster nodes (default: scontrol show node with --since, else inferred from the records; "
                    "needed when the records have no NodeList and scontrol is not there).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Replay cluster GPUs per node (default: as --nodes).")
+@click.option("--cluster", "cluster_spec", default=None, metavar="TYPE:NODESxGPUS,...",
+              help="Replay on these typed node groups, e.g. a100:2x8,t4:6x4 (default: the site's typed nodes from "
+                   "scontrol show node, when its GPUs are typed): each job runs as recorded on the GPU type it had "
+                   "(AllocTRES), and only on the type its request named, if any (docs/whatif.md, \"GPU types\").")
 @click.option("--slot", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, help="Slot length in seconds.")
 @click.option("--estimate-error", type=click.FloatRange(min=0), default=0.2, show_default=True,
               help="With --rigid or --elastic: sigma of log(recorded/predicted run time) the policies face; 0 = exact "
@@ -80,8 +84,8 @@ def _write_atomic(path: str, text: str) -> None:
 @click.option("--param", "params", multiple=True, metavar="[POLICY.]KEY=VALUE", help="Policy parameter, as for lyasched replay (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Write report.html (self-contained) and summary.json here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the tables.")
-def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, slot, estimate_error, managed, rigid,
-           elastic, seed, params, out_dir, as_json) -> None:
+def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, cluster_spec, slot, estimate_error,
+           managed, rigid, elastic, seed, params, out_dir, as_json) -> None:
     """Replay the site's accounting history under each policy and compare with what happened."""
     from lyasched.sim import InvalidDecision
     from lyasched.slurm import SlurmError
@@ -119,6 +123,18 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give each policy once", param_hint="--policies")
     pparams = parse_params(params, names)
+    if cluster_spec is not None:
+        if nodes is not None or gpus_per_node is not None:
+            raise click.UsageError("give either --cluster or --nodes/--gpus-per-node")
+        from lyasched.sim.hetero import TypedCluster, parse_cluster_spec
+        from lyasched.whatif.typed import BASE
+
+        try:
+            if not isinstance(parse_cluster_spec(cluster_spec, base=BASE), TypedCluster):
+                raise ValueError(f"--cluster {cluster_spec!r}: expected typed node groups TYPE:NODESxGPUS,..., e.g. "
+                                 "a100:2x8,t4:6x4 (--nodes and --gpus-per-node give an untyped cluster)")
+        except ValueError as e:
+            raise BadInput(str(e)) from None
     if out_dir and os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.BadParameter(f"{out_dir} exists and is not a directory", param_hint="--out")
 
@@ -153,11 +169,36 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
     elif not has_node_names(hist.jobs) and shutil.which("scontrol"):  # a saved file without NodeList, on a Slurm host
         scontrol = lambda: live.read_cluster(live.node_backend(), partition)  # noqa: E731
     try:
-        site = choose_cluster(hist.jobs, nodes, gpus_per_node, scontrol, say=_say, source=source)
+        if cluster_spec is not None:  # the typed groups given: nothing to infer or ask scontrol
+            from lyasched.costmodel.cost import ClusterSpec
+            from lyasched.whatif.cluster import SiteCluster
+
+            site = SiteCluster(ClusterSpec(nodes=1, gpus_per_node=1), "options", "given: --cluster")
+        else:
+            site = choose_cluster(hist.jobs, nodes, gpus_per_node, scontrol, say=_say, source=source)
     except ClusterUnknown as e:
         raise BadInput(str(e)) from None
-    _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}"
-         + (f"; GPU types {site.typed}" if site.typed else ""))
+    typed = None
+    if cluster_spec is not None or (site.typed and nodes is None and gpus_per_node is None):
+        from dataclasses import replace as _replace
+
+        from lyasched.whatif.typed import typed_site
+
+        try:  # a typo, an unknown type, a job its recorded type's nodes cannot hold (one that mixed types)
+            typed = typed_site(hist.jobs, cluster_spec or site.typed)
+        except ValueError as e:
+            if cluster_spec is not None:
+                raise BadInput(str(e)) from None
+            _say(f"the site's GPU types {site.typed} cannot be replayed as typed ({e}); replaying them as one type")
+        if typed is not None:
+            how = "given: --cluster" if cluster_spec is not None else site.how
+            site = _replace(site, spec=typed.spec, how=how, typed=typed.cluster.describe())
+    if typed is not None:
+        _say(f"cluster {typed.cluster.describe()} ({typed.cluster.total_gpus} GPUs): {site.how}; each job runs on "
+             "the GPU type it had, as recorded")
+    else:
+        _say(f"cluster {site.spec.nodes} x {site.spec.gpus_per_node} GPUs: {site.how}"
+             + (f"; GPU types {site.typed}" if site.typed else ""))
 
     est_figures = None
     try:
@@ -169,17 +210,17 @@ def whatif(sacct_file, since, until, partition, policies, nodes, gpus_per_node, 
             est_figures = mg.estimate_figures(hist.jobs, ests)
             _say(mg.describe_estimates(est_figures))
             rep = mg.replay_managed(hist.jobs, site.spec, ests, names, pparams, slot=slot, seed=seed,
-                                    progress=sys.stderr.isatty(), say=_say)
+                                    progress=sys.stderr.isatty(), say=_say, typed=typed)
         else:
             rep = replay_history(hist.jobs, site.spec, names, pparams, slot=slot, estimate_error=estimate_error, seed=seed,
-                                 rigid=rigid, progress=sys.stderr.isatty(), say=_say)
+                                 rigid=rigid, progress=sys.stderr.isatty(), say=_say, typed=typed)
     except HistoryTooBig as e:
         raise BadInput(str(e)) from None
     except (InvalidDecision, RuntimeError, TypeError, ValueError) as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
 
     n = len(hist.jobs)
-    outcomes = [actual_outcome(hist.jobs, site.spec.total_gpus)]
+    outcomes = [actual_outcome(hist.jobs, typed.cluster.total_gpus if typed is not None else site.spec.total_gpus)]
     outcomes += [policy_outcome(r, rep.index, n) for r in rep.results]
     choice = None
     if not named and not managed:  # the default set: show the best candidate only, and say how it was picked

@@ -24,6 +24,7 @@ class SlotContext:
     names: list[str] = field(default_factory=list)  # node names, index = node index in placements
     types: list[str] = field(default_factory=list)  # each node's GPU type (Slurm's Gres, '' untyped), same index
     gpus: list[int] = field(default_factory=list)  # each node's GPUs (free or not), same index
+    features: list[frozenset[str]] = field(default_factory=list)  # each node's Slurm Features, same index
     type_costs: Mapping[str, CostModel] = field(default_factory=dict)  # typed nodes: each type's cost model (PolicyInputs.type_costs)
     gpu_types: Mapping[str, Any] | None = None  # the roofline's GPU types (Config.gpu_types; None: the built-in table)
     free: list[int] = field(default_factory=list)  # free GPUs per node, as the slot goes

@@ -21,7 +21,7 @@ import numpy as np
 import sqlite_utils
 
 from lyasched.costmodel import startup
-from lyasched.live import adaptive, learning, plain
+from lyasched.live import adaptive, gputypes, learning, plain
 from lyasched.live.trust import known_over_claim, shared_profile
 from lyasched.costmodel.cost import ClusterSpec, CostModel
 from lyasched.costmodel.roofline import lookup
@@ -285,12 +285,13 @@ class PolicyInputs:
     def types_of(ctx: SlotContext, s: CostSummary, job: SlurmJob) -> tuple[str, ...]:
         """The node types ``job`` may run on, in the nodes' order: those it allows (its summary's,
         else its request's: `gputypes.allowed_types`, from the summary already decoded), every one
-        for a job of any type."""
+        for a job of any type; with a --constraint, only types with a node of its features (`gputypes.featured`)."""
         allowed = allowed_of(s, job)
-        key = ("types_of", allowed)
+        key = ("types_of", allowed, s.constraint)
         hit = ctx.type_memo.get(key)
         if hit is None:
-            hit = ctx.type_memo[key] = tuple(t for t in ctx.type_costs if (t in allowed if allowed else True))
+            ok = gputypes.featured(ctx, s.constraint)
+            hit = ctx.type_memo[key] = tuple(t for t in ctx.type_costs if (t in allowed if allowed else True) and t in ok)
         return hit
 
     def _by_type(self, ctx: SlotContext, j: Job, typed: tuple, frac: float, max_gpus: int) -> dict[str, WaitingJob]:
@@ -300,6 +301,8 @@ class PolicyInputs:
         builder replay uses (`type_rows`), each type's rows corrected, capped and given the
         start-up term as the job's own rows are."""
         assert ctx.cost is not None
+        if not typed:  # no type it may run on has a node (its --constraint's features): no rows
+            return {}
         models = dict(typed)
         base = j.profile
         measured = {(base.model, t): (m[1] or base) for t, m in typed}
@@ -344,7 +347,7 @@ class PolicyInputs:
                 j, ctx.type_costs, types, "", cost.cluster.total_gpus, {(j.profile.model, t): j.profile for t in types},
                 ctx.gpu_types, finish=lambda t, w: replace(
                     w, run_one_node=clamp_run_times(w.run_one_node, limit, 1.0),
-                    run_multi_node=clamp_run_times(w.run_multi_node, limit, 1.0))))
+                    run_multi_node=clamp_run_times(w.run_multi_node, limit, 1.0))) if types else {})
         self.rows[key] = (inputs, wj)
         self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
         records.upsert_job(self.db, s.uid, pred_one=encode_times(wj.run_one_node.tolist()),

@@ -189,6 +189,7 @@ class Mover:
                 for i, c in view.placement:
                     room[i] += c
                 allowed = gputypes.allowed_types(job, row.get("summary"))  # a typed job moves within its types
+                room = gputypes.room(room, ctx, job, row.get("summary"))  # and within its --constraint's nodes
                 placement = gputypes.fit_typed(d.gpus, d.placement, room, ctx.types, allowed)
                 if placement is None:
                     log.info("job %s: resize to %d GPUs has no expressible placement%s: not moved", jid, d.gpus,

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
+from weakref import WeakKeyDictionary
 
 from lyasched.clusterview import ClusterView, cluster_view, gpu_nodes
+from lyasched.live import gputypes
 from lyasched.live.context import SlotContext
 from lyasched.policy.snapshot import RunningObs
 from lyasched.policy.state import WaitingJob
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import NodeInfo, SlurmJob
+from lyasched.store import records
 from lyasched.store.placement import NodePlacement
 
 if TYPE_CHECKING:
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
     from lyasched.config import Config
     from lyasched.live.inputs import PolicyInputs
+    from lyasched.summary import CostSummary
     from lyasched.live.sync import Seen
 
 
@@ -96,5 +100,29 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
         elif row["state"] == "waiting" and job.held_by_service:
             s, _ = inputs.decode(job.comment)
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
-            waiting.append(inputs.waiting(ctx, s, job))
+            wj = inputs.waiting(ctx, s, job)
+            waiting.append(wj)
+            _note_never(inputs, row, wj, job, ctx, s)
     return waiting, running
+
+
+# the service's PolicyInputs -> {uid: the never-placeable reason its record holds}: the slot's rows are
+# brief (no reason column), so what was written is remembered here, first read from the records
+_MARKED: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
+    """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
+    the reason goes once one can (the nodes changed)."""
+    marked = _MARKED.get(inputs)
+    if marked is None:
+        marked = _MARKED[inputs] = {r[0]: r[1] for r in inputs.db.execute(
+            "select uid, reason from jobs where state = 'waiting' and reason like ?", [gputypes.NEVER + "%"])}
+    uid = row["uid"]
+    why = gputypes.never_placeable(wj, job, ctx, s.min_gpus, s.max_gpus)
+    if why and marked.get(uid) != why:
+        records.upsert_job(inputs.db, uid, reason=why)
+        marked[uid] = why
+    elif not why and uid in marked:
+        records.upsert_job(inputs.db, uid, reason="waiting for a slot")
+        del marked[uid]

@@ -116,12 +116,15 @@ class Starter:
         """Carry out one start decision: intent, ``scontrol update`` (resize), ``release``, record."""
         now, free, names, report = ctx.now, ctx.free, ctx.names, ctx.report
         allowed = gputypes.allowed_types(job, row.get("summary"))
-        placement = gputypes.fit_typed(d.gpus, d.placement, free, ctx.types, allowed)
+        room = gputypes.room(free, ctx, job, row.get("summary"))  # its --constraint's nodes only
+        placement = gputypes.fit_typed(d.gpus, d.placement, room, ctx.types, allowed)
         base = dict(time=now, uid=row["uid"], slurm_id=job.job_id, gpus=d.gpus, score=d.score)
         if placement is None:
             why = "no placement Slurm can express (equal GPUs per node) fits the free GPUs"
             if allowed:
                 why += f" of its GPU type{'s' if len(allowed) > 1 else ''} ({', '.join(allowed)})"
+            if room != list(free):
+                why += " on the nodes its --constraint allows"
             ctx.decisions.append({**base, "action": "skip", "placement": _named(d.placement, names), "reason": why})
             records.upsert_job(self.db, row["uid"], reason=f"waiting: {why}")
             log.info("job %s: %d GPUs chosen but %s", job.job_id, d.gpus, why)

@@ -82,3 +82,55 @@ def fit_placement(gpus: int, placement: Placement, free: Sequence[int]) -> Place
     if len(placement) <= 1:
         return one_node_placement(free, gpus, prefer=nodes)
     return equal_placement(free, gpus, prefer=nodes)
+
+
+# ---------------------------------------------------------------- node features (Slurm's --constraint)
+#
+# A job's ``--constraint`` limits it to nodes with those Slurm Features: ``ib`` (one feature),
+# ``a100&ib`` (all of them), ``a100|h100`` (any one of them per node), ``&`` binding tighter than
+# ``|``. Anything else Slurm accepts (brackets, counts ``ib*2``, ``!``, commas, spaces) is refused:
+# a layout lyasched chose there might be one Slurm will not start.
+
+Constraint = tuple[frozenset[str], ...]  # OR of ANDs of feature names; () = no constraint
+
+_FEATURE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+MAX_CONSTRAINT = 256
+
+
+def parse_constraint(text: str | None) -> Constraint:
+    """``a100&ib|h100`` -> ({a100, ib}, {h100}); '' or None -> (). ValueError (one line) on
+    anything but feature names (A-Z a-z 0-9 _ . -) joined by & and |."""
+    if not text:
+        return ()
+    if len(text) > MAX_CONSTRAINT:
+        raise ValueError(f"--constraint: longer than {MAX_CONSTRAINT} characters")
+    out = []
+    for term in text.split("|"):
+        names = term.split("&")
+        for n in names:
+            if not n or not set(n) <= _FEATURE_CHARS:
+                raise ValueError(f"--constraint {text!r}: only node feature names (A-Z a-z 0-9 _ . -) joined by & (all) "
+                                 "and | (any) are supported")
+        out.append(frozenset(names))
+    return tuple(dict.fromkeys(out))
+
+
+def satisfies(features: frozenset[str] | set[str], constraint: Constraint) -> bool:
+    """Whether a node with ``features`` may run a job of ``constraint`` (any node when ())."""
+    return not constraint or any(term <= features for term in constraint)
+
+
+def constrained(free: Sequence[int], features: Sequence[frozenset[str]], constraint: Constraint) -> list[int]:
+    """``free`` with the nodes that do not satisfy ``constraint`` at 0 (a node without a features
+    entry has none); all of it when there is no constraint."""
+    if not constraint:
+        return list(free)
+    return [f if i < len(features) and satisfies(features[i], constraint) else 0 for i, f in enumerate(free)]
+
+
+def featured_types(node_types: Sequence[str], node_features: Sequence[frozenset[str]], constraint: Constraint) -> frozenset[str]:
+    """The node types with at least one node whose features satisfy ``constraint`` (every type when
+    there is none; a node without a features entry has none): the types a constrained job may
+    run on, which replay and serve give the policy alike."""
+    return frozenset(t for i, t in enumerate(node_types)
+                     if not constraint or (i < len(node_features) and satisfies(node_features[i], constraint)))

@@ -35,6 +35,11 @@ class TypedCluster:
         return tuple(g.gpu_type for g in self.groups for _ in range(g.nodes))
 
     @property
+    def node_features(self) -> tuple[frozenset[str], ...]:
+        """Each node's Slurm Features, what a job's constraint names: its GPU type (as on the test clusters)."""
+        return tuple(frozenset({t}) for t in self.node_types)
+
+    @property
     def node_gpus(self) -> tuple[int, ...]:
         return tuple(g.gpus_per_node for g in self.groups for _ in range(g.nodes))
 

@@ -29,7 +29,7 @@ from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.estimates.trust import TrustBook
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
-from lyasched.policy.placement import violation
+from lyasched.policy.placement import featured_types, parse_constraint, violation
 from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
                                       type_profile, type_rows)
 from lyasched.live.gputypes import fit_typed
@@ -187,6 +187,7 @@ class Simulation:
         gpu_types: Mapping[str, Sequence[str]] | None = None,
         measured: Mapping[tuple[str, str], Profile] | None = None,
         refit: bool = True,
+        constraints: Mapping[str, str] | None = None,
     ) -> None:
         if slot_len <= 0:
             raise ValueError("slot length must be > 0")
@@ -220,6 +221,16 @@ class Simulation:
                 bad = [t for t in ts if t not in self.type_costs]
                 if bad:
                     raise ValueError(f"job {jid}: GPU type {bad[0]} is on no node of {typed.describe()}")
+        # ``constraints``: job id -> its --constraint; it may run on the types with a node of those features
+        # (a replay node's Features are its type), as serve narrows its rows (lyasched.policy.placement)
+        for jid, text in (constraints or {}).items():
+            if typed is None:
+                raise ValueError(f"job {jid}: --constraint {text} needs a typed cluster (a node's features are its GPU type)")
+            ok = featured_types(typed.node_types, typed.node_features, parse_constraint(text))
+            kept = tuple(t for t in self.allowed.get(str(jid), typed.types) if t in ok)
+            if not kept:
+                raise ValueError(f"job {jid}: no node of {typed.describe()} has the features of --constraint {text}")
+            self.allowed[str(jid)] = kept
         self.slot_len = float(slot_len)
         self.restart_overhead = float(restart_overhead)
         # which jobs may be preempted/resized, and what a move costs each (lyasched.sim.moves)

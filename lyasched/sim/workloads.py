@@ -20,6 +20,7 @@ import numpy as np
 from lyasched.costmodel.cost import ClusterSpec, CostModel, Link
 from lyasched.costmodel.goodput import Adaptive, NoiseScale
 from lyasched.costmodel.jobspec import Job
+from lyasched.policy.placement import parse_constraint
 from lyasched.sim.hetero import parse_allowed
 from lyasched.sim.models import MODELS, epoch_iterations, profile
 
@@ -38,6 +39,8 @@ class Workload:
     end_fraction: dict = field(default_factory=dict)
     # job id -> the GPU types it allows (a ``gpu_types`` column; lyasched.sim.hetero); absent = any
     gpu_types: dict = field(default_factory=dict)
+    # job id -> its node-feature constraint (a ``constraint`` column, Slurm's --constraint); absent = none
+    constraints: dict = field(default_factory=dict)
 
 
 # 25 Gb/s Ethernet between nodes, NVLink-class inside one: cross-node data parallelism
@@ -165,6 +168,7 @@ class TraceRow:
     group: str
     adaptive: Adaptive | None = None  # optional columns max_batch and noise_scale (lyasched.costmodel.goodput)
     gpu_types: tuple[str, ...] = ()  # optional column gpu_types: the GPU types the job allows (() = any)
+    constraint: str = ""  # optional column constraint: node features it needs (Slurm's --constraint; "" = none)
 
 
 def _parse_time(text: str) -> float:
@@ -226,7 +230,12 @@ def read_trace(path: str) -> list[TraceRow]:
                     types = parse_allowed(r.get("gpu_types") or "") if "gpu_types" in cols else ()
                 except ValueError as e:
                     raise TraceError(f"trace {path} line {line}: {e}") from None
-                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad, types))
+                ft = (r.get("constraint") or "").strip() if "constraint" in cols else ""
+                try:
+                    parse_constraint(ft)
+                except ValueError as e:
+                    raise TraceError(f"trace {path} line {line}: {e}") from None
+                out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad, types, ft))
     except UnicodeDecodeError:
         raise TraceError(f"trace {path}: not a text CSV file") from None
     except csv.Error as e:
@@ -394,7 +403,8 @@ def load_workload(
             f"(largest {max(r.gpus for r in too_big)}); use more --nodes"
         )
     return Workload(name=os.path.basename(name), jobs=tuple(trace_jobs(rows, cluster, seed)), cluster=cluster, description="trace",
-                    gpu_types={f"t{r.row}": r.gpu_types for r in rows if r.gpu_types})
+                    gpu_types={f"t{r.row}": r.gpu_types for r in rows if r.gpu_types},
+                    constraints={f"t{r.row}": r.constraint for r in rows if r.constraint})
 
 
 def _refit(job: Job, cost: CostModel) -> Job:

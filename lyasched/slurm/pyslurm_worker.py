@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from lyasched import gcpause
 from lyasched.slurm.libslurm_jobs import LibslurmJobs
-from lyasched.slurm.query import expand_hostlist, gpus_in_tres
+from lyasched.slurm.query import expand_hostlist, features_of, gpus_in_tres
 from lyasched.slurm.types import TAG, TERMINAL_STATES, ClusterConfig, NodeInfo, SlurmJob
 
 _NOVAL32 = {0xFFFFFFFE, 0xFFFFFFFF}  # NO_VAL, INFINITE as raw uint32 times
@@ -188,7 +188,8 @@ class Worker:
                 name=str(name), state=str(d.get("state") or "UNKNOWN"), gpus_total=gpus_in_tres(gres),
                 gpus_alloc=gpus_in_tres(",".join(d.get("gres_used") or [])),
                 partitions=tuple(p for p in (d.get("partitions") or []) if p and p != "(null)"),
-                reason=str(d.get("reason") or ""), gpu_type=m.group(1) if m and m.group(1) != "(null)" else ""))
+                reason=str(d.get("reason") or ""), gpu_type=m.group(1) if m and m.group(1) != "(null)" else "",
+                features=_features(d)))
         return out
 
     def jobs(self, user: str | None = None, job_ids: Sequence[str] = (), lyasched_only: bool = True) -> list[SlurmJob]:
@@ -371,6 +372,12 @@ class Worker:
 
     def requeue_hold(self, job_id: str) -> None:
         self.ps.Job(int(job_id)).requeue(hold=True)
+
+
+def _features(d: dict) -> tuple[str, ...]:
+    """A PySlurm node dict's active (else available) features as names."""
+    v = d.get("features_active") or d.get("features") or ""
+    return features_of(",".join(v) if isinstance(v, (list, tuple)) else str(v))
 
 
 def _job(j: Any) -> SlurmJob:

@@ -223,6 +223,7 @@ def parse_nodes(text: str) -> list[NodeInfo]:
         m = re.match(r"(?:gres:)?gpu:([A-Za-z][^:(,]*):", kv.get("Gres", ""))
         gpu_type = m.group(1) if m and m.group(1) != "(null)" else ""
         parts = tuple(p for p in kv.get("Partitions", "").split(",") if p and p != "(null)")
+        feats = kv.get("ActiveFeatures", kv.get("AvailableFeatures", kv.get("Features", "")))
         nodes.append(
             NodeInfo(
                 name=kv["NodeName"],
@@ -232,9 +233,15 @@ def parse_nodes(text: str) -> list[NodeInfo]:
                 partitions=parts,
                 reason=kv.get("Reason", ""),
                 gpu_type=gpu_type,
+                features=features_of(feats),
             )
         )
     return nodes
+
+
+def features_of(text: str) -> tuple[str, ...]:
+    """A node's Features (``a100,ib``) as names; () for none or ``(null)``."""
+    return tuple(f for f in (x.strip() for x in text.split(",")) if f and f != "(null)")
 
 
 # ---------------------------------------------------------------- jobs

@@ -74,6 +74,7 @@ class SacctRecord:
     # value, Eligible Unknown, NodeList "None assigned"); what stands in for them is the history's
     unrecorded: frozenset[str] = frozenset()
     name: str = ""  # JobName when recorded, else ""
+    req_gpu_type: str = ""  # the type its request named (ReqTRES gres/gpu:a100=4); "" untyped or not recorded
 
 
 @dataclass(frozen=True)
@@ -262,4 +263,5 @@ def _record(f: list[str], cols: dict[str, int], n: int, job_id: str, source: str
         time_limit=limit if math.isfinite(limit) else None,
         unrecorded=frozenset(unrecorded),
         name=get("JobName"),
+        req_gpu_type=rkind,
     )

@@ -82,6 +82,7 @@ class NodeInfo:
     partitions: tuple[str, ...] = ()
     reason: str = ""
     gpu_type: str = ""  # "a100" in Gres=gpu:a100:4; "" when untyped
+    features: tuple[str, ...] = ()  # its Slurm Features (ActiveFeatures), what a job's --constraint names
 
     @property
     def usable(self) -> bool:

@@ -56,6 +56,9 @@ class HistoryJob:
     # the job allows as the simulator's workload column names them (comma-separated; one here, as
     # the records say which type it held, not which others it would have taken)
     gpu_types: str = ""
+    # the GPU type its request named (ReqTRES), "" when it named none: the only type a typed replay
+    # lets it run on (a job that named none may run on any)
+    asked_type: str = ""
 
     @property
     def requeues(self) -> int:
@@ -165,6 +168,7 @@ def build_history(records: Sequence[SacctRecord], partition: str | None = None) 
                 runs=runs_t,
                 line=last.line,
                 gpu_types=last.gpu_type,
+                asked_type=last.req_gpu_type,
             )
         )
         states[last.state] += 1

@@ -32,6 +32,7 @@ from lyasched.sim import Simulation
 from lyasched.sim.workloads import TraceRow, trace_jobs
 from lyasched.whatif.history import HistoryJob
 from lyasched.whatif.replay import HistoryTooBig, Replay
+from lyasched.whatif.typed import TypedSite, on_recorded_type, simulation, unit_on
 
 BACKFILL = "backfill"
 # the outcome name of backfill planning with the users' time limits (Slurm as it is)
@@ -120,10 +121,13 @@ def estimate_figures(hist: Sequence[HistoryJob], ests: Sequence[Estimate]) -> di
 
 
 def build_managed_simulations(hist: Sequence[HistoryJob], cluster: ClusterSpec, ests: Sequence[Estimate], *,
-                              slot: float, seed: int) -> tuple[Simulation, Simulation, dict[str, int]]:
+                              slot: float, seed: int, typed: TypedSite | None = None
+                              ) -> tuple[Simulation, Simulation, dict[str, int]]:
     """Two simulations of the same jobs, true runs = recorded, predicted runs = the estimates:
     the first with the users' time limits, the second with the predicted runs as the limits
-    (backfill planning with the estimates). Returns them and job id -> history position."""
+    (backfill planning with the estimates). Returns them and job id -> history position.
+    ``typed``: on the site's typed nodes, each job predicted and run on its recorded type
+    (lyasched.whatif.typed)."""
     too_big = [j for j in hist if j.gpus > cluster.total_gpus]
     if too_big:
         worst = max(too_big, key=lambda j: j.gpus)
@@ -135,15 +139,27 @@ def build_managed_simulations(hist: Sequence[HistoryJob], cluster: ClusterSpec, 
         jobs.append(Job(**{**job.__dict__, "time_limit": h.time_limit, "min_gpus": job.requested_gpus,
                            "max_gpus": job.requested_gpus}))
     index = {f"t{k}": k for k in range(len(hist))}
-    sim = Simulation(jobs, cluster, slot_len=slot, estimate_error=0.0, seed=seed)
-    gpn = cluster.gpus_per_node
-    pred = np.array([sim.predicted(i).run_time(j.requested_gpus, j.requested_gpus > gpn) for i, j in enumerate(sim.jobs)])
+
+    def make(jobs: list[Job]) -> Simulation:
+        kw = dict(slot_len=slot, estimate_error=0.0, seed=seed)
+        return Simulation(jobs, cluster, **kw) if typed is None else simulation(jobs, typed, **kw)  # type: ignore[arg-type]
+
+    sim = make(jobs)
+    if typed is not None:  # the estimate is of a run on its recorded type: iterations solved there
+        jobs = on_recorded_type(sim, typed, index, {j: float(rows[k].duration) for j, k in index.items()})
+        sim = make(jobs)
+        ran = [typed.ran_on[index[j.job_id]] for j in sim.jobs]
+        pred = np.array([unit_on(sim, i, t, typed.gpus_per_node(t)) * j.iterations
+                         for i, (j, t) in enumerate(zip(sim.jobs, ran))])
+    else:
+        gpn = cluster.gpus_per_node
+        pred = np.array([sim.predicted(i).run_time(j.requested_gpus, j.requested_gpus > gpn) for i, j in enumerate(sim.jobs)])
     recorded = np.array([max(hist[index[j.job_id]].work_s, MIN_RUN_S) for j in sim.jobs])
     factors = recorded / pred  # true run on the recorded count, packed as it must be = the recorded run
     sim.factors = factors
     by_id = dict(zip((j.job_id for j in sim.jobs), pred))
     est_jobs = [replace(j, time_limit=float(by_id[j.job_id])) for j in jobs]
-    sim_est = Simulation(est_jobs, cluster, slot_len=slot, estimate_error=0.0, seed=seed)
+    sim_est = make(est_jobs)
     if [j.job_id for j in sim_est.jobs] != [j.job_id for j in sim.jobs]:
         raise RuntimeError("the two managed simulations order the jobs differently")
     sim_est.factors = factors.copy()
@@ -170,12 +186,14 @@ def replay_managed(
     seed: int,
     progress: bool = False,
     say: Callable[[str], None] = lambda s: None,
+    typed: TypedSite | None = None,
 ) -> Replay:
     """Every policy on the estimates; backfill also with the users' time limits (named
     ``backfill-limits``). The Replay's ``sim`` is the one with the users' limits."""
     t = time.perf_counter()
-    sim, sim_est, index = build_managed_simulations(hist, cluster, ests, slot=slot, seed=seed)
-    say(f"built {len(hist)} managed replay jobs on {cluster.nodes}x{cluster.gpus_per_node} GPUs "
+    sim, sim_est, index = build_managed_simulations(hist, cluster, ests, slot=slot, seed=seed, typed=typed)
+    where = typed.cluster.describe() if typed is not None else f"{cluster.nodes}x{cluster.gpus_per_node}"
+    say(f"built {len(hist)} managed replay jobs on {where} GPUs "
         f"in {time.perf_counter() - t:.1f} s")
     runs = managed_outcome_names(policies)
     results = []

@@ -21,6 +21,7 @@ from lyasched.policy import make_policy
 from lyasched.sim import SimResult, Simulation, true_factors
 from lyasched.sim.workloads import TraceRow, trace_jobs
 from lyasched.whatif.history import HistoryJob
+from lyasched.whatif.typed import TypedSite, on_recorded_type, simulation
 
 
 class HistoryTooBig(ValueError):
@@ -49,7 +50,7 @@ def _jobs(hist: Sequence[HistoryJob], cluster: ClusterSpec, seed: int, factors: 
 
 
 def build_simulation(hist: Sequence[HistoryJob], cluster: ClusterSpec, *, slot: float, estimate_error: float,
-                     seed: int, rigid: bool = False) -> tuple[Simulation, dict[str, int]]:
+                     seed: int, rigid: bool = False, typed: TypedSite | None = None) -> tuple[Simulation, dict[str, int]]:
     """A Simulation whose true run times are the recorded ones (see the module docstring).
 
     The factors are drawn as the simulator draws them (`true_factors`, in its job order: by
@@ -65,12 +66,18 @@ def build_simulation(hist: Sequence[HistoryJob], cluster: ClusterSpec, *, slot: 
     index = {f"t{k}": k for k in range(len(hist))}
     order = sorted(index, key=lambda jid: (hist[index[jid]].arrival, jid))
     factors = dict(zip(order, map(float, true_factors(len(hist), estimate_error, seed))))
-    sim = Simulation(_jobs(hist, cluster, seed, factors, rigid), cluster, **kw)
+
+    def make(jobs: list[Job]) -> Simulation:
+        return Simulation(jobs, cluster, **kw) if typed is None else simulation(jobs, typed, **kw)
+
+    sim = make(_jobs(hist, cluster, seed, factors, rigid))
     if not np.array_equal(np.array([factors[j.job_id] for j in sim.jobs]), np.asarray(sim.factors, dtype=float)):
         factors = {j.job_id: float(f) for j, f in zip(sim.jobs, sim.factors)}
-        sim = Simulation(_jobs(hist, cluster, seed, factors, rigid), cluster, **kw)
+        sim = make(_jobs(hist, cluster, seed, factors, rigid))
         if not np.array_equal(np.array([factors[j.job_id] for j in sim.jobs]), np.asarray(sim.factors, dtype=float)):
             raise RuntimeError("the simulator's true/predicted factors cannot be matched to the recorded runs")
+    if typed is not None:  # the same jobs in the same order (same factors), run on their recorded types
+        sim = make(on_recorded_type(sim, typed, index, {j: hist[k].work_s / factors[j] for j, k in index.items()}))
     return sim, index
 
 
@@ -86,11 +93,14 @@ def replay_history(
     rigid: bool = False,
     progress: bool = False,
     say: Callable[[str], None] = lambda s: None,
+    typed: TypedSite | None = None,
 ) -> Replay:
     """Run every policy over the history; ``say`` gets one progress line per step."""
     t = time.perf_counter()
-    sim, index = build_simulation(hist, cluster, slot=slot, estimate_error=estimate_error, seed=seed, rigid=rigid)
-    say(f"built {len(hist)} replay jobs on {cluster.nodes}x{cluster.gpus_per_node} GPUs in {time.perf_counter() - t:.1f} s")
+    sim, index = build_simulation(hist, cluster, slot=slot, estimate_error=estimate_error, seed=seed, rigid=rigid,
+                                  typed=typed)
+    where = typed.cluster.describe() if typed is not None else f"{cluster.nodes}x{cluster.gpus_per_node}"
+    say(f"built {len(hist)} replay jobs on {where} GPUs in {time.perf_counter() - t:.1f} s")
     built = [(n, make_policy(n, seed=seed, **params.get(n, {}))) for n in policies]
     results = []
     for k, (name, pol) in enumerate(built, 1):

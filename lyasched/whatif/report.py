@@ -86,7 +86,8 @@ def build_summary(
         "final_states": dict(sorted(hist.final_states.items())),
         "gpu_types": dict(sorted(hist.gpu_types.items())),
         "cluster": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "total_gpus": c.total_gpus,
-                    "source": site.source, "how": site.how},
+                    "source": site.source, "how": site.how,
+                    **({"gpu_types": site.typed, "total_gpus": _typed_total(site.typed)} if site.typed else {})},
         "slot_s": slot,
         "estimate_error": estimate_error,
         "seed": seed,
@@ -141,6 +142,11 @@ def _table(heads: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [line(heads), *(line(r) for r in rows)]
 
 
+def _typed_total(spec: str) -> int:
+    """The GPUs of typed node groups ``a100:2x4,t4:1x4``."""
+    return sum(int(n) * int(g) for n, _, g in (p.split(":", 1)[1].partition("x") for p in spec.split(",")))
+
+
 def format_tables(s: dict, top_users: int = 10) -> str:
     """The terminal view: what was read, the cluster, actual vs policies, the busiest users."""
     j = s["jobs"]
@@ -152,7 +158,8 @@ def format_tables(s: dict, top_users: int = 10) -> str:
         f"cancelled before start, {j['still_running']} still running, {j['pending']} pending, "
         f"{j['never_started']} never started, {j['other_partition']} other partitions; "
         f"{j['requeued']} requeued; {j['steps']} step lines skipped",
-        f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, "
+        (f"cluster: {c['gpu_types']} ({c['total_gpus']} GPUs, {c['how']}); slot {s['slot_s']:g} s, " if c.get("gpu_types")
+         else f"cluster: {c['nodes']} x {c['gpus_per_node']} GPUs ({c['how']}); slot {s['slot_s']:g} s, ")
         + ("run times estimated from earlier jobs" if s.get("managed") else f"estimate error {s['estimate_error']:g}"),
     ]
     m = s.get("managed")
