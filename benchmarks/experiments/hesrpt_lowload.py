@@ -19,7 +19,8 @@ Designs (``;`` between them), each hesrpt with one change:
 * probes: ``ref:G[,MC]`` (sizes read at G GPUs, ``MC`` moves per change), ``sticky:H`` (ranks with
   hysteresis), ``floor:E`` (no count below parallel efficiency E), ``flow:REF[,MC]`` (a change
   charged at a weight common to all jobs: mean, median or max), ``exact`` (the same objective
-  minimised exactly by a knapsack over the GPU total instead of the local search).
+  minimised exactly by a knapsack over the GPU total instead of the local search), ``mixed:A``
+  (pollux's weight A / size added to heSRPT's).
 
 ``--where NAME`` prints, per application, the mean JCT, moves and GPU-hours of ``pollux`` and of
 design NAME, and each application's share of the difference in total JCT.
@@ -226,6 +227,20 @@ class Reserve(HesrptPolicy):
         return self._local(jobs, cap, gpn)
 
 
+@dataclass
+class Mixed(HesrptPolicy):
+    """heSRPT's weight plus ``alpha`` x pollux's (1 / size, the p = -1 fitness): a floor under the
+    largest jobs' weights, whose heSRPT shares vanish as more jobs arrive."""
+
+    alpha: float = 0.05
+
+    def _allocate(self, jobs, cap, gpn):
+        set_weights(jobs, self.p)
+        for j in jobs:
+            j.w += 3600.0 * self.alpha / j.base
+        return self._local(jobs, cap, gpn)
+
+
 class Exact(HesrptPolicy):
     """hesrpt's objective minimised exactly over the jobs its search admitted: a knapsack over the
     GPU total (each job at least its smallest count), kept when it packs and is lower."""
@@ -283,6 +298,8 @@ def build(design: str):
         return Price(kappa=float(arg))
     if name == "reserve":
         return Reserve(reserve=int(arg))
+    if name == "mixed":
+        return Mixed(alpha=float(arg))
     if name == "exact":
         return Exact()
     if name == "settle":
