@@ -3,21 +3,23 @@
 "hesrpt at low load"). Design set: workloads 1-4 at 0.5x, 1.0x, 2.0x; held out: workloads 5-8
 and the 1.5x load (not run here).
 
-    python benchmarks/experiments/hesrpt_lowload.py --designs "hesrpt;settle:10;price:0.3;reserve:4"
+    python benchmarks/experiments/hesrpt_lowload.py --designs "ref:1,2;settle:10;price:0.3;reserve:4"
         [--loads 0.5,1.0,2.0] [--workloads 1-4]
-    python benchmarks/experiments/hesrpt_lowload.py --where hesrpt --loads 0.5   # per application
+    python benchmarks/experiments/hesrpt_lowload.py --where "ref:1,2" --loads 0.5   # per application
 
 Designs (``;`` between them), each hesrpt with one change:
 
-* ``hesrpt[:K=V,...]``, ``pollux``: the shipped policies with those parameters;
+* ``hesrpt[:K=V,...]``, ``pollux``: the shipped policies with those parameters; ``ref:1,2`` is
+  hesrpt as it was when the others were measured (sizes on one GPU, 2 moves per change), and every
+  design below except ``ref`` is a change to that one;
 * ``settle:N``: a running job whose current run began less than N move costs ago keeps its count
   (only an arrival's admission may shrink it), so runs are not cut short by re-sharing;
 * ``price:K``: weights scaled to a mean of 1, plus a price of K x N / G per GPU-second a job will
   hold (N jobs, G GPUs): capacity a job takes delays the others;
 * ``reserve:R``: the search grows jobs into all but R GPUs of one node (unless a waiting job would
   be left out), so a small arrival finds free GPUs instead of shrinking a running job;
-* probes: ``ref:G[,MC]`` (sizes read at G GPUs, ``MC`` moves per change), ``sticky:H`` (ranks with
-  hysteresis), ``floor:E`` (no count below parallel efficiency E), ``flow:REF[,MC]`` (a change
+* probes: ``ref:G[,MC]`` (sizes read at G GPUs, ``fair``: at the fair share G / jobs; ``MC`` moves per change), ``sticky:H`` (ranks with
+  hysteresis), ``floor:E`` (no count below parallel efficiency E), ``flow:REF`` (a change
   charged at a weight common to all jobs: mean, median or max), ``exact`` (the same objective
   minimised exactly by a knapsack over the GPU total instead of the local search), ``mixed:A``
   (pollux's weight A / size added to heSRPT's).
@@ -83,8 +85,9 @@ class RefSize(HesrptPolicy):
 
     def _allocate(self, jobs, cap, gpn):
         size = {}
+        ref = self.gref if self.gref > 0 else max(1, sum(cap) // max(1, len(jobs)))  # 0: the fair share
         for j in jobs:
-            g = max((c for c in j.counts if c <= self.gref), default=j.counts[0])
+            g = max((c for c in j.counts if c <= ref), default=j.counts[0])
             size[j.job_id] = max(j.rem[g] * g ** self.p, 1e-9)
         order = sorted(jobs, key=lambda j: (-size[j.job_id], j.job_id))
         for j, th in zip(order, shares(len(order), self.p)):
@@ -279,6 +282,9 @@ class Exact(HesrptPolicy):
         return a
 
 
+OLD_MOVE_CHARGE = 2.0  # hesrpt's move charge when these designs were measured
+
+
 def build(design: str):
     name, _, arg = design.partition(":")
     kw = {k: float(v) for k, v in (kv.split("=") for kv in arg.split(",") if "=" in kv)}
@@ -286,14 +292,21 @@ def build(design: str):
         return make_policy(name, **kw)
     if name == "ref":
         g, _, mc = arg.partition(",")
-        return RefSize(gref=int(g), move_charge=float(mc or 2.0))
+        return RefSize(gref=0 if g == "fair" else int(g), move_charge=float(mc or 2.0))
+    pol = _variant(name, arg)
+    if pol is None:
+        raise SystemExit(f"unknown design {design!r}")
+    pol.move_charge = OLD_MOVE_CHARGE  # each a change to hesrpt as it was (sizes on one GPU, 2 moves)
+    return pol
+
+
+def _variant(name: str, arg: str):
     if name == "sticky":
         return Sticky(h=float(arg))
     if name == "floor":
         return Floor(eff=float(arg))
     if name == "flow":
-        r, _, mc = arg.partition(",")
-        return FlowCharge(ref=r, move_charge=float(mc or 2.0))
+        return FlowCharge(ref=arg.partition(",")[0])
     if name == "price":
         return Price(kappa=float(arg))
     if name == "reserve":
@@ -304,7 +317,7 @@ def build(design: str):
         return Exact()
     if name == "settle":
         return Settle(settle=float(arg))
-    raise SystemExit(f"unknown design {design!r}")
+    return None
 
 
 def one(args):
