@@ -49,6 +49,14 @@ from lyasched.policy.movable import MovableJob  # noqa: E402
 from lyasched.policy.pollux import _packs  # noqa: E402
 
 
+class _Old(HesrptPolicy):
+    """hesrpt as it was when these designs were measured: sizes on one GPU (its smallest count)."""
+
+    def _allocate(self, jobs, cap, gpn):
+        set_weights(jobs, self.p)
+        return self._local(jobs, cap, gpn)
+
+
 @dataclass
 class _Young(_Weighted):
     young: bool = False
@@ -60,7 +68,7 @@ class _Young(_Weighted):
 
 
 @dataclass
-class Settle(HesrptPolicy):
+class Settle(_Old):
     settle: float = 10.0
 
     def _make(self, job_id, submit, rem):
@@ -122,7 +130,7 @@ class _Capped(_Weighted):
 
 
 @dataclass
-class Floor(HesrptPolicy):
+class Floor(_Old):
     """hesrpt with an efficiency floor: no job grows past the largest count where its parallel
     efficiency (GPU-seconds on its smallest count over those on g) is at least ``eff``."""
 
