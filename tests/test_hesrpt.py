@@ -56,9 +56,9 @@ def running(jid: str, g: int, placement, times: dict[int, float]) -> MovableJob:
 def test_the_shares_move_gpus_from_the_longer_job_to_the_shorter(name, kw, swapped):
     """The short job on 4 GPUs, the long one on 8: heSRPT's shares (3/4 and 1/4 at p = 0.5) swap
     them, moves charged; with p = 0 (equal shares: pollux's inverse speed-ups) and under pollux,
-    both stay."""
-    short = running("short", 4, [(0, 4)], power(1000.0))
-    long = running("long", 8, [(1, 4), (2, 4)], power(20000.0))
+    both stay. (Sizes large enough that the swap saves more than its charged moves.)"""
+    short = running("short", 4, [(0, 4)], power(10000.0))
+    long = running("long", 8, [(1, 4), (2, 4)], power(200000.0))
     res = make_policy(name, **kw).decide(state([], [short, long], free=(0, 0, 0), now=5000.0))
     if swapped:
         assert set(res.preempt) == {"short", "long"}
@@ -73,7 +73,7 @@ def test_a_resize_must_save_more_than_its_charge():
     r = movable("r", 4, [(0, 4)], start=0.0, waited=0.0, moves=0, times=times)
     res = make_policy("hesrpt").decide(state([], [r], free=(0, 4), now=100.0))
     assert res.preempt == ("r",) and res.starts[0].gpus == 8
-    saved = times[4] - times[8]  # about 230 s: charged 10 moves of 30 s it stays
+    saved = times[4] - times[8]  # about 265 s: charged 10 moves of 30 s it stays
     res = make_policy("hesrpt", move_charge=saved / 30.0 + 1).decide(state([], [r], free=(0, 4), now=100.0))
     assert not res.preempt and not res.starts
 

@@ -9,7 +9,9 @@ Designs (each is pollux's search, placement and decisions with another objective
 * ``srpt:B``: weight ``(3600 / size) ** (1 + B)`` on each job's remaining time (size: remaining
   GPU-seconds on its smallest count), a change of count charged 2 moves, smallest first;
 * ``rank``: weight = the job's rank by size from the largest (1 .. M) on its remaining time;
-* ``hesrpt[:p=P,move_charge=K]``: the shipped policy with those parameters;
+* ``hesrpt[:p=P,move_charge=K]``: the shipped policy with those parameters (since measured here,
+  its sizes are read at the fair share and a change costs 8 moves: hesrpt_lowload.py's ``ref:1,2``
+  is the policy these figures were taken with);
 * ``two``: hesrpt, but each slot also a search from nothing (smallest first, then free GPUs by
   marginal gain), keeping whichever allocation admits more jobs, then has the lower objective.
 
@@ -36,7 +38,7 @@ class Weighted(HesrptPolicy):
     """Remaining time weighted by size (``beta``) or by rank (``beta`` None)."""
 
     def __init__(self, beta: float | None) -> None:
-        super().__init__()
+        super().__init__(move_charge=2.0)  # hesrpt's charge when these were measured
         self.beta = beta
 
     def _allocate(self, jobs, cap, gpn):
@@ -50,7 +52,11 @@ class Weighted(HesrptPolicy):
 
 
 class Two(HesrptPolicy):
-    """hesrpt with a second search from nothing each slot; the better allocation is kept."""
+    """hesrpt (as it was: sizes on one GPU, 2 moves) with a second search from nothing each slot;
+    the better allocation is kept."""
+
+    def __init__(self) -> None:
+        super().__init__(move_charge=2.0)
 
     def _allocate(self, jobs, cap, gpn):
         set_weights(jobs, self.p)

@@ -11,13 +11,15 @@ gets the most and the largest the least, and all are served at once (speed-ups a
 
 How. Real jobs do not scale as x^p, so the shares become weights on each job's remaining time:
 the search minimises ``sum_j w_j * remaining_j(g_j)`` with ``w_j = theta_j^(1+p) / size_j``
-(size: its remaining GPU-seconds on its smallest count). For rows of the form size / g^p the
+(size: ``remaining_j(f) * f^p``, read at the fair share f of the GPUs, G / M, or the largest
+allowed count below it: the x^p model fitted where jobs run, not on one GPU, where measured rows
+scale almost linearly). For rows of the form size / g^p the
 optimum of that sum is exactly g_j proportional to theta_j; on measured rows (the goodput model's:
 for an adaptive job, its best batch per count as its noise scale grows) a job that scales worse
 than x^p gets fewer GPUs and one that scales better more. Restarts are charged as time: a running
-job's count other than its current one costs ``move_charge`` moves (its move cost each: the move
-and, when the shares turn back, the move back), added to its remaining time; a job that cannot
-move keeps its GPUs.
+job's count other than its current one costs ``move_charge`` moves (its move cost each: the move,
+the moves back when the shares turn, and the GPUs idle while it relaunches; 8, measured on the
+design set, docs/hesrpt.md), added to its remaining time; a job that cannot move keeps its GPUs.
 
 The search, placement rules and decisions are the pollux baseline's (from the current allocation;
 up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
@@ -59,7 +61,7 @@ class HesrptPolicy(PolluxPolicy):
     """Pollux's re-allocation of every job each slot, with heSRPT's shares as the objective."""
 
     p: float = 0.5  # the speed-up exponent the shares assume (x^p on a share x)
-    move_charge: float = 2.0  # moves a change of count is charged (the move and the move back)
+    move_charge: float = 8.0  # moves a change of count is charged
     name: str = "hesrpt"
 
     def __post_init__(self) -> None:
@@ -79,7 +81,7 @@ class HesrptPolicy(PolluxPolicy):
         return j
 
     def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
-        set_weights(jobs, self.p)
+        set_weights(jobs, self.p, fair=max(1, sum(cap) // max(1, len(jobs))))
         return self._local(jobs, cap, gpn)
 
     def _admission_key(self, j: AllocJob) -> tuple[float, str]:
@@ -93,10 +95,18 @@ def shares(m: int, p: float) -> list[float]:
     return [(i / m) ** c - ((i - 1) / m) ** c for i in range(1, m + 1)]
 
 
-def set_weights(jobs: list[AllocJob], p: float) -> None:
-    """Each job's weight from its rank by size (its ``base``: remaining GPU-seconds on its
-    smallest count), largest first, ties by id."""
-    order = sorted(jobs, key=lambda j: (-j.base, j.job_id))
+def size(j: AllocJob, p: float, fair: int) -> float:
+    """The job's size in the x^p model, ``remaining(g) * g^p``, read at the fair share ``fair`` (or
+    the largest allowed count below it; its smallest count when none is)."""
+    g = max((c for c in j.counts if c <= fair), default=j.counts[0])
+    return max(j.rem[g] * g**p, 1e-9)
+
+
+def set_weights(jobs: list[AllocJob], p: float, fair: int = 1) -> None:
+    """Each job's weight from its rank by size (`size`, at the fair share ``fair``), largest first,
+    ties by id."""
+    sz = {j.job_id: size(j, p, fair) for j in jobs}
+    order = sorted(jobs, key=lambda j: (-sz[j.job_id], j.job_id))
     for j, th in zip(order, shares(len(order), p)):
         if isinstance(j, _Weighted):
-            j.w = HOUR * th ** (1.0 + p) / j.base
+            j.w = HOUR * th ** (1.0 + p) / sz[j.job_id]
