@@ -1,9 +1,9 @@
 """One user claims a fraction of their jobs' true run times: does lying pay, and what does the
 trust factor (lyasched.estimates.trust) cost the honest users?
 
-    python benchmarks/liars.py [--policies lyapunov] [--claim 0.01] [--philly-rows 12000:15000] [--groups G,...] [--json]
+    python benchmarks/liars.py [--policies lyapunov] [--claim 0.01] [--philly-rows 12000:15000] [--groups G,...] [--seeds 0] [--json]
 
-Per workload (the four seed groups at seed 0, and a Philly window sized for load 0.8) and
+Per workload (the four seed groups at seed 0, or at each of ``--seeds``, and a Philly window sized for load 0.8) and
 policy, five replays: honest (no liar) without and with trust, and with the liar (every job of
 one user predicted at ``--claim`` x its prediction; their true run times unchanged) without
 trust, with the trust factor only (as for a model nobody profiled: ``Simulation.known`` empty),
@@ -45,16 +45,18 @@ CONFIGS = ((False, False, False), (False, True, True), (True, False, False), (Tr
 MODES = (("no_trust", False, False), ("trust", True, False), ("trust_known", True, True))
 
 
-def workloads(philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS) -> list[tuple[str, list, object]]:
+def workloads(philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS,
+              seeds: tuple[int, ...] = (0,)) -> list[tuple[str, list, object, int]]:
     out = []
     for g in groups:
-        w = load_workload(g, seed=0)
-        out.append((g, list(w.jobs), w.cluster))
+        for seed in seeds:
+            w = load_workload(g, seed=seed)
+            out.append((g if seeds == (0,) else f"{g}@{seed}", list(w.jobs), w.cluster, seed))
     if philly_rows and os.path.exists(PHILLY):
         lo, hi = (int(x) for x in philly_rows.split(":"))
         win = select_rows(read_trace(PHILLY))[lo:hi]
         cl = size_cluster(win, 0.8)
-        out.append((f"philly[{lo}:{hi}] load 0.8", trace_jobs(win, cl), cl))
+        out.append((f"philly[{lo}:{hi}] load 0.8", trace_jobs(win, cl), cl, 0))
     return out
 
 
@@ -78,17 +80,18 @@ def figures(result, liar: str) -> dict:
     }
 
 
-def run(policies: list[str], claim: float, philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS) -> list[dict]:
+def run(policies: list[str], claim: float, philly_rows: str, groups: tuple[str, ...] = SEED_GROUPS,
+        seeds: tuple[int, ...] = (0,)) -> list[dict]:
     rows = []
-    for name, jobs, cl in workloads(philly_rows, groups):
+    for name, jobs, cl, seed in workloads(philly_rows, groups, seeds):
         liar = median_user(jobs)
         for p in policies:
             fig = {}
             for lie, trust, known in CONFIGS:
-                sim = Simulation(jobs, cl, seed=0, trust=trust, liars={liar: claim} if lie else None)
+                sim = Simulation(jobs, cl, seed=seed, trust=trust, liars={liar: claim} if lie else None)
                 if not known:
                     sim.known = {}  # a model nobody profiled: only the trust factor
-                fig[(lie, trust, known)] = figures(sim.run(make_policy(p, seed=0), name=p), liar)
+                fig[(lie, trust, known)] = figures(sim.run(make_policy(p, seed=seed), name=p), liar)
             row = {"workload": name, "policy": p, "liar": liar, "claim": claim,
                    "liar_jobs": sum(j.user == liar for j in jobs), "jobs": len(jobs)}
             for k, trust, known in MODES:
@@ -109,14 +112,19 @@ def main() -> None:
     ap.add_argument("--claim", type=float, default=0.01, help="the liar's claim multiplier")
     ap.add_argument("--philly-rows", default="12000:15000", help="LO:HI rows of the Philly trace ('' = none)")
     ap.add_argument("--groups", default=",".join(SEED_GROUPS), help="seed groups to run, comma-separated ('' = none)")
+    ap.add_argument("--seeds", default="0", help="the seed groups' seeds, comma-separated (default 0)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    try:
+        seeds = tuple(int(x) for x in a.seeds.split(",") if x.strip())
+    except ValueError:
+        ap.error("--seeds: comma-separated integers")
     if not (a.claim > 0):
         ap.error("--claim must be > 0")
     groups = tuple(g for g in a.groups.split(",") if g)
     if set(groups) - set(SEED_GROUPS):
         ap.error(f"--groups: one of {', '.join(SEED_GROUPS)}")
-    rows = run([p.strip() for p in a.policies.split(",") if p.strip()], a.claim, a.philly_rows, groups)
+    rows = run([p.strip() for p in a.policies.split(",") if p.strip()], a.claim, a.philly_rows, groups, seeds or (0,))
     if a.json:
         print(json.dumps(rows))
         return

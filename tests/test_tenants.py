@@ -234,3 +234,32 @@ def test_wake_at_with_tenants_when_nothing_fits():
     state = SlotState(now=600.0, slot_len=30.0, free=(1,), gpus_per_node=2, waiting=ws, running=(run,), tenants=book)
     res = make_policy("lyapunov").decide(state)
     assert res.starts == () and res.info.get("wake_at") == math.inf
+
+
+def test_credit_counts_only_the_gpus_that_repay():
+    """A start's tenant credit counts for g GPUs at most, and at most owed / run: the GPUs whose
+    GPU-time over the run repays what the tenant is owed (beyond that it puts the tenant ahead)."""
+    import numpy as np
+
+    from lyasched.policy.lyapunov import repaying_gpus
+    g = np.arange(1.0, 5.0)
+    run = np.array([[1000.0, 600.0, 400.0, 300.0], [1000.0, 600.0, 400.0, math.inf]])
+    out = repaying_gpus(g, np.array([1000.0, 1e9]), run)
+    assert out[0] == pytest.approx([1.0, 1000 / 600, 2.5, 1000 / 300])
+    assert list(out[1]) == [1.0, 2.0, 3.0, 0.0]
+
+
+@pytest.mark.parametrize("policy", ["lyapunov", "elastic"])
+def test_tenant_owed_little_is_credited_little(policy):
+    """b owed a few GPU-seconds beyond the slack and the pad: its job's credit counts for the GPUs
+    that repay them, far less than one GPU of a run of hours; owed far more, the whole GPU."""
+    pol = make_policy(policy)
+    st = _state(TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 500.0}))
+    *_, arr = pol._scores(st)
+    b = [w.job_id for w in st.waiting].index("b1")
+    owed = 500.0 - 0.05 * 500.0 - 2 * 30.0
+    assert arr["tenant_gpus"][0][b, 0] == pytest.approx(owed / arr["one"][b, 0])
+    assert arr["tenant_gpus"][0][b, 0] < 0.2
+    far = _state(TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 1e9}))
+    *_, arr = pol._scores(far)
+    assert arr["tenant_gpus"][0][b, 0] == 1.0

@@ -482,15 +482,16 @@ class ElasticPolicy(LyapunovPolicy):
                 # j gains the wait it skips, at most until the victims' GPUs would come back anyway
                 saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
                 score = gain - self.V * theta * (pen_j + cost - saved)
-                if behind is not None:  # j's tenant gains g GPUs, each victim's loses what it gives up
+                if behind is not None:  # j's tenant gains g GPUs (at most what repays it), each victim's loses what it gives up
                     given = sum(behind(r.user) * (r.gpus - (new[0] if new is not None else 0)) for r, new, _, _ in chosen)
-                    score += self.V * theta * (behind(w.user) * g - given)
+                    g_rep = min(g, self.tenant_owed(state, w.user) / run_j) if run_j > 0 else 0.0
+                    score += self.V * theta * (behind(w.user) * g_rep - given)
                 if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost, chosen, free, avail):
                     continue
                 if qt is not None and not score > 0:
                     tenant_now = 0.0
                     if behind is not None:
-                        tenant_now = self.V * theta * (behind(w.user) * g - given)
+                        tenant_now = self.V * theta * (behind(w.user) * g_rep - given)
                     w0 = (waits[pos] + slot) - sum(r.waited_s + slot for r in susp)
                     self._quiet_swap(qt, per, now, n_wait, theta, z, q, score - tenant_now, w0, pen_j + cost - saved,
                                      chosen, susp, g, w.user)

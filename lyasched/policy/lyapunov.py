@@ -221,11 +221,12 @@ class LyapunovPolicy:
 
         s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
         credit_t = self._tenant_credit(state, vtheta, total_gpus)
-        if credit_t is not None:  # per GPU: in place, -inf (not allowed) stays -inf
-            per = credit_t[:, None] * g[None, :]
-            s_one += per
-            s_multi += per
-            notes = {**notes, "tenant_credit": credit_t}
+        if credit_t is not None:  # in place, -inf (not allowed) stays -inf
+            owed = self._owed(state)
+            g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
+            s_one += credit_t[:, None] * g_one
+            s_multi += credit_t[:, None] * g_multi
+            notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
@@ -278,6 +279,19 @@ class LyapunovPolicy:
         scale = self.tenant_weight * ebar / (total_gpus * total_gpus)
         self._tenant_floor = (floor, scale)
         return {k: scale * (v - floor) for k, v in y.items()}
+
+    def _owed(self, state: SlotState) -> np.ndarray:
+        """Per waiting job, its tenant's GPU-seconds behind beyond the slack and the pad (Y_k)."""
+        users = [w.user for w in state.waiting]
+        memo = {k: self.tenant_owed(state, k) for k in set(users)}
+        return np.fromiter(map(memo.__getitem__, users), dtype=float, count=len(users))
+
+    def tenant_owed(self, state: SlotState, tenant: str) -> float:
+        """The tenant's GPU-seconds behind beyond the slack and this slot's pad (Y_k; 0 when the
+        slot's `_tenants_behind` was None)."""
+        if state.tenants is None or self._tenant_floor is None:
+            return 0.0
+        return state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) * state.tenants.entitled.get(tenant, 0.0)
 
     def tenant_behind(self, state: SlotState, tenant: str) -> float:
         """Any tenant's credit per GPU over V*Theta, against this slot's floor (0 when the
@@ -491,7 +505,8 @@ class LyapunovPolicy:
             return float(state.now)
         g = np.concatenate([np.arange(1, k + 1), np.arange(1, k + 1)]).astype(float)
         tc = arr.get("tenant_credit")
-        base = np.where(ok, s - (tc[:, None] * g[None, :] if tc is not None else 0.0), -1.0)
+        given = tc[:, None] * np.concatenate(arr["tenant_gpus"], axis=1) if tc is not None else 0.0
+        base = np.where(ok, s - given, -1.0)
         gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
         pen = np.where(ok, (gain - base) / vtheta, 0.0)
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
@@ -595,6 +610,17 @@ def quiet_for(holds: Callable[[float], bool], step: float) -> float:
         else:
             hi = mid
     return lo
+
+
+def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """The GPUs a start's tenant credit counts for: g, at most owed / run (the GPUs whose GPU-time
+    over the run repays what the tenant is owed; docs/model.md, section 5). A tenant owed less
+    than one of its jobs would take is not credited as if the whole job repaid it: past what it is
+    owed the start puts it ahead. 0 where the run is not finite."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cap = owed[:, None] / run
+    cap[~np.isfinite(run)] = 0.0
+    return np.minimum(g[None, :], cap)
 
 
 class TenantBound:
