@@ -733,7 +733,7 @@ class TenantBound:
         self.pad = total_gpus * slot
         self.names = sorted(set(users))
         col = {name: i for i, name in enumerate(self.names)}
-        self.who = np.fromiter((col[u] for u in users), dtype=np.intp, count=len(users))
+        self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
         self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
         # the book's sums and rates per tenant: `_at` moves them as `TenantBook.at` does
         self._rec = np.array([book.received.get(k, 0.0) for k in self.names])

@@ -178,13 +178,12 @@ class SlotStateBuilder:
             if len(made) > 4 * len(snap.running) + 4096:  # drop the views of jobs gone
                 made.clear()
                 self._made_obs.clear()
-            for o in snap.running:
-                if id(o) not in made:
-                    v = o._view
-                    if not v or v[0] is not self:
-                        v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
-                    made[id(o)] = v[1]
-                    self._made_obs.append(o)  # kept alive while cached: its id is not reused
+            for o in [o for o in snap.running if id(o) not in made]:  # the jobs started since
+                v = o._view
+                if not v or v[0] is not self:
+                    v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
+                made[id(o)] = v[1]
+                self._made_obs.append(o)  # kept alive while cached: its id is not reused
             res = tuple(map(made.__getitem__, map(id, snap.running)))
         self._last = (snap.running, res)
         return res
