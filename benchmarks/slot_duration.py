@@ -41,6 +41,14 @@ Without ``--backend``:
    Lyapunov policy, one update+release argv per start).
 
     python benchmarks/slot_duration.py [--slots 20] [--jobs 1000] [--nodes 64]
+
+``--against DIR``: the synthetic slots only, side by side with the lyasched package of another
+checkout (e.g. ccc6d68's), each tree in a child process, alternating round by round (``--repeat``
+rounds) so both see the same machine load; printed with this tree's / the other's median slot time
+(``ratio_first``, ``ratio_later``; ``--json``: one object, with the CPU time of each child and the
+load average before and after):
+
+    python benchmarks/slot_duration.py --jobs 10000 --repeat 3 --against /work/wt-ccc [--json]
 """
 
 from __future__ import annotations
@@ -56,7 +64,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# ``--tree DIR`` (a child of ``--against``): that checkout's lyasched package instead of this one's
+_TREE = Path(sys.argv[sys.argv.index("--tree") + 1]).resolve() if "--tree" in sys.argv[:-1] else Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_TREE))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reliability harness (tests/reliability)
 
 from lyasched.config import Config  # noqa: E402
@@ -374,6 +384,49 @@ def print_comparison(res: dict) -> None:
             print(f"{k}: {v:.2f}")
 
 
+def synthetic(jobs: int, nodes: int, repeat: int, tmp: Path) -> dict:
+    """Slots with ``jobs`` held jobs against `Fake`: per repeat, a first slot on fresh records (decode
+    and record every job) and three later ones (records up to date); seconds each."""
+    first, later, started = [], [], 0
+    for r in range(repeat):
+        svc = Service(Config(slot_seconds=30, release_grace=1e9), open_records(tmp / f"syn{r}.db"),
+                      slurm=Fake(jobs, nodes), clock=lambda: 1e9 + 10_000)
+        rep = svc.run_slot()
+        first.append(rep.duration)
+        started = len(rep.started)
+        for _ in range(3):
+            later.append(svc.run_slot().duration)
+    return {"first": first, "later": later, "started": started}
+
+
+def against(other: str, jobs: int, nodes: int, repeat: int) -> dict:
+    """`synthetic` for this tree and ``other`` in child processes, one repeat each in turn."""
+    import os
+
+    trees = {"this": str(_TREE), "against": str(Path(other).resolve())}
+    runs: dict[str, dict] = {k: {"first": [], "later": [], "cpu_s": 0.0} for k in trees}
+    load_before = _load()
+    for r in range(repeat):
+        for key, root in trees.items():
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", root, "--jobs", str(jobs),
+                    "--nodes", str(nodes), "--repeat", "1"]
+            env = {**os.environ, "PYTHONPATH": root}
+            got = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
+            runs[key]["first"] += got["first"]
+            runs[key]["later"] += got["later"]
+            runs[key]["cpu_s"] = round(runs[key]["cpu_s"] + got["cpu_s"], 2)
+            runs[key]["started"] = got["started"]
+            say(f"round {r + 1}, {key} ({root}): first {got['first'][0]:.2f} s, later "
+                + ", ".join(f"{x:.2f}" for x in got["later"]) + " s")
+    out: dict = {"jobs": jobs, "nodes": nodes, "repeat": repeat, "load_before": load_before, "trees": trees, "runs": runs}
+    for part in ("first", "later"):
+        for key in trees:
+            out[f"median_{part}_s_{key}"] = round(statistics.median(runs[key][part]), 3)
+        out[f"ratio_{part}"] = round(out[f"median_{part}_s_this"] / out[f"median_{part}_s_against"], 3)
+    out["load_after"] = _load()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slots", type=int, default=None, help="slots per run (default 20; 5 with --backend)")
@@ -384,8 +437,35 @@ def main() -> None:
                     "cli-nomemo (every squeue line parsed anew), pyslurm-full (no update-time probe), "
                     "pyslurm-wrapped (jobs read through PySlurm's Jobs.load)")
     ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
-    ap.add_argument("--json", action="store_true", help="with --backend: one JSON object")
+    ap.add_argument("--json", action="store_true", help="with --backend or --against: one JSON object")
+    ap.add_argument("--against", default=None, help="a checkout whose lyasched package runs the same synthetic slots")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child:
+        tmp = Path(tempfile.mkdtemp(prefix="lyasched-bench-"))
+        try:
+            c0 = time.process_time()
+            res = synthetic(a.jobs, a.nodes, a.repeat, tmp)
+            res["cpu_s"] = time.process_time() - c0
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(json.dumps(res))
+        return
+    if a.against:
+        if not (Path(a.against) / "lyasched").is_dir():
+            print(f"slot_duration: error: --against {a.against}: no lyasched package there", file=sys.stderr)
+            sys.exit(2)
+        res = against(a.against, a.jobs, a.nodes, a.repeat)
+        if a.json:
+            print(json.dumps(res))
+        else:
+            print(f"synthetic, {a.jobs} held jobs on {a.nodes}x4 GPUs (lyapunov), {a.repeat} rounds; load {res['load_before']}")
+            for part in ("first", "later"):
+                print(f"  {part} slot: this {res[f'median_{part}_s_this']:.3f} s, against {res[f'median_{part}_s_against']:.3f} s, "
+                      f"ratio {res[f'ratio_{part}']}")
+            print(f"  CPU time: this {res['runs']['this']['cpu_s']} s, against {res['runs']['against']['cpu_s']} s")
+        return
     if a.backend:
         backends = [b for b in a.backend.split(",") if b]
         if not backends or any(b not in VARIANTS for b in backends) or len(set(backends)) != len(backends):
@@ -420,15 +500,8 @@ def main() -> None:
                 print(f"live cluster, read-only slot ({sum(rep.free.values())} free GPUs): {stats(durs)}")
         else:
             print("live: no squeue on PATH; skipped")
-        first, later, started = [], [], 0
-        for r in range(a.repeat):
-            svc = Service(Config(slot_seconds=30, release_grace=1e9), open_records(tmp / f"syn{r}.db"),
-                          slurm=Fake(a.jobs, a.nodes), clock=lambda: 1e9 + 10_000)
-            rep = svc.run_slot()
-            first.append(rep.duration)
-            started = len(rep.started)
-            for _ in range(3):
-                later.append(svc.run_slot().duration)
+        got = synthetic(a.jobs, a.nodes, a.repeat, tmp)
+        first, later, started = got["first"], got["later"], got["started"]
         print(f"synthetic, {a.jobs} held jobs on {a.nodes}x4 GPUs (lyapunov):")
         print(f"  first slot (decode + record every job, {started} started): {stats(first)}")
         print(f"  later slots (records up to date):                        {stats(later)}")

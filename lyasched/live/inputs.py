@@ -23,7 +23,7 @@ import sqlite_utils
 from lyasched.costmodel import startup
 from lyasched.live import adaptive, gputypes, learning, plain
 from lyasched.live.trust import known_over_claim, shared_profile
-from lyasched.costmodel.cost import ClusterSpec, CostModel
+from lyasched.costmodel.cost import ClusterSpec, CostModel, Profile
 from lyasched.costmodel.roofline import lookup
 from lyasched.profile.signature import device_type
 from lyasched.costmodel.goodput import Adaptive
@@ -175,16 +175,20 @@ class PolicyInputs:
         """The GPU type a waiting job is predicted on: the fastest of its allowed types that a node
         has (lyasched.live.typecost.profile_type); the cluster's key on untyped nodes, or when the
         admin keys every type as one (``[service] device``, ``LYASCHED_DEVICE_TYPE``)."""
-        from lyasched.live import typecost
-
-        if not ctx.per_type:  # untyped, or one key set by the admin
+        key = (_PER_TYPE, ctx.device, id(ctx.types))  # asked once per waiting job: the answer once per slot
+        per = ctx.type_memo.get(key)
+        if per is None:
+            per = ctx.type_memo[key] = ctx.per_type
+        if not per:  # untyped, or one key set by the admin
             return ctx.device
         allowed = allowed_of(s, job)
-        key = ("profile_type", allowed)  # once per slot and set of allowed types
-        hit = ctx.type_memo.get(key)
+        pkey = ("profile_type", allowed)  # once per slot and set of allowed types
+        hit = ctx.type_memo.get(pkey)
         if hit is None:
+            from lyasched.live import typecost
+
             t = typecost.profile_type(allowed, ctx.types, ctx.gpu_types)
-            hit = ctx.type_memo[key] = self.device_key(ctx, t)
+            hit = ctx.type_memo[pkey] = self.device_key(ctx, t)
         return hit
 
     @staticmethod
@@ -243,7 +247,7 @@ class PolicyInputs:
             )
             wj = waiting_job(j, cost, cost.cluster.total_gpus, round(frac, 3))
             # what the model's shared profile says of it (a claim far below is replaced: ClusterSnapshot.known)
-            k = None if s.adaptive else known_over_claim(cost, j, shared_profile(self.db, s.sig, ctx.device))
+            k = None if s.adaptive else known_over_claim(cost, j, self.shared_profile(ctx, s.sig))
             if k is not None and k != 1.0:
                 self.known[job.job_id] = k
             else:
@@ -266,6 +270,14 @@ class PolicyInputs:
                 pred_multi=encode_times(wj.run_multi_node), work=wj.work,
             )
         return wj
+
+    def shared_profile(self, ctx: SlotContext, sig: str) -> Profile | None:
+        """`shared_profile` of (sig, this slot's device), read once per model per slot (it is a cost
+        table read; thousands of new jobs of one model share it)."""
+        key = ("shared_profile", sig, ctx.device)
+        if key not in ctx.type_memo:
+            ctx.type_memo[key] = shared_profile(self.db, sig, ctx.device)
+        return ctx.type_memo[key]
 
     def model(self, ctx: SlotContext, s: CostSummary, user: str, dev: str) -> tuple:
         """(correction, learned or roofline profile, start-up s) of the summary's model for ``user``'s
@@ -403,6 +415,9 @@ class PolicyInputs:
             wj = WaitingJob(job_id=row["slurm_id"], submit_time=row["submit_time"], work=0.0, run_one_node=one,
                             run_multi_node=multi, requested_gpus=max(1, min(s.min_gpus, len(one))))
             self.arrivals.add(row["slurm_id"], row["submit_time"], requested_gpu_s(wj))
+
+
+_PER_TYPE = "device_of per_type"  # SlotContext.type_memo: this slot's `SlotContext.per_type`
 
 
 def allowed_of(s: CostSummary, job: SlurmJob) -> tuple[str, ...]:

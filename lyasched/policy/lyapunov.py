@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from operator import attrgetter
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class RowCache:
     """
 
     def __init__(self) -> None:
+        self.stretch = math.nan  # the `cut` rows' max_stretch (nan: none yet)
         self._reset(0, 0)
 
     def _reset(self, width: int, capacity: int) -> None:
@@ -65,6 +67,10 @@ class RowCache:
         self.adaptive = np.zeros(capacity, dtype=bool)  # WaitingJob.adaptive
         self.n_adaptive = 0  # adaptive jobs among the cached ones (0: `waiting_adaptive` is None at once)
         self.sel = np.zeros(0, dtype=np.intp)  # the last `arrays` call's rows
+        # the no-sliver rule's effect on each row (`LyapunovPolicy._restrict`, at ``stretch``): whether
+        # it masks any count, and the best run once masked; both depend on the row alone
+        self.slivers = np.zeros(capacity, dtype=bool)
+        self.best_kept = np.empty(capacity)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -83,6 +89,27 @@ class RowCache:
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel])
 
+    def cut(self, jobs: tuple[WaitingJob, ...], cols: int, stretch: float) -> tuple[np.ndarray, ...]:
+        """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied, and two more
+        per job: whether the no-sliver rule at ``stretch`` masks any of its counts, and its best run
+        once masked (what `LyapunovPolicy._restrict` computes over the whole rows)."""
+        if stretch != self.stretch:
+            self._reset(0, 0)
+            self.stretch = stretch
+        n = len(jobs)
+        width = len(jobs[0].run_one_node)
+        if width != self.width or len(self.index) > 4 * n + 4096:
+            self._reset(width, max(1024, 2 * n))
+        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
+        if None in idx:
+            for pos, w in enumerate(jobs):
+                if idx[pos] is None:
+                    idx[pos] = self._add(w)
+        sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
+        c = min(cols, self.width)
+        return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
+                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel])
+
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
         if i >= self.one.shape[0]:
@@ -95,6 +122,8 @@ class RowCache:
             self.req = np.concatenate([self.req, np.empty(grow, dtype=np.intp)])
             self.run_req = np.concatenate([self.run_req, np.empty(grow)])
             self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
+            self.slivers = np.concatenate([self.slivers, np.zeros(grow, dtype=bool)])
+            self.best_kept = np.concatenate([self.best_kept, np.empty(grow)])
         self.one[i] = w.run_one_node
         self.multi[i] = w.run_multi_node
         self.work[i] = w.work
@@ -107,6 +136,12 @@ class RowCache:
         self.run_req[i] = fm[r - 1]
         self.adaptive[i] = w.adaptive
         self.n_adaptive += w.adaptive
+        if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
+            gk = np.arange(1, self.width + 1)
+            with np.errstate(invalid="ignore"):
+                over = (gk < r) & (fm > self.stretch * self.run_req[i])
+            self.slivers[i] = bool(over.any())
+            self.best_kept[i] = np.fmin(np.where(over, np.inf, w.run_one_node), np.where(over, np.inf, w.run_multi_node)).min()
         self.keep.append(w)
         self.index[id(w)] = i
         return i
@@ -147,19 +182,35 @@ class LyapunovPolicy:
         """
         jobs = state.waiting
         n = len(jobs)
-        one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)  # all counts: best needs them
+        # the shipped restriction on plain jobs: rows cut to ``cols`` first, the best runs as the
+        # whole rows give them (`RowCache.cut`); else all counts, as best needs them
+        fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
+        if fast and cols is not None:
+            one, multi, work, submit, best, req, run_req, slivers, best_kept = self._rows.cut(jobs, cols, self.max_stretch)
+            fast = not self._rows.n_adaptive
+        if not fast:
+            one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
         wait = state.now - submit
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
         z = float(wait.sum())
         theta = q + z
-        total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
         gk = np.arange(1, one.shape[1] + 1)
         with np.errstate(invalid="ignore"):
             fm = np.fmin(one, multi)
             # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
             over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
-        one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
+        if fast:  # `_restrict` on the cut rows (their own copies)
+            if over.any():
+                np.copyto(one, np.inf, where=over)
+                np.copyto(multi, np.inf, where=over)
+            if slivers.any():
+                best = best_kept
+            fut: Fut = None
+            notes: dict = {}
+        else:
+            one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
         if self._type_best is not None:  # one type of a typed slot: the penalty counts from the job's best type
             best = np.minimum(best, self._type_best)  # (the adaptive jobs' one-node rule below re-bases it on its rows)
         ad = self._rows.waiting_adaptive()
@@ -253,7 +304,7 @@ class LyapunovPolicy:
         whether GPUs are used, only by whom), in cluster-seconds, times V*Theta so that it reads
         against the penalty. None (no change at all) without tenant input, with one tenant
         waiting, or when no waiting tenant is behind another."""
-        users = [w.user for w in state.waiting] if state.tenants is not None and self.tenant_weight > 0 else []
+        users = list(map(_USER, state.waiting)) if state.tenants is not None and self.tenant_weight > 0 else []
         behind = self._tenants_behind(state, users, total_gpus)
         if behind is None:
             return None
@@ -475,7 +526,7 @@ class LyapunovPolicy:
         """The waiting jobs' tenants when the tenant term may act (two or more of them), else None."""
         if state.tenants is None or self.tenant_weight <= 0:
             return None
-        users = [w.user for w in state.waiting]
+        users = list(map(_USER, state.waiting))
         return users if len(set(users)) >= 2 else None
 
     def _wake_at_tenants(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, arr: dict, q: float,
@@ -525,7 +576,7 @@ class LyapunovPolicy:
         (``users``, as `_tenants_behind` reads them) while nothing arrives, starts or ends."""
         book = state.tenants
         assert book is not None
-        total_gpus = max(1, sum(state.free) + sum(r.gpus for r in state.running))
+        total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
         return TenantBound(book, users, self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len)
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
@@ -577,6 +628,9 @@ class LyapunovUnaware(LyapunovPolicy):
 
     types_aware: ClassVar[bool] = False
     name: str = "lyapunov-unaware"
+
+
+_GPUS, _USER = attrgetter("gpus"), attrgetter("user")
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
@@ -636,15 +690,24 @@ class TenantBound:
         self.pad = total_gpus * slot
         self.names = sorted(set(users))
         col = {name: i for i, name in enumerate(self.names)}
-        self.who = np.fromiter((col[u] for u in users), dtype=np.intp, count=len(users))
+        self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
         self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
+        # the book's sums and rates per tenant: `_at` moves them as `TenantBook.at` does
+        self._rec = np.array([book.received.get(k, 0.0) for k in self.names])
+        self._held = np.array([book.held.get(k, 0.0) for k in self.names])
+        self._ent = np.array([book.entitled.get(k, 0.0) for k in self.names])
+        self._rate = np.array([book.rate.get(k, 0.0) for k in self.names])
 
-    def _at(self, d: float) -> tuple[TenantBook, np.ndarray, float, float]:
-        later = self.book.at(d)
-        y1 = np.array([later.shortfall(k, self.slack, self.pad) for k in self.names])
+    def _at(self, d: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(each tenant's entitled GPU-seconds and shortfall d on, the floor, the scale): `TenantBook.at`
+        and `TenantBook.shortfall` on arrays, the same operations in the same order."""
+        rec = self._rec + self._held * d
+        ent = self._ent + self._rate * d
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
         floor = min(float(self.y0.min()), float(y1.min()))
-        ebar = sum(later.entitled.get(k, 0.0) for k in self.names) / len(self.names)
-        return later, y1, floor, self.weight * ebar / self.g2
+        ebar = sum(ent.tolist()) / len(self.names)
+        return ent, y1, floor, self.weight * ebar / self.g2
 
     def per_gpu(self, d: float) -> np.ndarray:
         """Per tenant (``names`` order), the bound on its credit per GPU over V*Theta within d."""

@@ -106,6 +106,8 @@ class SlotStateBuilder:
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
+        self._made: dict[int, RunningJob] = {}  # id of a RunningObs -> its view (non-preemptive policies)
+        self._made_obs: list[RunningObs] = []  # those RunningObs
 
     def scale(self, user: str, job_id: str) -> float:
         """This slot's scale of a job's claim: its user's trust factor, or what is known of it over
@@ -169,13 +171,20 @@ class SlotStateBuilder:
             return tuple(self.running_job(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        out = []
-        for o in snap.running:
-            v = o._view
-            if not v or v[0] is not self:
-                v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
-            out.append(v[1])
-        res = tuple(out)
+        made = self._made
+        try:  # every job seen before: its view at C speed
+            res = tuple(map(made.__getitem__, map(id, snap.running)))
+        except KeyError:
+            if len(made) > 4 * len(snap.running) + 4096:  # drop the views of jobs gone
+                made.clear()
+                self._made_obs.clear()
+            for o in [o for o in snap.running if id(o) not in made]:  # the jobs started since
+                v = o._view
+                if not v or v[0] is not self:
+                    v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
+                made[id(o)] = v[1]
+                self._made_obs.append(o)  # kept alive while cached: its id is not reused
+            res = tuple(map(made.__getitem__, map(id, snap.running)))
         self._last = (snap.running, res)
         return res
 

@@ -38,6 +38,19 @@ def decayed(u: float, g: float, dt: float, half_life: float) -> float:
     return u * d + g * (-math.expm1(-lam * dt)) / lam
 
 
+def decay_all(usage: Mapping[str, float], held: Mapping[str, float], dt: float, half_life: float) -> dict[str, float]:
+    """`decayed` for every tenant of ``usage`` (holding ``held``) over the same ``dt``: the same
+    values, its two exponentials taken once."""
+    if dt <= 0:
+        return dict(usage)
+    if not math.isfinite(half_life):
+        return {k: u + held.get(k, 0.0) * dt for k, u in usage.items()}
+    lam = math.log(2.0) / half_life
+    d = math.exp(-lam * dt)
+    e = -math.expm1(-lam * dt)
+    return {k: u * d + held.get(k, 0.0) * e / lam for k, u in usage.items()}
+
+
 def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity: float) -> dict[str, float]:
     """Each tenant's part of ``capacity``: proportional to its share, capped at its demand, the
     capped tenants' rest re-split among the others (max-min fair by weight). Tenants with no
@@ -88,7 +101,7 @@ class TenantBook:
         for k, e in self.rate.items():
             if e:
                 ent[k] = ent.get(k, 0.0) + e * dt
-        use = {k: decayed(u, self.held.get(k, 0.0), dt, self.half_life) for k, u in self.usage.items()}
+        use = decay_all(self.usage, self.held, dt, self.half_life)
         return TenantBook(self.shares, rec, ent, self.held, self.rate, use, self.half_life)
 
     def deficit(self, tenant: str) -> float:
@@ -123,13 +136,19 @@ class TenantLedger:
     usage: dict[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed (module docstring)
     half_life: float = USAGE_HALF_LIFE_S
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes
+    _rate_of: tuple[list[tuple[str, float]], dict[str, float]] | None = None  # (demand, its rate), the last computed
 
     def rates(self) -> dict[str, float]:
         """Each tenant's entitled GPUs now (water-filled over the demand), kept until demand changes."""
         rate = self._rate
         if rate is None:
             demand = {k: self.held.get(k, 0.0) + self.asked.get(k, 0.0) for k in set(self.held) | set(self.asked)}
-            rate = self._rate = waterfill(demand, self.shares, self.capacity)
+            last = self._rate_of
+            if last is not None and last[0] == list(demand.items()):  # a start at its request: demand as it was
+                rate = self._rate = last[1]
+            else:
+                rate = self._rate = waterfill(demand, self.shares, self.capacity)
+                self._rate_of = (list(demand.items()), rate)
         return rate
 
     def advance(self, t: float) -> None:
@@ -143,8 +162,7 @@ class TenantLedger:
         for k, g in self.held.items():
             if g:
                 self.received[k] = self.received.get(k, 0.0) + g * dt
-        for k, u in self.usage.items():
-            self.usage[k] = decayed(u, self.held.get(k, 0.0), dt, self.half_life)
+        self.usage.update(decay_all(self.usage, self.held, dt, self.half_life))
         for k, e in rate.items():
             if e:
                 self.entitled[k] = self.entitled.get(k, 0.0) + e * dt

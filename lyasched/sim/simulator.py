@@ -20,6 +20,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -39,6 +40,7 @@ from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
 from lyasched.sim.progress import Progress
 
+_OBS = attrgetter("obs")
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
 DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (checkpoint reload)
@@ -624,7 +626,7 @@ class Simulation:
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
                     if running_view is None:
-                        running_view = tuple(r.obs for r in running.values())
+                        running_view = tuple(map(_OBS, running.values()))
                     book = None
                     if ledger is not None:
                         pending.sort(key=lambda e: e[0])  # each event at its own time, in time order
