@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from lyasched.policy.rowcache import RowCache
 from lyasched.policy.state import (Decision, SlotResult, SlotState, WaitingJob, capabilities, type_slice, unslice,
                                    untyped)
 
@@ -46,7 +47,7 @@ class TypeMemo:
     never left out), its fastest type, the GPU-seconds of its request there (the one-node run at the
     requested count, else the several-node one, else its best run, times the count), its id, work
     and submit time. Kept across slots, since the simulator and the service hand over the same
-    `WaitingJob` objects slot after slot (as `lyapunov.RowCache`): a slot then reads them with numpy
+    `WaitingJob` objects slot after slot (as `rowcache.RowCache`): a slot then reads them with numpy
     instead of a Python step per job and type. Entries hold their object, so an id is not reused
     while cached. A pure memo: results are unchanged."""
 
@@ -162,8 +163,6 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     joins = memo.best[sel] < math.inf  # the types it allows
     if backlog:
         joins &= _queues(memo, sel, state)
-    from lyasched.policy.lyapunov import RowCache  # (lyapunov imports this module)
-
     rows: dict[str, RowCache] = vars(policy).setdefault("_type_rows", {})  # GPU type -> its `RowCache`
     pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built at the first start
     starts: list[Decision] = []

@@ -133,7 +133,7 @@ class PerJob(Generic[T]):
     """Per-job derived data (allowed count, sort key...) memoised by `WaitingJob` identity.
 
     The simulator and the service hand a policy the same `WaitingJob` objects slot after
-    slot (as `lyasched.policy.lyapunov.RowCache` relies on), so deriving a job's data once
+    slot (as `lyasched.policy.rowcache.RowCache` relies on), so deriving a job's data once
     per job instead of once per slot keeps a decision over thousands of waiting jobs cheap.
     Entries hold their object, so an id cannot be reused while cached. A pure memo: a new
     object (or a cleared cache) gives the same value.
