@@ -51,6 +51,17 @@ class SlotMemo:
         self._left: dict[int, int] = {}
         self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
         self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
+        # a victims walk per (shape, free GPUs, victims used so far) that no job's run changes (`Path.fixed`)
+        self.paths: dict[tuple[Shape, tuple[int, ...], int], Path | None] = {}
+        self._bigger: dict[int, list[Victim]] = {}
+        self.forecasts: dict[tuple, object] = {}  # the group step's forecast waits (`ElasticPolicy._group`)
+
+    def bigger(self, g: int) -> list[Victim]:
+        """The usable victims holding more than ``g`` GPUs, in their order (a group swap's victims)."""
+        hit = self._bigger.get(g)
+        if hit is None:
+            hit = self._bigger[g] = [v for v in self.usable if v.job.gpus > g]
+        return hit
 
     def gpus_left(self, used: set[str]) -> int:
         """GPUs held by victims not yet moved this slot (``used`` only grows within a slot, so its
@@ -108,6 +119,72 @@ class SlotMemo:
                 break
         self._shrinks[key] = hit = (trial, option)
         return hit
+
+
+class Path:
+    """The victims one waiting job's swap would move (`ElasticPolicy._victims`), in order: each
+    step is (victim, its shrink (GPUs, placement) or None when suspended, a shrink's added
+    completion time, a shrink's note); ``avail`` the free GPUs after them, ``place`` the job's
+    placement there. A suspension costs the job's run plus the victim's move cost, so the walk is
+    kept for one run; ``fixed``: no step chose between shrink and suspend, so the same walk holds
+    for every job of the shape on those GPUs in the slot (`SlotMemo.paths`). The sums a swap's
+    score reads are kept on it, each computed as the score would (same terms, same order)."""
+
+    __slots__ = ("steps", "avail", "place", "fixed", "susp", "r_max", "_sums")
+
+    def __init__(self, steps: list, avail: list[int], place: Placement, fixed: bool) -> None:
+        self.steps = steps
+        self.avail = avail
+        self.place = place
+        self.fixed = fixed
+        self.susp = [v.job for v, new, _, _ in steps if new is None]
+        self.r_max = max(v.r_now for v, _, _, _ in steps)  # the victims' GPUs come back by then anyway
+        self._sums: dict[str, float] = {}
+
+    def cost(self, t_j: float) -> float:
+        """The moves' added completion time for a job that runs ``t_j``: sum of each victim's."""
+        return sum(c if new is not None else t_j + v.cost for v, new, c, _ in self.steps)
+
+    def chosen(self, t_j: float) -> list:
+        """The steps as ``Chosen`` entries (job, shrunk to | None, cost, why) for a job that runs ``t_j``."""
+        out = []
+        for v, new, c, why in self.steps:
+            if new is None:
+                c = t_j + v.cost
+                why = f"waits ~{t_j:.0f}s + {v.cost:.0f}s move, {v.r_now:.0f}s left"
+            out.append((v.job, new, c, why))
+        return out
+
+    def work(self, mean_work: float) -> float:
+        """The suspended victims' credit in Q (each capped at the slot's mean work)."""
+        hit = self._sums.get("work")
+        if hit is None:
+            hit = self._sums["work"] = sum(min(r.work_left, mean_work) for r in self.susp)
+        return hit
+
+    def waited(self, slot: float) -> float:
+        """The suspended victims' waits (each plus a slot), what Z takes back."""
+        hit = self._sums.get("waited")
+        if hit is None:
+            hit = self._sums["waited"] = sum(r.waited_s + slot for r in self.susp)
+        return hit
+
+    def given(self, behind) -> float:
+        """The tenant credit the victims' tenants give up: per GPU taken, its tenant's ``behind``."""
+        hit = self._sums.get("given")
+        if hit is None:
+            hit = self._sums["given"] = sum(behind(v.job.user) * (v.job.gpus - (new[0] if new is not None else 0))
+                                            for v, new, _, _ in self.steps)
+        return hit
+
+    def fades(self, qt: Quiet) -> tuple[float, float]:
+        """How fast the score's victim terms can move (`ElasticPolicy._quiet_swap`): the suspended
+        victims' work times their fade rates, and the shrinks' added runs above the move cost times theirs."""
+        wk = self._sums.get("wk")
+        if wk is None:
+            wk = self._sums["wk"] = sum(r.work_left * qt.fade(r) for r in self.susp)
+            self._sums["cs"] = sum(max(0.0, c - v.cost) * qt.fade(v.job) for v, new, c, _ in self.steps if new is not None)
+        return wk, self._sums["cs"]
 
 
 def fit_on(shape: Shape, nodes: Sequence[int], counts: Sequence[int]) -> tuple[Placement, Placement] | None:
