@@ -304,7 +304,15 @@ class ElasticPolicy(LyapunovPolicy):
             lo, top = hit
             return bool(lo[col[user]] > top)
 
+        def vector(d: float) -> np.ndarray:
+            hit = memo.get(d)
+            if hit is None:
+                hit = memo[d] = bound.per_gpu(d)
+            return hit  # type: ignore[return-value]
+
         per.stays_behind = stays_behind  # type: ignore[attr-defined]
+        per.vector = vector  # type: ignore[attr-defined]
+        per.col = col  # type: ignore[attr-defined]
         return per
 
     def _quiet_rank(self, memo: SlotMemo, qt: Quiet, now: float) -> None:
@@ -337,8 +345,8 @@ class ElasticPolicy(LyapunovPolicy):
         if per is None:
             qt.keep(-s0, a, b)
             return
-        V = self.V
-        qt.tests.append(lambda d: s0 + a * d + b * d * d + V * (theta + n * d) * g * per(user, d) < 0)
+        # s0 + a*d + b*d^2 + V*(theta + n*d)*g*per(user, d) < 0, tested for all swaps at once (`Quiet.holds`)
+        qt.swap(s0, a, b, theta, n, g, per.col[user], self.V, per.vector)
 
     def _grow_quiet(self, state: SlotState, movable: list[MovableJob], free: list[int]) -> float:
         """How long a grow step that moved nothing stays a no-op while nothing arrives or ends

@@ -33,6 +33,13 @@ class Victim:
     usable: bool  # it has GPUs and a finite, positive remaining run
 
 
+# A placement depends on the shape and the free vector only (the placement rule reads nothing
+# else), so placements are also kept across slots: consecutive slots ask the same ones.
+_FITS: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
+_FITS_MAX = 200_000  # entries; then it starts afresh
+_NONE = object()
+
+
 class SlotMemo:
     """What one slot's make-room step computes again and again, memoised by its inputs: victims'
     remaining runs and move costs, placements of a shape on a free vector, and each victim's
@@ -76,13 +83,18 @@ class SlotMemo:
         key = (shape, tuple(free))
         if key in self._fits:
             return self._fits[key]
-        pl = None
-        if sum(free) >= shape[0]:
-            nodes = [i for i, f in enumerate(free) if f]
-            hit = fit_on(shape, nodes, [free[i] for i in nodes])
-            pl = hit[1] if hit is not None else None
-        self._fits[key] = pl
-        return pl
+        pl = _FITS.get(key, _NONE)
+        if pl is _NONE:
+            pl = None
+            if sum(free) >= shape[0]:
+                nodes = [i for i, f in enumerate(free) if f]
+                hit = fit_on(shape, nodes, [free[i] for i in nodes])
+                pl = hit[1] if hit is not None else None
+            if len(_FITS) >= _FITS_MAX:
+                _FITS.clear()
+            _FITS[key] = pl
+        self._fits[key] = pl  # type: ignore[assignment]
+        return pl  # type: ignore[return-value]
 
     def shrink(self, v: Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
         """``avail`` with the victim's GPUs released (``trial``), and the victim's shrink that lets
@@ -261,6 +273,11 @@ class Quiet:
         self._fade: dict[str, float] = {}
         self.m: list[tuple[float, float, float]] = []
         self.tests: list = []
+        self._m: np.ndarray | None = None  # ``m`` as an array, made at the first `holds`
+        self._swaps: list[tuple[float, float, float, float, int, int, int]] = []  # (`swap`)
+        self._swap_arr: np.ndarray | None = None
+        self._swap_v = 0.0
+        self._swap_per = None
 
     def fail(self) -> None:
         """Something can change at once (a tie that time may break, a term not bounded)."""
@@ -274,6 +291,15 @@ class Quiet:
             return
         if a > 0 or b > 0:
             self.m.append((m0, a, b))
+            self._m = None
+
+    def swap(self, s0: float, a: float, b: float, theta: float, n: int, g: int, col: int, V: float, per) -> None:
+        """A swap scored <= 0 with a tenant term: it stays so within d while
+        s0 + a*d + b*d^2 + V*(theta + n*d)*g*per(d)[col] < 0, ``per(d)`` the tenants' credit
+        bounds (one function and one V per slot). Kept as rows and tested all at once."""
+        self._swaps.append((s0, a, b, theta, n, g, col))
+        self._swap_arr = None
+        self._swap_v, self._swap_per = V, per
 
     def fade(self, r) -> float:
         """`fade_rate` of a running job, memoised for the slot."""
@@ -286,8 +312,20 @@ class Quiet:
         if not d < self.cap:
             return False
         if self.m:
-            arr = np.asarray(self.m)
+            arr = self._m
+            if arr is None:
+                arr = self._m = np.asarray(self.m)
             if bool((arr[:, 0] - arr[:, 1] * d - arr[:, 2] * d * d <= 0).any()):
+                return False
+        if self._swaps:
+            sw = self._swap_arr
+            if sw is None:
+                sw = self._swap_arr = np.asarray(self._swaps, dtype=float).T.copy()
+            s0, a, b, theta, n, g, col = sw
+            assert self._swap_per is not None
+            per = self._swap_per(d)[col.astype(np.intp)]
+            # the same operations in the same order as one row's test in Python floats: the same results
+            if not bool((s0 + a * d + b * d * d + self._swap_v * (theta + n * d) * g * per < 0).all()):
                 return False
         return all(t(d) for t in self.tests)
 
