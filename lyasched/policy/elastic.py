@@ -108,6 +108,7 @@ class ElasticPolicy(LyapunovPolicy):
         if self.grow_hold not in holds:
             raise ValueError(f"grow_hold must be one of {', '.join(holds)}, not {self.grow_hold!r}")
         self._cands = PerJob(candidate)
+        self._runs_best: PerJob[float] = PerJob(lambda w: w.best_run)  # a waiting job's rows do not change while it waits
         self._quiet: Quiet | None = None  # this call's record of what keeps make-room a no-op (`_quiet_wake`)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
@@ -425,6 +426,7 @@ class ElasticPolicy(LyapunovPolicy):
         gpus_of = {r.job_id: r.gpus for r in victims}
         cands = []
         self._cands.prune(state.waiting)
+        self._runs_best.prune(state.waiting)
         for pos, w in enumerate(left):
             cand = self._cands(w)
             if cand is not None:
@@ -481,7 +483,7 @@ class ElasticPolicy(LyapunovPolicy):
                 place = plan.place
                 cost = plan.cost(t_j)
                 run_j = w.run_time(g, len(place) > 1)
-                pen_j = run_j - w.best_run
+                pen_j = run_j - self._runs_best(w)
                 credit_j = self._swap_credit(w, mean_work)
                 gain = self.q_weight * q * (credit_j - plan.work(mean_work))
                 gain += z * ((waits[pos] + slot) - plan.waited(slot))
@@ -615,7 +617,7 @@ class ElasticPolicy(LyapunovPolicy):
                 trial_total -= sum(n for _, n in pl)
                 batch.append((pos, g, pl, run_i))
                 saved += min(wait_i, v.r_now)
-                pen += run_i - w.best_run
+                pen += run_i - self._runs_best(w)
                 credit += self._swap_credit(w, mean_work)
                 wsum += waits[pos] + slot
                 longest = max(longest, run_i)
