@@ -316,10 +316,14 @@ class ElasticPolicy(LyapunovPolicy):
         per.col = col  # type: ignore[attr-defined]
         return per
 
-    def _quiet_rank(self, memo: SlotMemo, qt: Quiet, now: float) -> None:
-        """The victims' order (longest remaining run first within the same over-request flag)
-        holds while no two of them can swap places."""
-        us = memo.usable
+    def _quiet_rank(self, memo: SlotMemo, qt: Quiet) -> None:
+        """The victims' order (longest remaining run first within the same over-request flag), as
+        far as the victims walks read it (`SlotMemo.depth`), holds while no two neighbours there can
+        swap places: each value only falls, so one that stays above its neighbour stays above every
+        victim after it, and the walks see the same victims in the same order. (The group step
+        reads the order too, but only to pick the first victim whose swap scores > 0: in a slot
+        that moved nothing none did, and each stays so by its own margin, whatever the order.)"""
+        us = memo.usable[: memo.depth + 1]
         for va, vb in zip(us, us[1:]):
             ra, rb = va.job, vb.job
             if (ra.gpus > ra.requested_gpus) != (rb.gpus > rb.requested_gpus):
@@ -438,7 +442,7 @@ class ElasticPolicy(LyapunovPolicy):
         qt = self._quiet
         per = self._quiet_tenants(state, qt) if qt is not None else None
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
-        ranked = False  # the victims' order recorded (at the first search)
+        ranked = False  # a candidate searched: the victims' order it read is recorded at the end (`_quiet_rank`)
         flips: list[tuple[float, str]] = []  # per searching candidate, its forecast wait's margin over its run, its tenant
         order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
@@ -474,9 +478,7 @@ class ElasticPolicy(LyapunovPolicy):
             if searches >= self.max_searches:
                 continue
             searches += 1
-            if qt is not None and not ranked:
-                ranked = True
-                self._quiet_rank(memo, qt, now)
+            ranked = True
             plan = self._victims(shape, g, t_j, free, memo, used)
             score = -math.inf
             if plan is not None:
@@ -540,6 +542,8 @@ class ElasticPolicy(LyapunovPolicy):
                                    f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
+        if qt is not None and ranked:
+            self._quiet_rank(memo, qt)
         if qt is not None and searches >= self.max_searches:
             for m, user in flips:
                 if m > 0:
@@ -719,10 +723,11 @@ class ElasticPolicy(LyapunovPolicy):
         steps: list = []
         fixed = True
         qt = self._quiet
-        for v in memo.usable:
+        for depth, v in enumerate(memo.usable, 1):
             r = v.job
             if r.job_id in used:
                 continue
+            memo.depth = max(memo.depth, depth)
             trial, option = memo.shrink(v, shape, avail)
             # Suspended, r waits about j's run (the exchange argument) only if j uses all of r's
             # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a

@@ -1,7 +1,9 @@
 """What elastic's make-room step computes within one slot (lyasched/policy/elastic.py): the
 movable jobs as victims, memoised placements and shrink options, a waiting job as a swap
-candidate, the counts-only forecast of a wait (`Releases`), the recent arrival rate. No state between slots:
-a `SlotMemo` lives for one `decide` call, so decisions are those of computing everything afresh.
+candidate, the victims a swap would move (`Path`), the counts-only forecast of a wait
+(`Releases`), the recent arrival rate. A `SlotMemo` lives for one `decide` call; the one thing
+kept between slots is placements (`_FITS`: a pure function of the shape and the free vector), so
+decisions are those of computing everything afresh.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ _NONE = object()
 class SlotMemo:
     """What one slot's make-room step computes again and again, memoised by its inputs: victims'
     remaining runs and move costs, placements of a shape on a free vector, and each victim's
-    shrink option for a shape on a free vector. Lives for one `decide` call (no state between
-    slots), so decisions are those of computing everything afresh."""
+    shrink option for a shape on a free vector, the victims walks (`Path`) and the group step's
+    forecasts. Lives for one `decide` call (placements are also kept across slots: `_FITS`), so
+    decisions are those of computing everything afresh."""
 
     def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
         self.pol = pol
@@ -61,6 +64,7 @@ class SlotMemo:
         # a victims walk per (shape, free GPUs, victims used so far) that no job's run changes (`Path.fixed`)
         self.paths: dict[tuple[Shape, tuple[int, ...], int], Path | None] = {}
         self._bigger: dict[int, list[Victim]] = {}
+        self.depth = 0  # how many of `usable` the deepest victims walk so far looked at
         self.forecasts: dict[tuple, object] = {}  # the group step's forecast waits (`ElasticPolicy._group`)
 
     def bigger(self, g: int) -> list[Victim]:
