@@ -667,14 +667,14 @@ class ElasticPolicy(LyapunovPolicy):
         same offset while nothing starts, so the waits are listed once per (free GPUs, starts,
         offset) in the slot (`SlotMemo.forecasts`) and each call reads the tail after its own."""
         fc = memo.forecasts
-        pre = fc.get(len(taken))  # per position in order, the GPUs asked before it (taken ones not counted)
+        pre = memo.asked.get(len(taken))  # per position in order, the GPUs asked before it (taken ones not counted)
         if pre is None:
             acc, pre = 0, [0]
             for e in order:
                 if e[2] not in taken:
                     acc += e[3]
                 pre.append(acc)
-            fc[len(taken)] = pre
+            memo.asked[len(taken)] = pre
         off = ahead - pre[k]
         key = (free_total, len(taken), off)
         hit = fc.get(key)

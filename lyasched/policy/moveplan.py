@@ -65,7 +65,10 @@ class SlotMemo:
         self.paths: dict[tuple[Shape, tuple[int, ...], int], Path | None] = {}
         self._bigger: dict[int, list[Victim]] = {}
         self.depth = 0  # how many of `usable` the deepest victims walk so far looked at
-        self.forecasts: dict[tuple, object] = {}  # the group step's forecast waits (`ElasticPolicy._group`)
+        # the group step's forecast waits (`ElasticPolicy._forecast_after`): per count of group
+        # starts, the GPUs asked before each candidate; per (free GPUs, starts, offset) the waits
+        self.asked: dict[int, list[int]] = {}
+        self.forecasts: dict[tuple[int, int, int], tuple[int, list[int], list[tuple[int, int, Shape, float]], list[float]]] = {}
 
     def bigger(self, g: int) -> list[Victim]:
         """The usable victims holding more than ``g`` GPUs, in their order (a group swap's victims)."""
