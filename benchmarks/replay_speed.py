@@ -9,7 +9,9 @@ after --limit seconds is stopped and reported as '> limit'. ``--against DIR``: t
 with the lyasched package of another checkout (e.g. ``git worktree add /tmp/ccc ccc6d68``), run in
 a child process, alternating with this tree's round by round so both see the same machine load;
 the figures are printed side by side with this tree's / the other's wall-time ratio
-(``ratio`` in the JSON, median over rounds). Examples:
+(``ratio`` in the JSON, median over rounds), and the sum over the policies (``total``: wall and
+CPU seconds per round, and its ratio). CPU seconds (``cpu_s``) are the replay's own, whatever
+else the machine runs; the wall time is what the targets name. Examples:
 
     # the README's researcher command, with elastic (the first 3,000 Philly jobs at load 1.0)
     python benchmarks/replay_speed.py --max-jobs 3000 --load 1.0 --policies lyapunov,elastic,tiresias,backfill --limit 600
@@ -48,6 +50,7 @@ def measure(trace: str, policies: list[str], max_jobs: int | None, load: float, 
                  "setup_s": round(time.perf_counter() - t0, 2), "package": os.path.dirname(lyasched.__file__),
                  "policies": {}}
     for name in policies:
+        c0 = time.process_time()  # CPU time: what the replay costs whatever else the machine runs
         try:
             r = sim.run(make_policy(name, seed=0), name=name, wall_limit_s=limit)
             out["policies"][name] = {"wall_s": round(r.wall_s, 1), "decide_s": round(r.decide_s, 1), "finished": True,
@@ -55,14 +58,23 @@ def measure(trace: str, policies: list[str], max_jobs: int | None, load: float, 
         except WallTimeExceeded as e:
             out["policies"][name] = {"wall_s": round(e.wall, 1), "decide_s": round(e.decide_s, 1), "finished": False,
                                      "jobs_done": e.done}
+        out["policies"][name]["cpu_s"] = round(time.process_time() - c0, 1)
     return out
 
 
 def line(name: str, row: dict, limit: float) -> str:
+    cpu = f", CPU {row['cpu_s']:.1f} s" if "cpu_s" in row else ""
     if not row["finished"]:
-        return f"> {limit:.0f} s (stopped with {row['jobs_done']} jobs finished)"
+        return f"> {limit:.0f} s (stopped with {row['jobs_done']} jobs finished{cpu})"
     return (f"{row['wall_s']:7.1f} s (decide {row['decide_s']:.1f} s in {row['decide_calls']} calls; "
-            f"avg JCT {row['avg_jct_s']} s)")
+            f"avg JCT {row['avg_jct_s']} s{cpu})")
+
+
+def total(rnd: dict) -> dict:
+    """One round's sum over its policies (a stopped one counts its time so far: a lower bound)."""
+    rows = rnd["policies"].values()
+    return {"wall_s": round(sum(r["wall_s"] for r in rows), 1), "cpu_s": round(sum(r.get("cpu_s", 0.0) for r in rows), 1),
+            "finished": all(r["finished"] for r in rows)}
 
 
 def main() -> None:
@@ -92,6 +104,7 @@ def main() -> None:
             sys.exit(f"Error: --against {a.against}: no lyasched package there")
         trees["against"] = os.path.abspath(a.against)
     runs: dict[str, list[dict]] = {k: [] for k in trees}
+    load0 = os.getloadavg()
     for rnd in range(a.rounds):
         for key, root in trees.items():
             argv = [sys.executable, os.path.abspath(__file__), "--child", "--trace", a.trace, "--policies", a.policies,
@@ -104,13 +117,17 @@ def main() -> None:
     first = runs["this"][0]
     out: dict = {"jobs": first["jobs"], "cluster": first["cluster"], "load": a.load,
                  "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-                 "load_average": os.getloadavg(), "rounds": runs, "policies": {}}
+                 "load_average_start": load0, "load_average": os.getloadavg(), "rounds": runs, "policies": {}}
     for p in policies:
         row: dict = {k: [r["policies"][p] for r in v] for k, v in runs.items()}
         if a.against:
             ratios = [x["wall_s"] / y["wall_s"] for x, y in zip(row["this"], row["against"]) if y["wall_s"] > 0]
             row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
         out["policies"][p] = row
+    out["total"] = {k: [total(r) for r in v] for k, v in runs.items()}  # per round: every policy's replay, summed
+    if a.against:
+        tr = [x["wall_s"] / y["wall_s"] for x, y in zip(out["total"]["this"], out["total"]["against"]) if y["wall_s"] > 0]
+        out["total"]["ratio"] = round(statistics.median(tr), 3) if tr else None
     if a.json:
         print(json.dumps(out))
         return
@@ -120,6 +137,13 @@ def main() -> None:
         if a.against:
             text += f"\n{'':11s} against: {line(p, row['against'][-1], a.limit)}\n{'':11s} ratio this/against: {row['ratio']}"
         print(text)
+    for key in trees:
+        t = out["total"][key][-1]
+        print(f"{'total':11s} {key}: {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU" + ("" if t["finished"] else " (a policy was stopped: at least)"))
+    if a.against:
+        print(f"{'':11s} ratio this/against: {out['total']['ratio']}")
+    print("load average (1, 5, 15 min) at the start: " + " ".join(f"{x:.2f}" for x in load0)
+          + "; at the end: " + " ".join(f"{x:.2f}" for x in out["load_average"]))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -63,7 +64,7 @@ from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.bytype import decide_by_type
 from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
+from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
@@ -108,6 +109,7 @@ class ElasticPolicy(LyapunovPolicy):
         if self.grow_hold not in holds:
             raise ValueError(f"grow_hold must be one of {', '.join(holds)}, not {self.grow_hold!r}")
         self._cands = PerJob(candidate)
+        self._runs_best: PerJob[float] = PerJob(lambda w: w.best_run)  # a waiting job's rows do not change while it waits
         self._quiet: Quiet | None = None  # this call's record of what keeps make-room a no-op (`_quiet_wake`)
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
@@ -304,13 +306,25 @@ class ElasticPolicy(LyapunovPolicy):
             lo, top = hit
             return bool(lo[col[user]] > top)
 
+        def vector(d: float) -> np.ndarray:
+            hit = memo.get(d)
+            if hit is None:
+                hit = memo[d] = bound.per_gpu(d)
+            return hit  # type: ignore[return-value]
+
         per.stays_behind = stays_behind  # type: ignore[attr-defined]
+        per.vector = vector  # type: ignore[attr-defined]
+        per.col = col  # type: ignore[attr-defined]
         return per
 
-    def _quiet_rank(self, memo: SlotMemo, qt: Quiet, now: float) -> None:
-        """The victims' order (longest remaining run first within the same over-request flag)
-        holds while no two of them can swap places."""
-        us = memo.usable
+    def _quiet_rank(self, memo: SlotMemo, qt: Quiet) -> None:
+        """The victims' order (longest remaining run first within the same over-request flag), as
+        far as the victims walks read it (`SlotMemo.depth`), holds while no two neighbours there can
+        swap places: each value only falls, so one that stays above its neighbour stays above every
+        victim after it, and the walks see the same victims in the same order. (The group step
+        reads the order too, but only to pick the first victim whose swap scores > 0: in a slot
+        that moved nothing none did, and each stays so by its own margin, whatever the order.)"""
+        us = memo.usable[: memo.depth + 1]
         for va, vb in zip(us, us[1:]):
             ra, rb = va.job, vb.job
             if (ra.gpus > ra.requested_gpus) != (rb.gpus > rb.requested_gpus):
@@ -322,7 +336,7 @@ class ElasticPolicy(LyapunovPolicy):
                 qt.fail()  # a tie broken by id: time may break it the other way
 
     def _quiet_swap(self, qt: Quiet, per, now: float, n: int, theta: float, z: float, q: float, s0: float, w0: float,
-                    x0: float, chosen: Chosen, susp: list[MovableJob], g: int, user: str) -> None:
+                    x0: float, plan: Path, g: int, user: str) -> None:
         """A swap scored <= 0 stays so while s0 + a*d + b*d^2 (plus its tenant's credit bound) is
         negative: a bound on how much the score can rise within d. ``s0``: its score without the
         tenant term; ``w0``: the bracket Z multiplies (grows at 1/s); ``x0``: the bracket V*Theta
@@ -330,16 +344,15 @@ class ElasticPolicy(LyapunovPolicy):
         work shrinks (the score rises) at most at their `fade_rate`; a shrink's added run shrinks
         too (x falls, the score rises), at most at its fade rate; the saved wait only falls (x
         rises, the score falls), so it is left out."""
-        wk = sum(r.work_left * qt.fade(r) for r in susp)
-        cs = sum(max(0.0, c - self._cost(r)) * qt.fade(r) for r, new, c, _ in chosen if new is not None)
+        wk, cs = plan.fades(qt)
         # z*w rises by z0*d + n*w0*d + n*d^2; -V*theta*x by V*theta0*cs*d + V*n*max(0, -x0)*d + V*n*cs*d^2
         a = self.q_weight * q * wk + z + n * max(0.0, w0) + self.V * (theta * cs + n * max(0.0, -x0))
         b = n + self.V * n * cs
         if per is None:
             qt.keep(-s0, a, b)
             return
-        V = self.V
-        qt.tests.append(lambda d: s0 + a * d + b * d * d + V * (theta + n * d) * g * per(user, d) < 0)
+        # s0 + a*d + b*d^2 + V*(theta + n*d)*g*per(user, d) < 0, tested for all swaps at once (`Quiet.holds`)
+        qt.swap(s0, a, b, theta, n, g, per.col[user], self.V, per.vector)
 
     def _grow_quiet(self, state: SlotState, movable: list[MovableJob], free: list[int]) -> float:
         """How long a grow step that moved nothing stays a no-op while nothing arrives or ends
@@ -418,6 +431,7 @@ class ElasticPolicy(LyapunovPolicy):
         gpus_of = {r.job_id: r.gpus for r in victims}
         cands = []
         self._cands.prune(state.waiting)
+        self._runs_best.prune(state.waiting)
         for pos, w in enumerate(left):
             cand = self._cands(w)
             if cand is not None:
@@ -429,7 +443,7 @@ class ElasticPolicy(LyapunovPolicy):
         qt = self._quiet
         per = self._quiet_tenants(state, qt) if qt is not None else None
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
-        ranked = False  # the victims' order recorded (at the first search)
+        ranked = False  # a candidate searched: the victims' order it read is recorded at the end (`_quiet_rank`)
         flips: list[tuple[float, str]] = []  # per searching candidate, its forecast wait's margin over its run, its tenant
         order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
@@ -465,36 +479,34 @@ class ElasticPolicy(LyapunovPolicy):
             if searches >= self.max_searches:
                 continue
             searches += 1
-            if qt is not None and not ranked:
-                ranked = True
-                self._quiet_rank(memo, qt, now)
+            ranked = True
             plan = self._victims(shape, g, t_j, free, memo, used)
             score = -math.inf
             if plan is not None:
-                avail, place, chosen = plan
-                cost = sum(c for _, _, c, _ in chosen)
-                susp = [r for r, new, _, _ in chosen if new is None]
+                place = plan.place
+                cost = plan.cost(t_j)
                 run_j = w.run_time(g, len(place) > 1)
-                pen_j = run_j - w.best_run
+                pen_j = run_j - self._runs_best(w)
                 credit_j = self._swap_credit(w, mean_work)
-                gain = self.q_weight * q * (credit_j - sum(min(r.work_left, mean_work) for r in susp))
-                gain += z * ((waits[pos] + slot) - sum(r.waited_s + slot for r in susp))
+                gain = self.q_weight * q * (credit_j - plan.work(mean_work))
+                gain += z * ((waits[pos] + slot) - plan.waited(slot))
                 # j gains the wait it skips, at most until the victims' GPUs would come back anyway
-                saved = min(wait_j, max(r.best_remaining(r.gpus)[0] for r, _, _, _ in chosen))
+                saved = min(wait_j, plan.r_max)
                 score = gain - self.V * theta * (pen_j + cost - saved)
                 if behind is not None:  # j's tenant gains g GPUs (at most what repays it), each victim's loses what it gives up
-                    given = sum(behind(r.user) * (r.gpus - (new[0] if new is not None else 0)) for r, new, _, _ in chosen)
+                    given = plan.given(behind)
                     g_rep = min(g, self.tenant_owed(state, w.user) / run_j) if run_j > 0 else 0.0
                     score += self.V * theta * (behind(w.user) * g_rep - given)
-                if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost, chosen, free, avail):
+                if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost,
+                                                                        plan.chosen(t_j), free, list(plan.avail)):
                     continue
                 if qt is not None and not score > 0:
                     tenant_now = 0.0
                     if behind is not None:
                         tenant_now = self.V * theta * (behind(w.user) * g_rep - given)
-                    w0 = (waits[pos] + slot) - sum(r.waited_s + slot for r in susp)
+                    w0 = (waits[pos] + slot) - plan.waited(slot)
                     self._quiet_swap(qt, per, now, n_wait, theta, z, q, score - tenant_now, w0, pen_j + cost - saved,
-                                     chosen, susp, g, w.user)
+                                     plan, g, w.user)
             if not score > 0:
                 if self.group and check is None:
                     grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, memo, used, q, z, mean_work)
@@ -514,10 +526,10 @@ class ElasticPolicy(LyapunovPolicy):
             assert plan is not None
             ahead -= g
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
-            free[:] = avail
+            free[:] = plan.avail
             self._take(free, place)
             nfree = sum(free)
-            for r, new, c, why in chosen:
+            for r, new, c, why in plan.chosen(t_j):
                 used.add(r.job_id)
                 preempt.append(r.job_id)
                 if new is not None:
@@ -532,6 +544,8 @@ class ElasticPolicy(LyapunovPolicy):
                                    f"elastic swap: score {score:.3g}, saves {saved:.0f}s wait for {cost:.0f}s of moves"))
             q -= credit_j
             z -= waits[pos]
+        if qt is not None and ranked:
+            self._quiet_rank(memo, qt)
         if qt is not None and searches >= self.max_searches:
             for m, user in flips:
                 if m > 0:
@@ -561,34 +575,30 @@ class ElasticPolicy(LyapunovPolicy):
         # the candidates that would gain from a swap (forecast wait above their run) are listed
         # once per call, in the scan's order; per victim only those asking no more GPUs than the
         # victim's and the free ones (``cap``) can fit, listed once per cap
-        elig: list[tuple[int, int, Shape, float]] = []  # (pos, g, shape, forecast wait)
-        behind = ahead
+        _, _, pos_k, _, t_k, shape_k = order[k]
+        if not wait_j > t_k:
+            return None
         qt = self._quiet
-        closest = math.inf  # the least margin of a forecast wait above its run (each falls at 1/s)
-        for i in range(k, len(order)):
-            _, _, pos, g, t_i, shape = order[i]
-            if pos in taken:
-                continue
-            wait_i = wait_j if i == k else ends.wait(free_total, behind + g, now)
-            behind += g
-            if wait_i > t_i:
-                elig.append((pos, g, shape, wait_i))
-                closest = min(closest, wait_i - t_i)
-            elif i == k:
-                return None
+        rest, closest = self._forecast_after(order, k, ahead, free_total, taken, ends, now, memo)
+        closest = min(wait_j - t_k, closest)  # the least margin of a forecast wait above its run (each falls at 1/s)
         if qt is not None:
             qt.keep(closest, 1.0)
+        elig: list[tuple[int, int, Shape, float]] | None = None  # (pos, g, shape, forecast wait), listed at the first victim
         by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
         # the batch is placed on the nodes with a free GPU and the victim's (`fit_on`): a victim
         # costs its batch, not a pass over every node
-        with_free = {i for i, f in enumerate(free) if f}
-        for v in memo.usable:
+        with_free: set[int] | None = None
+        for v in memo.bigger(g_j):
             r = v.job
-            if r.job_id in used or r.gpus <= g_j:
+            if r.job_id in used:
                 continue
             trial_total = free_total + sum(n for _, n in r.placement)
             if g_j > trial_total:
                 continue  # the candidate itself cannot fit there
+            if elig is None:
+                elig = [(pos_k, g_j, shape_k, wait_j), *rest]
+                with_free = {i for i, f in enumerate(free) if f}
+            assert with_free is not None
             scan = by_cap.get(trial_total)
             if scan is None:
                 scan = by_cap[trial_total] = [e for e in elig if e[1] <= trial_total]
@@ -613,7 +623,7 @@ class ElasticPolicy(LyapunovPolicy):
                 trial_total -= sum(n for _, n in pl)
                 batch.append((pos, g, pl, run_i))
                 saved += min(wait_i, v.r_now)
-                pen += run_i - w.best_run
+                pen += run_i - self._runs_best(w)
                 credit += self._swap_credit(w, mean_work)
                 wsum += waits[pos] + slot
                 longest = max(longest, run_i)
@@ -648,40 +658,102 @@ class ElasticPolicy(LyapunovPolicy):
             return starts, r.job_id, dq, dz
         return None
 
-    def _victims(
-        self, shape: Shape, g: int, t_j: float, free: list[int], memo: SlotMemo, used: set[str]
-    ) -> tuple[list[int], Placement, Chosen] | None:
-        """Victims (shrunk or suspended) whose GPUs let a job of ``shape`` fit: [(job, (g, placement) | None,
-        cost, why)], the free GPUs after the moves and the job's placement; None if no set of movable jobs does."""
+    @staticmethod
+    def _forecast_after(
+        order: list, k: int, ahead: int, free_total: int, taken: set[int], ends: Releases, now: float, memo: SlotMemo
+    ) -> tuple[list[tuple[int, int, Shape, float]], float]:
+        """The candidates after ``order[k]`` (not taken) whose forecast wait exceeds their run, in
+        the scan's order as (pos, g, shape, wait), and the least such margin (inf: none). Each
+        one's wait counts the GPUs asked ahead of it: ``ahead`` before ``order[k]``, then the
+        candidates between. Those counts differ from one candidate's call to the next's by the
+        same offset while nothing starts, so the waits are listed once per (free GPUs, starts,
+        offset) in the slot (`SlotMemo.forecasts`) and each call reads the tail after its own."""
+        fc = memo.forecasts
+        pre = memo.asked.get(len(taken))  # per position in order, the GPUs asked before it (taken ones not counted)
+        if pre is None:
+            acc, pre = 0, [0]
+            for e in order:
+                if e[2] not in taken:
+                    acc += e[3]
+                pre.append(acc)
+            memo.asked[len(taken)] = pre
+        off = ahead - pre[k]
+        key = (free_total, len(taken), off)
+        hit = fc.get(key)
+        if hit is None or hit[0] > k + 1:
+            at: list[int] = []
+            rows: list[tuple[int, int, Shape, float]] = []
+            margins: list[float] = []
+            for i in range(k + 1, len(order)):
+                _, _, pos, g, t_i, shape = order[i]
+                if pos in taken:
+                    continue
+                wait_i = ends.wait(free_total, off + pre[i] + g, now)
+                if wait_i > t_i:
+                    at.append(i)
+                    rows.append((pos, g, shape, wait_i))
+                    margins.append(wait_i - t_i)
+            least = [math.inf] * (len(margins) + 1)  # least margin from each row on
+            for a in range(len(margins) - 1, -1, -1):
+                least[a] = min(margins[a], least[a + 1])
+            hit = fc[key] = (k + 1, at, rows, least)
+        _, at, rows, least = hit
+        a = bisect_left(at, k + 1)
+        return rows[a:], least[a]
+
+    def _victims(self, shape: Shape, g: int, t_j: float, free: list[int], memo: SlotMemo, used: set[str]) -> Path | None:
+        """The victims (shrunk or suspended, in order) whose GPUs let a job of ``shape`` that runs
+        ``t_j`` fit, with the free GPUs after the moves and the job's placement (`Path`); None if
+        no set of movable jobs does. A walk that no choice of shrink against suspend shaped is kept
+        for the slot and the next job of the shape on the same GPUs reads it (`SlotMemo.paths`)."""
         # the GPUs of every victim still usable and the free ones cannot hold g: nothing fits (exact prune)
         if sum(free) + memo.gpus_left(used) < g:
             return None
-        avail = tuple(free)  # free GPUs after the victims chosen so far (a tuple: memo keys)
-        chosen: Chosen = []
-        for v in memo.usable:
+        key = (shape, tuple(free), len(used))  # `used` only grows within a slot: its size keys it
+        if key in memo.paths:
+            return memo.paths[key]
+        path, fixed = self._walk(shape, g, t_j, key[1], memo, used)
+        if fixed:
+            memo.paths[key] = path
+        return path
+
+    def _walk(
+        self, shape: Shape, g: int, t_j: float, avail: tuple[int, ...], memo: SlotMemo, used: set[str]
+    ) -> tuple[Path | None, bool]:
+        """`_victims`' walk: the usable victims in order, each shrunk or suspended, until the job
+        fits; and whether no step's choice depended on ``t_j`` (then it holds for any run)."""
+        steps: list = []
+        fixed = True
+        qt = self._quiet
+        for depth, v in enumerate(memo.usable, 1):
             r = v.job
             if r.job_id in used:
                 continue
-            r_now, c = v.r_now, v.cost
+            memo.depth = max(memo.depth, depth)
             trial, option = memo.shrink(v, shape, avail)
             # Suspended, r waits about j's run (the exchange argument) only if j uses all of r's
             # GPUs: GPUs j does not need go to other jobs and r would wait for them too. So a
             # victim larger than j is only ever shrunk.
-            susp_cost = t_j + c
-            qt = self._quiet
-            if qt is not None and option is not None and r.gpus <= g:  # shrink or suspend: which is cheaper
-                qt.keep(abs(susp_cost - option[1]), abs(option[1] - c) * qt.fade(r))
-            if option is not None and (option[1] < susp_cost or r.gpus > g):
+            if option is not None and r.gpus <= g:  # shrink or suspend: which is cheaper (depends on t_j)
+                fixed = False
+                susp_cost = t_j + v.cost
+                if qt is not None:
+                    qt.keep(abs(susp_cost - option[1]), abs(option[1] - v.cost) * qt.fade(r))
+                if option[1] < susp_cost:
+                    new, cost, avail, why = option
+                else:
+                    new, cost, avail, why = None, susp_cost, trial, ""
+            elif option is not None:
                 new, cost, avail, why = option
             elif r.gpus <= g:
-                new, cost, avail, why = None, susp_cost, trial, f"waits ~{t_j:.0f}s + {c:.0f}s move, {r_now:.0f}s left"
+                new, cost, avail, why = None, 0.0, trial, ""
             else:
                 continue
-            chosen.append((r, new, cost, why))
+            steps.append((v, new, cost, why))
             pl = memo.fit(shape, avail)
             if pl is not None:
-                return list(avail), pl, chosen
-        return None
+                return Path(steps, list(avail), pl, fixed), fixed
+        return None, fixed
 
     @staticmethod
     def _take(free: list[int], pl: Placement) -> None:

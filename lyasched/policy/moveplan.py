@@ -1,7 +1,9 @@
 """What elastic's make-room step computes within one slot (lyasched/policy/elastic.py): the
 movable jobs as victims, memoised placements and shrink options, a waiting job as a swap
-candidate, the counts-only forecast of a wait (`Releases`), the recent arrival rate. No state between slots:
-a `SlotMemo` lives for one `decide` call, so decisions are those of computing everything afresh.
+candidate, the victims a swap would move (`Path`), the counts-only forecast of a wait
+(`Releases`), the recent arrival rate. A `SlotMemo` lives for one `decide` call; the one thing
+kept between slots is placements (`_FITS`: a pure function of the shape and the free vector), so
+decisions are those of computing everything afresh.
 """
 
 from __future__ import annotations
@@ -33,11 +35,19 @@ class Victim:
     usable: bool  # it has GPUs and a finite, positive remaining run
 
 
+# A placement depends on the shape and the free vector only (the placement rule reads nothing
+# else), so placements are also kept across slots: consecutive slots ask the same ones.
+_FITS: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
+_FITS_MAX = 200_000  # entries; then it starts afresh
+_NONE = object()
+
+
 class SlotMemo:
     """What one slot's make-room step computes again and again, memoised by its inputs: victims'
     remaining runs and move costs, placements of a shape on a free vector, and each victim's
-    shrink option for a shape on a free vector. Lives for one `decide` call (no state between
-    slots), so decisions are those of computing everything afresh."""
+    shrink option for a shape on a free vector, the victims walks (`Path`) and the group step's
+    forecasts. Lives for one `decide` call (placements are also kept across slots: `_FITS`), so
+    decisions are those of computing everything afresh."""
 
     def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
         self.pol = pol
@@ -51,6 +61,21 @@ class SlotMemo:
         self._left: dict[int, int] = {}
         self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
         self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
+        # a victims walk per (shape, free GPUs, victims used so far) that no job's run changes (`Path.fixed`)
+        self.paths: dict[tuple[Shape, tuple[int, ...], int], Path | None] = {}
+        self._bigger: dict[int, list[Victim]] = {}
+        self.depth = 0  # how many of `usable` the deepest victims walk so far looked at
+        # the group step's forecast waits (`ElasticPolicy._forecast_after`): per count of group
+        # starts, the GPUs asked before each candidate; per (free GPUs, starts, offset) the waits
+        self.asked: dict[int, list[int]] = {}
+        self.forecasts: dict[tuple[int, int, int], tuple[int, list[int], list[tuple[int, int, Shape, float]], list[float]]] = {}
+
+    def bigger(self, g: int) -> list[Victim]:
+        """The usable victims holding more than ``g`` GPUs, in their order (a group swap's victims)."""
+        hit = self._bigger.get(g)
+        if hit is None:
+            hit = self._bigger[g] = [v for v in self.usable if v.job.gpus > g]
+        return hit
 
     def gpus_left(self, used: set[str]) -> int:
         """GPUs held by victims not yet moved this slot (``used`` only grows within a slot, so its
@@ -65,13 +90,18 @@ class SlotMemo:
         key = (shape, tuple(free))
         if key in self._fits:
             return self._fits[key]
-        pl = None
-        if sum(free) >= shape[0]:
-            nodes = [i for i, f in enumerate(free) if f]
-            hit = fit_on(shape, nodes, [free[i] for i in nodes])
-            pl = hit[1] if hit is not None else None
-        self._fits[key] = pl
-        return pl
+        pl = _FITS.get(key, _NONE)
+        if pl is _NONE:
+            pl = None
+            if sum(free) >= shape[0]:
+                nodes = [i for i, f in enumerate(free) if f]
+                hit = fit_on(shape, nodes, [free[i] for i in nodes])
+                pl = hit[1] if hit is not None else None
+            if len(_FITS) >= _FITS_MAX:
+                _FITS.clear()
+            _FITS[key] = pl
+        self._fits[key] = pl  # type: ignore[assignment]
+        return pl  # type: ignore[return-value]
 
     def shrink(self, v: Victim, shape: Shape, avail: tuple[int, ...]) -> tuple[tuple[int, ...], tuple | None]:
         """``avail`` with the victim's GPUs released (``trial``), and the victim's shrink that lets
@@ -108,6 +138,72 @@ class SlotMemo:
                 break
         self._shrinks[key] = hit = (trial, option)
         return hit
+
+
+class Path:
+    """The victims one waiting job's swap would move (`ElasticPolicy._victims`), in order: each
+    step is (victim, its shrink (GPUs, placement) or None when suspended, a shrink's added
+    completion time, a shrink's note); ``avail`` the free GPUs after them, ``place`` the job's
+    placement there. A suspension costs the job's run plus the victim's move cost, so the walk is
+    kept for one run; ``fixed``: no step chose between shrink and suspend, so the same walk holds
+    for every job of the shape on those GPUs in the slot (`SlotMemo.paths`). The sums a swap's
+    score reads are kept on it, each computed as the score would (same terms, same order)."""
+
+    __slots__ = ("steps", "avail", "place", "fixed", "susp", "r_max", "_sums")
+
+    def __init__(self, steps: list, avail: list[int], place: Placement, fixed: bool) -> None:
+        self.steps = steps
+        self.avail = avail
+        self.place = place
+        self.fixed = fixed
+        self.susp = [v.job for v, new, _, _ in steps if new is None]
+        self.r_max = max(v.r_now for v, _, _, _ in steps)  # the victims' GPUs come back by then anyway
+        self._sums: dict[str, float] = {}
+
+    def cost(self, t_j: float) -> float:
+        """The moves' added completion time for a job that runs ``t_j``: sum of each victim's."""
+        return sum(c if new is not None else t_j + v.cost for v, new, c, _ in self.steps)
+
+    def chosen(self, t_j: float) -> list:
+        """The steps as ``Chosen`` entries (job, shrunk to | None, cost, why) for a job that runs ``t_j``."""
+        out = []
+        for v, new, c, why in self.steps:
+            if new is None:
+                c = t_j + v.cost
+                why = f"waits ~{t_j:.0f}s + {v.cost:.0f}s move, {v.r_now:.0f}s left"
+            out.append((v.job, new, c, why))
+        return out
+
+    def work(self, mean_work: float) -> float:
+        """The suspended victims' credit in Q (each capped at the slot's mean work)."""
+        hit = self._sums.get("work")
+        if hit is None:
+            hit = self._sums["work"] = sum(min(r.work_left, mean_work) for r in self.susp)
+        return hit
+
+    def waited(self, slot: float) -> float:
+        """The suspended victims' waits (each plus a slot), what Z takes back."""
+        hit = self._sums.get("waited")
+        if hit is None:
+            hit = self._sums["waited"] = sum(r.waited_s + slot for r in self.susp)
+        return hit
+
+    def given(self, behind) -> float:
+        """The tenant credit the victims' tenants give up: per GPU taken, its tenant's ``behind``."""
+        hit = self._sums.get("given")
+        if hit is None:
+            hit = self._sums["given"] = sum(behind(v.job.user) * (v.job.gpus - (new[0] if new is not None else 0))
+                                            for v, new, _, _ in self.steps)
+        return hit
+
+    def fades(self, qt: Quiet) -> tuple[float, float]:
+        """How fast the score's victim terms can move (`ElasticPolicy._quiet_swap`): the suspended
+        victims' work times their fade rates, and the shrinks' added runs above the move cost times theirs."""
+        wk = self._sums.get("wk")
+        if wk is None:
+            wk = self._sums["wk"] = sum(r.work_left * qt.fade(r) for r in self.susp)
+            self._sums["cs"] = sum(max(0.0, c - v.cost) * qt.fade(v.job) for v, new, c, _ in self.steps if new is not None)
+        return wk, self._sums["cs"]
 
 
 def fit_on(shape: Shape, nodes: Sequence[int], counts: Sequence[int]) -> tuple[Placement, Placement] | None:
@@ -184,6 +280,11 @@ class Quiet:
         self._fade: dict[str, float] = {}
         self.m: list[tuple[float, float, float]] = []
         self.tests: list = []
+        self._m: np.ndarray | None = None  # ``m`` as an array, made at the first `holds`
+        self._swaps: list[tuple[float, float, float, float, int, int, int]] = []  # (`swap`)
+        self._swap_arr: np.ndarray | None = None
+        self._swap_v = 0.0
+        self._swap_per = None
 
     def fail(self) -> None:
         """Something can change at once (a tie that time may break, a term not bounded)."""
@@ -197,6 +298,15 @@ class Quiet:
             return
         if a > 0 or b > 0:
             self.m.append((m0, a, b))
+            self._m = None
+
+    def swap(self, s0: float, a: float, b: float, theta: float, n: int, g: int, col: int, V: float, per) -> None:
+        """A swap scored <= 0 with a tenant term: it stays so within d while
+        s0 + a*d + b*d^2 + V*(theta + n*d)*g*per(d)[col] < 0, ``per(d)`` the tenants' credit
+        bounds (one function and one V per slot). Kept as rows and tested all at once."""
+        self._swaps.append((s0, a, b, theta, n, g, col))
+        self._swap_arr = None
+        self._swap_v, self._swap_per = V, per
 
     def fade(self, r) -> float:
         """`fade_rate` of a running job, memoised for the slot."""
@@ -209,8 +319,20 @@ class Quiet:
         if not d < self.cap:
             return False
         if self.m:
-            arr = np.asarray(self.m)
+            arr = self._m
+            if arr is None:
+                arr = self._m = np.asarray(self.m)
             if bool((arr[:, 0] - arr[:, 1] * d - arr[:, 2] * d * d <= 0).any()):
+                return False
+        if self._swaps:
+            sw = self._swap_arr
+            if sw is None:
+                sw = self._swap_arr = np.asarray(self._swaps, dtype=float).T.copy()
+            s0, a, b, theta, n, g, col = sw
+            assert self._swap_per is not None
+            per = self._swap_per(d)[col.astype(np.intp)]
+            # the same operations in the same order as one row's test in Python floats: the same results
+            if not bool((s0 + a * d + b * d * d + self._swap_v * (theta + n * d) * g * per < 0).all()):
                 return False
         return all(t(d) for t in self.tests)
 
