@@ -288,7 +288,7 @@ class ElasticPolicy(LyapunovPolicy):
         bound = self._tenant_bound(state, users)
         col = {k: i for i, k in enumerate(bound.names)}
         memo: dict[float, object] = {}
-        ends: dict[float, tuple[np.ndarray, float]] = {}
+        ends: dict[float, tuple[np.ndarray, float, np.ndarray, np.ndarray, float]] = {}
 
         def per(user: str, d: float) -> float:
             hit = memo.get(d)
@@ -296,15 +296,30 @@ class ElasticPolicy(LyapunovPolicy):
                 hit = memo[d] = bound.per_gpu(d)
             return float(hit[col[user]])  # type: ignore[index]
 
-        def stays_behind(user: str, d: float) -> bool:
-            """Its credit stays above 0 over [now, now + d]: each shortfall is monotone, so its least
-            value is above every other's largest... enough that it is above some tenant's largest."""
+        def at_ends(d: float) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, float]:
+            """Over [now, now + d]: each tenant's least shortfall, the largest the floor can be,
+            each one's least and largest GPU-seconds owed, the scale now. Each shortfall and each
+            amount owed (max(0, a linear function)) is monotone, so lies between its ends; the
+            floor is the least shortfall, so at most the least of their larger ends; the scale
+            (the mean entitlement) only grows."""
             hit = ends.get(d)
             if hit is None:
-                y1 = bound._at(d)[1]
-                hit = ends[d] = (np.minimum(bound.y0, y1), float(np.maximum(bound.y0, y1).min()))
-            lo, top = hit
-            return bool(lo[col[user]] > top)
+                ent0, _, _, scale0 = bound._at(0.0)
+                ent1, y1, _, _ = bound._at(d)
+                o0, o1 = bound.y0 * ent0, y1 * ent1
+                hit = ends[d] = (np.minimum(bound.y0, y1), float(np.maximum(bound.y0, y1).min()),
+                                 np.minimum(o0, o1), np.maximum(o0, o1), scale0)
+            return hit
+
+        def least(user: str, d: float) -> float:
+            """A lower bound on its credit per GPU over V*Theta over [now, now + d]."""
+            lo, top, _, _, scale0 = at_ends(d)
+            return scale0 * max(0.0, float(lo[col[user]]) - top)
+
+        def owed(user: str, d: float) -> tuple[float, float]:
+            """Bounds (least, largest) on its GPU-seconds owed (Y_k) over [now, now + d]."""
+            _, _, olo, ohi, _ = at_ends(d)
+            return float(olo[col[user]]), float(ohi[col[user]])
 
         def vector(d: float) -> np.ndarray:
             hit = memo.get(d)
@@ -312,7 +327,8 @@ class ElasticPolicy(LyapunovPolicy):
                 hit = memo[d] = bound.per_gpu(d)
             return hit  # type: ignore[return-value]
 
-        per.stays_behind = stays_behind  # type: ignore[attr-defined]
+        per.least = least  # type: ignore[attr-defined]
+        per.owed = owed  # type: ignore[attr-defined]
         per.vector = vector  # type: ignore[attr-defined]
         per.col = col  # type: ignore[attr-defined]
         return per
@@ -444,7 +460,7 @@ class ElasticPolicy(LyapunovPolicy):
         per = self._quiet_tenants(state, qt) if qt is not None else None
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
         ranked = False  # a candidate searched: the victims' order it read is recorded at the end (`_quiet_rank`)
-        flips: list[tuple[float, str]] = []  # per searching candidate, its forecast wait's margin over its run, its tenant
+        flips: list[tuple[float, str, int, float]] = []  # per searching candidate: its forecast wait's margin over its run, its tenant, GPUs, best run
         order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
@@ -467,15 +483,21 @@ class ElasticPolicy(LyapunovPolicy):
                 continue
             wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
             ahead += g
-            if not wait_j > t_j and not (behind is not None and behind(w.user) > 0):
-                if qt is not None and per is not None:  # its tenant falling behind would make it search
-                    qt.tests.append(lambda d, u=w.user: per(u, d) <= 0)
-                continue  # not even a free swap would help it (unless its tenant is behind: the tenant term may)
+            # a swap helps only a job that would wait longer than it runs; its tenant's credit
+            # counts as wait it saves (the score's bracket), for the GPUs that repay what the
+            # tenant is owed (`repaying`, on its best run: the most it can count)
+            lift = 0.0
+            if behind is not None and not wait_j > t_j:
+                lift = behind(w.user) * repaying(g, self.tenant_owed(state, w.user), t_j)
+            if not wait_j + lift > t_j:
+                if qt is not None and per is not None:  # its tenant falling further behind would make it search
+                    qt.tests.append(lambda d, u=w.user, g=g, t=t_j, m=t_j - wait_j: per(u, d) * repaying(g, per.owed(u, d)[1], t) <= m)
+                continue  # not even a free swap would help it
             inert = False
             # it may stop searching (its forecast wait falls by one second a second; its tenant's
-            # credit may fall to 0): that changes nothing while its search moves nothing, unless
-            # the search budget is spent (a later candidate would search in its place)
-            flips.append((wait_j - t_j, w.user))
+            # credit may fall): that changes nothing while its search moves nothing, unless the
+            # search budget is spent (a later candidate would search in its place)
+            flips.append((wait_j - t_j, w.user, g, t_j))
             if searches >= self.max_searches:
                 continue
             searches += 1
@@ -495,7 +517,7 @@ class ElasticPolicy(LyapunovPolicy):
                 score = gain - self.V * theta * (pen_j + cost - saved)
                 if behind is not None:  # j's tenant gains g GPUs (at most what repays it), each victim's loses what it gives up
                     given = plan.given(behind)
-                    g_rep = min(g, self.tenant_owed(state, w.user) / run_j) if run_j > 0 else 0.0
+                    g_rep = repaying(g, self.tenant_owed(state, w.user), run_j)
                     score += self.V * theta * (behind(w.user) * g_rep - given)
                 if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost,
                                                                         plan.chosen(t_j), free, list(plan.avail)):
@@ -547,11 +569,11 @@ class ElasticPolicy(LyapunovPolicy):
         if qt is not None and ranked:
             self._quiet_rank(memo, qt)
         if qt is not None and searches >= self.max_searches:
-            for m, user in flips:
+            for m, user, g, t in flips:
                 if m > 0:
                     qt.keep(m, 1.0)
-                elif per is not None:  # searching for its tenant's credit: it must stay above 0
-                    qt.tests.append(lambda d, u=user: per.stays_behind(u, d))
+                elif per is not None:  # searching for its tenant's credit: it must stay above the gap
+                    qt.tests.append(lambda d, u=user, g=g, t=t, m=m: m - d + per.least(u, d) * repaying(g, per.owed(u, d)[0], t) > 0)
                 else:
                     qt.fail()
         return starts, preempt, q, z, moved, inert
@@ -814,3 +836,9 @@ class ElasticUnaware(ElasticPolicy):
 
     types_aware: ClassVar[bool] = False
     name: str = "elastic-unaware"
+
+
+def repaying(g: int, owed: float, run: float) -> float:
+    """The GPUs a start's tenant credit counts for (`lyapunov.repaying_gpus`, for one start): g,
+    at most the owed GPU-seconds over the run; 0 for a run that is not positive and finite."""
+    return min(float(g), owed / run) if 0 < run < math.inf else 0.0
