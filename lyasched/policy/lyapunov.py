@@ -34,7 +34,7 @@ import numpy as np
 
 from lyasched.policy import adaptive
 from lyasched.policy.bytype import decide_by_type
-from lyasched.policy.rowcache import RowCache
+from lyasched.policy.rowcache import RowCache, gpu_seconds
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState
 from lyasched.policy.tenants import TenantBook
 
@@ -65,19 +65,27 @@ class LyapunovPolicy:
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
 
-    def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
+    def _scores(self, state: SlotState, cols: int | None = None,
+                prune: bool = False) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
 
         Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
+        ``prune``: the rows of jobs whose every score is surely <= 0 are -inf, not computed
+        (`_live`; then ``arr["pruned"]`` is True): what decides is unchanged, as only positive
+        scores start a job, but the values of those rows are not the scores.
         """
         jobs = state.waiting
         n = len(jobs)
         # the shipped restriction on plain jobs: rows cut to ``cols`` first, the best runs as the
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
+        cached = None  # each job's least GPU-time and its count, as `RowCache.cut` keeps them (whole rows)
         if fast and cols is not None:
-            one, multi, work, submit, best, req, run_req, slivers, best_kept = self._rows.cut(jobs, cols, self.max_stretch)
+            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
+                self._rows.cut(jobs, cols, self.max_stretch)
             fast = not self._rows.n_adaptive
+            if fast and one.shape[1] == self._rows.width:
+                cached = (g_time, g_need)
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
         wait = state.now - submit
@@ -86,20 +94,17 @@ class LyapunovPolicy:
         z = float(wait.sum())
         theta = q + z
         total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
-        gk = np.arange(1, one.shape[1] + 1)
-        with np.errstate(invalid="ignore"):
-            fm = np.fmin(one, multi)
-            # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
-            over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
-        if fast:  # `_restrict` on the cut rows (their own copies)
-            if over.any():
-                np.copyto(one, np.inf, where=over)
-                np.copyto(multi, np.inf, where=over)
+        if fast:  # `_restrict` on the cut rows: `RowCache.cut` applied it
             if slivers.any():
                 best = best_kept
             fut: Fut = None
             notes: dict = {}
         else:
+            gk = np.arange(1, one.shape[1] + 1)
+            with np.errstate(invalid="ignore"):
+                fm = np.fmin(one, multi)
+                # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
+                over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
             one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
         if self._type_best is not None:  # one type of a typed slot: the penalty counts from the job's best type
             best = np.minimum(best, self._type_best)  # (the adaptive jobs' one-node rule below re-bases it on its rows)
@@ -123,14 +128,17 @@ class LyapunovPolicy:
         blocked = np.maximum(0.0, (n - 1) - (free_now - g))
         # ... relative to the job that would otherwise take those GPUs: the F-th smallest
         # GPU-time among the waiting jobs (F = free GPUs) is what shortest-first would start last.
-        gt = gpu_seconds(one, multi)
-        gpu_time = gt.min(axis=1)
+        if cached is not None:
+            gpu_time = cached[0]
+        else:
+            gt = gpu_seconds(one, multi)
+            gpu_time = gt.min(axis=1)
         tau = 0.0
         if self.relative and n > 1 and free_now > 0:
             ok = np.isfinite(gpu_time)
             if ok.any():
                 # shortest-first by GPU-time, each job on its most GPU-efficient count
-                need = gt[ok].argmin(axis=1) + 1
+                need = cached[1][ok] if cached is not None else gt[ok].argmin(axis=1) + 1
                 order = np.argsort(gpu_time[ok], kind="stable")
                 reach = np.searchsorted(np.cumsum(need[order]), free_now)
                 tau = float(gpu_time[ok][order[min(int(reach), order.size - 1)]])
@@ -160,8 +168,22 @@ class LyapunovPolicy:
             s[~np.isfinite(run)] = -np.inf
             return s
 
-        s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
         credit_t = self._tenant_credit(state, vtheta, total_gpus)
+        live = None
+        if prune and fast and credit_t is None and self.externality >= 0 and n > 1:
+            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
+        if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
+            every = finite_best, gain
+            finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
+            s_one = np.full(one.shape, -np.inf)
+            s_multi = np.full(one.shape, -np.inf)
+            s_one[live], s_multi[live] = score(one[live], None), score(multi[live], None)
+            finite_best, gain = every
+            notes = {"pruned": True}
+        elif fut is None:
+            s_one, s_multi = score(one, None), score(multi, None)
+        else:
+            s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state)
             g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
@@ -264,7 +286,9 @@ class LyapunovPolicy:
             z = sum(max(0.0, state.now - j.submit_time) for j in state.waiting)
             # nothing can start before a GPU is released (an event for any caller that skips slots)
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none", "wake_at": math.inf})
-        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
+        prune = type(self)._values is LyapunovPolicy._values and type(self)._starts_first is LyapunovPolicy._starts_first \
+            and type(self)._greedy is LyapunovPolicy._greedy
+        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune)
         self._best, self._started = arr["best"], []
         pre = self._starts_first(state, arr, free, s_one, s_multi)
         k = s_one.shape[1]
@@ -317,6 +341,10 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
+            if arr.get("pruned"):  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
+                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
+                raw_one[:, gcol > free.max_on_one_node()] = -np.inf
+                raw_multi[:, ~free.spread_mask(k)] = -np.inf
             if self._tenants_of(state) is None:
                 info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
             else:  # the tenant credit moves too: a bound on it, not the exact quadratic
@@ -523,14 +551,23 @@ class LyapunovUnaware(LyapunovPolicy):
 _GPUS, _USER = attrgetter("gpus"), attrgetter("user")
 
 
-def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
-    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
-    g = np.arange(1, one.shape[1] + 1, dtype=float)
-    with np.errstate(invalid="ignore"):
-        gt = np.minimum(one, multi)
-        gt *= g[None, :]
-    gt[~np.isfinite(gt)] = np.inf
-    return gt
+def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, total_gpus: int,
+          vtheta: float) -> np.ndarray | None:
+    """The rows whose score may be > 0 (None: all of them or nearly). A job's penalty on g GPUs is
+    at least the externality term at its least GPU-time and the fewest GPUs' weight (``weight``):
+    (run - best) >= 0, g x run >= its GPU-time, the weight grows with g. The bound is computed with
+    the same operations in the same order as `LyapunovPolicy._scores`, on smaller or equal operands,
+    so as rounding is monotone each score, as computed, is at most it: a row whose bound is <= 0
+    (not NaN) can never start a job."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        lb = gpu_time - tau
+        np.maximum(lb, 0.0, out=lb)
+        lb *= weight
+        lb /= total_gpus
+        lb *= vtheta
+        bound = np.subtract(gain, lb, out=lb)
+        live = np.flatnonzero(~(bound <= 0))
+    return live if live.size < 0.9 * gain.size else None
 
 
 _WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead

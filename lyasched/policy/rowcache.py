@@ -42,6 +42,12 @@ class RowCache:
         # it masks any count, and the best run once masked; both depend on the row alone
         self.slivers = np.zeros(capacity, dtype=bool)
         self.best_kept = np.empty(capacity)
+        # ... the rows with it applied (inf where it masks), and over all counts their least GPU-time
+        # and the count that gives it (what `_scores` reads for the shortest-first reference)
+        self.one_kept = np.empty((capacity, width))
+        self.multi_kept = np.empty((capacity, width))
+        self.gpu_time = np.empty(capacity)
+        self.need = np.empty(capacity, dtype=np.intp)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -61,9 +67,11 @@ class RowCache:
                 self.req[sel], self.run_req[sel])
 
     def cut(self, jobs: tuple[WaitingJob, ...], cols: int, stretch: float) -> tuple[np.ndarray, ...]:
-        """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied, and two more
-        per job: whether the no-sliver rule at ``stretch`` masks any of its counts, and its best run
-        once masked (what `LyapunovPolicy._restrict` computes over the whole rows)."""
+        """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied and the
+        no-sliver rule at ``stretch`` applied to them (inf where it masks a count), and four more per
+        job: whether that rule masks any of its counts, its best run once masked (what
+        `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over all counts
+        once masked and the count giving it (`lyapunov.gpu_seconds`; valid when ``cols`` >= the width)."""
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
@@ -78,8 +86,9 @@ class RowCache:
                     idx[pos] = self._add(w)
         sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
         c = min(cols, self.width)
-        return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
-                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel])
+        return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
+                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel],
+                self.need[sel])
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
@@ -95,6 +104,10 @@ class RowCache:
             self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
             self.slivers = np.concatenate([self.slivers, np.zeros(grow, dtype=bool)])
             self.best_kept = np.concatenate([self.best_kept, np.empty(grow)])
+            self.one_kept = np.vstack([self.one_kept, np.empty((grow, self.width))])
+            self.multi_kept = np.vstack([self.multi_kept, np.empty((grow, self.width))])
+            self.gpu_time = np.concatenate([self.gpu_time, np.empty(grow)])
+            self.need = np.concatenate([self.need, np.empty(grow, dtype=np.intp)])
         self.one[i] = w.run_one_node
         self.multi[i] = w.run_multi_node
         self.work[i] = w.work
@@ -112,7 +125,12 @@ class RowCache:
             with np.errstate(invalid="ignore"):
                 over = (gk < r) & (fm > self.stretch * self.run_req[i])
             self.slivers[i] = bool(over.any())
-            self.best_kept[i] = np.fmin(np.where(over, np.inf, w.run_one_node), np.where(over, np.inf, w.run_multi_node)).min()
+            one_k, multi_k = np.where(over, np.inf, w.run_one_node), np.where(over, np.inf, w.run_multi_node)
+            self.best_kept[i] = np.fmin(one_k, multi_k).min()
+            self.one_kept[i], self.multi_kept[i] = one_k, multi_k
+            gt = gpu_seconds(one_k[None, :], multi_k[None, :])[0]
+            self.need[i] = int(gt.argmin()) + 1
+            self.gpu_time[i] = gt[self.need[i] - 1]
         self.keep.append(w)
         self.index[id(w)] = i
         return i
@@ -120,3 +138,13 @@ class RowCache:
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
         return self.adaptive[self.sel] if self.n_adaptive else None
+
+
+def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
+    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
+    g = np.arange(1, one.shape[1] + 1, dtype=float)
+    with np.errstate(invalid="ignore"):
+        gt = np.minimum(one, multi)
+        gt *= g[None, :]
+    gt[~np.isfinite(gt)] = np.inf
+    return gt
