@@ -91,3 +91,16 @@ def test_pruned_rows_score_at_most_zero_and_the_rest_are_equal():
             assert not (b1[out] > 0).any() and not (b2[out] > 0).any()
             pruned += int(arr.get("pruned", False)) * int(out.sum())
     assert pruned > 100
+
+
+def test_shortest_first_reference_sorts_only_the_shortest():
+    """`lyapunov._shortest_first` (a partial sort) against the whole stable sort, ties included."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n = int(rng.integers(1, 60))
+        t = rng.integers(1, 6, size=n).astype(float) * rng.choice([1.0, 0.5])
+        need = rng.integers(1, 5, size=n)
+        free = int(rng.integers(1, 80))
+        order = np.argsort(t, kind="stable")
+        reach = np.searchsorted(np.cumsum(need[order]), free)
+        assert lyapunov._shortest_first(t, need, free) == float(t[order[min(int(reach), order.size - 1)]])

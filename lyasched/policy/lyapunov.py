@@ -64,6 +64,8 @@ class LyapunovPolicy:
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
+        # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
+        self._type_keys: tuple[object, np.ndarray, tuple] | None = None
 
     def _scores(self, state: SlotState, cols: int | None = None,
                 prune: bool = False) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
@@ -81,8 +83,9 @@ class LyapunovPolicy:
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
         cached = None  # each job's least GPU-time and its count, as `RowCache.cut` keeps them (whole rows)
         if fast and cols is not None:
+            keys = self._type_keys
             one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
-                self._rows.cut(jobs, cols, self.max_stretch)
+                self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
             if fast and one.shape[1] == self._rows.width:
                 cached = (g_time, g_need)
@@ -139,9 +142,7 @@ class LyapunovPolicy:
             if ok.any():
                 # shortest-first by GPU-time, each job on its most GPU-efficient count
                 need = cached[1][ok] if cached is not None else gt[ok].argmin(axis=1) + 1
-                order = np.argsort(gpu_time[ok], kind="stable")
-                reach = np.searchsorted(np.cumsum(need[order]), free_now)
-                tau = float(gpu_time[ok][order[min(int(reach), order.size - 1)]])
+                tau = _shortest_first(gpu_time[ok], need, free_now)
 
         def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
@@ -549,6 +550,20 @@ class LyapunovUnaware(LyapunovPolicy):
 
 
 _GPUS, _USER = attrgetter("gpus"), attrgetter("user")
+
+
+def _shortest_first(t: np.ndarray, need: np.ndarray, free: int) -> float:
+    """The GPU-time ``t`` of the job at which shortest-first by GPU-time (ties by position), each
+    job taking ``need`` GPUs, has handed out ``free`` GPUs (the last job's when it never does).
+    As each job needs at least one GPU, that job is among the ``free`` shortest: only they are
+    sorted (with ties at the edge the set may differ, but only in jobs of the same GPU-time)."""
+    if free < t.size:
+        part = np.argpartition(t, free - 1)[:free]
+        order = part[np.lexsort((part, t[part]))]
+    else:
+        order = np.argsort(t, kind="stable")
+    reach = np.searchsorted(np.cumsum(need[order]), free)
+    return float(t[order[min(int(reach), order.size - 1)]])
 
 
 def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, total_gpus: int,

@@ -28,6 +28,11 @@ class RowCache:
         self.width = width
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
+        # `cut`'s ``keys``: a caller's own row numbers for its jobs (bytype's `TypeMemo` rows, in the
+        # generation ``ext_gen``) -> this cache's rows (-1: not yet known), so a slot's lookup is one
+        # numpy gather, not a dict lookup per job
+        self.ext = np.full(0, -1, dtype=np.intp)
+        self.ext_gen: object = None
         self.one = np.empty((capacity, width))
         self.multi = np.empty((capacity, width))
         self.work = np.empty(capacity)
@@ -66,12 +71,15 @@ class RowCache:
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel])
 
-    def cut(self, jobs: tuple[WaitingJob, ...], cols: int, stretch: float) -> tuple[np.ndarray, ...]:
+    def cut(self, jobs: tuple[WaitingJob, ...], cols: int, stretch: float,
+            keys: tuple[object, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
         """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied and the
         no-sliver rule at ``stretch`` applied to them (inf where it masks a count), and four more per
         job: whether that rule masks any of its counts, its best run once masked (what
         `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over all counts
-        once masked and the count giving it (`lyapunov.gpu_seconds`; valid when ``cols`` >= the width)."""
+        once masked and the count giving it (`lyapunov.gpu_seconds`; valid when ``cols`` >= the width).
+        ``keys`` (generation, numbers): the caller's own number for each job, unique to its object
+        within that generation: the rows are found by them (`ext`)."""
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
@@ -79,16 +87,34 @@ class RowCache:
         width = len(jobs[0].run_one_node)
         if width != self.width or len(self.index) > 4 * n + 4096:
             self._reset(width, max(1024, 2 * n))
-        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
-        if None in idx:
-            for pos, w in enumerate(jobs):
-                if idx[pos] is None:
-                    idx[pos] = self._add(w)
-        sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
+        if keys is not None:
+            sel = self.sel = self._by_keys(jobs, *keys)
+        else:
+            idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
+            if None in idx:
+                for pos, w in enumerate(jobs):
+                    if idx[pos] is None:
+                        idx[pos] = self._add(w)
+            sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
         c = min(cols, self.width)
         return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel],
                 self.need[sel])
+
+    def _by_keys(self, jobs: tuple[WaitingJob, ...], gen: object, ks: np.ndarray) -> np.ndarray:
+        """The rows of ``jobs`` found by their keys ``ks`` (`cut`), added for the jobs not seen before."""
+        if gen != self.ext_gen:
+            self.ext = np.full(max(1024, 2 * len(ks)), -1, dtype=np.intp)
+            self.ext_gen = gen
+        top = int(ks.max()) + 1 if ks.size else 0
+        if top > self.ext.size:
+            self.ext = np.concatenate([self.ext, np.full(max(top - self.ext.size, self.ext.size), -1, dtype=np.intp)])
+        sel = self.ext[ks]
+        for p in np.flatnonzero(sel < 0).tolist():
+            w = jobs[p]
+            i = self.index.get(id(w))
+            sel[p] = self.ext[ks[p]] = self._add(w) if i is None else i
+        return sel
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
