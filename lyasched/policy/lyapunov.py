@@ -72,9 +72,9 @@ class LyapunovPolicy:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
 
         Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
-        ``prune``: the rows of jobs whose every score is surely <= 0 are -inf, not computed
-        (`_live`; then ``arr["pruned"]`` is True): what decides is unchanged, as only positive
-        scores start a job, but the values of those rows are not the scores.
+        ``prune``: the jobs whose every score is surely <= 0 are left out (`_live`): then the score
+        rows are those of the jobs ``arr["live"]`` only, in order. What decides is unchanged, as
+        only positive scores start a job; the wake-up rule reads them all (`decide` rescores).
         """
         jobs = state.waiting
         n = len(jobs)
@@ -176,11 +176,9 @@ class LyapunovPolicy:
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
-            s_one = np.full(one.shape, -np.inf)
-            s_multi = np.full(one.shape, -np.inf)
-            s_one[live], s_multi[live] = score(one[live], None), score(multi[live], None)
+            s_one, s_multi = score(one[live], None), score(multi[live], None)
             finite_best, gain = every
-            notes = {"pruned": True}
+            notes = {"live": live}
         elif fut is None:
             s_one, s_multi = score(one, None), score(multi, None)
         else:
@@ -291,6 +289,7 @@ class LyapunovPolicy:
             and type(self)._greedy is LyapunovPolicy._greedy
         s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune)
         self._best, self._started = arr["best"], []
+        rows = arr.get("live")  # pruned: the score rows are these jobs' (row j is job rows[j])
         pre = self._starts_first(state, arr, free, s_one, s_multi)
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
@@ -328,11 +327,11 @@ class LyapunovPolicy:
                 free = trial
                 for j, g, pl in placed:
                     sc = s_one[j, g - 1] if len(pl) == 1 else s_multi[j, g - 1]
-                    starts.append(self._decision(state, j, g, pl, float(sc), solver))
+                    starts.append(self._decision(state, j if rows is None else int(rows[j]), g, pl, float(sc), solver))
             else:
                 solver = "greedy"
         if solver == "greedy":
-            starts = self._greedy(state, s_one, s_multi, cand, free, best)
+            starts = self._greedy(state, s_one, s_multi, cand, free, best, rows)
         starts = pre + starts
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
@@ -342,7 +341,7 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
-            if arr.get("pruned"):  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
+            if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
                 raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
@@ -499,9 +498,10 @@ class LyapunovPolicy:
         return TenantBound(book, users, self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len)
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
-                best: np.ndarray) -> list[Decision]:
+                best: np.ndarray, jobs_of: np.ndarray | None = None) -> list[Decision]:
         """Jobs by best score per GPU (``best``: the larger of the two scores per count); each
-        takes its highest-scoring configuration that fits now."""
+        takes its highest-scoring configuration that fits now. ``jobs_of``: score row j is waiting
+        job jobs_of[j] (`_scores`' pruning; None: job j)."""
         k = s_one.shape[1]
         g = np.arange(1, k + 1, dtype=float)
         dens = best[cand] / g[None, :]
@@ -527,7 +527,7 @@ class LyapunovPolicy:
                         continue
                     pl = free.take(gg, one_node)
                     if pl is not None:
-                        out.append(self._decision(state, int(j), gg, pl, float(sc), "greedy"))
+                        out.append(self._decision(state, int(j if jobs_of is None else jobs_of[j]), gg, pl, float(sc), "greedy"))
                         break
         return out
 
