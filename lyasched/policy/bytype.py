@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace as _replace
+from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -76,12 +77,11 @@ class TypeMemo:
         n = len(jobs)
         if types != self.types or len(self.index) > 4 * n + 4096:
             self._reset(types, max(1024, 2 * n))
-        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))  # no Python frame per job
-        if None in idx:
-            for pos, w in enumerate(jobs):
-                if idx[pos] is None:
-                    idx[pos] = self._add(w)
-        return np.fromiter(idx, dtype=np.intp, count=n)
+        # no Python frame per job: -1 for the jobs not seen before
+        sel = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=n)
+        for pos in np.flatnonzero(sel < 0).tolist():
+            sel[pos] = self._add(jobs[pos])
+        return sel
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
@@ -162,7 +162,6 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         memo = vars(policy)["_type_memo"] = TypeMemo()
     types = tuple(dict.fromkeys(state.node_types))
     sel = memo.select(waiting, types)
-    view = memo.view[sel]  # jobs x types: each job's rows there (None: not allowed)
     joins = memo.best[sel] < math.inf  # the types it allows
     if backlog:
         joins &= _queues(memo, sel, state)
@@ -178,8 +177,8 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     for t in type_order(state):
         nodes, idx = type_slice(state, t, ())
         col = types.index(t)
-        mask = joins[:, col]
-        jobs: tuple[WaitingJob, ...] = tuple(view[mask, col])
+        msel = sel[joins[:, col]]
+        jobs: tuple[WaitingJob, ...] = tuple(memo.view[msel, col].tolist())  # their rows there
         if not jobs and not (caps.moves and nodes.running):
             continue
         if sum(nodes.free) == 0 and not caps.preemptive:
@@ -192,7 +191,7 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         # by the large one, every slot
         own = policy._rows
         policy._rows = rows.setdefault(t, RowCache())
-        policy._type_keys = (memo.gen, sel[mask], jobs)  # the row cache finds the jobs by their memo rows
+        policy._type_keys = (memo.gen, msel, jobs)  # the row cache finds the jobs by their memo rows
         try:
             res = decide(policy, sub)
         finally:

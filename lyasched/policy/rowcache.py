@@ -4,6 +4,7 @@ and the per-type pass (`bytype`) both read; its own module so neither imports th
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
 import numpy as np
 
@@ -61,12 +62,7 @@ class RowCache:
         width = len(jobs[0].run_one_node)
         if width != self.width or len(self.index) > 4 * n + 4096:
             self._reset(width, max(1024, 2 * n))
-        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))  # no Python frame per job
-        if None in idx:
-            for pos, w in enumerate(jobs):
-                if idx[pos] is None:
-                    idx[pos] = self._add(w)
-        sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
+        sel = self.sel = self._lookup(jobs)
         c = self.width if cols is None else min(cols, self.width)
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel])
@@ -90,16 +86,18 @@ class RowCache:
         if keys is not None:
             sel = self.sel = self._by_keys(jobs, *keys)
         else:
-            idx: list[int | None] = list(map(self.index.get, map(id, jobs)))
-            if None in idx:
-                for pos, w in enumerate(jobs):
-                    if idx[pos] is None:
-                        idx[pos] = self._add(w)
-            sel = self.sel = np.fromiter(idx, dtype=np.intp, count=n)
+            sel = self.sel = self._lookup(jobs)
         c = min(cols, self.width)
         return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
                 self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel],
                 self.need[sel])
+
+    def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
+        """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job."""
+        sel = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=len(jobs))
+        for pos in np.flatnonzero(sel < 0).tolist():
+            sel[pos] = self._add(jobs[pos])
+        return sel
 
     def _by_keys(self, jobs: tuple[WaitingJob, ...], gen: object, ks: np.ndarray) -> np.ndarray:
         """The rows of ``jobs`` found by their keys ``ks`` (`cut`), added for the jobs not seen before."""
