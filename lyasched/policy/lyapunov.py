@@ -171,7 +171,7 @@ class LyapunovPolicy:
 
         credit_t = self._tenant_credit(state, vtheta, total_gpus)
         live = None
-        if prune and fast and credit_t is None and self.externality >= 0 and n > 1:
+        if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
             live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
