@@ -2,7 +2,7 @@
 
     python benchmarks/decision_overhead.py [--jobs 10000] [--nodes 1024] [--repeats 21] [--json]
         [--policy lyapunov|elastic] [--running] [--full] [--param POLICY.KEY=VALUE ...]
-        [--against DIR [--rounds 5]] [--types 3]
+        [--against DIR [--rounds 5]] [--types 3] [--digest]
 
 Builds the WaitingJob rows once (the simulator and the service keep them per job), then
 times the policy's `decide` alone (`--policy`, default lyapunov). The policy copies a job's rows into its matrices the
@@ -18,6 +18,12 @@ a moving policy can only make room by moves.
 ``--types N`` times the same slot on a cluster of N GPU types (equal blocks of nodes: a100,
 rtx2080ti, t4), each waiting job with its rows on every type (the roofline), side by side with
 the one-type slot, in turn, and prints both medians and their ratio (target: <= 2x).
+
+``--digest`` times nothing: it prints a digest (SHA-1) of typed slots' decisions (starts with their
+placements, scores and reasons, preemptions, Q, Z and info) for lyapunov and elastic, seeds 0 and 1,
+with running jobs on the busy GPUs, at 2,000 waiting jobs on 256 nodes of 3 types, at 1 free GPU per
+type, and at a few waiting jobs (where the slot may end with no start); run it on two trees: a
+speed change of the typed slot that keeps the decisions gives the same ``all`` line.
 
 ``--against DIR`` times the same slot with another checkout's package (e.g. ``git worktree add
 /tmp/before REV``) side by side: this script runs in turn with ``DIR`` and with this tree first
@@ -124,15 +130,18 @@ def typed(state: SlotState, n_types: int, gpn: int, max_gpus: int) -> SlotState:
     return replace(state, waiting=tuple(jobs), node_types=node_types)
 
 
-def _time(pol, state: SlotState, repeats: int) -> tuple[float, list[float], object]:
+def _time(pol, state: SlotState, repeats: int, cpu: list[float] | None = None) -> tuple[float, list[float], object]:
+    """(first call's wall seconds, each repeat's, the last answer); each repeat's CPU seconds into ``cpu``."""
     t = time.perf_counter()
     res = pol.decide(state)
     cold = time.perf_counter() - t
     times: list[float] = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         res = pol.decide(state)
         times.append(time.perf_counter() - t)
+        if cpu is not None:
+            cpu.append(time.process_time() - c)
     return cold, times, res
 
 
@@ -151,6 +160,7 @@ def main() -> None:
                     help="a parameter of the policy timed, as in replay (e.g. elastic.max_searches=64)")
     ap.add_argument("--types", type=int, default=1, choices=(1, 2, 3),
                     help="also time the same slot on a cluster of this many GPU types, side by side (target: <= 2x)")
+    ap.add_argument("--digest", action="store_true", help="print a digest of typed slots' decisions (no timing)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--against", metavar="DIR", help="another checkout of lyasched: time both, side by side")
     ap.add_argument("--rounds", type=int, default=5, help="with --against: runs of each tree, in turn")
@@ -164,6 +174,10 @@ def main() -> None:
         params = parse_params(a.param, [a.policy]).get(a.policy, {})
     except ParamError as e:
         ap.exit(2, f"decision_overhead.py: --param: {e}\n")
+    if a.digest:
+        out = digest()
+        print(json.dumps(out) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return
     t0 = time.perf_counter()
     state = build(a.jobs, a.nodes, a.gpus_per_node, a.max_gpus, 0, running=a.running, full=a.full)
     build_s = time.perf_counter() - t0
@@ -172,23 +186,28 @@ def main() -> None:
         tstate = typed(state, a.types, a.gpus_per_node, a.max_gpus)
         tpol = make_policy(a.policy, **{"V": a.V, **params})
         one, many = [], []
+        cpu1: list[float] = []
+        cpu2: list[float] = []
         res1 = rest = None
         for _ in range(3):
-            _, t1, res1 = _time(pol, state, max(1, a.repeats // 3))
-            _, t2, rest = _time(tpol, tstate, max(1, a.repeats // 3))
+            _, t1, res1 = _time(pol, state, max(1, a.repeats // 3), cpu1)
+            _, t2, rest = _time(tpol, tstate, max(1, a.repeats // 3), cpu2)
             one += t1
             many += t2
         out = {"policy": a.policy, "jobs": a.jobs, "nodes": a.nodes, "types": a.types, "free_gpus": sum(state.free),
                "median_ms_one_type": statistics.median(one) * 1e3, "median_ms_typed": statistics.median(many) * 1e3,
-               "started_one_type": len(res1.starts), "started_typed": len(rest.starts)}
+               "cpu_median_ms_one_type": statistics.median(cpu1) * 1e3, "cpu_median_ms_typed": statistics.median(cpu2) * 1e3,
+               "started_one_type": len(res1.starts), "started_typed": len(rest.starts), "load": os.getloadavg()[0]}
         out["ratio"] = out["median_ms_typed"] / out["median_ms_one_type"]
+        out["cpu_ratio"] = out["cpu_median_ms_typed"] / out["cpu_median_ms_one_type"]
         out["target_ratio"] = 2.0
         if a.json:
             print(json.dumps(out))
         else:
             print(f"{a.policy} decision, {a.jobs} waiting jobs on {a.nodes}x{a.gpus_per_node} GPUs ({out['free_gpus']} free): "
                   f"one type {out['median_ms_one_type']:.1f} ms, {a.types} types {out['median_ms_typed']:.1f} ms, "
-                  f"ratio {out['ratio']:.2f} (target <= 2); started {out['started_one_type']} / {out['started_typed']}")
+                  f"ratio {out['ratio']:.2f} (CPU {out['cpu_median_ms_one_type']:.1f} / {out['cpu_median_ms_typed']:.1f} ms, "
+                  f"{out['cpu_ratio']:.2f}; target <= 2; load {out['load']:.1f}); started {out['started_one_type']} / {out['started_typed']}")
         return
     cold, times, res = _time(pol, state, a.repeats)  # cold: the policy copies every job's rows into its matrices once
     out = {
@@ -207,6 +226,36 @@ def main() -> None:
               f"median {out['median_ms']:.1f} ms, p90 {out['p90_ms']:.1f} ms over {a.repeats} runs "
               f"(first call, rows not yet cached: {out['cold_first_ms']:.1f} ms) "
               f"[{out['solver']}, {out['started']} started]" + (" (target <= 25 ms)" if a.policy == "lyapunov" else ""))
+
+
+def _hash(res) -> str:
+    """A slot's whole answer: starts (placements, scores, reasons), preemptions, Q, Z and info."""
+    info = sorted((k, repr(v)) for k, v in res.info.items())
+    return hashlib.sha1(repr(([(d.job_id, d.gpus, d.placement, d.score, d.reason, d.batch) for d in res.starts],
+                              res.preempt, res.q, res.z, info)).encode()).hexdigest()
+
+
+def digest() -> dict[str, str]:
+    """`--digest`: per (policy, seed, case) the SHA-1 of one typed slot's answer, and one over all.
+    Cases: ``many`` (2,000 waiting jobs, 256 nodes of 3 types, running jobs on the busy GPUs),
+    ``scarce`` (the same with one free GPU per type), ``few`` (12 of its waiting jobs, where the
+    slot may start nothing and answer a wake-up time)."""
+    from dataclasses import replace
+
+    out: dict[str, str] = {}
+    for seed in (0, 1):
+        base = typed(build(2000, 256, 4, 16, seed, running=True), 3, 4, 16)
+        nt = base.node_types
+        first = {t: nt.index(t) for t in dict.fromkeys(nt)}
+        scarce = tuple(1 if i in first.values() else 0 for i in range(len(nt)))
+        cases = {"many": base, "scarce": replace(base, free=scarce),
+                 "few": replace(base, waiting=base.waiting[:12], free=scarce)}
+        for policy in ("lyapunov", "elastic"):
+            for case, st in cases.items():
+                pol = make_policy(policy)
+                out[f"{policy}/{seed}/{case}"] = _hash(pol.decide(st)) + "/" + _hash(pol.decide(st))
+    out["all"] = hashlib.sha1(repr(sorted(out.items())).encode()).hexdigest()
+    return out
 
 
 def compare(a: argparse.Namespace) -> None:

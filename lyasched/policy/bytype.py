@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace as _replace
+from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -57,9 +58,11 @@ class TypeMemo:
         self._reset((), 0)
 
     def _reset(self, types: tuple[str, ...], capacity: int) -> None:
+        self.gen = object()  # a new one at each reset: the rows' numbers start over (`RowCache.cut`'s keys)
         self.types = types
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
+        self.by_job: dict[str, int] = {}  # job id -> its latest row (a start's row, `decide_by_type`)
         width = len(types)
         self.view = np.empty((capacity, width), dtype=object)
         self.best = np.empty((capacity, width))
@@ -74,12 +77,11 @@ class TypeMemo:
         n = len(jobs)
         if types != self.types or len(self.index) > 4 * n + 4096:
             self._reset(types, max(1024, 2 * n))
-        idx: list[int | None] = list(map(self.index.get, map(id, jobs)))  # no Python frame per job
-        if None in idx:
-            for pos, w in enumerate(jobs):
-                if idx[pos] is None:
-                    idx[pos] = self._add(w)
-        return np.fromiter(idx, dtype=np.intp, count=n)
+        # no Python frame per job: -1 for the jobs not seen before
+        sel = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=n)
+        for pos in np.flatnonzero(sel < 0).tolist():
+            sel[pos] = self._add(jobs[pos])
+        return sel
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
@@ -111,6 +113,7 @@ class TypeMemo:
             self.gsec[i] = run * g if math.isfinite(run) else 0.0
         self.keep.append(w)
         self.index[id(w)] = i
+        self.by_job[w.job_id] = i
         return i
 
 
@@ -159,12 +162,12 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         memo = vars(policy)["_type_memo"] = TypeMemo()
     types = tuple(dict.fromkeys(state.node_types))
     sel = memo.select(waiting, types)
-    view = memo.view[sel]  # jobs x types: each job's rows there (None: not allowed)
     joins = memo.best[sel] < math.inf  # the types it allows
     if backlog:
         joins &= _queues(memo, sel, state)
     rows: dict[str, RowCache] = vars(policy).setdefault("_type_rows", {})  # GPU type -> its `RowCache`
-    pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built at the first start
+    where: np.ndarray | None = None  # memo row -> index in ``waiting`` (-1: not waiting), at the first start
+    pos: dict[str, int] | None = None  # job id -> index in ``waiting``, built only if ``where`` cannot tell
     starts: list[Decision] = []
     preempt: list[str] = []
     info: dict = {"solver": "by-type"}
@@ -174,7 +177,8 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     for t in type_order(state):
         nodes, idx = type_slice(state, t, ())
         col = types.index(t)
-        jobs: tuple[WaitingJob, ...] = tuple(view[joins[:, col], col])
+        msel = sel[joins[:, col]]
+        jobs: tuple[WaitingJob, ...] = tuple(memo.view[msel, col].tolist())  # their rows there
         if not jobs and not (caps.moves and nodes.running):
             continue
         if sum(nodes.free) == 0 and not caps.preemptive:
@@ -187,17 +191,25 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         # by the large one, every slot
         own = policy._rows
         policy._rows = rows.setdefault(t, RowCache())
+        policy._type_keys = (memo.gen, msel, jobs)  # the row cache finds the jobs by their memo rows
         try:
             res = decide(policy, sub)
         finally:
             policy._type_best = None
+            policy._type_keys = None
             policy._rows = own
         if res.starts:
-            if pos is None:
-                pos = dict(zip(memo.ids[sel].tolist(), range(n)))
+            if where is None:
+                where = np.full(len(memo.keep), -1, dtype=np.intp)
+                where[sel] = np.arange(n)
             for d in res.starts:
-                i = pos.get(d.job_id)
-                if i is not None:  # (elastic also restarts running jobs: not in ``waiting``)
+                r = memo.by_job.get(d.job_id)
+                i: int | None = int(where[r]) if r is not None else -1
+                if i is not None and i < 0:  # not its latest row (or not waiting: elastic restarts running jobs)
+                    if pos is None:
+                        pos = dict(zip(memo.ids[sel].tolist(), range(n)))
+                    i = pos.get(d.job_id)
+                if i is not None:
                     joins[i] = False  # the later types' queues drop it
                     done.append(i)
             starts += [unslice(d, idx) for d in res.starts]

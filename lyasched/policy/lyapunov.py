@@ -34,7 +34,7 @@ import numpy as np
 
 from lyasched.policy import adaptive
 from lyasched.policy.bytype import decide_by_type
-from lyasched.policy.rowcache import RowCache
+from lyasched.policy.rowcache import RowCache, gpu_seconds
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState
 from lyasched.policy.tenants import TenantBook
 
@@ -64,20 +64,31 @@ class LyapunovPolicy:
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
+        # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
+        self._type_keys: tuple[object, np.ndarray, tuple] | None = None
 
-    def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
+    def _scores(self, state: SlotState, cols: int | None = None,
+                prune: bool = False) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
 
         Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
+        ``prune``: the jobs whose every score is surely <= 0 are left out (`_live`): then the score
+        rows are those of the jobs ``arr["live"]`` only, in order. What decides is unchanged, as
+        only positive scores start a job; the wake-up rule reads them all (`decide` rescores).
         """
         jobs = state.waiting
         n = len(jobs)
         # the shipped restriction on plain jobs: rows cut to ``cols`` first, the best runs as the
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
+        cached = None  # each job's least GPU-time and its count, as `RowCache.cut` keeps them (whole rows)
         if fast and cols is not None:
-            one, multi, work, submit, best, req, run_req, slivers, best_kept = self._rows.cut(jobs, cols, self.max_stretch)
+            keys = self._type_keys
+            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
+                self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
+            if fast and one.shape[1] == self._rows.width:
+                cached = (g_time, g_need)
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
         wait = state.now - submit
@@ -86,20 +97,17 @@ class LyapunovPolicy:
         z = float(wait.sum())
         theta = q + z
         total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
-        gk = np.arange(1, one.shape[1] + 1)
-        with np.errstate(invalid="ignore"):
-            fm = np.fmin(one, multi)
-            # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
-            over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
-        if fast:  # `_restrict` on the cut rows (their own copies)
-            if over.any():
-                np.copyto(one, np.inf, where=over)
-                np.copyto(multi, np.inf, where=over)
+        if fast:  # `_restrict` on the cut rows: `RowCache.cut` applied it
             if slivers.any():
                 best = best_kept
             fut: Fut = None
             notes: dict = {}
         else:
+            gk = np.arange(1, one.shape[1] + 1)
+            with np.errstate(invalid="ignore"):
+                fm = np.fmin(one, multi)
+                # no slivers: fewer GPUs than asked only while the run stays within max_stretch of the request's
+                over = (gk[None, :] < req[:, None]) & (fm > self.max_stretch * run_req[:, None])
             one, multi, best, fut, notes = self._restrict(state, one, multi, best, over, req, run_req, total_gpus)
         if self._type_best is not None:  # one type of a typed slot: the penalty counts from the job's best type
             best = np.minimum(best, self._type_best)  # (the adaptive jobs' one-node rule below re-bases it on its rows)
@@ -123,17 +131,18 @@ class LyapunovPolicy:
         blocked = np.maximum(0.0, (n - 1) - (free_now - g))
         # ... relative to the job that would otherwise take those GPUs: the F-th smallest
         # GPU-time among the waiting jobs (F = free GPUs) is what shortest-first would start last.
-        gt = gpu_seconds(one, multi)
-        gpu_time = gt.min(axis=1)
+        if cached is not None:
+            gpu_time = cached[0]
+        else:
+            gt = gpu_seconds(one, multi)
+            gpu_time = gt.min(axis=1)
         tau = 0.0
         if self.relative and n > 1 and free_now > 0:
             ok = np.isfinite(gpu_time)
             if ok.any():
                 # shortest-first by GPU-time, each job on its most GPU-efficient count
-                need = gt[ok].argmin(axis=1) + 1
-                order = np.argsort(gpu_time[ok], kind="stable")
-                reach = np.searchsorted(np.cumsum(need[order]), free_now)
-                tau = float(gpu_time[ok][order[min(int(reach), order.size - 1)]])
+                need = cached[1][ok] if cached is not None else gt[ok].argmin(axis=1) + 1
+                tau = _shortest_first(gpu_time[ok], need, free_now)
 
         def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
@@ -160,8 +169,20 @@ class LyapunovPolicy:
             s[~np.isfinite(run)] = -np.inf
             return s
 
-        s_one, s_multi = (score(one, None), score(multi, None)) if fut is None else (score(one, fut[0]), score(multi, fut[1]))
         credit_t = self._tenant_credit(state, vtheta, total_gpus)
+        live = None
+        if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
+            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
+        if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
+            every = finite_best, gain
+            finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
+            s_one, s_multi = score(one[live], None), score(multi[live], None)
+            finite_best, gain = every
+            notes = {"live": live}
+        elif fut is None:
+            s_one, s_multi = score(one, None), score(multi, None)
+        else:
+            s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state)
             g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
@@ -264,8 +285,11 @@ class LyapunovPolicy:
             z = sum(max(0.0, state.now - j.submit_time) for j in state.waiting)
             # nothing can start before a GPU is released (an event for any caller that skips slots)
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none", "wake_at": math.inf})
-        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total)
+        prune = type(self)._values is LyapunovPolicy._values and type(self)._starts_first is LyapunovPolicy._starts_first \
+            and type(self)._greedy is LyapunovPolicy._greedy
+        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune)
         self._best, self._started = arr["best"], []
+        rows = arr.get("live")  # pruned: the score rows are these jobs' (row j is job rows[j])
         pre = self._starts_first(state, arr, free, s_one, s_multi)
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
@@ -303,11 +327,11 @@ class LyapunovPolicy:
                 free = trial
                 for j, g, pl in placed:
                     sc = s_one[j, g - 1] if len(pl) == 1 else s_multi[j, g - 1]
-                    starts.append(self._decision(state, j, g, pl, float(sc), solver))
+                    starts.append(self._decision(state, j if rows is None else int(rows[j]), g, pl, float(sc), solver))
             else:
                 solver = "greedy"
         if solver == "greedy":
-            starts = self._greedy(state, s_one, s_multi, cand, free, best)
+            starts = self._greedy(state, s_one, s_multi, cand, free, best, rows)
         starts = pre + starts
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
@@ -317,6 +341,10 @@ class LyapunovPolicy:
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
+            if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
+                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
+                raw_one[:, gcol > free.max_on_one_node()] = -np.inf
+                raw_multi[:, ~free.spread_mask(k)] = -np.inf
             if self._tenants_of(state) is None:
                 info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
             else:  # the tenant credit moves too: a bound on it, not the exact quadratic
@@ -470,9 +498,10 @@ class LyapunovPolicy:
         return TenantBound(book, users, self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len)
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
-                best: np.ndarray) -> list[Decision]:
+                best: np.ndarray, jobs_of: np.ndarray | None = None) -> list[Decision]:
         """Jobs by best score per GPU (``best``: the larger of the two scores per count); each
-        takes its highest-scoring configuration that fits now."""
+        takes its highest-scoring configuration that fits now. ``jobs_of``: score row j is waiting
+        job jobs_of[j] (`_scores`' pruning; None: job j)."""
         k = s_one.shape[1]
         g = np.arange(1, k + 1, dtype=float)
         dens = best[cand] / g[None, :]
@@ -498,7 +527,7 @@ class LyapunovPolicy:
                         continue
                     pl = free.take(gg, one_node)
                     if pl is not None:
-                        out.append(self._decision(state, int(j), gg, pl, float(sc), "greedy"))
+                        out.append(self._decision(state, int(j if jobs_of is None else jobs_of[j]), gg, pl, float(sc), "greedy"))
                         break
         return out
 
@@ -523,14 +552,37 @@ class LyapunovUnaware(LyapunovPolicy):
 _GPUS, _USER = attrgetter("gpus"), attrgetter("user")
 
 
-def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
-    """GPU-seconds of each job on g = 1, 2, ... GPUs (the faster placement; inf where neither is allowed)."""
-    g = np.arange(1, one.shape[1] + 1, dtype=float)
-    with np.errstate(invalid="ignore"):
-        gt = np.minimum(one, multi)
-        gt *= g[None, :]
-    gt[~np.isfinite(gt)] = np.inf
-    return gt
+def _shortest_first(t: np.ndarray, need: np.ndarray, free: int) -> float:
+    """The GPU-time ``t`` of the job at which shortest-first by GPU-time (ties by position), each
+    job taking ``need`` GPUs, has handed out ``free`` GPUs (the last job's when it never does).
+    As each job needs at least one GPU, that job is among the ``free`` shortest: only they are
+    sorted (with ties at the edge the set may differ, but only in jobs of the same GPU-time)."""
+    if free < t.size:
+        part = np.argpartition(t, free - 1)[:free]
+        order = part[np.lexsort((part, t[part]))]
+    else:
+        order = np.argsort(t, kind="stable")
+    reach = np.searchsorted(np.cumsum(need[order]), free)
+    return float(t[order[min(int(reach), order.size - 1)]])
+
+
+def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, total_gpus: int,
+          vtheta: float) -> np.ndarray | None:
+    """The rows whose score may be > 0 (None: all of them or nearly). A job's penalty on g GPUs is
+    at least the externality term at its least GPU-time and the fewest GPUs' weight (``weight``):
+    (run - best) >= 0, g x run >= its GPU-time, the weight grows with g. The bound is computed with
+    the same operations in the same order as `LyapunovPolicy._scores`, on smaller or equal operands,
+    so as rounding is monotone each score, as computed, is at most it: a row whose bound is <= 0
+    (not NaN) can never start a job."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        lb = gpu_time - tau
+        np.maximum(lb, 0.0, out=lb)
+        lb *= weight
+        lb /= total_gpus
+        lb *= vtheta
+        bound = np.subtract(gain, lb, out=lb)
+        live = np.flatnonzero(~(bound <= 0))
+    return live if live.size < 0.9 * gain.size else None
 
 
 _WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
