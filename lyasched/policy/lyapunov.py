@@ -63,6 +63,7 @@ class LyapunovPolicy:
         self._best = np.zeros(0)
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
+        self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
 
     def _scores(self, state: SlotState, cols: int | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
@@ -218,10 +219,18 @@ class LyapunovPolicy:
         """The distinct codes among ``codes`` in order of first appearance, and their users: the
         order in which ``set(users)`` is built from the waiting jobs' users, so the sets (and the
         float sums walked over them) are the same as from the whole list."""
-        u, first = np.unique(codes, return_index=True)
-        order = u[np.argsort(first)]
+        memo = self._tenant_ix
+        if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
+            return memo[1], memo[2]
         names = self._rows.tenant_names
-        return order, [names[c] for c in order.tolist()]
+        n = codes.size
+        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
+        np.minimum.at(first, codes, np.arange(n))
+        present = np.flatnonzero(first < n)
+        order = present[np.argsort(first[present])]
+        got = [names[c] for c in order.tolist()]
+        self._tenant_ix = (codes, order, got)
+        return order, got
 
     def _tenants_behind(self, state: SlotState, users: list[str], total_gpus: int) -> dict[str, float] | None:
         """Per tenant of a waiting job (``users``), its credit per GPU over V*Theta:

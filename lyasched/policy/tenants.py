@@ -153,37 +153,40 @@ class TenantLedger:
     # the last fill: (demand, its rate, `waterfill_levels`' parts, the shares and capacity it read)
     _rate_of: tuple | None = None
     _names: dict[str, None] = field(default_factory=dict)  # tenants seen, in order (the demand's keys)
+    _moved: set[str] = field(default_factory=set)  # tenants whose demand moved since the last fill
 
     def rates(self) -> dict[str, float]:
         """Each tenant's entitled GPUs now (water-filled over the demand), kept until demand changes.
 
-        Not filled again when the only demands that moved stayed above every part their tenant
-        was compared against in the last fill (`waterfill_levels`): the fill would be the same."""
+        Not filled again when the only demands that moved since the last fill stayed above every
+        part their tenant was compared against in it (`waterfill_levels`): the fill would be the
+        same, float for float."""
         rate = self._rate
         if rate is None:
-            held, asked, names = self.held, self.asked, self._names
-            if len(names) < len(held) or len(names) < len(asked):  # given at construction
-                names.update(dict.fromkeys(held))
-                names.update(dict.fromkeys(asked))
-            demand = {k: held.get(k, 0.0) + asked.get(k, 0.0) for k in names}
             last = self._rate_of
-            if last is not None and self._same_fill(last, demand):
+            if last is not None and self._same_fill(last):
                 rate = self._rate = last[1]
             else:
+                held, asked, names = self.held, self.asked, self._names
+                if len(names) < len(held) or len(names) < len(asked):  # given at construction
+                    names.update(dict.fromkeys(held))
+                    names.update(dict.fromkeys(asked))
+                demand = {k: held.get(k, 0.0) + asked.get(k, 0.0) for k in names}
                 rate, above = waterfill_levels(demand, self.shares, self.capacity)
                 self._rate = rate
                 self._rate_of = (demand, rate, above, dict(self.shares), self.capacity)
+                self._moved.clear()
         return rate
 
-    def _same_fill(self, last: tuple, demand: dict[str, float]) -> bool:
+    def _same_fill(self, last: tuple) -> bool:
+        """Whether the last fill holds for the demand now (`rates`)."""
         d0, _, above, shares, capacity = last
-        if len(d0) != len(demand) or capacity != self.capacity or shares != self.shares:
+        if len(d0) != len(self._names) or capacity != self.capacity or shares != self.shares:
             return False
-        for k, d in demand.items():
-            was = d0.get(k)
-            if was is None:
-                return False
-            if d != was:
+        held, asked = self.held, self.asked
+        for k in self._moved:
+            d = held.get(k, 0.0) + asked.get(k, 0.0)
+            if d != d0[k]:
                 a = above.get(k)
                 if a is None or not d > a:
                     return False
@@ -218,6 +221,7 @@ class TenantLedger:
     def hold(self, tenant: str, gpus: float) -> None:
         self.held[tenant] = self.held.get(tenant, 0.0) + gpus
         self._names.setdefault(tenant)
+        self._moved.add(tenant)
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
         self.usage.setdefault(tenant, 0.0)
@@ -226,6 +230,7 @@ class TenantLedger:
     def ask(self, tenant: str, gpus: float) -> None:
         self.asked[tenant] = self.asked.get(tenant, 0.0) + gpus
         self._names.setdefault(tenant)
+        self._moved.add(tenant)
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
         self._rate = None
