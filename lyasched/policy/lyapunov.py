@@ -497,12 +497,13 @@ class LyapunovPolicy:
         pen = np.where(ok, (gain - base) / vtheta, 0.0)
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
         bound = self._tenant_bound(state, users, codes)
-        who = bound.who
+        rows, cols = np.nonzero(ok)  # the allowed configurations only, flat: the same values per entry
+        base_f, b_f, g_f, who_f = base[rows, cols], b[rows, cols], g[cols], bound.who[rows]
 
         def holds(d: float) -> bool:
             c = self.V * (q + z + n * d) * bound.per_gpu(d)
-            top = np.maximum(base, base + b * d + n * d * d) + c[who][:, None] * g[None, :]
-            return not bool((top[ok] > 0).any())
+            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[who_f] * g_f
+            return not bool((top > 0).any())
 
         return state.now + quiet_for(holds, state.slot_len)
 
