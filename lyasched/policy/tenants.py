@@ -239,7 +239,8 @@ class TenantLedger:
         """Events (time, tenant, change in GPUs held, change in GPUs asked), in time order: the
         one way the simulator, the measurement and the service feed a ledger."""
         for t, k, dh, da in events:
-            self.advance(t)
+            if t != self.t:  # at the same time `advance` moves nothing
+                self.advance(t)
             if dh:
                 self.hold(k, dh)
             if da:
