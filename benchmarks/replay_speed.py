@@ -17,6 +17,15 @@ else the machine runs; the wall time is what the targets name. Examples:
     python benchmarks/replay_speed.py --max-jobs 3000 --load 1.0 --policies lyapunov,elastic,tiresias,backfill --limit 600
     # the full trace under lyapunov, against ccc6d68
     python benchmarks/replay_speed.py --policies lyapunov --limit 1800 --against /tmp/ccc
+    # what the tenant input costs: each policy with the trace's tenants and without, in one process
+    python benchmarks/replay_speed.py --policies lyapunov --limit 1800 --tenants --rounds 2 --json
+
+``--tenants``: in one process, each replay with the tenant input (the trace's users as tenants,
+as `replay` does) and without (``Simulation(tenant_input=False)``), alternating round by round;
+printed side by side with the with / without ratio of wall and of CPU seconds (median over
+rounds; ``tenants_ratio`` in the JSON) and each replay's decision digest
+(decision_digest.replay_digest with the slots' Q and Z: equal before and after a change that
+should not change a decision).
 """
 
 from __future__ import annotations
@@ -62,6 +71,41 @@ def measure(trace: str, policies: list[str], max_jobs: int | None, load: float, 
     return out
 
 
+def measure_tenants(trace: str, policies: list[str], max_jobs: int | None, load: float, limit: float,
+                    rounds: int) -> dict:
+    """Each policy's replay with the tenant input and without, alternating, in this process."""
+    from decision_digest import replay_digest
+
+    from lyasched.policy import make_policy
+    from lyasched.sim import Simulation, WallTimeExceeded
+    from lyasched.sim.workloads import load_workload
+
+    w = load_workload(trace, load=load, max_jobs=max_jobs)
+    out: dict = {"jobs": len(w.jobs), "cluster": f"{w.cluster.nodes}x{w.cluster.gpus_per_node}",
+                 "tenants": len({j.user for j in w.jobs}), "policies": {}}
+    for name in policies:
+        row: dict = {"with": [], "without": []}
+        for _ in range(rounds):
+            for key, on in (("with", True), ("without", False)):
+                sim = Simulation(w.jobs, w.cluster, seed=0, tenant_input=on)
+                c0, t0 = time.process_time(), time.perf_counter()
+                try:
+                    r = sim.run(make_policy(name, seed=0), name=name, wall_limit_s=limit)
+                    got = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - c0, 2),
+                           "decide_s": round(r.decide_s, 2), "decide_calls": r.decide_calls, "finished": True,
+                           "digest": replay_digest(r, slots=True)[:12]}
+                except WallTimeExceeded as e:
+                    got = {"wall_s": round(e.wall, 1), "cpu_s": round(time.process_time() - c0, 2), "finished": False,
+                           "jobs_done": e.done}
+                row[key].append(got)
+                print(f"{name} {key} tenants: {got}", file=sys.stderr, flush=True)
+        for unit in ("wall_s", "cpu_s"):
+            rs = [x[unit] / y[unit] for x, y in zip(row["with"], row["without"]) if y[unit] > 0]
+            row.setdefault("tenants_ratio", {})[unit] = round(statistics.median(rs), 3) if rs else None
+        out["policies"][name] = row
+    return out
+
+
 def line(name: str, row: dict, limit: float) -> str:
     cpu = f", CPU {row['cpu_s']:.1f} s" if "cpu_s" in row else ""
     if not row["finished"]:
@@ -86,6 +130,7 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=120.0, help="stop a policy after this many seconds")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--against", default=None, help="a checkout whose lyasched package runs the same replays")
+    ap.add_argument("--tenants", action="store_true", help="each replay with the tenant input and without, side by side")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -98,6 +143,27 @@ def main() -> None:
         print(json.dumps(measure(a.trace, policies, a.max_jobs, a.load, a.limit)))
         return
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]), file=sys.stderr)
+    if a.tenants:
+        if a.against:
+            sys.exit("Error: --tenants and --against: one at a time")
+        sys.path.insert(0, HERE)
+        load0 = os.getloadavg()
+        got = measure_tenants(a.trace, policies, a.max_jobs, a.load, a.limit, a.rounds)
+        got.update(load=a.load, machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+                   load_average_start=load0, load_average=os.getloadavg())
+        if a.json:
+            print(json.dumps(got))
+            return
+        print(f"{got['jobs']} jobs on {got['cluster']} GPUs, load {a.load}, {got['tenants']} tenants")
+        for p, row in got["policies"].items():
+            for key in ("with", "without"):
+                print(f"{p:11s} {key:7s} tenants: " + "; ".join(
+                    f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU" + (f", digest {r['digest']}" if r["finished"] else ", stopped")
+                    for r in row[key]))
+            print(f"{'':11s} with / without: wall {row['tenants_ratio']['wall_s']}, CPU {row['tenants_ratio']['cpu_s']}")
+        print("load average (1, 5, 15 min) at the start: " + " ".join(f"{x:.2f}" for x in load0)
+              + "; at the end: " + " ".join(f"{x:.2f}" for x in got["load_average"]))
+        return
     trees = {"this": os.path.dirname(HERE)}
     if a.against:
         if not os.path.isdir(os.path.join(a.against, "lyasched")):

@@ -50,6 +50,25 @@ class TrustBook:
     _account: dict[str, deque] = field(default_factory=dict)
     _account_of: dict[str, str] = field(default_factory=dict)
     version: int = 0  # bumped when a factor may have changed (the builder's memo key)
+    # `factors` kept up to date: the factors not 1, the users whose factor may have moved since
+    # (None: all, as at first), and each account's users (an account's ratios move theirs)
+    _nonunit: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
+    _dirty: set[str] | None = field(default=None, repr=False, compare=False)
+    _members: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def _moved(self, user: str, account: str | None = None) -> None:
+        """The user's factor (and with ``account``, that account's users') may have moved."""
+        if self._dirty is not None:
+            self._dirty.add(user)
+            if account:
+                self._dirty.update(self._members.get(account, ()))
+
+    def _join(self, user: str, account: str) -> None:
+        old = self._account_of.get(user)
+        if old is not None and old != account:
+            self._members.get(old, set()).discard(user)
+        self._members.setdefault(account, set()).add(user)
+        self._account_of[user] = account
 
     def observe(self, user: str, predicted_s: float, observed_s: float, account: str = "") -> None:
         """One finished run: the run time it was predicted with (the claim, before any trust
@@ -60,14 +79,16 @@ class TrustBook:
         w = self.params.window
         self._user.setdefault(user, deque(maxlen=w)).append(r)
         if account:
-            self._account_of[user] = account
+            self._join(user, account)
             self._account.setdefault(account, deque(maxlen=w)).append(r)
+        self._moved(user, account)
         self.version += 1
 
     def note_account(self, user: str, account: str) -> None:
         """The account of a user not yet seen finishing (so a fresh user gets its account's factor)."""
         if account and self._account_of.get(user) != account:
-            self._account_of[user] = account
+            self._join(user, account)
+            self._moved(user)
             self.version += 1
 
     def _ratios(self, user: str) -> deque | None:
@@ -97,9 +118,24 @@ class TrustBook:
         return f if f >= self.bar(len(r)) else 1.0
 
     def factors(self) -> dict[str, float]:
-        """Every known user whose factor is not 1."""
-        users = set(self._user) | set(self._account_of)
-        return {u: f for u in sorted(users) if (f := self.factor(u)) != 1.0}
+        """Every known user whose factor is not 1, in name order. Kept as ratios arrive: only the
+        users whose own or account's ratios moved are looked at again (the same `factor` values)."""
+        dirty = self._dirty
+        if dirty is None:  # first call: every known user (the members index from what is known)
+            self._members.clear()
+            for u, a in self._account_of.items():
+                self._members.setdefault(a, set()).add(u)
+            self._nonunit.clear()
+            dirty = set(self._user) | set(self._account_of)
+        nonunit = self._nonunit
+        for u in dirty:
+            f = self.factor(u)
+            if f != 1.0:
+                nonunit[u] = f
+            else:
+                nonunit.pop(u, None)
+        self._dirty = set()
+        return {u: nonunit[u] for u in sorted(nonunit)}
 
 
 def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:

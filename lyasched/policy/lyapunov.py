@@ -63,6 +63,7 @@ class LyapunovPolicy:
         self._best = np.zeros(0)
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
+        self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
@@ -169,7 +170,8 @@ class LyapunovPolicy:
             s[~np.isfinite(run)] = -np.inf
             return s
 
-        credit_t = self._tenant_credit(state, vtheta, total_gpus)
+        codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
+        credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
         if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
             live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
@@ -184,13 +186,13 @@ class LyapunovPolicy:
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
-            owed = self._owed(state)
+            owed = self._owed(state, codes)
             g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
             s_one += credit_t[:, None] * g_one
             s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
-                 **notes}
+                 "tenant_codes": codes, **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
@@ -208,19 +210,48 @@ class LyapunovPolicy:
             best = np.fmin(one, multi).min(axis=1)
         return one, multi, best, None, {}
 
-    def _tenant_credit(self, state: SlotState, vtheta: float, total_gpus: int) -> np.ndarray | None:
+    def _tenant_credit(self, state: SlotState, vtheta: float, total_gpus: int,
+                       codes: np.ndarray | None = None) -> np.ndarray | None:
         """Per waiting job, the drift reduction per GPU of starting it, from its tenant's virtual
         queue (docs/model.md, section 5): its shortfall against its entitlement, relative
         to the least-behind tenant with a job waiting (what any start gets, so it cannot change
         whether GPUs are used, only by whom), in cluster-seconds, times V*Theta so that it reads
         against the penalty. None (no change at all) without tenant input, with one tenant
-        waiting, or when no waiting tenant is behind another."""
-        users = list(map(_USER, state.waiting)) if state.tenants is not None and self.tenant_weight > 0 else []
-        behind = self._tenants_behind(state, users, total_gpus)
+        waiting, or when no waiting tenant is behind another. ``codes``: the waiting jobs' users
+        as `RowCache` codes (`_tenant_index`), so no per-job Python step."""
+        if state.tenants is None or self.tenant_weight <= 0:
+            return None
+        if codes is None:
+            users = list(map(_USER, state.waiting))
+            behind = self._tenants_behind(state, users, total_gpus)
+            if behind is None:
+                return None
+            per_tenant = {k: vtheta * v for k, v in behind.items()}
+            return np.fromiter(map(per_tenant.__getitem__, users), dtype=float, count=len(users))
+        order, names = self._tenant_index(codes)
+        behind = self._tenants_behind(state, names, total_gpus)
         if behind is None:
             return None
-        per_tenant = {k: vtheta * v for k, v in behind.items()}
-        return np.fromiter(map(per_tenant.__getitem__, users), dtype=float, count=len(users))
+        per_code = np.zeros(len(self._rows.tenant_names))
+        per_code[order] = [vtheta * behind[k] for k in names]
+        return per_code[codes]
+
+    def _tenant_index(self, codes: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The distinct codes among ``codes`` in order of first appearance, and their users: the
+        order in which ``set(users)`` is built from the waiting jobs' users, so the sets (and the
+        float sums walked over them) are the same as from the whole list."""
+        memo = self._tenant_ix
+        if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
+            return memo[1], memo[2]
+        names = self._rows.tenant_names
+        n = codes.size
+        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
+        np.minimum.at(first, codes, np.arange(n))
+        present = np.flatnonzero(first < n)
+        order = present[np.argsort(first[present])]
+        got = [names[c] for c in order.tolist()]
+        self._tenant_ix = (codes, order, got)
+        return order, got
 
     def _tenants_behind(self, state: SlotState, users: list[str], total_gpus: int) -> dict[str, float] | None:
         """Per tenant of a waiting job (``users``), its credit per GPU over V*Theta:
@@ -242,8 +273,13 @@ class LyapunovPolicy:
         self._tenant_floor = (floor, scale)
         return {k: scale * (v - floor) for k, v in y.items()}
 
-    def _owed(self, state: SlotState) -> np.ndarray:
+    def _owed(self, state: SlotState, codes: np.ndarray | None = None) -> np.ndarray:
         """Per waiting job, its tenant's GPU-seconds behind beyond the slack and the pad (Y_k)."""
+        if codes is not None:
+            order, names = self._tenant_index(codes)
+            per_code = np.zeros(len(self._rows.tenant_names))
+            per_code[order] = [self.tenant_owed(state, k) for k in names]
+            return per_code[codes]
         users = [w.user for w in state.waiting]
         memo = {k: self.tenant_owed(state, k) for k in set(users)}
         return np.fromiter(map(memo.__getitem__, users), dtype=float, count=len(users))
@@ -345,7 +381,12 @@ class LyapunovPolicy:
                 raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
-            if self._tenants_of(state) is None:
+            codes = arr.get("tenant_codes")
+            if codes is not None:  # two or more tenants waiting, as `_tenants_of` asks
+                some = bool(codes.size) and bool((codes != codes[0]).any())
+            else:
+                some = self._tenants_of(state) is not None
+            if not some:
                 info["wake_at"] = self._wake_at(state, raw_one, raw_multi, arr, q, z)
             else:  # the tenant credit moves too: a bound on it, not the exact quadratic
                 info["wake_at"] = self._wake_at_tenants(state, raw_one, raw_multi, arr, q, z)
@@ -460,10 +501,14 @@ class LyapunovPolicy:
         few halvings close in), and the last D that held is returned. A lower bound on the exact
         time: the caller only asks again sooner than it had to.
         """
-        users = self._tenants_of(state)
+        codes = arr.get("tenant_codes")
+        users: list[str] | None = None
+        if codes is None:
+            users = self._tenants_of(state)
+            assert users is not None
         book = state.tenants
-        assert users is not None and book is not None
-        n = len(users)
+        assert book is not None
+        n = len(state.waiting)
         k = s_one.shape[1]
         s = np.concatenate([s_one, s_multi], axis=1)
         ok = np.isfinite(s)
@@ -479,22 +524,28 @@ class LyapunovPolicy:
         gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
         pen = np.where(ok, (gain - base) / vtheta, 0.0)
         b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
-        bound = self._tenant_bound(state, users)
-        who = bound.who
+        bound = self._tenant_bound(state, users, codes)
+        rows, cols = np.nonzero(ok)  # the allowed configurations only, flat: the same values per entry
+        base_f, b_f, g_f, who_f = base[rows, cols], b[rows, cols], g[cols], bound.who[rows]
 
         def holds(d: float) -> bool:
             c = self.V * (q + z + n * d) * bound.per_gpu(d)
-            top = np.maximum(base, base + b * d + n * d * d) + c[who][:, None] * g[None, :]
-            return not bool((top[ok] > 0).any())
+            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[who_f] * g_f
+            return not bool((top > 0).any())
 
         return state.now + quiet_for(holds, state.slot_len)
 
-    def _tenant_bound(self, state: SlotState, users: list[str]) -> TenantBound:
+    def _tenant_bound(self, state: SlotState, users: list[str] | None, codes: np.ndarray | None = None) -> TenantBound:
         """Bounds on the tenant credit per GPU over V*Theta of the waiting jobs' tenants
-        (``users``, as `_tenants_behind` reads them) while nothing arrives, starts or ends."""
+        (``users``, as `_tenants_behind` reads them, or their `RowCache` ``codes``) while nothing
+        arrives, starts or ends."""
         book = state.tenants
         assert book is not None
         total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
+        if codes is not None:
+            return TenantBound(book, [], self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len,
+                               codes=codes, code_names=self._rows.tenant_names)
+        assert users is not None
         return TenantBound(book, users, self.tenant_weight, self.tenant_slack, total_gpus, state.slot_len)
 
     def _greedy(self, state: SlotState, s_one: np.ndarray, s_multi: np.ndarray, cand: np.ndarray, free: FreeGpus,
@@ -626,13 +677,23 @@ class TenantBound:
     two linear functions of time (`TenantBook.at`), so monotone, and lies between its values at
     the ends; the floor is at least the least of those ends."""
 
-    def __init__(self, book: TenantBook, users: list[str], weight: float, slack: float, total_gpus: int, slot: float) -> None:
+    def __init__(self, book: TenantBook, users: list[str], weight: float, slack: float, total_gpus: int, slot: float,
+                 codes: np.ndarray | None = None, code_names: list[str] | None = None) -> None:
+        """``users``: the waiting jobs' tenants; or ``codes`` into ``code_names`` (`RowCache`)."""
         self.book, self.weight, self.slack = book, weight, slack
         self.g2 = float(total_gpus * total_gpus)
         self.pad = total_gpus * slot
-        self.names = sorted(set(users))
-        col = {name: i for i, name in enumerate(self.names)}
-        self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
+        if codes is not None and code_names is not None:
+            present = np.unique(codes)
+            self.names = sorted(code_names[c] for c in present.tolist())
+            col = {name: i for i, name in enumerate(self.names)}
+            remap = np.zeros(len(code_names), dtype=np.intp)
+            remap[present] = [col[code_names[c]] for c in present.tolist()]
+            self.who = remap[codes]
+        else:
+            self.names = sorted(set(users))
+            col = {name: i for i, name in enumerate(self.names)}
+            self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
         self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
         # the book's sums and rates per tenant: `_at` moves them as `TenantBook.at` does
         self._rec = np.array([book.received.get(k, 0.0) for k in self.names])

@@ -23,6 +23,8 @@ class RowCache:
 
     def __init__(self) -> None:
         self.stretch = math.nan  # the `cut` rows' max_stretch (nan: none yet)
+        self.tenant_code: dict[str, int] = {}  # a job's user -> its code in ``tenant``
+        self.tenant_names: list[str] = []  # code -> user
         self._reset(0, 0)
 
     def _reset(self, width: int, capacity: int) -> None:
@@ -42,6 +44,7 @@ class RowCache:
         self.req = np.empty(capacity, dtype=np.intp)  # requested count, or the nearest allowed
         self.run_req = np.empty(capacity)  # run time there (one node when allowed)
         self.adaptive = np.zeros(capacity, dtype=bool)  # WaitingJob.adaptive
+        self.tenant = np.zeros(capacity, dtype=np.intp)  # the job's user, as a code (``tenant_names``)
         self.n_adaptive = 0  # adaptive jobs among the cached ones (0: `waiting_adaptive` is None at once)
         self.sel = np.zeros(0, dtype=np.intp)  # the last `arrays` call's rows
         # the no-sliver rule's effect on each row (`LyapunovPolicy._restrict`, at ``stretch``): whether
@@ -126,6 +129,7 @@ class RowCache:
             self.req = np.concatenate([self.req, np.empty(grow, dtype=np.intp)])
             self.run_req = np.concatenate([self.run_req, np.empty(grow)])
             self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
+            self.tenant = np.concatenate([self.tenant, np.zeros(grow, dtype=np.intp)])
             self.slivers = np.concatenate([self.slivers, np.zeros(grow, dtype=bool)])
             self.best_kept = np.concatenate([self.best_kept, np.empty(grow)])
             self.one_kept = np.vstack([self.one_kept, np.empty((grow, self.width))])
@@ -143,6 +147,11 @@ class RowCache:
         self.req[i] = r
         self.run_req[i] = fm[r - 1]
         self.adaptive[i] = w.adaptive
+        code = self.tenant_code.get(w.user)
+        if code is None:
+            code = self.tenant_code[w.user] = len(self.tenant_names)
+            self.tenant_names.append(w.user)
+        self.tenant[i] = code
         self.n_adaptive += w.adaptive
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
             gk = np.arange(1, self.width + 1)
@@ -158,6 +167,10 @@ class RowCache:
         self.keep.append(w)
         self.index[id(w)] = i
         return i
+
+    def waiting_tenants(self) -> np.ndarray:
+        """Each job of the last `arrays` / `cut` call's user, as a code (``tenant_names``)."""
+        return self.tenant[self.sel]
 
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""

@@ -55,24 +55,38 @@ def waterfill(demand: Mapping[str, float], shares: Mapping[str, float], capacity
     """Each tenant's part of ``capacity``: proportional to its share, capped at its demand, the
     capped tenants' rest re-split among the others (max-min fair by weight). Tenants with no
     demand get nothing; a share missing from ``shares`` is 1."""
+    return waterfill_levels(demand, shares, capacity)[0]
+
+
+def waterfill_levels(demand: Mapping[str, float], shares: Mapping[str, float],
+                     capacity: float) -> tuple[dict[str, float], dict[str, float]]:
+    """`waterfill`, and per tenant never capped (it got the rest's share, or nothing when the rest
+    ran out) the largest part it was compared against: while every other demand stays, such a
+    tenant's demand may move anywhere above that and the fill is the same, float for float (each
+    round's sums and comparisons read only the others' demands), so a ledger need not redo it."""
     active = {k: d for k, d in demand.items() if d > 0}
     out = {k: 0.0 for k in demand}
+    above: dict[str, float] = {}
     left = float(capacity)
     while active and left > 1e-12:
         w = {k: max(float(shares.get(k, 1.0)), 0.0) for k in active}
         tot = sum(w.values())
         if tot <= 0:
             break
-        capped = {k: d for k, d in active.items() if d <= left * w[k] / tot}
+        part = {k: left * w[k] / tot for k in active}
+        for k, p in part.items():
+            if p > above.get(k, -math.inf):
+                above[k] = p
+        capped = {k: d for k, d in active.items() if d <= part[k]}
         if not capped:
             for k in active:
-                out[k] += left * w[k] / tot
+                out[k] += part[k]
             break
         for k, d in capped.items():
             out[k] += d
             left -= d
             del active[k]
-    return out
+    return out, {k: above.get(k, 0.0) for k in active}
 
 
 @dataclass(frozen=True)
@@ -136,20 +150,47 @@ class TenantLedger:
     usage: dict[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed (module docstring)
     half_life: float = USAGE_HALF_LIFE_S
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes
-    _rate_of: tuple[list[tuple[str, float]], dict[str, float]] | None = None  # (demand, its rate), the last computed
+    # the last fill: (demand, its rate, `waterfill_levels`' parts, the shares and capacity it read)
+    _rate_of: tuple | None = None
+    _names: dict[str, None] = field(default_factory=dict)  # tenants seen, in order (the demand's keys)
+    _moved: set[str] = field(default_factory=set)  # tenants whose demand moved since the last fill
 
     def rates(self) -> dict[str, float]:
-        """Each tenant's entitled GPUs now (water-filled over the demand), kept until demand changes."""
+        """Each tenant's entitled GPUs now (water-filled over the demand), kept until demand changes.
+
+        Not filled again when the only demands that moved since the last fill stayed above every
+        part their tenant was compared against in it (`waterfill_levels`): the fill would be the
+        same, float for float."""
         rate = self._rate
         if rate is None:
-            demand = {k: self.held.get(k, 0.0) + self.asked.get(k, 0.0) for k in set(self.held) | set(self.asked)}
             last = self._rate_of
-            if last is not None and last[0] == list(demand.items()):  # a start at its request: demand as it was
+            if last is not None and self._same_fill(last):
                 rate = self._rate = last[1]
             else:
-                rate = self._rate = waterfill(demand, self.shares, self.capacity)
-                self._rate_of = (list(demand.items()), rate)
+                held, asked, names = self.held, self.asked, self._names
+                if len(names) < len(held) or len(names) < len(asked):  # given at construction
+                    names.update(dict.fromkeys(held))
+                    names.update(dict.fromkeys(asked))
+                demand = {k: held.get(k, 0.0) + asked.get(k, 0.0) for k in names}
+                rate, above = waterfill_levels(demand, self.shares, self.capacity)
+                self._rate = rate
+                self._rate_of = (demand, rate, above, dict(self.shares), self.capacity)
+                self._moved.clear()
         return rate
+
+    def _same_fill(self, last: tuple) -> bool:
+        """Whether the last fill holds for the demand now (`rates`)."""
+        d0, _, above, shares, capacity = last
+        if len(d0) != len(self._names) or capacity != self.capacity or shares != self.shares:
+            return False
+        held, asked = self.held, self.asked
+        for k in self._moved:
+            d = held.get(k, 0.0) + asked.get(k, 0.0)
+            if d != d0[k]:
+                a = above.get(k)
+                if a is None or not d > a:
+                    return False
+        return True
 
     def advance(self, t: float) -> None:
         if not math.isfinite(self.t):
@@ -159,17 +200,28 @@ class TenantLedger:
         if dt <= 0:
             return
         rate = self.rates()
-        for k, g in self.held.items():
+        held, received, entitled, usage = self.held, self.received, self.entitled, self.usage
+        for k, g in held.items():
             if g:
-                self.received[k] = self.received.get(k, 0.0) + g * dt
-        self.usage.update(decay_all(self.usage, self.held, dt, self.half_life))
-        for k, e in rate.items():
-            if e:
-                self.entitled[k] = self.entitled.get(k, 0.0) + e * dt
+                received[k] = received.get(k, 0.0) + g * dt
+        if not math.isfinite(self.half_life):  # `decay_all`, in place
+            for k, u in usage.items():
+                usage[k] = u + held.get(k, 0.0) * dt
+        else:
+            lam = math.log(2.0) / self.half_life
+            d = math.exp(-lam * dt)
+            e = -math.expm1(-lam * dt)
+            for k, u in usage.items():
+                usage[k] = u * d + held.get(k, 0.0) * e / lam
+        for k, r in rate.items():
+            if r:
+                entitled[k] = entitled.get(k, 0.0) + r * dt
         self.t = t
 
     def hold(self, tenant: str, gpus: float) -> None:
         self.held[tenant] = self.held.get(tenant, 0.0) + gpus
+        self._names.setdefault(tenant)
+        self._moved.add(tenant)
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
         self.usage.setdefault(tenant, 0.0)
@@ -177,6 +229,8 @@ class TenantLedger:
 
     def ask(self, tenant: str, gpus: float) -> None:
         self.asked[tenant] = self.asked.get(tenant, 0.0) + gpus
+        self._names.setdefault(tenant)
+        self._moved.add(tenant)
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
         self._rate = None
@@ -185,7 +239,8 @@ class TenantLedger:
         """Events (time, tenant, change in GPUs held, change in GPUs asked), in time order: the
         one way the simulator, the measurement and the service feed a ledger."""
         for t, k, dh, da in events:
-            self.advance(t)
+            if t != self.t:  # at the same time `advance` moves nothing
+                self.advance(t)
             if dh:
                 self.hold(k, dh)
             if da:
@@ -195,11 +250,18 @@ class TenantLedger:
         """The ledger at time t, frozen for a policy. It is extrapolated from the last change,
         not advanced there: the ledger's sums move only at events, so the book at t is the same
         however often (or seldom) books are taken in between (a replay that skips slots decides
-        as one that asks every slot)."""
-        base = TenantBook(dict(self.shares), self.received, self.entitled, dict(self.held), dict(self.rates()),
-                          self.usage, self.half_life)
+        as one that asks every slot). The same values as ``TenantBook.at`` from the last change."""
+        held, rate = dict(self.held), dict(self.rates())
         dt = t - self.t if math.isfinite(self.t) else 0.0
+        rec, ent = dict(self.received), dict(self.entitled)
         if dt > 0:
-            return base.at(dt)
-        return TenantBook(base.shares, dict(self.received), dict(self.entitled), base.held, base.rate,
-                          dict(self.usage), self.half_life)
+            for k, g in held.items():
+                if g:
+                    rec[k] = rec.get(k, 0.0) + g * dt
+            for k, e in rate.items():
+                if e:
+                    ent[k] = ent.get(k, 0.0) + e * dt
+            use = decay_all(self.usage, held, dt, self.half_life)
+        else:
+            use = dict(self.usage)
+        return TenantBook(dict(self.shares), rec, ent, held, rate, use, self.half_life)
