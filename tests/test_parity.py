@@ -232,6 +232,7 @@ def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(
     simulator's builder, gives the state the service decided on and the same decisions; and every
     start Slurm carried out is the policy's placement exactly (nodes and GPUs per node), with no
     re-placement, because the policy placed by Slurm's rule."""
+    import copy
     import time
 
     from conftest import run_as
@@ -263,7 +264,7 @@ def test_live_slots_on_the_test_cluster_replay_to_the_same_states_and_decisions(
         rep = svc.run_slot()
         assert not rep.error, rep.error
         if len(rec.calls) > n:
-            snaps.append((svc.last_snapshot, rec.calls[-1]))
+            snaps.append((copy.deepcopy(svc.last_snapshot), rec.calls[-1]))  # as it was then: later slots update its jobs' costs
         for s in rep.started:
             started[s["slurm_id"]] = s
         if len(started) == len(ids) and not rep.running:

@@ -108,13 +108,17 @@ class Bed:
         self.procs: list[subprocess.Popen] = []
 
     # --------------------------------------------------------- jobs
-    def submit(self, n: int, sleep: float = 2, gmin: int = 1, gmax: int = 2, user: str = TEST_USER) -> list[str]:
+    def submit(self, n: int, sleep: float = 2, gmin: int = 1, gmax: int = 2, user: str = TEST_USER,
+               gpu_type: str = "") -> list[str]:
+        """``n`` held lyasched jobs of ``user``, each ``sleep`` seconds; ``gpu_type``: a typed request
+        (``--gres=gpu:TYPE:N``), the job runs on that type only."""
+        gres = f"gpu:{gpu_type}:{gmin}" if gpu_type else f"gpu:{gmin}"
         out = []
         for _ in range(n):
             uid = new_uid()
             comment = CostSummary(uid=uid, sig="cnn:test", global_batch=8, iterations=100, min_gpus=gmin,
                                   max_gpus=gmax, alpha=0.01, beta=0.002, params=1_000_000).encode()
-            r = as_user(user, "sbatch", "--parsable", "-N1", f"--gres=gpu:{gmin}", "-t", "10", "-o", "/dev/null",
+            r = as_user(user, "sbatch", "--parsable", "-N1", f"--gres={gres}", "-t", "10", "-o", "/dev/null",
                         "--job-name", f"rel-{uid[:6]}", f"--comment={comment}", str(self.script), f"{sleep:g}",
                         cwd=str(self.dir), timeout=120)
             if r.returncode != 0:
@@ -362,7 +366,10 @@ def run_outage(seconds: float = 120, backend: str = "cli") -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError("blocker did not start")
             time.sleep(0.5)
-        running = bed.submit(3, sleep=seconds * 0.4 + 8, gmin=1, gmax=1)  # one per node: fit the 3 free GPUs
+        # one per node: fit the 3 free GPUs. The t4 one is typed: an untyped job rather waits for an
+        # a100 (predicted 5x faster, and soon free) than take the t4 (docs/types.md, the backlog rule)
+        running = bed.submit(2, sleep=seconds * 0.4 + 8, gmin=1, gmax=1)
+        running += bed.submit(1, sleep=seconds * 0.4 + 8, gmin=1, gmax=1, gpu_type="t4")
         queued = bed.submit(3, sleep=3, gmin=2, gmax=2)  # need 2 GPUs on one node: wait for the blocker
         p = bed.start()
         started = bed.wait(running, states={"RUNNING"}, timeout=60)
