@@ -36,6 +36,7 @@ sys.path.insert(0, HERE)  # decision_overhead's slot
 
 from decision_overhead import build  # noqa: E402
 
+from lyasched.cli.nativeout import native_stdout_to_stderr  # noqa: E402
 from lyasched.policy import POLICIES, make_policy  # noqa: E402
 from lyasched.sim import Simulation  # noqa: E402
 from lyasched.sim.workloads import load_workload  # noqa: E402
@@ -88,7 +89,8 @@ def main() -> None:
         sim = Simulation(w.jobs, w.cluster, seed=seed, end_fraction=w.end_fraction)
         for p in policies:
             t = time.perf_counter()
-            per[p].append(replay_digest(sim.run(make_policy(p, seed=seed), name=p), a.slots))
+            with native_stdout_to_stderr():  # (sia's solver prints with printf)
+                per[p].append(replay_digest(sim.run(make_policy(p, seed=seed), name=p), a.slots))
             print(f"{label} {p}: {per[p][-1][:12]} ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
     out: dict = {"replays": names, "policies": {p: hashlib.sha1("".join(v).encode()).hexdigest() for p, v in per.items()},
                  "per_replay": {p: dict(zip(names, (d[:12] for d in v))) for p, v in per.items()}}

@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from lyasched.cli.nativeout import native_stdout_to_stderr
 from lyasched.policy import make_policy
 from lyasched.sim.hetero import TypedCluster, parse_cluster_spec
 from lyasched.sim.pollux_trace import measured_types, pollux_workload
@@ -124,8 +125,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    res = {"adaptive": not args.fixed_batch, "max_jobs": args.max_jobs,
-           "sets": {s: run_set(s, args) for s in SETS if args.only in (None, s)}}
+    with native_stdout_to_stderr():  # (sia's solver prints with printf)
+        res = {"adaptive": not args.fixed_batch, "max_jobs": args.max_jobs,
+               "sets": {s: run_set(s, args) for s in SETS if args.only in (None, s)}}
     if args.json:
         print(json.dumps(res))
         return

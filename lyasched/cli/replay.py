@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from lyasched.cli.nativeout import native_stdout_to_stderr
 from lyasched.policy import DEFAULT_POLICIES, POLICIES, make_policy
 from lyasched.policy.params import ParamError
 from lyasched.policy.params import parse_params as _parse
@@ -169,7 +170,8 @@ def replay(workload, policies, nodes, gpus_per_node, seed, load, slot, estimate_
     failed: dict[str, dict] = {}
     for n, pol in built:
         try:  # progress on stderr: a bar on a terminal, a line a minute otherwise
-            results.append(sim.run(pol, progress=True, name=n))
+            with native_stdout_to_stderr():  # a solver's printf never lands in the --json document
+                results.append(sim.run(pol, progress=True, name=n))
         except Unfinished as e:  # reported with the others' results; exit 3 at the end
             click.echo(f"Error: {str(e).splitlines()[0]}", err=True)
             failed[n] = {"failed": True, "unfinished": e.left, "error": str(e).splitlines()[0]}
