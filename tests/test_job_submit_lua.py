@@ -21,14 +21,18 @@ LUA = next((p for p in (shutil.which(n) for n in ("lua5.4", "lua5.3", "lua", "lu
 
 pytestmark = pytest.mark.skipif(LUA is None, reason="no lua interpreter (apt-get install lua5.4)")
 
-# the stand-in for Slurm's table (the values are Slurm 22.05's), then the cases, one line of output each
-HARNESS = r"""
+# the stand-in for Slurm's table (the values are Slurm 22.05's), the plugin loaded; each case file follows it
+PRELUDE = r"""
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, NO_VAL = 4294967294, NO_VAL16 = 65534 }
 local said = {}
 function slurm.log_user(fmt, ...) said[#said + 1] = string.format(fmt, ...) end
 function slurm.log_info(fmt, ...) end
 function slurm.log_debug(fmt, ...) end
 assert(dofile(arg[1]) == slurm.SUCCESS)
+"""
+
+# the cases, one line of output each
+HARNESS = PRELUDE + r"""
 local function show(v) if v == nil then return "nil" end return tostring(v) end
 local function submit(name, desc)
   said = {}
@@ -105,13 +109,7 @@ def test_merged_file_keeps_the_sites_rules(tmp_path):
     assert alone["plain"][2] == alone["lyasched"][2] == "4294967294"  # lyasched's plugin alone sets no limit
 
 
-CONSTRAINT_CASES = r"""
-slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, NO_VAL = 4294967294, NO_VAL16 = 65534 }
-local said = {}
-function slurm.log_user(fmt, ...) said[#said + 1] = string.format(fmt, ...) end
-function slurm.log_info(fmt, ...) end
-function slurm.log_debug(fmt, ...) end
-assert(dofile(arg[1]) == slurm.SUCCESS)
+CONSTRAINT_CASES = PRELUDE + r"""
 local function submit(name, desc)
   said = {}
   desc.time_limit = desc.time_limit or slurm.NO_VAL

@@ -2,24 +2,14 @@
 decisions, Q, Z and wake-up times as scoring every row, untyped and typed, with and without
 starts."""
 
-import importlib.util
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from lyasched.policy import lyapunov
 from lyasched.policy.lyapunov import LyapunovPolicy
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "decision_overhead.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("decision_overhead", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
+from test_decision_overhead import _module as _bench  # benchmarks/decision_overhead.py, loaded
 
 
 class _Unpruned(LyapunovPolicy):
