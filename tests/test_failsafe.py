@@ -399,3 +399,25 @@ def test_failsafe_without_the_lease_directory_is_one_line(tmp_path):
     r = CliRunner().invoke(main, ["failsafe", "--config", str(cfg)])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
     assert "Errno" not in r.output and f"no directory {tmp_path / 'gone'} for the service's lease" in r.output
+
+
+def test_release_request_is_laid_out_on_the_nodes_of_the_jobs_constraint():
+    """A job's --constraint (summary key ft) stays on it in Slurm: the fail-safe's shape must fit the
+    nodes with those features, or the released job would pend forever (BadConstraints)."""
+    from lyasched.slurm.types import NodeInfo
+
+    nodes = [NodeInfo("node1", "IDLE", 4, 0, gpu_type="a100", features=("a100",)),
+             NodeInfo("node2", "IDLE", 4, 0, gpu_type="a100", features=("a100",)),
+             NodeInfo("node3", "IDLE", 4, 0, gpu_type="t4", features=("t4",))]
+
+    def s(gmin, constraint="", b=64):
+        return CostSummary(uid="uid-00000001", sig="cnn:test", global_batch=b, iterations=10, min_gpus=gmin,
+                           max_gpus=16, alpha=0.01, beta=0.002, params=1000, constraint=constraint)
+
+    assert fs.typed_request(s(8), (), nodes, 32e9) == (2, 4, "")
+    assert fs.typed_request(s(8, "t4"), (), nodes, 32e9) is None  # one t4 node of 4 GPUs
+    assert fs.typed_request(s(2, "t4"), (), nodes, 32e9) == (1, 2, "")
+    assert fs.typed_request(s(6, "a100", b=48), (), nodes, 32e9) == (2, 3, "")
+    # a type it allows but its constraint excludes is passed over for the next
+    assert fs.typed_request(s(2, "t4"), ("a100", "t4"), nodes, 32e9) == (1, 2, "t4")
+    assert fs.typed_request(s(2, "a100|t4"), ("a100", "t4"), nodes, 32e9) == (1, 2, "a100")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from lyasched.clusterview import gpu_nodes
 from lyasched.live import lease as leases
+from lyasched.policy.placement import parse_constraint, satisfies
 from lyasched.slurm import Slurm, SlurmError
 from lyasched.slurm.types import NodeInfo, SlurmJob
 from lyasched.store import records
@@ -131,7 +132,11 @@ def typed_request(s: CostSummary, allowed: Sequence[str], nodes: Sequence[NodeIn
                   gpu_mem: float) -> tuple[int, int, str] | None:
     """(nodes, GPUs per node, GPU type) of the request a lyasub job is released with: `request_of`
     over the nodes of its first allowed type that fits (its type named in the release, so Slurm
-    keeps it on that type), over every node with no type named when it allows any."""
+    keeps it on that type), over every node with no type named when it allows any. Only nodes whose
+    features satisfy the job's ``--constraint`` (summary key ``ft``) count: Slurm keeps the constraint
+    on the release, so a shape laid out over other nodes would never start."""
+    cons = parse_constraint(s.constraint)
+    nodes = [n for n in nodes if satisfies(frozenset(n.features), cons)]
     for t in allowed or ("",):
         mine = [n for n in nodes if not t or n.gpu_type == t]
         gpn = max((n.gpus_total for n in mine), default=0)
@@ -153,7 +158,7 @@ def _release(job: SlurmJob, slurm: Slurm, annotate: Callable[[str, str], None], 
     req = ((max(1, job.num_nodes), max(1, job.gpus_per_node), job.gpu_type) if s.plain
            else typed_request(s, allowed, nodes, gpu_mem))
     if req is None:
-        of = f" of GPU type {', '.join(allowed)}" if allowed else ""
+        of = (f" of GPU type {', '.join(allowed)}" if allowed else "") + (f" with --constraint {s.constraint}" if s.constraint else "")
         res.skipped.append({"job_id": job.job_id, "user": job.user,
                             "why": f"no GPU count in {s.min_gpus}..{s.max_gpus} fits the cluster's nodes{of}"})
         return
