@@ -1,8 +1,8 @@
 """Which slower type a job may take in a typed slot: the shipped backlog rule against the rule
 before it and a stretch bound (docs/experiments.md, "Which slower GPU type a job may take").
 
-    python benchmarks/experiments/type_choice.py pollux design|heldout [--designs before,stretch]
-    python benchmarks/experiments/type_choice.py table [--designs before,stretch] [--workloads "W;W"]
+    python benchmarks/experiments/type_choice.py pollux design|heldout [--designs before,stretch,...]
+    python benchmarks/experiments/type_choice.py table [--designs before,stretch,...] [--workloads "W;W"]
 
 Before, a job that the fast type left waiting could take any slower type it allowed, however much
 slower. On `synth:mixed160` with `a100:2x8,t4:2x4` lyapunov then started jobs on T4s at 6-8x their
@@ -15,7 +15,22 @@ which leaves a job out of a type's queue for the slot (it neither starts nor cou
   it is, at their request, over the type's GPUs: a fluid estimate of the wait for it);
 * ``stretch``: when its best run on the type exceeds ``max_stretch`` (the no-sliver bound, 3) times
   its best over all its types (``best_any``), the backlog rule off;
-* ``before``: no such rule (the decision before the backlog rule).
+* ``before``: no such rule (the decision before the backlog rule);
+* ``reserve``: on top of the backlog rule, a flexible job leaves a type to the jobs that can run
+  only there when the delay it would impose on them exceeds its gain there.
+
+Designs on the jobs that can run on one type only ("restricted"; `decide_x`, a copy of
+`bytype.decide_by_type` with two switches, and `LyapunovDesign._values`), each on top of the
+backlog rule:
+
+* ``steer``: a flexible job leaves its fastest type's queue when its best run on another type it
+  allows beats its best there plus the restricted jobs' backlog there (their GPU-seconds at their
+  request over the type's GPUs), and joins its next-best types instead;
+* ``first``: on each type, the restricted jobs are decided first on their own, then the others on
+  the GPUs left (a moving policy keeps one pass); ``steerfirst``: both;
+* ``loss``: in a type's pass, each job's knapsack value is its score times L / (1 + L), L its
+  relative loss on its next-best type (1 for a restricted job): starts ordered by what a job loses
+  elsewhere (Gavel's normalised throughput), which jobs may start unchanged. Lyapunov only.
 
 ``pollux``: `benchmarks/heterogeneous.py`'s set (its design set is where the designs were chosen),
 lyapunov and elastic with each design against gavel and the unaware references. ``table``: the
@@ -248,7 +263,7 @@ def _typed(policy, state: SlotState, decide):
         return decide_by_type(policy, reserve_views(state), decide)  # on top of the backlog rule
     if policy.design in ("steer", "first", "steerfirst"):
         return decide_x(policy, state, decide, steer="steer" in policy.design, first="first" in policy.design)
-    if policy.design == "loss":
+    if policy.design in ("loss", "onenode"):
         return decide_by_type(policy, state, decide)
     if policy.design == "stretch":
         return decide_by_type(policy, stretch_views(state, policy.max_stretch), decide, backlog=False)
@@ -263,6 +278,16 @@ class LyapunovDesign(LyapunovPolicy):
         if state.node_types:
             return _typed(self, state, LyapunovPolicy.decide)
         return LyapunovPolicy.decide(self, state)
+
+    def _restrict(self, state, one, multi, best, over, req, run_req, total_gpus):
+        """``onenode`` (a probe, not a type-choice rule): in a type's pass, adaptive jobs never take
+        more than one node, whatever they asked."""
+        if self.design == "onenode" and self._type_keys is not None:
+            ad = self._rows.waiting_adaptive()
+            if ad is not None:
+                gk = np.arange(1, one.shape[1] + 1)
+                over = over | (ad[:, None] & (gk[None, :] > state.gpus_per_node))
+        return LyapunovPolicy._restrict(self, state, one, multi, best, over, req, run_req, total_gpus)
 
     def _values(self, s_one, s_multi, arr):
         """``loss``: in a type's pass, each job's scores times L / (1 + L), L its relative loss on
@@ -384,6 +409,18 @@ class ElasticLoss(ElasticDesign):
     name: str = "elastic-loss"
 
 
+@dataclass
+class LyapunovOnenode(LyapunovDesign):
+    design: str = "onenode"
+    name: str = "lyapunov-onenode"
+
+
+@dataclass
+class ElasticOnenode(ElasticDesign):
+    design: str = "onenode"
+    name: str = "elastic-onenode"
+
+
 def _register(designs: list[str]) -> list[str]:
     names = []
     for d in designs:
@@ -393,7 +430,7 @@ def _register(designs: list[str]) -> list[str]:
     return names
 
 
-DESIGNS = ("before", "stretch", "reserve", "steer", "first", "steerfirst", "loss")
+DESIGNS = ("before", "stretch", "reserve", "steer", "first", "steerfirst", "loss", "onenode")
 TABLE_CLUSTERS = ("a100:2x8,rtx2080ti:3x8,t4:6x4", "a100:2x8,t4:2x4")
 TABLE_WORKLOADS = ("seed-small-scattered", "seed-small-bursty", "seed-large-scattered", "seed-large-bursty",
                    "synth:mixed160,load=1")
