@@ -54,6 +54,8 @@ class PolicyInputs:
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._type_costs: tuple[tuple, dict[str, CostModel]] | None = None  # (its inputs, type_costs' answer), reused when equal
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
+        # (uid, pred_one, pred_multi, work) of rows made since the last `flush`: written together
+        self._pending: list[tuple[str, str, str, float]] = []
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         # job id -> its shared profile's run over its claim's (lyasched.live.trust), made with its rows
         self.known: dict[str, float] = {}
@@ -159,8 +161,18 @@ class PolicyInputs:
         return replace(state, running=tuple(out)), n
 
     def end_slot(self, ctx: SlotContext) -> None:
-        """The next slot reuses this one's model inputs (also called for a slot that failed)."""
+        """The next slot reuses this one's model inputs (also called for a slot that failed); the
+        predictions of rows made since the last `flush` are written."""
         self._models_seen = ctx.models or self._models_seen
+        self.flush()
+
+    def flush(self) -> None:
+        """Record the predictions of the rows made since the last call (lyastat's, and the arrival
+        history a restart rebuilds), in one transaction: one write per job would cost a first slot
+        over a long queue a commit per job."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            records.upsert_jobs(self.db, ("pred_one", "pred_multi", "work"), pending)
 
     def correction(self, ctx: SlotContext, sig: str, device: str | None = None) -> float:
         """The bounded observed/predicted correction learned for this model on GPU type ``device``
@@ -254,10 +266,11 @@ class PolicyInputs:
                 self.known.pop(job.job_id, None)
             # A summary is not trusted blindly: predictions are scaled by the correction learned
             # from this model's observed run times (bounded) and never exceed the Slurm time limit.
+            one, multi = clamp_both(wj.run_one_node, wj.run_multi_node, limit, correction)
             wj = replace(
                 wj,
-                run_one_node=clamp_run_times(wj.run_one_node, limit, correction),
-                run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
+                run_one_node=one,
+                run_multi_node=multi,
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
             wj = startup.with_startup(wj, startup_s, limit)  # lyasched.costmodel.startup: launch + imports + rendezvous
@@ -265,10 +278,7 @@ class PolicyInputs:
                 wj = replace(wj, by_type=self._by_type(ctx, j, typed, round(frac, 3), max(1, s.max_gpus)))
             self.rows[key] = (inputs, wj)
             self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
-            records.upsert_job(
-                self.db, s.uid, pred_one=encode_times(wj.run_one_node),
-                pred_multi=encode_times(wj.run_multi_node), work=wj.work,
-            )
+            self._pending.append((s.uid, encode_times(wj.run_one_node), encode_times(wj.run_multi_node), wj.work))
         return wj
 
     def shared_profile(self, ctx: SlotContext, sig: str) -> Profile | None:
@@ -418,6 +428,14 @@ class PolicyInputs:
 
 
 _PER_TYPE = "device_of per_type"  # SlotContext.type_memo: this slot's `SlotContext.per_type`
+
+
+def clamp_both(one: np.ndarray, multi: np.ndarray, limit: float | None, correction: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clamp_run_times` of a job's two rows in one call (it works element by element: the same
+    values as two calls, at half the calls)."""
+    both = clamp_run_times(np.concatenate((np.asarray(one, dtype=float), np.asarray(multi, dtype=float))), limit, correction)
+    n = len(one)
+    return both[:n], both[n:]
 
 
 def allowed_of(s: CostSummary, job: SlurmJob) -> tuple[str, ...]:

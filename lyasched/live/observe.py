@@ -103,6 +103,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
             wj = inputs.waiting(ctx, s, job)
             waiting.append(wj)
             _note_never(inputs, row, wj, job, ctx, s)
+    inputs.flush()  # the new rows' predictions, in one transaction
     return waiting, running
 
 
