@@ -45,10 +45,14 @@ Without ``--backend``:
 ``--against DIR``: the synthetic slots only, side by side with the lyasched package of another
 checkout (e.g. ccc6d68's), each tree in a child process, alternating round by round (``--repeat``
 rounds) so both see the same machine load; printed with this tree's / the other's median slot time
-(``ratio_first``, ``ratio_later``; ``--json``: one object, with the CPU time of each child and the
-load average before and after):
+(``ratio_first``, ``ratio_later``) and the same for the slots' CPU seconds (``ratio_first_cpu``,
+``ratio_later_cpu``: on a loaded machine the wall time mostly measures the wait for a core);
+``--json``: one object, with the CPU time of each child and the load average before and after.
+``--digest``: each tree also hashes every slot's decisions (starts, placements, Q, Z) and the job
+records it left (``same_decisions``: true when the two trees decided and recorded alike; against
+the tree a change started from, not against an older policy):
 
-    python benchmarks/slot_duration.py --jobs 10000 --repeat 3 --against /work/wt-ccc [--json]
+    python benchmarks/slot_duration.py --jobs 10000 --repeat 3 --against /work/wt-ccc [--json] [--digest]
 """
 
 from __future__ import annotations
@@ -400,22 +404,27 @@ def synthetic(jobs: int, nodes: int, repeat: int, tmp: Path, digest: bool = Fals
     import hashlib
 
     first, later, started = [], [], 0
+    cpu: dict[str, list[float]] = {"first": [], "later": []}  # CPU seconds of the same slots (this process)
     h = hashlib.sha256()
     for r in range(repeat):
         db = open_records(tmp / f"syn{r}.db")
         svc = Service(Config(slot_seconds=30, release_grace=1e9), db,
                       slurm=Fake(jobs, nodes), clock=lambda: 1e9 + 10_000)
+        c0 = time.process_time()
         rep = svc.run_slot()
+        cpu["first"].append(time.process_time() - c0)
         first.append(rep.duration)
         started = len(rep.started)
         if digest:
             _digest(h, rep, db)
         for _ in range(3):
+            c0 = time.process_time()
             rep = svc.run_slot()
+            cpu["later"].append(time.process_time() - c0)
             later.append(rep.duration)
             if digest:
                 _digest(h, rep, db)
-    out = {"first": first, "later": later, "started": started}
+    out = {"first": first, "later": later, "first_cpu": cpu["first"], "later_cpu": cpu["later"], "started": started}
     if digest:
         out["digest"] = h.hexdigest()[:16]
     return out
@@ -427,7 +436,7 @@ def against(other: str, jobs: int, nodes: int, repeat: int, digest: bool = False
     import os
 
     trees = {"this": str(_TREE), "against": str(Path(other).resolve())}
-    runs: dict[str, dict] = {k: {"first": [], "later": [], "cpu_s": 0.0} for k in trees}
+    runs: dict[str, dict] = {k: {"first": [], "later": [], "first_cpu": [], "later_cpu": [], "cpu_s": 0.0} for k in trees}
     load_before = _load()
     for r in range(repeat):
         for key, root in trees.items():
@@ -437,14 +446,18 @@ def against(other: str, jobs: int, nodes: int, repeat: int, digest: bool = False
             got = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
             runs[key]["first"] += got["first"]
             runs[key]["later"] += got["later"]
+            for part in ("first_cpu", "later_cpu"):  # a child of an older benchmark has none
+                runs[key][part] += got.get(part, [])
             runs[key]["cpu_s"] = round(runs[key]["cpu_s"] + got["cpu_s"], 2)
             runs[key]["started"] = got["started"]
             if digest:
                 runs[key].setdefault("digests", []).append(got["digest"])
-            say(f"round {r + 1}, {key} ({root}): first {got['first'][0]:.2f} s, later "
-                + ", ".join(f"{x:.2f}" for x in got["later"]) + " s")
+            say(f"round {r + 1}, {key} ({root}): first {got['first'][0]:.2f} s ({got['first_cpu'][0]:.2f} s CPU), later "
+                + ", ".join(f"{x:.3f}" for x in got["later"]) + " s ("
+                + ", ".join(f"{x:.3f}" for x in got["later_cpu"]) + " s CPU)")
     out: dict = {"jobs": jobs, "nodes": nodes, "repeat": repeat, "load_before": load_before, "trees": trees, "runs": runs}
-    for part in ("first", "later"):
+    # wall seconds (what the slot's report says it took) and CPU seconds (less moved by the load)
+    for part in ("first", "later", "first_cpu", "later_cpu"):
         for key in trees:
             out[f"median_{part}_s_{key}"] = round(statistics.median(runs[key][part]), 3)
         out[f"ratio_{part}"] = round(out[f"median_{part}_s_this"] / out[f"median_{part}_s_against"], 3)
@@ -493,7 +506,9 @@ def main() -> None:
             print(f"synthetic, {a.jobs} held jobs on {a.nodes}x4 GPUs (lyapunov), {a.repeat} rounds; load {res['load_before']}")
             for part in ("first", "later"):
                 print(f"  {part} slot: this {res[f'median_{part}_s_this']:.3f} s, against {res[f'median_{part}_s_against']:.3f} s, "
-                      f"ratio {res[f'ratio_{part}']}")
+                      f"ratio {res[f'ratio_{part}']}; CPU this {res[f'median_{part}_cpu_s_this']:.3f} s, against "
+                      f"{res[f'median_{part}_cpu_s_against']:.3f} s, ratio {res[f'ratio_{part}_cpu']}")
+            print(f"  load average {res['load_before']} before, {res['load_after']} after")
             print(f"  CPU time: this {res['runs']['this']['cpu_s']} s, against {res['runs']['against']['cpu_s']} s")
             if a.digest:
                 print(f"  decisions and records: this {res['digest_this']}, against {res['digest_against']}: "

@@ -47,7 +47,7 @@ from lyasched.live.inputs import PolicyInputs
 from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.limits import LimitsWatch
-from lyasched.live.tenants import META_KEY, LiveTenants, SharesWatch, book_json
+from lyasched.live.tenants import META_KEY, LiveTenants, SharesWatch, book_json, finished_rows
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -248,7 +248,7 @@ class Service:
         if slurm_shares is not None and slurm_shares != self.tenants.shares:
             self.tenants.set_shares(slurm_shares)
         if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
-            self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
+            self.tenants.rebuild(finished_rows(self.db), cluster.total_gpus)
         snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running),
                        trust=self.trust.update(self.db))  # lyasched.live.trust: claims against runs
         if snap.tenants is not None:  # `lyastat --tenants`

@@ -81,6 +81,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
     jobs; a released job Slurm has not started keeps its GPUs in ``obs.free`` within the grace and
     is held again after it (``hold_again``)."""
     now, index = ctx.now, obs.index
+    marked = _marked(inputs)
     waiting: list[WaitingJob] = []
     running: list[RunningObs] = []
     for job, row in seen.values():
@@ -102,7 +103,8 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
             wj = inputs.waiting(ctx, s, job)
             waiting.append(wj)
-            _note_never(inputs, row, wj, job, ctx, s)
+            if ctx.type_costs or row["uid"] in marked:  # untyped nodes: nothing is never placeable (`never_placeable`)
+                _note_never(inputs, row, wj, job, ctx, s)
     inputs.flush()  # the new rows' predictions, in one transaction
     return waiting, running
 
@@ -112,13 +114,19 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
 _MARKED: WeakKeyDictionary = WeakKeyDictionary()
 
 
-def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
-    """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
-    the reason goes once one can (the nodes changed)."""
+def _marked(inputs: PolicyInputs) -> dict[str, str]:
+    """{uid: the never-placeable reason its record holds} (`_MARKED`), read once from the records."""
     marked = _MARKED.get(inputs)
     if marked is None:
         marked = _MARKED[inputs] = {r[0]: r[1] for r in inputs.db.execute(
             "select uid, reason from jobs where state = 'waiting' and reason like ?", [gputypes.NEVER + "%"])}
+    return marked
+
+
+def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
+    """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
+    the reason goes once one can (the nodes changed)."""
+    marked = _marked(inputs)
     uid = row["uid"]
     why = gputypes.never_placeable(wj, job, ctx, s.min_gpus, s.max_gpus)
     if why and marked.get(uid) != why:

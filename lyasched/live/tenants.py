@@ -99,6 +99,14 @@ class LiveTenants:
         return book if len([k for k in book.received if k]) >= 2 else None
 
 
+def finished_rows(db: Any) -> list[dict]:
+    """The records `LiveTenants.rebuild` reads: finished jobs only, its columns only, in
+    `records.list_jobs`'s order (a long held queue's rows, predictions included, are not read)."""
+    sql = ("select user, submit_time, gpus, started, ended, state from jobs where state = 'finished' "
+           "order by submit_time, cast(slurm_id as integer)")
+    return list(db.query(sql))
+
+
 class SharesWatch:
     """Slurm's fair-share tree as the tenants' shares: ``run(argv) -> stdout`` (the backend's
     query runner), read at most every ``refresh`` seconds; ``accounting()`` asked first (no
