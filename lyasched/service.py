@@ -126,7 +126,9 @@ class Service:
         # moves of running checkpointable jobs (lyasched.live.mover), for a policy that moves jobs
         self.mover = Mover(self._db, self.slurm, self.starter.crash, config.move_timeout,
                            workdir=lambda job_id: learning.workdir_of(self.slurm, job_id))
-        self.last_snapshot: ClusterSnapshot | None = None  # the last slot's input, as observed
+        # the last slot's input, as observed: a record of that slot that later slots do not change (its
+        # jobs, rows and books are immutable or fresh each slot; the trust book is copied on write)
+        self.last_snapshot: ClusterSnapshot | None = None
         self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage = Outage()  # one log line each way per Slurm outage (lyasched.live.report)
         records.ensure_schema(self.db)
