@@ -85,9 +85,12 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
     waiting: list[WaitingJob] = []
     running: list[RunningObs] = []
     for job, row in seen.values():
-        if row is None or row["state"] == "invalid":
+        if row is None:
             continue
-        if row["state"] == "released" and job.pending and not job.held_by_service:
+        state = row["state"]
+        if state == "invalid":
+            continue
+        if state == "released" and job.pending and not job.held_by_service:
             if now - (row["released_at"] or now) > release_grace:
                 hold_again(job, row, ctx)
                 continue
@@ -98,7 +101,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
         elif job.running:
             placement = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_indices(index)
             running.append(inputs.running(job, row, placement, now))
-        elif row["state"] == "waiting" and job.held_by_service:
+        elif state == "waiting" and job.held_by_service:
             s, _ = inputs.decode(job.comment)
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
             wj = inputs.waiting(ctx, s, job)
