@@ -219,10 +219,10 @@ class PolicyInputs:
             return self.plain_waiting(ctx, s, job)
         # a profile belongs to a (model, GPU type): the type (`device_of`) and the model's inputs
         # (`model`) follow from these, so a long queue asks each pair once per slot
-        wkey = (_WAITING_MODEL, s.sig, job.user, s.profile_type, s.gpu_types, job.gpu_type)
-        model = ctx.type_memo.get(wkey)
+        wkey = (s.sig, job.user, s.profile_type, s.gpu_types, job.gpu_type)
+        model = ctx.waiting_models.get(wkey)
         if model is None:
-            model = ctx.type_memo[wkey] = self.model(ctx, s, job.user, self.device_of(ctx, s, job))
+            model = ctx.waiting_models[wkey] = self.model(ctx, s, job.user, self.device_of(ctx, s, job))
         # typed nodes: the job's model inputs on each type it allows that a node has (its by_type rows)
         typed = tuple((t, self.model(ctx, s, job.user, self.device_key(ctx, t)))
                       for t in self.types_of(ctx, s, job)) if ctx.type_costs else None
@@ -432,7 +432,6 @@ class PolicyInputs:
 
 
 _PER_TYPE = "device_of per_type"  # SlotContext.type_memo: this slot's `SlotContext.per_type`
-_WAITING_MODEL = "waiting model"  # SlotContext.type_memo: `PolicyInputs.model` of a waiting job's summary and request
 
 
 def clamp_both(one: np.ndarray, multi: np.ndarray, limit: float | None, correction: float) -> tuple[np.ndarray, np.ndarray]:

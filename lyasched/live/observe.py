@@ -82,6 +82,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
     is held again after it (``hold_again``)."""
     now, index = ctx.now, obs.index
     marked = _marked(inputs)
+    typed = bool(ctx.type_costs)  # untyped nodes: no job is never placeable (`gputypes.never_placeable`)
     waiting: list[WaitingJob] = []
     running: list[RunningObs] = []
     for job, row in seen.values():
@@ -106,7 +107,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
             wj = inputs.waiting(ctx, s, job)
             waiting.append(wj)
-            if ctx.type_costs or row["uid"] in marked:  # untyped nodes: nothing is never placeable (`never_placeable`)
+            if typed or (marked and row["uid"] in marked):  # untyped: only a mark left from typed nodes to clear
                 _note_never(inputs, row, wj, job, ctx, s)
     inputs.flush()  # the new rows' predictions, in one transaction
     return waiting, running
