@@ -285,6 +285,31 @@ class PolicyInputs:
             self._pending.append((s.uid, encode_times(wj.run_one_node), encode_times(wj.run_multi_node), wj.work))
         return wj
 
+    def waiting_rows(self, ctx: SlotContext, jobs: Sequence[tuple[CostSummary, SlurmJob]]) -> list[WaitingJob]:
+        """`waiting` of each (summary, Slurm job), in order. A long queue is mostly jobs whose rows
+        are kept from an earlier slot with the same inputs: on untyped nodes, such a job's rows are
+        found here with the slot's lookups made once (what `waiting` does for it, without a call per
+        job); any other job goes through `waiting`."""
+        cost = ctx.cost
+        if cost is None or ctx.type_costs:
+            return [self.waiting(ctx, s, job) for s, job in jobs]
+        cluster, models, rows, used = cost.cluster, ctx.waiting_models, self.rows, ctx.rows_used
+        out: list[WaitingJob] = []
+        for s, job in jobs:
+            if not s.plain and not s.adaptive:
+                model = models.get((s.sig, job.user, s.profile_type, s.gpu_types, job.gpu_type))
+                if model is not None:
+                    key = (s.uid, job.job_id)
+                    hit = rows.get(key)
+                    # `waiting`'s inputs of an untyped, fixed-batch job (its last two: no type rows)
+                    if hit is not None and hit[0] == (cluster, model, s, job.time_limit, job.submit_time, job.user,
+                                                      None, None):
+                        used.add(key)
+                        out.append(hit[1])
+                        continue
+            out.append(self.waiting(ctx, s, job))
+        return out
+
     def shared_profile(self, ctx: SlotContext, sig: str) -> Profile | None:
         """`shared_profile` of (sig, this slot's device), read once per model per slot (it is a cost
         table read; thousands of new jobs of one model share it)."""

@@ -83,7 +83,7 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
     now, index = ctx.now, obs.index
     marked = _marked(inputs)
     typed = bool(ctx.type_costs)  # untyped nodes: no job is never placeable (`gputypes.never_placeable`)
-    waiting: list[WaitingJob] = []
+    held: list[tuple[dict, CostSummary, SlurmJob]] = []  # the waiting jobs: their rows come after the walk
     running: list[RunningObs] = []
     for job, row in seen.values():
         if row is None:
@@ -105,9 +105,11 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
         elif state == "waiting" and job.held_by_service:
             s, _ = inputs.decode(job.comment)
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
-            wj = inputs.waiting(ctx, s, job)
-            waiting.append(wj)
-            if typed or (marked and row["uid"] in marked):  # untyped: only a mark left from typed nodes to clear
+            held.append((row, s, job))
+    waiting = inputs.waiting_rows(ctx, [(s, job) for _, s, job in held])
+    if typed or marked:  # untyped: only a mark left from typed nodes to clear
+        for (row, s, job), wj in zip(held, waiting):
+            if typed or row["uid"] in marked:
                 _note_never(inputs, row, wj, job, ctx, s)
     inputs.flush()  # the new rows' predictions, in one transaction
     return waiting, running
