@@ -45,10 +45,14 @@ Without ``--backend``:
 ``--against DIR``: the synthetic slots only, side by side with the lyasched package of another
 checkout (e.g. ccc6d68's), each tree in a child process, alternating round by round (``--repeat``
 rounds) so both see the same machine load; printed with this tree's / the other's median slot time
-(``ratio_first``, ``ratio_later``; ``--json``: one object, with the CPU time of each child and the
-load average before and after):
+(``ratio_first``, ``ratio_later``) and the same for the slots' CPU seconds (``ratio_first_cpu``,
+``ratio_later_cpu``: on a loaded machine the wall time mostly measures the wait for a core);
+``--json``: one object, with the CPU time of each child and the load average before and after.
+``--digest``: each tree also hashes every slot's decisions (starts, placements, Q, Z) and the job
+records it left (``same_decisions``: true when the two trees decided and recorded alike; against
+the tree a change started from, not against an older policy):
 
-    python benchmarks/slot_duration.py --jobs 10000 --repeat 3 --against /work/wt-ccc [--json]
+    python benchmarks/slot_duration.py --jobs 10000 --repeat 3 --against /work/wt-ccc [--json] [--digest]
 """
 
 from __future__ import annotations
@@ -384,46 +388,83 @@ def print_comparison(res: dict) -> None:
             print(f"{k}: {v:.2f}")
 
 
-def synthetic(jobs: int, nodes: int, repeat: int, tmp: Path) -> dict:
+def _digest(h, rep, db) -> None:
+    """Fold one slot's decisions (starts with their placements and batches, Q, Z, counts) and the
+    job records it left (every column but times of day) into ``h``."""
+    h.update(json.dumps([rep.started, rep.q, rep.z, rep.waiting, rep.running, rep.held_again, rep.finished,
+                         rep.error], sort_keys=True, default=str).encode())
+    for row in db.execute("select * from jobs order by uid").fetchall():
+        h.update(repr(row).encode())
+
+
+def synthetic(jobs: int, nodes: int, repeat: int, tmp: Path, digest: bool = False) -> dict:
     """Slots with ``jobs`` held jobs against `Fake`: per repeat, a first slot on fresh records (decode
-    and record every job) and three later ones (records up to date); seconds each."""
+    and record every job) and three later ones (records up to date); seconds each. ``digest``: also
+    a hash of each slot's decisions and the records it left (`_digest`; outside the timed slots)."""
+    import hashlib
+
     first, later, started = [], [], 0
+    cpu: dict[str, list[float]] = {"first": [], "later": []}  # CPU seconds of the same slots (this process)
+    h = hashlib.sha256()
     for r in range(repeat):
-        svc = Service(Config(slot_seconds=30, release_grace=1e9), open_records(tmp / f"syn{r}.db"),
+        db = open_records(tmp / f"syn{r}.db")
+        svc = Service(Config(slot_seconds=30, release_grace=1e9), db,
                       slurm=Fake(jobs, nodes), clock=lambda: 1e9 + 10_000)
+        c0 = time.process_time()
         rep = svc.run_slot()
+        cpu["first"].append(time.process_time() - c0)
         first.append(rep.duration)
         started = len(rep.started)
+        if digest:
+            _digest(h, rep, db)
         for _ in range(3):
-            later.append(svc.run_slot().duration)
-    return {"first": first, "later": later, "started": started}
+            c0 = time.process_time()
+            rep = svc.run_slot()
+            cpu["later"].append(time.process_time() - c0)
+            later.append(rep.duration)
+            if digest:
+                _digest(h, rep, db)
+    out = {"first": first, "later": later, "first_cpu": cpu["first"], "later_cpu": cpu["later"], "started": started}
+    if digest:
+        out["digest"] = h.hexdigest()[:16]
+    return out
 
 
-def against(other: str, jobs: int, nodes: int, repeat: int) -> dict:
-    """`synthetic` for this tree and ``other`` in child processes, one repeat each in turn."""
+def against(other: str, jobs: int, nodes: int, repeat: int, digest: bool = False) -> dict:
+    """`synthetic` for this tree and ``other`` in child processes, one repeat each in turn (with
+    ``digest``: each tree's digest of decisions and records, equal when both decide alike)."""
     import os
 
     trees = {"this": str(_TREE), "against": str(Path(other).resolve())}
-    runs: dict[str, dict] = {k: {"first": [], "later": [], "cpu_s": 0.0} for k in trees}
+    runs: dict[str, dict] = {k: {"first": [], "later": [], "first_cpu": [], "later_cpu": [], "cpu_s": 0.0} for k in trees}
     load_before = _load()
     for r in range(repeat):
         for key, root in trees.items():
             argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", root, "--jobs", str(jobs),
-                    "--nodes", str(nodes), "--repeat", "1"]
+                    "--nodes", str(nodes), "--repeat", "1", *(["--digest"] if digest else [])]
             env = {**os.environ, "PYTHONPATH": root}
             got = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
             runs[key]["first"] += got["first"]
             runs[key]["later"] += got["later"]
+            for part in ("first_cpu", "later_cpu"):  # a child of an older benchmark has none
+                runs[key][part] += got.get(part, [])
             runs[key]["cpu_s"] = round(runs[key]["cpu_s"] + got["cpu_s"], 2)
             runs[key]["started"] = got["started"]
-            say(f"round {r + 1}, {key} ({root}): first {got['first'][0]:.2f} s, later "
-                + ", ".join(f"{x:.2f}" for x in got["later"]) + " s")
+            if digest:
+                runs[key].setdefault("digests", []).append(got["digest"])
+            say(f"round {r + 1}, {key} ({root}): first {got['first'][0]:.2f} s ({got['first_cpu'][0]:.2f} s CPU), later "
+                + ", ".join(f"{x:.3f}" for x in got["later"]) + " s ("
+                + ", ".join(f"{x:.3f}" for x in got["later_cpu"]) + " s CPU)")
     out: dict = {"jobs": jobs, "nodes": nodes, "repeat": repeat, "load_before": load_before, "trees": trees, "runs": runs}
-    for part in ("first", "later"):
+    # wall seconds (what the slot's report says it took) and CPU seconds (less moved by the load)
+    for part in ("first", "later", "first_cpu", "later_cpu"):
         for key in trees:
             out[f"median_{part}_s_{key}"] = round(statistics.median(runs[key][part]), 3)
         out[f"ratio_{part}"] = round(out[f"median_{part}_s_this"] / out[f"median_{part}_s_against"], 3)
     out["load_after"] = _load()
+    if digest:  # one per round; each round starts from fresh records, so all should agree
+        out["digest_this"], out["digest_against"] = (sorted(set(runs[k].get("digests", []))) for k in trees)
+        out["same_decisions"] = out["digest_this"] == out["digest_against"] and len(out["digest_this"]) == 1
     return out
 
 
@@ -439,6 +480,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000", help="with --backend: numbers of held jobs")
     ap.add_argument("--json", action="store_true", help="with --backend or --against: one JSON object")
     ap.add_argument("--against", default=None, help="a checkout whose lyasched package runs the same synthetic slots")
+    ap.add_argument("--digest", action="store_true", help="with --against: also compare a hash of each tree's "
+                    "decisions and job records over the same slots (same_decisions; the timed slots are not hashed)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -446,7 +489,7 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="lyasched-bench-"))
         try:
             c0 = time.process_time()
-            res = synthetic(a.jobs, a.nodes, a.repeat, tmp)
+            res = synthetic(a.jobs, a.nodes, a.repeat, tmp, a.digest)
             res["cpu_s"] = time.process_time() - c0
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -456,15 +499,20 @@ def main() -> None:
         if not (Path(a.against) / "lyasched").is_dir():
             print(f"slot_duration: error: --against {a.against}: no lyasched package there", file=sys.stderr)
             sys.exit(2)
-        res = against(a.against, a.jobs, a.nodes, a.repeat)
+        res = against(a.against, a.jobs, a.nodes, a.repeat, a.digest)
         if a.json:
             print(json.dumps(res))
         else:
             print(f"synthetic, {a.jobs} held jobs on {a.nodes}x4 GPUs (lyapunov), {a.repeat} rounds; load {res['load_before']}")
             for part in ("first", "later"):
                 print(f"  {part} slot: this {res[f'median_{part}_s_this']:.3f} s, against {res[f'median_{part}_s_against']:.3f} s, "
-                      f"ratio {res[f'ratio_{part}']}")
+                      f"ratio {res[f'ratio_{part}']}; CPU this {res[f'median_{part}_cpu_s_this']:.3f} s, against "
+                      f"{res[f'median_{part}_cpu_s_against']:.3f} s, ratio {res[f'ratio_{part}_cpu']}")
+            print(f"  load average {res['load_before']} before, {res['load_after']} after")
             print(f"  CPU time: this {res['runs']['this']['cpu_s']} s, against {res['runs']['against']['cpu_s']} s")
+            if a.digest:
+                print(f"  decisions and records: this {res['digest_this']}, against {res['digest_against']}: "
+                      + ("the same" if res["same_decisions"] else "DIFFERENT"))
         return
     if a.backend:
         backends = [b for b in a.backend.split(",") if b]

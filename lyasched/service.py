@@ -47,7 +47,7 @@ from lyasched.live.inputs import PolicyInputs
 from lyasched.live import limits  # Slurm's GPU limits: no release into one
 from lyasched.live.lease import LeaseError, LeaseKeeper
 from lyasched.live.limits import LimitsWatch
-from lyasched.live.tenants import META_KEY, LiveTenants, SharesWatch, book_json
+from lyasched.live.tenants import META_KEY, LiveTenants, SharesWatch, book_json, finished_rows
 from lyasched.live.mover import Mover
 from lyasched.live.report import Outage, SlotReport
 from lyasched.live.starter import Starter
@@ -126,7 +126,9 @@ class Service:
         # moves of running checkpointable jobs (lyasched.live.mover), for a policy that moves jobs
         self.mover = Mover(self._db, self.slurm, self.starter.crash, config.move_timeout,
                            workdir=lambda job_id: learning.workdir_of(self.slurm, job_id))
-        self.last_snapshot: ClusterSnapshot | None = None  # the last slot's input, as observed
+        # the last slot's input, as observed: a record of that slot that later slots do not change (its
+        # jobs, rows and books are immutable or fresh each slot; the trust book is copied on write)
+        self.last_snapshot: ClusterSnapshot | None = None
         self.last_state: SlotState | None = None  # ... and as the policy saw it
         self.outage = Outage()  # one log line each way per Slurm outage (lyasched.live.report)
         records.ensure_schema(self.db)
@@ -248,7 +250,7 @@ class Service:
         if slurm_shares is not None and slurm_shares != self.tenants.shares:
             self.tenants.set_shares(slurm_shares)
         if self.tenants.ledger is None:  # first slot: the records' past (a restart forgets nothing)
-            self.tenants.rebuild(records.list_jobs(self.db), cluster.total_gpus)
+            self.tenants.rebuild(finished_rows(self.db), cluster.total_gpus)
         snap = replace(snap, tenants=self.tenants.book(ctx.now, cluster.total_gpus, snap.waiting, snap.running),
                        trust=self.trust.update(self.db))  # lyasched.live.trust: claims against runs
         if snap.tenants is not None:  # `lyastat --tenants`

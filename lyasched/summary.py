@@ -107,6 +107,8 @@ FT = _Field("ft", "constraint", "constraint")
 _ADAPTIVE = (MB, LR)
 _BY_KEY = {f.key: f for f in (*_FIELDS, *_FLAGS, *_ADAPTIVE, CB, KN, GT, PT, FT)}
 _SOURCES = {"m": "measured", "e": "estimated"}
+_BOUNDED_KEYS = frozenset(f.key for f in (MB, CB, KN))  # decode checks their bounds as it reads them
+_FLAG_KEYS = frozenset(f.key for f in _FLAGS)
 
 
 def _parse_int(f: _Field, raw: str) -> int:
@@ -305,17 +307,18 @@ class CostSummary:
             key, sep, raw = item.partition("=")
             if not sep:
                 raise ValueError(f"cost summary: field {item!r} is not key=value")
-            if not _KEY_RE.match(key):
-                raise ValueError(f"cost summary: bad key {key!r}")
-            f = _BY_KEY.get(key)
+            f = _BY_KEY.get(key)  # every known key matches _KEY_RE: the pattern is tried on unknown ones only
             if f is None:
+                if not _KEY_RE.match(key):
+                    raise ValueError(f"cost summary: bad key {key!r}")
                 raise ValueError(f"cost summary: unknown key {key!r}")
             if f.attr in values:
                 raise ValueError(f"cost summary: key {key!r} given twice")
             values[f.attr] = _PARSERS[f.kind](f, raw)
-            if f in (MB, CB, KN) and not f.lo <= values[f.attr] <= f.hi:  # 0 would read as "absent"
+            # by key, not `f in (MB, ...)`: that compares dataclasses field by field, ~20 times a summary
+            if key in _BOUNDED_KEYS and not f.lo <= values[f.attr] <= f.hi:  # 0 would read as "absent"
                 raise ValueError(f"cost summary: {key}={raw!r} is out of bounds [{f.lo:g}, {f.hi:g}]")
-            if f in _FLAGS:
+            if key in _FLAG_KEYS:
                 if values[f.attr] != 1:
                     raise ValueError(f"cost summary: {key}={raw!r} must be 1 (or absent)")
                 values[f.attr] = True

@@ -119,3 +119,44 @@ def test_move_record_decodes_its_placements(tmp_path):
     assert grow.from_placement.nodes == ("node1",) and grow.created == 5.0 and grow.state == "open"
     assert not suspend.to_placement and not suspend.from_placement and suspend.to_gpus == 0  # unreadable: empty
     assert jobrecord.moves(db, "u2") == []
+
+
+def test_encode_times_writes_what_json_dumps_would():
+    """`encode_times` builds its JSON text by hand (a row per GPU of the cluster, two per held job in
+    a first slot): the same text as json.dumps of the rounded list, whatever the row holds."""
+    import json
+
+    import numpy as np
+
+    def reference(row):
+        return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+
+    rng = np.random.default_rng(3)
+    rows: list = [[], (), [0.0, -0.0, 0.0005, 0.0015, 2.675, -1.25e-7], [math.nan, math.inf, -math.inf, 1e308, 1.7976931348623157e308],
+                  (3, 4), np.array([1.0, np.inf]), [np.float64(12.3456), 5], list(rng.normal(0, 1e6, 300))]
+    for _ in range(50):
+        a = np.full(256, np.inf)
+        k = int(rng.integers(0, 257))
+        a[:k] = rng.exponential(1e4, k) * rng.choice([1.0, 1e-4, 1e9], k)
+        rows += [a, a.tolist()]
+    for row in rows:
+        assert encode_times(row) == reference(row)
+
+
+def test_upsert_jobs_writes_as_upsert_job_does(tmp_path):
+    """Many jobs' columns in one statement: the same rows as one `upsert_job` per job, inside an
+    open transaction or in its own; an unknown column is refused before anything is written."""
+    a, b = records.open_records(tmp_path / "a.db"), records.open_records(tmp_path / "b.db")
+    for db in (a, b):
+        records.upsert_job(db, "u1", state="waiting", work=1.0)
+    rows = [("u1", "[1.0]", 2.5), ("u2", "[null]", math.inf)]
+    for uid, one, work in rows:
+        records.upsert_job(a, uid, pred_one=one, work=work)
+    records.upsert_jobs(b, ("pred_one", "work"), rows)
+    with records.transaction(b):
+        records.upsert_jobs(b, ("pred_one", "work"), rows)
+    dump = lambda db: db.execute("select * from jobs order by uid").fetchall()  # noqa: E731
+    assert dump(a) == dump(b) and len(dump(a)) == 2
+    with pytest.raises(KeyError):
+        records.upsert_jobs(b, ("pred_one", "nope"), [("u3", "[]", 1)])
+    assert len(dump(b)) == 2

@@ -293,3 +293,37 @@ def test_trust_reaches_a_moving_policys_view_of_running_jobs():
     assert list(liar.remaining_one_node) == pytest.approx([300.0, 300.0, math.inf, 300.0])
     assert liar.work_left == pytest.approx(10.0 * 300.0 / 6.0)
     assert SlotStateBuilder(Capabilities(preemptive=True, moves=True)).movable(s) is s  # no trust input: as is
+
+
+def test_last_snapshot_is_a_record_of_its_slot():
+    """`Service.last_snapshot` stays what that slot decided on: a job that finishes later (its
+    owner found to run 50x their claims) changes the trust of the slots after it, never the record
+    of an earlier slot, so the earlier snapshot rebuilt by a fresh builder gives the rows the
+    policy was shown then."""
+    from test_service import FakeJob, FakeSlurm, StartAs, service, summary
+
+    from lyasched.policy.state import capabilities
+    from lyasched.store import records
+
+    db = records.open_records(":memory:")
+    first = FakeJob("31", summary("uid-00000031"), limit="1-00:00:00")
+    waits = FakeJob("32", summary("uid-00000032"), limit="1-00:00:00")  # waits throughout (not in the plan)
+    slurm = FakeSlurm(jobs=[first, waits])
+    pol = StartAs({"31": ((0, 1),)})
+    svc = service(db, slurm, pol)
+    svc.run_slot()
+    pred1 = records.get_job(db, "uid-00000031")["predicted"]
+    first.state, first.reason, first.start, first.nodes = "RUNNING", "None", 1_000_101.0, ("node1",)
+    svc.clock_state["t"] += 2
+    svc.run_slot()
+    snap, shown = svc.last_snapshot, pol.states[-1]
+    assert snap is not None and snap.trust is not None and snap.trust.factor("alice") == 1.0
+    first.state, first.end = "COMPLETED", 1_000_101.0 + 50 * pred1
+    svc.clock_state["t"] += 50 * pred1 + 2
+    svc.run_slot()
+    svc.run_slot()
+    assert svc.last_snapshot.trust.factor("alice") == pytest.approx(50.0, rel=0.01)  # the later slots' trust
+    assert snap.trust.factor("alice") == 1.0  # the earlier record's, unchanged
+    again = SlotStateBuilder(capabilities(pol)).build(snap)
+    assert [(w.job_id, w.work, w.run_one_node.tolist()) for w in again.waiting] == [
+        (w.job_id, w.work, w.run_one_node.tolist()) for w in shown.waiting]

@@ -12,6 +12,9 @@ from typing import Any
 import click
 
 from lyasched.cli.errors import BadInput
+# a policy's native solver (sia's HiGHS) printf's to descriptor 1: while slots run it is stderr, as
+# the logs are, so stdout carries only what serve prints (the --once report)
+from lyasched.cli.nativeout import native_stdout_to_stderr
 from lyasched.config import ConfigError, check_grace, check_port, load_config
 
 log = logging.getLogger("lyasched.serve")
@@ -123,7 +126,8 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
                     len(left), ", ".join(i["slurm_id"] for i in left))
 
     if once:
-        report = service.run_slot()
+        with native_stdout_to_stderr():  # the report is printed after the slot, on a clean stdout
+            report = service.run_slot()
         if as_json:
             click.echo(json.dumps(dataclasses.asdict(report), indent=2, default=str))
         else:
@@ -140,7 +144,8 @@ def serve(config_path, db_path, slot_seconds, policy_name, users, slurm_backend,
 
     metrics = start_metrics(service, cfg)
     try:
-        run_forever(service, cfg.slot_seconds)
+        with native_stdout_to_stderr():
+            run_forever(service, cfg.slot_seconds)
     finally:
         if metrics is not None:
             metrics.stop()

@@ -21,6 +21,7 @@ from typing import Any
 
 from lyasched.costmodel.goodput import Adaptive, NoiseScale, best_batch
 from lyasched.costmodel.jobspec import Job
+from lyasched.slurm.types import HOLDING_STATES
 from lyasched.store import adaptive as store
 from lyasched.summary import CostSummary
 
@@ -73,7 +74,7 @@ class Watch:
 
         n = 0
         for uid, (job, row) in seen.items():
-            if row is None or not job.running:
+            if row is None or job.state not in HOLDING_STATES:  # `SlurmJob.running`, without a call per held job
                 continue
             s = decode(job.comment)[0]
             if s is None or not s.adaptive:

@@ -36,6 +36,8 @@ class SlotContext:
     rows_used: set[tuple] = field(default_factory=set)  # waiting-row cache keys read this slot
     adaptive: dict[str, tuple] = field(default_factory=dict)  # Slurm id -> (Job, fraction done) of adaptive-batch jobs (lyasched.live.adaptive)
     type_memo: dict[tuple, Any] = field(default_factory=dict)  # per-slot answers about the node types (per_type, device keys, profile types)
+    # (sig, user, summary's type, summary's types, request's type) -> a waiting job's model inputs (PolicyInputs.waiting)
+    waiting_models: dict[tuple, tuple] = field(default_factory=dict)
 
     @property
     def index(self) -> dict[str, int]:

@@ -54,6 +54,8 @@ class PolicyInputs:
         self._last_cluster: ClusterSpec | None = None  # the last slot's ClusterSpec, reused when equal (the rows compare by identity)
         self._type_costs: tuple[tuple, dict[str, CostModel]] | None = None  # (its inputs, type_costs' answer), reused when equal
         self._summaries: dict[str, tuple[CostSummary | None, str]] = {}
+        # (uid, pred_one, pred_multi, work) of rows made since the last `flush`: written together
+        self._pending: list[tuple[str, str, str, float]] = []
         self.arrivals = ArrivalHistory()  # SlotState.arrivals_*: every job the service has seen wait
         # job id -> its shared profile's run over its claim's (lyasched.live.trust), made with its rows
         self.known: dict[str, float] = {}
@@ -159,8 +161,18 @@ class PolicyInputs:
         return replace(state, running=tuple(out)), n
 
     def end_slot(self, ctx: SlotContext) -> None:
-        """The next slot reuses this one's model inputs (also called for a slot that failed)."""
+        """The next slot reuses this one's model inputs (also called for a slot that failed); the
+        predictions of rows made since the last `flush` are written."""
         self._models_seen = ctx.models or self._models_seen
+        self.flush()
+
+    def flush(self) -> None:
+        """Record the predictions of the rows made since the last call (lyastat's, and the arrival
+        history a restart rebuilds), in one transaction: one write per job would cost a first slot
+        over a long queue a commit per job."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            records.upsert_jobs(self.db, ("pred_one", "pred_multi", "work"), pending)
 
     def correction(self, ctx: SlotContext, sig: str, device: str | None = None) -> float:
         """The bounded observed/predicted correction learned for this model on GPU type ``device``
@@ -205,8 +217,12 @@ class PolicyInputs:
         assert cost is not None
         if s.plain:
             return self.plain_waiting(ctx, s, job)
-        dev = self.device_of(ctx, s, job)  # a profile belongs to a (model, GPU type)
-        model = self.model(ctx, s, job.user, dev)
+        # a profile belongs to a (model, GPU type): the type (`device_of`) and the model's inputs
+        # (`model`) follow from these, so a long queue asks each pair once per slot
+        wkey = (s.sig, job.user, s.profile_type, s.gpu_types, job.gpu_type)
+        model = ctx.waiting_models.get(wkey)
+        if model is None:
+            model = ctx.waiting_models[wkey] = self.model(ctx, s, job.user, self.device_of(ctx, s, job))
         # typed nodes: the job's model inputs on each type it allows that a node has (its by_type rows)
         typed = tuple((t, self.model(ctx, s, job.user, self.device_key(ctx, t)))
                       for t in self.types_of(ctx, s, job)) if ctx.type_costs else None
@@ -254,10 +270,11 @@ class PolicyInputs:
                 self.known.pop(job.job_id, None)
             # A summary is not trusted blindly: predictions are scaled by the correction learned
             # from this model's observed run times (bounded) and never exceed the Slurm time limit.
+            one, multi = clamp_both(wj.run_one_node, wj.run_multi_node, limit, correction)
             wj = replace(
                 wj,
-                run_one_node=clamp_run_times(wj.run_one_node, limit, correction),
-                run_multi_node=clamp_run_times(wj.run_multi_node, limit, correction),
+                run_one_node=one,
+                run_multi_node=multi,
                 work=min(wj.work * correction, limit * max(1, s.max_gpus)) if limit else wj.work * correction,
             )
             wj = startup.with_startup(wj, startup_s, limit)  # lyasched.costmodel.startup: launch + imports + rendezvous
@@ -265,11 +282,33 @@ class PolicyInputs:
                 wj = replace(wj, by_type=self._by_type(ctx, j, typed, round(frac, 3), max(1, s.max_gpus)))
             self.rows[key] = (inputs, wj)
             self.arrivals.add(job.job_id, wj.submit_time, requested_gpu_s(wj))
-            records.upsert_job(
-                self.db, s.uid, pred_one=encode_times(wj.run_one_node),
-                pred_multi=encode_times(wj.run_multi_node), work=wj.work,
-            )
+            self._pending.append((s.uid, encode_times(wj.run_one_node), encode_times(wj.run_multi_node), wj.work))
         return wj
+
+    def waiting_rows(self, ctx: SlotContext, jobs: Sequence[tuple[CostSummary, SlurmJob]]) -> list[WaitingJob]:
+        """`waiting` of each (summary, Slurm job), in order. A long queue is mostly jobs whose rows
+        are kept from an earlier slot with the same inputs: on untyped nodes, such a job's rows are
+        found here with the slot's lookups made once (what `waiting` does for it, without a call per
+        job); any other job goes through `waiting`."""
+        cost = ctx.cost
+        if cost is None or ctx.type_costs:
+            return [self.waiting(ctx, s, job) for s, job in jobs]
+        cluster, models, rows, used = cost.cluster, ctx.waiting_models, self.rows, ctx.rows_used
+        out: list[WaitingJob] = []
+        for s, job in jobs:
+            if not s.plain and not s.adaptive:
+                model = models.get((s.sig, job.user, s.profile_type, s.gpu_types, job.gpu_type))
+                if model is not None:
+                    key = (s.uid, job.job_id)
+                    hit = rows.get(key)
+                    # `waiting`'s inputs of an untyped, fixed-batch job (its last two: no type rows)
+                    if hit is not None and hit[0] == (cluster, model, s, job.time_limit, job.submit_time, job.user,
+                                                      None, None):
+                        used.add(key)
+                        out.append(hit[1])
+                        continue
+            out.append(self.waiting(ctx, s, job))
+        return out
 
     def shared_profile(self, ctx: SlotContext, sig: str) -> Profile | None:
         """`shared_profile` of (sig, this slot's device), read once per model per slot (it is a cost
@@ -418,6 +457,14 @@ class PolicyInputs:
 
 
 _PER_TYPE = "device_of per_type"  # SlotContext.type_memo: this slot's `SlotContext.per_type`
+
+
+def clamp_both(one: np.ndarray, multi: np.ndarray, limit: float | None, correction: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clamp_run_times` of a job's two rows in one call (it works element by element: the same
+    values as two calls, at half the calls)."""
+    both = clamp_run_times(np.concatenate((np.asarray(one, dtype=float), np.asarray(multi, dtype=float))), limit, correction)
+    n = len(one)
+    return both[:n], both[n:]
 
 
 def allowed_of(s: CostSummary, job: SlurmJob) -> tuple[str, ...]:

@@ -81,12 +81,17 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
     jobs; a released job Slurm has not started keeps its GPUs in ``obs.free`` within the grace and
     is held again after it (``hold_again``)."""
     now, index = ctx.now, obs.index
-    waiting: list[WaitingJob] = []
+    marked = _marked(inputs)
+    typed = bool(ctx.type_costs)  # untyped nodes: no job is never placeable (`gputypes.never_placeable`)
+    held: list[tuple[dict, CostSummary, SlurmJob]] = []  # the waiting jobs: their rows come after the walk
     running: list[RunningObs] = []
     for job, row in seen.values():
-        if row is None or row["state"] == "invalid":
+        if row is None:
             continue
-        if row["state"] == "released" and job.pending and not job.held_by_service:
+        state = row["state"]
+        if state == "invalid":
+            continue
+        if state == "released" and job.pending and not job.held_by_service:
             if now - (row["released_at"] or now) > release_grace:
                 hold_again(job, row, ctx)
                 continue
@@ -97,12 +102,16 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
         elif job.running:
             placement = NodePlacement.from_slurm(job.nodes, job.gpus_per_node).to_indices(index)
             running.append(inputs.running(job, row, placement, now))
-        elif row["state"] == "waiting" and job.held_by_service:
+        elif state == "waiting" and job.held_by_service:
             s, _ = inputs.decode(job.comment)
             assert s is not None  # a record with an invalid summary is "invalid", never "waiting"
-            wj = inputs.waiting(ctx, s, job)
-            waiting.append(wj)
-            _note_never(inputs, row, wj, job, ctx, s)
+            held.append((row, s, job))
+    waiting = inputs.waiting_rows(ctx, [(s, job) for _, s, job in held])
+    if typed or marked:  # untyped: only a mark left from typed nodes to clear
+        for (row, s, job), wj in zip(held, waiting):
+            if typed or row["uid"] in marked:
+                _note_never(inputs, row, wj, job, ctx, s)
+    inputs.flush()  # the new rows' predictions, in one transaction
     return waiting, running
 
 
@@ -111,13 +120,19 @@ def sort_jobs(obs: Observation, seen: Seen, ctx: SlotContext, inputs: PolicyInpu
 _MARKED: WeakKeyDictionary = WeakKeyDictionary()
 
 
-def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
-    """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
-    the reason goes once one can (the nodes changed)."""
+def _marked(inputs: PolicyInputs) -> dict[str, str]:
+    """{uid: the never-placeable reason its record holds} (`_MARKED`), read once from the records."""
     marked = _MARKED.get(inputs)
     if marked is None:
         marked = _MARKED[inputs] = {r[0]: r[1] for r in inputs.db.execute(
             "select uid, reason from jobs where state = 'waiting' and reason like ?", [gputypes.NEVER + "%"])}
+    return marked
+
+
+def _note_never(inputs: PolicyInputs, row: dict, wj: WaitingJob, job: SlurmJob, ctx: SlotContext, s: CostSummary) -> None:
+    """A held job no type it allows can ever run says so in its record (`gputypes.never_placeable`);
+    the reason goes once one can (the nodes changed)."""
+    marked = _marked(inputs)
     uid = row["uid"]
     why = gputypes.never_placeable(wj, job, ctx, s.min_gpus, s.max_gpus)
     if why and marked.get(uid) != why:

@@ -70,16 +70,24 @@ class RecordSync:
         # last_seen is the sync's time, records.LISTED_AT, written by `vanished`).
         rev = records.jobs_rev(self.db)
         rows = self._rows(by_uid, rev)
-        quiet = {uid for uid, (job, _, _) in by_uid.items() if (r := rows.get(uid)) is not None
-                 and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
-                 and r["slurm_state"] == job.state and r["name"] == job.name}
-        rows.update(records.get_jobs(self.db, [u for u in by_uid if u not in quiet and u in rows]))
-        for uid, (job, s, err) in by_uid.items():
-            row = rows.get(uid)
-            if uid in quiet:  # its step would change nothing and write nothing (step.apply): none made
-                assert row is not None  # quiet: its brief row was read
-                seen[uid] = (job, row)
+        # One pass sorts the quiet (their step would change nothing and write nothing: step.apply;
+        # none is made, their brief row is their record) from the others, whose whole rows are read.
+        # ``seen`` takes every uid in Slurm's order now, the others' entries filled (or dropped) below.
+        memo: dict[str, dict | None] = {}  # the next slot's memo: quiet rows, and uids with no record
+        others: list[str] = []
+        for uid, (job, _, _) in by_uid.items():
+            r = rows.get(uid)
+            if (r is not None and r["slurm_id"] == job.job_id and r["state"] == "waiting" and job.held_by_service
+                    and r["slurm_state"] == job.state and r["name"] == job.name):
+                seen[uid] = (job, r)
+                memo[uid] = r
                 continue
+            seen[uid] = None  # type: ignore[assignment]  # its place in Slurm's order
+            others.append(uid)
+        rows.update(records.get_jobs(self.db, [u for u in others if u in rows]))
+        for uid in others:
+            job, s, err = by_uid[uid]
+            row = rows.get(uid)
             replaced = row is not None and row["slurm_id"] != job.job_id  # a resubmission: a new record
             if replaced:
                 row = None
@@ -87,6 +95,9 @@ class RecordSync:
                 if replaced:  # the old record goes; nothing else is kept of a job never seen unfinished
                     steps.append(step.Step(uid, {"uid": uid, "slurm_id": job.job_id, "first_seen": now}, {},
                                            replaced=True))
+                del seen[uid]
+                if uid not in rows:  # no record: none is looked for again while nothing changes
+                    memo[uid] = None
                 continue  # finished before this service ever saw it: nothing it decided, nothing to learn
             new = row is None
             if row is None:
@@ -101,7 +112,7 @@ class RecordSync:
         # The memo for the next slot: quiet rows (not written) and uids with no record, if nobody
         # else wrote a job row between this slot's read and its write (else the next slot reads all).
         if rev is not None and before == rev and after is not None:
-            self._memo = {u: rows.get(u) for u in by_uid if u in quiet or u not in rows and u not in seen}
+            self._memo = memo
             self._memo_rev = after
         else:
             self._memo, self._memo_rev = {}, None

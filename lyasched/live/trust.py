@@ -13,6 +13,7 @@ runs taught), so a forged summary of a known model is replaced by what is known 
 
 from __future__ import annotations
 
+import copy
 import math
 import sqlite3
 
@@ -42,13 +43,17 @@ class LiveTrust:
         self._after: tuple[float, str] = (-math.inf, "")  # (ended, uid) of the last job fed
 
     def update(self, db: sqlite_utils.Database) -> TrustBook:
-        """Feed the jobs finished since the last call; the book."""
+        """Feed the jobs finished since the last call; the book. A book once returned is never
+        changed: new jobs are fed into a copy (only in a slot where some finished), so each slot's
+        snapshot keeps the factors it was decided with."""
         moved = " and uid not in (select uid from moves)" if "moves" in db.table_names() else ""
         t, uid = self._after
         try:
             rows = db.conn.execute(_FINISHED.format(moved=moved), [t, t, uid]).fetchall()
         except sqlite3.OperationalError:  # records without a jobs table yet
             return self.book
+        if rows:  # copy on write: a book handed out (a slot's snapshot, `Service.last_snapshot`) stays as it was
+            self.book = copy.deepcopy(self.book)
         for uid, user, pred, obs, ended in rows:
             self.book.observe(str(user or ""), float(pred), float(obs))
             self._after = (float(ended), str(uid))

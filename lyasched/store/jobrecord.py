@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import sqlite_utils
 
 from lyasched.store.placement import NodePlacement, nodes_from_json, nodes_to_json
@@ -22,8 +23,17 @@ from lyasched.summary import CostSummary
 
 
 def encode_times(row: Sequence[float]) -> str:
-    """Predicted run times per GPU count as JSON (null where a count is not allowed: inf)."""
-    return json.dumps([None if not math.isfinite(float(x)) else round(float(x), 3) for x in row])
+    """Predicted run times per GPU count as JSON (null where a count is not allowed: inf).
+
+    The text ``json.dumps`` gives for the list of ``round(x, 3)`` and None, written out here: a
+    row has one entry per GPU of the cluster, most of them null, and a first slot writes two rows
+    per held job."""
+    vals = np.asarray(row, dtype=float)
+    parts = ["null"] * len(vals)
+    listed = vals.tolist()
+    for i in np.flatnonzero(np.isfinite(vals)).tolist():
+        parts[i] = repr(round(listed[i], 3))  # json.dumps writes a float as its repr
+    return "[" + ", ".join(parts) + "]"
 
 
 def decode_times(text: str | None) -> tuple[float, ...]:

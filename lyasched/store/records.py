@@ -257,6 +257,27 @@ def upsert_job(db: sqlite_utils.Database, uid: str, **fields: Any) -> None:
     )
 
 
+def upsert_jobs(db: sqlite_utils.Database, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """`upsert_job` of many jobs, the same ``columns`` each (``rows``: uid, then the values), in one
+    statement and one transaction (inside the caller's if one is open): a first slot over a long
+    queue writes a row per job."""
+    unknown = set(columns) - set(JOB_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown job column(s): {', '.join(sorted(unknown))}")
+    if not rows:
+        return
+    cols = ["uid", *columns]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in columns) or "uid = excluded.uid"
+    sql = (f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+           f"ON CONFLICT(uid) DO UPDATE SET {sets}")
+    vals = [[r[0], *(_clean(v) for v in r[1:])] for r in rows]
+    if db.conn.in_transaction:
+        db.conn.executemany(sql, vals)
+        return
+    with transaction(db):
+        db.conn.executemany(sql, vals)
+
+
 def touch_jobs(db: sqlite_utils.Database, uids: Sequence[str], now: float) -> None:
     """Set last_seen of many jobs in one statement."""
     if uids:
