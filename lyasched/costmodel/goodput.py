@@ -392,16 +392,12 @@ class PiecesLeft:
             f = (k + 1) / n
         return 1.0
 
-    def time_to(self, g: int, spans: bool, until: float) -> float:
-        """Seconds on g GPUs from here to progress ``until`` (inf where g is not allowed)."""
-        t, n = self._piece(g, spans) * self.scale, self.table.one.shape[0]
-        f, out = min(1.0, max(0.0, self.fraction_done)), 0.0
-        while f < until - 1e-12:
-            k = piece_of(f, n)
-            end = min(until, (k + 1) / n)
-            out += (end - f) * n * t[k]
-            f = end
-        return out
+    def time_to(self, until: float) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds on k+1 GPUs (one node, several) from here to progress ``until``: the rows here
+        less the rows there (nan or inf where a count is not allowed)."""
+        a, b = self.table.rows(self.fraction_done), self.table.rows(max(until, self.fraction_done))
+        with np.errstate(invalid="ignore"):
+            return (a[0] - b[0]) * self.scale, (a[1] - b[1]) * self.scale
 
 
 def piece_table(cost: CostModel, job: Job, max_gpus: int) -> PieceTable:

@@ -144,7 +144,8 @@ def set_shape(j: _Weighted, anchor: int, horizon_s: float, gpn: int) -> None:
     until = j.pieces.ahead(anchor, anchor > gpn, horizon_s)
     if not until > j.pieces.fraction_done:
         return
-    shape = {g: j.pieces.time_to(g, g > gpn, until) for g in j.counts}
+    one, multi = j.pieces.time_to(until)
+    shape = {g: float(multi[g - 1] if g > gpn else one[g - 1]) for g in j.counts if g <= len(one)}
     shape = {g: t for g, t in shape.items() if 0.0 < t < math.inf}
     if anchor in shape:
         j.anchor, j.shape = anchor, shape
