@@ -1,7 +1,8 @@
 """Experiment: which scaling shape `hesrpt` (lyasched/policy/hesrpt.py) should weigh a GPU count by,
 for an adaptive job whose noise scale grows (docs/experiments.md, "hesrpt: the scaling of the work
-ahead"). Not adopted: the gain needs a job's per-piece times from the input builder, which the
-policy does not see today (it sees only the time left on each count).
+ahead"). ``span:0.1`` was adopted as hesrpt's ``horizon_s`` (360 s; the builders now hand the
+policy each adaptive job's pieces ahead); these probes read the piece tables from the workload
+themselves, against hesrpt with ``horizon_s=0`` (``rows``).
 
     python benchmarks/experiments/hesrpt_pieces.py --designs "rows;piece;span:0.1" [--loads 0.5,1.0,2.0]
         [--workloads 1-4]
@@ -13,7 +14,7 @@ allocation is re-chosen long before then. Designs (each hesrpt with its loss on 
 anchored so that the loss at the job's current count, or its fair-share count when waiting, is
 unchanged):
 
-* ``rows``: hesrpt as shipped (whole remaining rows);
+* ``rows``: hesrpt weighing every job by its whole remaining rows (``horizon_s=0``);
 * ``piece[:H]``: the current piece's time per count (for jobs with more than H hours left; the
   others keep their rows);
 * ``span:H``: the time on each count for the next H hours of work at the anchor count (the whole
@@ -101,6 +102,7 @@ def _advance(table, f: float, g: int, secs: float, gpn: int, iters: int) -> floa
 class Shaped(HesrptPolicy):
     """hesrpt whose loss weighs another shape (``mode``: piece, span, lag)."""
 
+    horizon_s: float = 0.0  # the shipped rule off: this class computes its own shapes
     mode: str = "piece"
     hours: float = 0.0
     tables: dict = field(default_factory=dict)  # job -> (unit piece table, iterations): the probe's oracle
@@ -167,8 +169,9 @@ class Shaped(HesrptPolicy):
 
 @dataclass
 class Horizon(HesrptPolicy):
-    """hesrpt with a change of count charged ``max(1, remaining / horizon)`` times more."""
+    """hesrpt (rows) with a change of count charged ``max(1, remaining / horizon)`` times more."""
 
+    horizon_s: float = 0.0
     horizon: float = 1800.0
 
     def _running(self, r, gpn, now):
@@ -184,7 +187,7 @@ def build(design: str, w):
 
     name, _, arg = design.partition(":")
     if name in ("pollux", "rows"):
-        return make_policy("pollux" if name == "pollux" else "hesrpt")
+        return make_policy("pollux") if name == "pollux" else make_policy("hesrpt", horizon_s=0.0)
     if name == "horizon":
         return Horizon(horizon=float(arg) * 3600.0)
     if name == "lag":
