@@ -20,6 +20,11 @@ than x^p gets fewer GPUs and one that scales better more. Restarts are charged a
 job's count other than its current one costs ``move_charge`` moves (its move cost each: the move,
 the moves back when the shares turn, and the GPUs idle while it relaunches; 8, measured on the
 design set, docs/hesrpt.md), added to its remaining time; a job that cannot move keeps its GPUs.
+An adaptive job's rows credit it now with the scaling of its last pieces (largest noise scale),
+though the allocation is re-chosen long before then: so its loss on g is its remaining time at an
+anchor count (its current one; a waiting job's fair-share count) times the seconds its next
+``horizon_s`` of work takes on g over those on the anchor (`set_shape`, from the pieces the
+builders hand: `goodput.PiecesLeft`); a job with less left, or without pieces, by its rows.
 
 The search, placement rules and decisions are the pollux baseline's (from the current allocation;
 up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
