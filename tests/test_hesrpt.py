@@ -104,3 +104,77 @@ def test_replays_follow_the_rules_finish_and_repeat(spec):
     assert pol.calls > 0 and all(math.isfinite(r.end) for r in res.records)
     again = sim.run(make_policy("hesrpt"))
     assert [(r.end, r.preemptions) for r in again.records] == [(r.end, r.preemptions) for r in res.records]
+
+
+def two_pieces(first: dict[int, float], rest: dict[int, float], n: int = 8):
+    """A piece table of two equal pieces: the first takes ``first[g]`` seconds on g GPUs, the second
+    ``rest[g]`` (one node up to 4 GPUs, several above)."""
+    import numpy as np
+
+    from lyasched.costmodel.goodput import PieceTable
+
+    one, multi = np.full((2, n), math.inf), np.full((2, n), math.inf)
+    for k, times in enumerate((first, rest)):
+        for g, t in times.items():
+            (one if g <= 4 else multi)[k, g - 1] = t
+
+    def suffix(t):
+        out = np.zeros((3, n))
+        out[:2] = np.cumsum(t[::-1], axis=0)[::-1]
+        return out
+
+    return PieceTable(one, multi, suffix(one), suffix(multi))
+
+
+@pytest.mark.parametrize("horizon_s,gpus", [(360.0, 1), (0.0, 8)])
+def test_an_adaptive_job_is_weighed_by_its_work_ahead(horizon_s, gpus):
+    """An adaptive job whose first half does not scale (its noise scale is small) and whose second
+    half scales linearly: its rows (the whole run) gain from 8 GPUs, the work just ahead does not,
+    so it starts on one GPU (the others stay free for the next arrival); with ``horizon_s`` 0
+    (the rows), it takes 8."""
+    from dataclasses import replace
+
+    from lyasched.costmodel.goodput import PiecesLeft
+
+    table = two_pieces({g: 3600.0 * (1 + 0.001 * g) for g in (1, 2, 3, 4, 8)}, {g: 3600.0 / g for g in (1, 2, 3, 4, 8)})
+    one, multi = table.rows(0.0)
+    w = replace(waiting("a", {1: 1.0}), run_one_node=one, run_multi_node=multi, adaptive=True,
+                pieces=PiecesLeft(table, 0.0))
+    res = make_policy("hesrpt", horizon_s=horizon_s).decide(state([w], free=(4, 4)))
+    assert [d.gpus for d in res.starts] == [gpus]
+
+
+def test_the_simulator_hands_pieces_that_match_the_rows():
+    """Every adaptive job the replay shows hesrpt carries its pieces ahead, and all of them take
+    what its rows say (a waiting job's rows add one relaunch to every count)."""
+    import numpy as np
+
+    seen = {"waiting": 0, "running": 0}
+
+    class Looking(Checked):
+        name = "hesrpt"
+
+        def __init__(self) -> None:
+            self.inner = make_policy("hesrpt")
+            self.capabilities = self.inner.capabilities
+            self.calls = 0
+
+        def decide(self, state):
+            for kind, jobs in (("waiting", state.waiting), ("running", state.running)):
+                for j in jobs:
+                    if not j.adaptive:
+                        continue
+                    assert j.pieces is not None
+                    one, multi = j.pieces.time_to(1.0)
+                    rows = (j.run_one_node, j.run_multi_node) if kind == "waiting" else (j.remaining_one_node, j.remaining_multi_node)
+                    for got, want in zip((one, multi), rows):
+                        ok = np.isfinite(want)
+                        extra = want[ok] - got[ok]
+                        assert np.allclose(extra, extra[0] if extra.size else 0.0, rtol=0, atol=1e-6 * max(1.0, float(want[ok].max(initial=0))))
+                        assert kind == "waiting" or np.allclose(extra, 0.0, atol=1e-6 * max(1.0, float(want[ok].max(initial=0))))
+                    seen[kind] += 1
+            return super().decide(state)
+
+    w = load_workload("synth:adaptive,jobs=30", seed=2)
+    Simulation(w.jobs, w.cluster, seed=2).run(Looking())
+    assert seen["waiting"] > 0 and seen["running"] > 0

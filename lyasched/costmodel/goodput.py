@@ -26,6 +26,7 @@ API (stable; the policies and the simulator import only these names):
   `run_time(cost, job, g, spans, fraction_done=0, first_batch=None)`,
   `progress_after(cost, job, g, spans, fraction_done, seconds, first_batch=None)`,
   `remaining_rows(cost, job, max_gpus, fraction_done)` (per-GPU-count rows as `waiting_job` builds them),
+  `PiecesLeft(table, fraction_done, scale)` (``.ahead``, ``.time_to``: the work just ahead, per count),
   `piece_table(cost, job, max_gpus)` (the same rows from any progress, vectorised: `PieceTable.rows`)
 """
 
@@ -360,6 +361,43 @@ class PieceTable:
         k = piece_of(f, n)
         left = (k + 1) - f * n
         return (left * self.one[k] + self.one_suffix[k + 1], left * self.multi[k] + self.multi_suffix[k + 1])
+
+
+@dataclass(frozen=True)
+class PiecesLeft:
+    """An adaptive job's piece table and its progress, as a builder hands it to the policies:
+    what lies ahead piece by piece, for a policy that weighs the work just ahead on each count
+    (its scaling now) rather than all of it (the rows credit a job now with the scaling of its
+    last pieces, whose noise scale is largest). ``scale``: seconds per table second."""
+
+    table: PieceTable
+    fraction_done: float
+    scale: float = 1.0
+
+    def _piece(self, g: int, spans: bool) -> np.ndarray:
+        return (self.table.multi if spans else self.table.one)[:, g - 1]
+
+    def ahead(self, g: int, spans: bool, seconds: float) -> float:
+        """Progress (share of base steps) after ``seconds`` of computing on g GPUs from here."""
+        t, n = self._piece(g, spans) * self.scale, self.table.one.shape[0]
+        f, left = min(1.0, max(0.0, self.fraction_done)), max(0.0, seconds)
+        while f < 1.0 - 1e-12:
+            k = piece_of(f, n)
+            if not (0.0 < t[k] < math.inf):
+                return f
+            need = ((k + 1) / n - f) * n * t[k]
+            if left < need:
+                return f + left / (n * t[k])
+            left -= need
+            f = (k + 1) / n
+        return 1.0
+
+    def time_to(self, until: float) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds on k+1 GPUs (one node, several) from here to progress ``until``: the rows here
+        less the rows there (nan or inf where a count is not allowed)."""
+        a, b = self.table.rows(self.fraction_done), self.table.rows(max(until, self.fraction_done))
+        with np.errstate(invalid="ignore"):
+            return (a[0] - b[0]) * self.scale, (a[1] - b[1]) * self.scale
 
 
 def piece_table(cost: CostModel, job: Job, max_gpus: int) -> PieceTable:

@@ -155,7 +155,7 @@ class PolicyInputs:
                 requested=s.min_gpus, move_cost=hist.cost_s if hist.cost_s is not None else math.nan, checkpointable=True,
                 waited=waited_so_far(ctx.now, row.get("submit_time") or wj.submit_time, hist.held_before,
                                      rj.start_time),
-                moves=hist.done, adaptive=wj.adaptive,
+                moves=hist.done, adaptive=wj.adaptive, pieces=wj.pieces,
             ))
             n += 1
         return replace(state, running=tuple(out)), n

@@ -20,6 +20,11 @@ than x^p gets fewer GPUs and one that scales better more. Restarts are charged a
 job's count other than its current one costs ``move_charge`` moves (its move cost each: the move,
 the moves back when the shares turn, and the GPUs idle while it relaunches; 8, measured on the
 design set, docs/hesrpt.md), added to its remaining time; a job that cannot move keeps its GPUs.
+An adaptive job's rows credit it now with the scaling of its last pieces (largest noise scale),
+though the allocation is re-chosen long before then: so its loss on g is its remaining time at an
+anchor count (its current one; a waiting job's fair-share count) times the seconds its next
+``horizon_s`` of work takes on g over those on the anchor (`set_shape`, from the pieces the
+builders hand: `goodput.PiecesLeft`); a job with less left, or without pieces, by its rows.
 
 The search, placement rules and decisions are the pollux baseline's (from the current allocation;
 up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
@@ -31,12 +36,13 @@ costs, which the simulator and the service build the same way.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from lyasched.costmodel.goodput import PiecesLeft
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.allocation import AllocJob
 from lyasched.policy.pollux import PolluxPolicy
-from lyasched.policy.state import RunningJob
+from lyasched.policy.state import RunningJob, WaitingJob
 
 HOUR = 3600.0  # the weights' unit (only their ratios matter; it keeps them near 1)
 
@@ -45,10 +51,15 @@ HOUR = 3600.0  # the weights' unit (only their ratios matter; it keeps them near
 class _Weighted(AllocJob):
     w: float = 1.0  # heSRPT weight: theta^(1+p) / size
     charge: float = 0.0  # seconds a change of count costs (move_charge x its move cost)
+    pieces: PiecesLeft | None = None  # an adaptive job's pieces ahead (WaitingJob.pieces)
+    anchor: int = 0  # the count whose remaining time the shape is scaled to (0: no shape)
+    shape: dict[int, float] = field(default_factory=dict)  # count -> seconds of the work just ahead
 
     def loss(self, g: int) -> float:
-        """Weighted remaining time on g GPUs, a change of a running job's count charged."""
-        r = self.rem.get(g, math.inf)
+        """Weighted remaining time on g GPUs, a change of a running job's count charged; with a
+        shape, the remaining time at the anchor scaled by the work just ahead on g over on it."""
+        s = self.shape
+        r = self.rem[self.anchor] * s[g] / s[self.anchor] if g in s else self.rem.get(g, math.inf)
         if self.current and g != self.current:
             if self.fixed:
                 return math.inf
@@ -62,11 +73,14 @@ class HesrptPolicy(PolluxPolicy):
 
     p: float = 0.5  # the speed-up exponent the shares assume (x^p on a share x)
     move_charge: float = 8.0  # moves a change of count is charged
+    horizon_s: float = 360.0  # an adaptive job's counts weighed by its next horizon_s of work (0: all of it)
     name: str = "hesrpt"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"hesrpt: p must be in [0, 1), got {self.p}")
+        if not self.horizon_s >= 0.0:
+            raise ValueError(f"hesrpt: horizon_s must be >= 0, got {self.horizon_s}")
 
     def _make(self, job_id: str, submit: float, rem: dict[int, float]) -> AllocJob | None:
         if not rem:
@@ -74,14 +88,28 @@ class HesrptPolicy(PolluxPolicy):
         counts = sorted(rem)
         return _Weighted(job_id, submit, counts, rem, max(rem[counts[0]] * counts[0], 1e-9))
 
+    def _waiting(self, w: WaitingJob, gpn: int) -> AllocJob | None:
+        j = super()._waiting(w, gpn)
+        if isinstance(j, _Weighted):
+            j.pieces = w.pieces
+        return j
+
     def _running(self, r: RunningJob, gpn: int, now: float) -> AllocJob | None:
         j = super()._running(r, gpn, now)
         if isinstance(j, _Weighted):
             j.charge = self.move_charge * (r.cost(self.move_cost) if isinstance(r, MovableJob) else self.move_cost)
+            if isinstance(r, MovableJob):
+                j.pieces = r.pieces
         return j
 
     def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
-        set_weights(jobs, self.p, fair=max(1, sum(cap) // max(1, len(jobs))))
+        fair = max(1, sum(cap) // max(1, len(jobs)))
+        if self.horizon_s > 0:
+            for j in jobs:
+                if isinstance(j, _Weighted) and j.pieces is not None and not j.fixed:
+                    set_shape(j, j.current or max((c for c in j.counts if c <= fair), default=j.counts[0]),
+                              self.horizon_s, gpn)
+        set_weights(jobs, self.p, fair=fair)
         return self._local(jobs, cap, gpn)
 
     def _admission_key(self, j: AllocJob) -> tuple[float, str]:
@@ -110,3 +138,19 @@ def set_weights(jobs: list[AllocJob], p: float, fair: int = 1) -> None:
     for j, th in zip(order, shares(len(order), p)):
         if isinstance(j, _Weighted):
             j.w = HOUR * th ** (1.0 + p) / sz[j.job_id]
+
+
+def set_shape(j: _Weighted, anchor: int, horizon_s: float, gpn: int) -> None:
+    """The job's shape: seconds on each allowed count for the work its next ``horizon_s`` on
+    ``anchor`` GPUs would do (all that is left when less is); none when that is no work."""
+    assert j.pieces is not None
+    if anchor not in j.rem:
+        return
+    until = j.pieces.ahead(anchor, anchor > gpn, horizon_s)
+    if not until > j.pieces.fraction_done:
+        return
+    one, multi = j.pieces.time_to(until)
+    shape = {g: float(multi[g - 1] if g > gpn else one[g - 1]) for g in j.counts if g <= len(one)}
+    shape = {g: t for g, t in shape.items() if 0.0 < t < math.inf}
+    if anchor in shape:
+        j.anchor, j.shape = anchor, shape

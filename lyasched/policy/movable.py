@@ -20,10 +20,11 @@ A `SlotResult` expresses the three moves with its existing fields (docs/elastic.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from lyasched.costmodel.goodput import PiecesLeft
 from lyasched.policy.state import RunningJob
 
 
@@ -39,6 +40,7 @@ class MovableJob(RunningJob):
     adaptive: bool = False  # its batch is chosen with its GPUs (rows at its best batch per count; WaitingJob.adaptive)
     remaining_one_node: np.ndarray | None = None
     remaining_multi_node: np.ndarray | None = None
+    pieces: PiecesLeft | None = field(default=None, compare=False, repr=False)  # an adaptive job's pieces ahead (WaitingJob.pieces)
 
     def cost(self, default: float) -> float:
         """Seconds a move of this job costs (checkpoint + relaunch): its own, else ``default``."""
@@ -97,6 +99,7 @@ def movable_job(
     plain: bool = False,
     moves: int = 0,
     adaptive: bool = False,
+    pieces: PiecesLeft | None = None,
 ) -> MovableJob:
     """``base`` as a moving policy sees it: the job's rows ``one``/``multi`` and ``work`` (run
     times and one-GPU compute of the whole job, or per unit that ``scale`` counts) times ``scale``
@@ -122,6 +125,7 @@ def movable_job(
         work_left=work * scale,
         remaining_one_node=scaled(one, scale, plain),
         remaining_multi_node=scaled(multi, scale, plain),
+        pieces=pieces,
     )
 
 

@@ -74,7 +74,8 @@ PARAMS: dict[str, dict[str, Param]] = {
     "pollux": {"move_cost": Param("float", lo=0.0, hi=1e9, help="restart delay (s) of a job that carries none: the restart penalty's d")},
     "hesrpt": {"move_cost": Param("float", lo=0.0, hi=1e9, help="move cost (s) of a job that carries none"),
                "p": Param("float", lo=0.0, hi=0.95, help="speed-up exponent heSRPT's shares assume (x^p on a share x)"),
-               "move_charge": Param("float", lo=0.0, hi=1e3, help="moves a change of a running job's count is charged")},
+               "move_charge": Param("float", lo=0.0, hi=1e3, help="moves a change of a running job's count is charged"),
+               "horizon_s": Param("float", lo=0.0, hi=1e9, help="an adaptive job's counts weighed by this much of its work ahead (s; 0: all)")},
     "optimus": {"gain": Param("str", choices=("absolute", "relative"), help="marginal gain in seconds or relative to the run")},
     "tiresias": {
         "thresholds": Param("floats", hi=1e12, **_POS, help="attained GPU-seconds at which a job drops to the next queue"),

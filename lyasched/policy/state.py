@@ -46,6 +46,9 @@ class WaitingJob:
     # types it allows. None: the job is untyped (one type, or a heterogeneity-unaware view)
     by_type: Mapping[str, "WaitingJob"] | None = field(default=None, compare=False, repr=False)
     best_any: float = math.inf  # a by_type view: the job's best run over all the types it allows (inf: unknown)
+    # an adaptive job's pieces ahead (its scaling now, not only its rows' average over what is left);
+    # None: not adaptive, or a builder that does not know them
+    pieces: goodput.PiecesLeft | None = field(default=None, compare=False, repr=False)
 
     @property
     def best_run(self) -> float:
@@ -232,6 +235,7 @@ def waiting_job(job: Job, cost: CostModel, max_gpus: int, fraction_done: float =
         time_limit=limit,
         user=job.user,
         adaptive=job.adaptive is not None,
+        pieces=goodput.PiecesLeft(goodput.piece_table(cost, job, max_gpus), fraction_done) if job.adaptive is not None else None,
     )
 
 

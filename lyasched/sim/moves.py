@@ -99,7 +99,7 @@ def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool,
         base, one=tpl.run_one_node, multi=tpl.run_multi_node, work=tpl.work, scale=j.iterations * factor,
         requested=j.requested_gpus, move_cost=float(sim.move_costs[r.idx]), checkpointable=checkpointable,
         waited=waited_so_far(now, j.submit_time, record.run_s, base.start_time), moves=record.preemptions,
-        adaptive=True,
+        adaptive=True, pieces=goodput.PiecesLeft(sim._pieces(j, gtype), p, j.iterations * factor),
     )
 
 

@@ -381,9 +381,11 @@ class Simulation:
         t = self._template(j)
         scale = j.iterations * frac * (self.factors[i] if oracle else self.claim[i])
         per = j.iterations * (self.factors[i] if oracle else self.claim[i])
+        tab = None
         if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
             per = j.iterations * (self.factors[i] if oracle else self.claim[i])
-            one, multi = self._pieces(j).rows(1.0 - frac)
+            tab = self._pieces(j)
+            one, multi = tab.rows(1.0 - frac)
             one, multi = one * per, multi * per
         else:
             one = t.run_one_node * scale
@@ -427,6 +429,7 @@ class Simulation:
             attained=attained,
             adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
             by_type=by_type,
+            pieces=goodput.PiecesLeft(tab, 1.0 - frac, per) if tab is not None else None,
         )
 
     def _own_type(self, job_id: str, by_type: Mapping[str, WaitingJob]) -> str:
