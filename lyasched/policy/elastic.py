@@ -438,13 +438,12 @@ class ElasticPolicy(LyapunovPolicy):
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
         ends = Releases(state.running)  # the release forecast
-        victims = sorted(movable, key=lambda r: (-(r.gpus > r.requested_gpus), -r.best_remaining(r.gpus)[0], r.job_id))
         used: set[str] = set()
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
-        memo = SlotMemo(self, victims)
-        gpus_of = {r.job_id: r.gpus for r in victims}
+        # the victims in order: longest remaining run first within the same over-request flag (sorted at the first search)
+        memo = SlotMemo(self, movable, ordered=False)
         cands = []
         self._cands.prune(state.waiting)
         self._runs_best.prune(state.waiting)
@@ -537,7 +536,7 @@ class ElasticPolicy(LyapunovPolicy):
                         starts += more
                         preempt.append(victim)
                         ids = [d.job_id for d in more]
-                        moved[victim] = (f"suspend ({gpus_of[victim]} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
+                        moved[victim] = (f"suspend ({next(r.gpus for r in movable if r.job_id == victim)} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
                                          + (", ..." if len(ids) > 5 else ""))
                         used.add(victim)
                         nfree = sum(free)
