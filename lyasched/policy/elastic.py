@@ -215,7 +215,7 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            if left and quiet is not None and (not inert or quiet.tests):
+            if left and quiet is not None and (not inert or quiet.tests or quiet.credits):
                 # a swap's score and a tenant's credit change with time: skip only as far as the
                 # margins recorded while searching allow (inert: no swap was weighed, only tenants')
                 wake = self._quiet_wake(state, base, soon, quiet)
@@ -329,6 +329,7 @@ class ElasticPolicy(LyapunovPolicy):
 
         per.least = least  # type: ignore[attr-defined]
         per.owed = owed  # type: ignore[attr-defined]
+        per.owed_hi = lambda d: at_ends(d)[3]  # type: ignore[attr-defined]  # `owed`'s largest, every tenant
         per.vector = vector  # type: ignore[attr-defined]
         per.col = col  # type: ignore[attr-defined]
         return per
@@ -490,7 +491,7 @@ class ElasticPolicy(LyapunovPolicy):
                 lift = behind(w.user) * repaying(g, self.tenant_owed(state, w.user), t_j)
             if not wait_j + lift > t_j:
                 if qt is not None and per is not None:  # its tenant falling further behind would make it search
-                    qt.tests.append(lambda d, u=w.user, g=g, t=t_j, m=t_j - wait_j: per(u, d) * repaying(g, per.owed(u, d)[1], t) <= m)
+                    qt.credit(per.col[w.user], g, t_j, t_j - wait_j, per)
                 continue  # not even a free swap would help it
             inert = False
             # it may stop searching (its forecast wait falls by one second a second; its tenant's

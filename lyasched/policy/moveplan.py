@@ -307,6 +307,9 @@ class Quiet:
         self._fade: dict[str, float] = {}
         self.m: list[tuple[float, float, float]] = []
         self.tests: list = []
+        self.credits: list[tuple[int, float, float, float]] = []  # (`credit`)
+        self._credit_arr: np.ndarray | None = None
+        self._credit_per = None
         self._m: np.ndarray | None = None  # ``m`` as an array, made at the first `holds`
         self._swaps: list[tuple[float, float, float, float, int, int, int]] = []  # (`swap`)
         self._swap_arr: np.ndarray | None = None
@@ -335,6 +338,32 @@ class Quiet:
         self._swap_arr = None
         self._swap_v, self._swap_per = V, per
 
+    def credit(self, col: int, g: int, t: float, m: float, per) -> None:
+        """A candidate that did not search stays so within d while its tenant's credit per GPU
+        (``per``, `ElasticPolicy._quiet_tenants`, tenant column ``col``) times the GPUs it repays
+        (`elastic.repaying` of ``g`` at the largest owed, on its run ``t``) is at most ``m``, its
+        run less its forecast wait. Kept as rows and tested all at once (one ``per`` a slot)."""
+        self.credits.append((col, float(g), t, m))
+        self._credit_arr = None
+        self._credit_per = per
+
+    def _credits_hold(self, d: float) -> bool:
+        arr = self._credit_arr
+        if arr is None:
+            arr = self._credit_arr = np.asarray(self.credits, dtype=float).T.copy()
+        col, g, t, m = arr
+        cols = col.astype(np.intp)
+        per = self._credit_per
+        assert per is not None
+        c = per.vector(d)[cols]
+        owed = per.owed_hi(d)[cols]
+        # `repaying`, row by row as in Python floats: min(g, owed / t) (min keeps g unless the
+        # other is smaller), 0 unless 0 < t < inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = owed / t
+        rep = np.where((t > 0) & (t < np.inf), np.where(x < g, x, g), 0.0)
+        return bool((c * rep <= m).all())
+
     def fade(self, r) -> float:
         """`fade_rate` of a running job, memoised for the slot."""
         hit = self._fade.get(r.job_id)
@@ -361,6 +390,8 @@ class Quiet:
             # the same operations in the same order as one row's test in Python floats: the same results
             if not bool((s0 + a * d + b * d * d + self._swap_v * (theta + n * d) * g * per < 0).all()):
                 return False
+        if self.credits and not self._credits_hold(d):
+            return False
         return all(t(d) for t in self.tests)
 
 

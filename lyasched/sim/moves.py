@@ -83,7 +83,7 @@ class _Fixed:
     dataclass constructor's per-field checks."""
 
     __slots__ = ("seg", "oracle", "checkpointable", "gt", "adaptive", "job", "template", "plain", "scale", "move_cost",
-                 "requested")
+                 "requested", "rows")
 
     def __init__(self, sim: Any, r: Any, oracle: bool, checkpointable: bool) -> None:
         j = sim.jobs[r.idx]
@@ -95,6 +95,9 @@ class _Fixed:
         self.scale = j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0)
         self.move_cost = float(sim.move_costs[r.idx])
         self.requested = max(1, min(j.requested_gpus, len(t.run_one_node)))  # as `movable_job` clamps it
+        # both rows in one array when `scaled`'s fast path applies to both: one product per slot
+        one, multi = t.run_one_node, t.run_multi_node
+        self.rows = np.stack([one, multi]) if self.plain and one.shape == multi.shape and one.ndim == 1 else None
 
     def view(self, base: RunningJob, now: float, record: Any) -> MovableJob:
         r, t = self.seg, self.template
@@ -106,9 +109,12 @@ class _Fixed:
         d.update(vars(base))
         d.update(preemptible=self.checkpointable, requested_gpus=self.requested, move_cost_s=self.move_cost,
                  waited_s=waited_so_far(now, self.job.submit_time, record.run_s, start), work_left=t.work * scale,
-                 moves=record.preemptions, adaptive=False,
-                 remaining_one_node=scaled(t.run_one_node, scale, self.plain),
-                 remaining_multi_node=scaled(t.run_multi_node, scale, self.plain))
+                 moves=record.preemptions, adaptive=False)
+        if self.rows is not None and 0.0 < scale < math.inf:  # `scaled`'s fast path, elementwise the same product
+            d["remaining_one_node"], d["remaining_multi_node"] = self.rows * scale
+        else:
+            d["remaining_one_node"] = scaled(t.run_one_node, scale, self.plain)
+            d["remaining_multi_node"] = scaled(t.run_multi_node, scale, self.plain)
         return out
 
 
