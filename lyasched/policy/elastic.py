@@ -60,11 +60,11 @@ from types import SimpleNamespace
 import numpy as np
 from typing import ClassVar, Protocol, Sequence
 
-from lyasched.policy.common import PerJob, Shape
+from lyasched.policy.common import PerJob, Shape, fit_shape
 from lyasched.policy.bytype import decide_by_type
 from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_on
+from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
@@ -215,7 +215,7 @@ class ElasticPolicy(LyapunovPolicy):
             starts += more
             preempt += pre
         if not preempt:
-            if left and quiet is not None and (not inert or quiet.tests):
+            if left and quiet is not None and (not inert or quiet.tests or quiet.credits):
                 # a swap's score and a tenant's credit change with time: skip only as far as the
                 # margins recorded while searching allow (inert: no swap was weighed, only tenants')
                 wake = self._quiet_wake(state, base, soon, quiet)
@@ -329,6 +329,7 @@ class ElasticPolicy(LyapunovPolicy):
 
         per.least = least  # type: ignore[attr-defined]
         per.owed = owed  # type: ignore[attr-defined]
+        per.owed_hi = lambda d: at_ends(d)[3]  # type: ignore[attr-defined]  # `owed`'s largest, every tenant
         per.vector = vector  # type: ignore[attr-defined]
         per.col = col  # type: ignore[attr-defined]
         return per
@@ -438,13 +439,12 @@ class ElasticPolicy(LyapunovPolicy):
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
         ends = Releases(state.running)  # the release forecast
-        victims = sorted(movable, key=lambda r: (-(r.gpus > r.requested_gpus), -r.best_remaining(r.gpus)[0], r.job_id))
         used: set[str] = set()
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
-        memo = SlotMemo(self, victims)
-        gpus_of = {r.job_id: r.gpus for r in victims}
+        # the victims in order: longest remaining run first within the same over-request flag (sorted at the first search)
+        memo = SlotMemo(self, movable, ordered=False)
         cands = []
         self._cands.prune(state.waiting)
         self._runs_best.prune(state.waiting)
@@ -491,7 +491,7 @@ class ElasticPolicy(LyapunovPolicy):
                 lift = behind(w.user) * repaying(g, self.tenant_owed(state, w.user), t_j)
             if not wait_j + lift > t_j:
                 if qt is not None and per is not None:  # its tenant falling further behind would make it search
-                    qt.tests.append(lambda d, u=w.user, g=g, t=t_j, m=t_j - wait_j: per(u, d) * repaying(g, per.owed(u, d)[1], t) <= m)
+                    qt.credit(per.col[w.user], g, t_j, t_j - wait_j, per)
                 continue  # not even a free swap would help it
             inert = False
             # it may stop searching (its forecast wait falls by one second a second; its tenant's
@@ -537,7 +537,7 @@ class ElasticPolicy(LyapunovPolicy):
                         starts += more
                         preempt.append(victim)
                         ids = [d.job_id for d in more]
-                        moved[victim] = (f"suspend ({gpus_of[victim]} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
+                        moved[victim] = (f"suspend ({next(r.gpus for r in movable if r.job_id == victim)} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
                                          + (", ..." if len(ids) > 5 else ""))
                         used.add(victim)
                         nfree = sum(free)
@@ -607,7 +607,8 @@ class ElasticPolicy(LyapunovPolicy):
             qt.keep(closest, 1.0)
         elig: list[tuple[int, int, Shape, float]] | None = None  # (pos, g, shape, forecast wait), listed at the first victim
         by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
-        # the batch is placed on the nodes with a free GPU and the victim's (`fit_on`): a victim
+        batches: dict[tuple[int, ...], tuple] = {}  # per victim's counts (`_batch`), for this call
+        # the batch is placed on the nodes with a free GPU and the victim's (as `moveplan.fit_on`): a victim
         # costs its batch, not a pass over every node
         with_free: set[int] | None = None
         for v in memo.bigger(g_j):
@@ -629,30 +630,21 @@ class ElasticPolicy(LyapunovPolicy):
             trial = [free[node] for node in nodes]
             for node, n in r.placement:
                 trial[at[node]] += n
-            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
-            saved = pen = credit = wsum = 0.0
-            longest = 0.0
-            for n_i, (pos, g, shape, wait_i) in enumerate(scan):
-                hit = fit_on(shape, nodes, trial) if g <= trial_total else None
-                if hit is None:
-                    if n_i == 0:
-                        break
-                    continue
-                sub, pl = hit
-                self._take(trial, sub)
-                w = left[pos]
-                run_i = w.run_time(g, len(pl) > 1)
-                trial_total -= sum(n for _, n in pl)
-                batch.append((pos, g, pl, run_i))
-                saved += min(wait_i, v.r_now)
-                pen += run_i - self._runs_best(w)
-                credit += self._swap_credit(w, mean_work)
-                wsum += waits[pos] + slot
-                longest = max(longest, run_i)
-                if trial_total <= free_total:
-                    break
-            if not batch or trial_total > free_total:
+            # the batch over positions in ``trial`` depends on the counts alone (the placement
+            # rule reads only counts, ties by lowest index) and on the scan, one per count total:
+            # victims whose nodes give the same counts share it (`_batch`)
+            key = tuple(trial)
+            got = batches.get(key)
+            if got is None:
+                got = batches[key] = self._batch(scan, trial, trial_total, free_total, left, waits, slot, mean_work)
+            subs, trial_total, pen, credit, wsum, longest = got
+            if not subs or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
+            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
+            saved = 0.0
+            for pos, g, sub, run_i, wait_i in subs:
+                batch.append((pos, g, tuple((nodes[a], n) for a, n in sub), run_i))
+                saved += min(wait_i, v.r_now)
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
@@ -679,6 +671,37 @@ class ElasticPolicy(LyapunovPolicy):
             dz = r.waited_s - sum(waits[pos] for pos, _, _, _ in batch)
             return starts, r.job_id, dq, dz
         return None
+
+    def _batch(
+        self, scan: list[tuple[int, int, Shape, float]], trial: list[int], trial_total: int, free_total: int,
+        left: list[WaitingJob], waits: list[float], slot: float, mean_work: float,
+    ) -> tuple[list[tuple[int, int, Placement, float, float]], int, float, float, float, float]:
+        """A group swap's batch on free counts ``trial`` (``trial_total`` of them; taken in place):
+        the scanned candidates that fit, shorter first, until no more than ``free_total`` are left:
+        per start (pos, g, placement over positions in ``trial``, run, forecast wait), the count
+        left, and the batch's penalty, credit, waits (each plus a slot) and longest run, summed in
+        the scan's order."""
+        subs: list[tuple[int, int, Placement, float, float]] = []
+        pen = credit = wsum = 0.0
+        longest = 0.0
+        for n_i, (pos, g, shape, wait_i) in enumerate(scan):
+            sub = fit_shape(shape, trial) if g <= trial_total else None
+            if sub is None:
+                if n_i == 0:
+                    break
+                continue
+            self._take(trial, sub)
+            w = left[pos]
+            run_i = w.run_time(g, len(sub) > 1)
+            trial_total -= sum(n for _, n in sub)
+            subs.append((pos, g, sub, run_i, wait_i))
+            pen += run_i - self._runs_best(w)
+            credit += self._swap_credit(w, mean_work)
+            wsum += waits[pos] + slot
+            longest = max(longest, run_i)
+            if trial_total <= free_total:
+                break
+        return subs, trial_total, pen, credit, wsum, longest
 
     @staticmethod
     def _forecast_after(

@@ -49,15 +49,15 @@ class SlotMemo:
     forecasts. Lives for one `decide` call (placements are also kept across slots: `_FITS`), so
     decisions are those of computing everything afresh."""
 
-    def __init__(self, pol: ElasticPolicy, victims: list[MovableJob]) -> None:
+    def __init__(self, pol: ElasticPolicy, victims: list[MovableJob], *, ordered: bool = True) -> None:
         self.pol = pol
-        self.victims = []
-        for r in victims:
-            r_now = r.best_remaining(r.gpus)[0] if r.gpus > 0 else math.inf
-            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
-            self.victims.append(Victim(r, r_now, pol._cost(r), usable))
-        self.usable = [v for v in self.victims if v.usable]  # the others are never moved to make room
-        self._gpus = [(v.job.job_id, v.job.gpus) for v in self.usable]
+        # ``victims`` in the make-room order, or (``ordered`` False) to be sorted into it: over-request
+        # first, then longest remaining run, then id. Read at the first search only (`usable`):
+        # most slots search for no victim
+        self._jobs, self._ordered = victims, ordered
+        self._victims: list[Victim] | None = None
+        self._usable: list[Victim] = []
+        self._gpus: list[tuple[str, int]] = []
         self._left: dict[int, int] = {}
         self._fits: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
         self._shrinks: dict[tuple[str, Shape, tuple[int, ...]], tuple[tuple[int, ...], tuple | None]] = {}
@@ -69,6 +69,31 @@ class SlotMemo:
         # starts, the GPUs asked before each candidate; per (free GPUs, starts, offset) the waits
         self.asked: dict[int, list[int]] = {}
         self.forecasts: dict[tuple[int, int, int], tuple[int, list[int], list[tuple[int, int, Shape, float]], list[float]]] = {}
+
+    def _build(self) -> list[Victim]:
+        out = []
+        for r in self._jobs:
+            r_now = r.best_remaining(r.gpus)[0]  # inf without GPUs (no row entry for 0)
+            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
+            out.append(Victim(r, r_now, self.pol._cost(r), usable))
+        if not self._ordered:
+            out.sort(key=lambda v: (-(v.job.gpus > v.job.requested_gpus), -v.r_now, v.job.job_id))
+        self._usable = [v for v in out if v.usable]  # the others are never moved to make room
+        self._gpus = [(v.job.job_id, v.job.gpus) for v in self._usable]
+        self._victims = out
+        return out
+
+    @property
+    def victims(self) -> list[Victim]:
+        """Every movable job as a `Victim`, in the make-room order."""
+        return self._victims if self._victims is not None else self._build()
+
+    @property
+    def usable(self) -> list[Victim]:
+        """The victims with GPUs and a finite, positive remaining run, in order."""
+        if self._victims is None:
+            self._build()
+        return self._usable
 
     def bigger(self, g: int) -> list[Victim]:
         """The usable victims holding more than ``g`` GPUs, in their order (a group swap's victims)."""
@@ -82,6 +107,8 @@ class SlotMemo:
         size keys the memo)."""
         hit = self._left.get(len(used))
         if hit is None:
+            if self._victims is None:
+                self._build()
             hit = self._left[len(used)] = sum(k for jid, k in self._gpus if jid not in used)
         return hit
 
@@ -280,6 +307,9 @@ class Quiet:
         self._fade: dict[str, float] = {}
         self.m: list[tuple[float, float, float]] = []
         self.tests: list = []
+        self.credits: list[tuple[int, float, float, float]] = []  # (`credit`)
+        self._credit_arr: np.ndarray | None = None
+        self._credit_per = None
         self._m: np.ndarray | None = None  # ``m`` as an array, made at the first `holds`
         self._swaps: list[tuple[float, float, float, float, int, int, int]] = []  # (`swap`)
         self._swap_arr: np.ndarray | None = None
@@ -308,6 +338,32 @@ class Quiet:
         self._swap_arr = None
         self._swap_v, self._swap_per = V, per
 
+    def credit(self, col: int, g: int, t: float, m: float, per) -> None:
+        """A candidate that did not search stays so within d while its tenant's credit per GPU
+        (``per``, `ElasticPolicy._quiet_tenants`, tenant column ``col``) times the GPUs it repays
+        (`elastic.repaying` of ``g`` at the largest owed, on its run ``t``) is at most ``m``, its
+        run less its forecast wait. Kept as rows and tested all at once (one ``per`` a slot)."""
+        self.credits.append((col, float(g), t, m))
+        self._credit_arr = None
+        self._credit_per = per
+
+    def _credits_hold(self, d: float) -> bool:
+        arr = self._credit_arr
+        if arr is None:
+            arr = self._credit_arr = np.asarray(self.credits, dtype=float).T.copy()
+        col, g, t, m = arr
+        cols = col.astype(np.intp)
+        per = self._credit_per
+        assert per is not None
+        c = per.vector(d)[cols]
+        owed = per.owed_hi(d)[cols]
+        # `repaying`, row by row as in Python floats: min(g, owed / t) (min keeps g unless the
+        # other is smaller), 0 unless 0 < t < inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = owed / t
+        rep = np.where((t > 0) & (t < np.inf), np.where(x < g, x, g), 0.0)
+        return bool((c * rep <= m).all())
+
     def fade(self, r) -> float:
         """`fade_rate` of a running job, memoised for the slot."""
         hit = self._fade.get(r.job_id)
@@ -334,6 +390,8 @@ class Quiet:
             # the same operations in the same order as one row's test in Python floats: the same results
             if not bool((s0 + a * d + b * d * d + self._swap_v * (theta + n * d) * g * per < 0).all()):
                 return False
+        if self.credits and not self._credits_hold(d):
+            return False
         return all(t(d) for t in self.tests)
 
 

@@ -108,6 +108,7 @@ class SlotStateBuilder:
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
         self._made: dict[int, RunningJob] = {}  # id of a RunningObs -> its view (non-preemptive policies)
         self._made_obs: list[RunningObs] = []  # those RunningObs
+        self._moving: dict[int, tuple[RunningObs, float, float, dict]] = {}  # preemptive: `_running_now`
 
     def scale(self, user: str, job_id: str) -> float:
         """This slot's scale of a job's claim: its user's trust factor, or what is known of it over
@@ -136,6 +137,24 @@ class SlotStateBuilder:
             predicted_end=obs.start_time + pred,
             user=obs.user,
         )
+
+    def _running_now(self, obs: RunningObs, now: float, slot_len: float) -> RunningJob:
+        """`running_job` for a preemptive policy, whose view moves with ``now`` through
+        ``attained`` only: the rest is kept per observed job (and its scale and slot length) and
+        the view made from it without the dataclass constructor's per-field checks."""
+        f = self.scale(obs.user, obs.job_id)
+        hit = self._moving.get(id(obs))
+        if hit is None or hit[0] is not obs or hit[1] != f or hit[2] != slot_len:
+            if len(self._moving) > 4096 and len(self._moving) > 4 * len(self._obs):  # drop the jobs gone
+                self._moving.clear()
+            base = self.running_job(obs, now, slot_len)
+            hit = self._moving[id(obs)] = (obs, f, slot_len, dict(vars(base)))
+            return base
+        out = RunningJob.__new__(RunningJob)
+        d = vars(out)
+        d.update(hit[3])
+        d["attained"] = obs.attained_before + d["gpus"] * max(0.0, now - obs.start_time)  # as `running_job`
+        return out
 
     def _set_trust(self, book: TrustBook | None) -> None:
         key = None if book is None else (id(book), book.version)
@@ -168,7 +187,7 @@ class SlotStateBuilder:
 
     def _running(self, snap: ClusterSnapshot) -> tuple[RunningJob, ...]:
         if self.caps.preemptive:
-            return tuple(self.running_job(o, snap.now, snap.slot_len) for o in snap.running)
+            return tuple(self._running_now(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
         made = self._made

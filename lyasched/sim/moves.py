@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lyasched.costmodel.jobspec import Job
-from lyasched.policy.movable import MovableJob, movable_job, share_left, waited_so_far
+from lyasched.policy.movable import MovableJob, movable_job, scaled, share_left, waited_so_far
 from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 
 CHECKPOINTABLE_MODES = ("all", "declared", "none")
@@ -56,25 +56,66 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     if not moves and bool(mask.all()):
         return state
     out: list[RunningJob] = []
+    # per running segment, what its view reads that does not change while it runs (`_Fixed`)
+    fixed: dict[int, _Fixed] = sim.__dict__.setdefault("_movable_fixed", {})
+    if moves and len(fixed) > 4 * len(running) + 64:
+        fixed.clear()
     for r, rj in zip(running.values(), state.running):
         if moves:
-            j = sim.jobs[r.idx]
-            gt = r.gtype if getattr(sim, "typed_moves", False) and r.gtype in sim._typed_templates(j) else None
-            t = sim._template(j, gt)  # on typed clusters, an aware policy sees its rows on its type
-            if j.adaptive is not None:
-                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, bool(mask[r.idx]), state.now, gt))
+            f = fixed.get(id(r))
+            if f is None or f.seg is not r or f.oracle is not oracle:
+                f = fixed[id(r)] = _Fixed(sim, r, oracle, bool(mask[r.idx]))
+            if f.adaptive:
+                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, f.checkpointable, state.now, f.gt))
                 continue
-            out.append(movable_view(
-                rj, job=j, template=t, plain=plain_rows(t, sim._plain_rows), scale=j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0),
-                overhead=r.overhead, frac_at_start=r.frac_at_start, now=state.now, held_before=records[r.idx].run_s,
-                checkpointable=bool(mask[r.idx]), move_cost=float(sim.move_costs[r.idx]),
-                moves=records[r.idx].preemptions,
-            ))
+            out.append(f.view(rj, state.now, records[r.idx]))
         elif not mask[r.idx]:
             out.append(replace(rj, preemptible=False))
         else:
             out.append(rj)
     return replace(state, running=tuple(out))
+
+
+class _Fixed:
+    """One running segment's inputs to `movable_view` that stay put while it runs (its template,
+    scale, move cost, request), so each slot computes only what moves with time. `view` gives
+    the same `MovableJob` as `movable_view` (same expressions, same order), built without the
+    dataclass constructor's per-field checks."""
+
+    __slots__ = ("seg", "oracle", "checkpointable", "gt", "adaptive", "job", "template", "plain", "scale", "move_cost",
+                 "requested", "rows")
+
+    def __init__(self, sim: Any, r: Any, oracle: bool, checkpointable: bool) -> None:
+        j = sim.jobs[r.idx]
+        self.seg, self.oracle, self.checkpointable, self.job = r, oracle, checkpointable, j
+        self.gt = r.gtype if getattr(sim, "typed_moves", False) and r.gtype in sim._typed_templates(j) else None
+        self.template = t = sim._template(j, self.gt)  # on typed clusters, an aware policy sees its rows on its type
+        self.adaptive = j.adaptive is not None
+        self.plain = plain_rows(t, sim._plain_rows)
+        self.scale = j.iterations * (float(sim.factors[r.idx]) if oracle else 1.0)
+        self.move_cost = float(sim.move_costs[r.idx])
+        self.requested = max(1, min(j.requested_gpus, len(t.run_one_node)))  # as `movable_job` clamps it
+        # both rows in one array when `scaled`'s fast path applies to both: one product per slot
+        one, multi = t.run_one_node, t.run_multi_node
+        self.rows = np.stack([one, multi]) if self.plain and one.shape == multi.shape and one.ndim == 1 else None
+
+    def view(self, base: RunningJob, now: float, record: Any) -> MovableJob:
+        r, t = self.seg, self.template
+        start, predicted_end = base.start_time, base.predicted_end
+        rem = share_left(r.frac_at_start, predicted_end - now, predicted_end - start - r.overhead)
+        scale = self.scale * rem
+        out = MovableJob.__new__(MovableJob)
+        d = vars(out)
+        d.update(vars(base))
+        d.update(preemptible=self.checkpointable, requested_gpus=self.requested, move_cost_s=self.move_cost,
+                 waited_s=waited_so_far(now, self.job.submit_time, record.run_s, start), work_left=t.work * scale,
+                 moves=record.preemptions, adaptive=False)
+        if self.rows is not None and 0.0 < scale < math.inf:  # `scaled`'s fast path, elementwise the same product
+            d["remaining_one_node"], d["remaining_multi_node"] = self.rows * scale
+        else:
+            d["remaining_one_node"] = scaled(t.run_one_node, scale, self.plain)
+            d["remaining_multi_node"] = scaled(t.run_multi_node, scale, self.plain)
+        return out
 
 
 def adaptive_view(sim: Any, base: RunningJob, r: Any, record: Any, oracle: bool, checkpointable: bool,
