@@ -226,10 +226,6 @@ def test_random_states_feasible_pure_deterministic(seed):
 # --------------------------------------------------------------------------- simulator
 
 
-# elastic's own tenant weight and slack: at these lyapunov's starts are elastic's core's
-_ELASTIC_TENANT = {"tenant_weight": ElasticPolicy.tenant_weight, "tenant_slack": ElasticPolicy.tenant_slack}
-
-
 def _sim(jobs_n=80, **kw):
     w = seed_workload("seed-small-bursty", seed=3, n_jobs=jobs_n)
     return w, Simulation(w.jobs, w.cluster, seed=3, **kw)
@@ -285,10 +281,10 @@ def test_checkpointable_modes():
     for k, rec in enumerate(res.records):
         if k % 3:
             assert rec.preemptions == 0
-    # no checkpointable job: elastic is the lyapunov core (at elastic's tenant weight and slack), job for job
+    # no checkpointable job: elastic is the lyapunov core, job for job
     sim = Simulation(jobs, w.cluster, seed=3, checkpointable="none")
     e = sim.run(make_policy("elastic"), name="elastic")
-    ly = sim.run(make_policy("lyapunov", **_ELASTIC_TENANT), name="lyapunov")
+    ly = sim.run(make_policy("lyapunov"), name="lyapunov")
     assert [(x.first_start, x.end, x.gpus) for x in e.records] == [(x.first_start, x.end, x.gpus) for x in ly.records]
     tir = sim.run(make_policy("tiresias"), name="tiresias")
     assert all(x.preemptions == 0 for x in tir.records)
@@ -330,16 +326,15 @@ def test_params():
 
 
 def test_replay_cli_checkpointable_option():
-    """`lyasched replay --checkpointable none`: elastic moves nothing and equals lyapunov (at
-    elastic's tenant weight and slack); a bad value is a usage error."""
+    """`lyasched replay --checkpointable none`: elastic moves nothing and equals lyapunov; a bad
+    value is a usage error."""
     import json
 
     from click.testing import CliRunner
 
     from lyasched.cli import main
 
-    base = ["replay", "-w", "seed-small-bursty", "--policies", "lyapunov,elastic", "--json", "--max-jobs", "60",
-            *(x for k, v in _ELASTIC_TENANT.items() for x in ("--param", f"lyapunov.{k}={v}"))]
+    base = ["replay", "-w", "seed-small-bursty", "--policies", "lyapunov,elastic", "--json", "--max-jobs", "60"]
     r = CliRunner().invoke(main, [*base, "--checkpointable", "none"])
     assert r.exit_code == 0, r.output
     pol = json.loads(r.output)["policies"]
@@ -502,7 +497,7 @@ def test_a_policy_that_never_moves_replays_as_lyapunov():
 
     w = seed_workload("seed-small-scattered", seed=1, n_jobs=120)
     sim = Simulation(w.jobs, w.cluster, seed=1)
-    ly = sim.run(make_policy("lyapunov", **_ELASTIC_TENANT), name="lyapunov")
+    ly = sim.run(make_policy("lyapunov"), name="lyapunov")
     el = sim.run(Still(grow=False), name="elastic")
     assert el.decide_calls > ly.decide_calls  # asked in slots lyapunov skips
     assert _outcomes(el) == _outcomes(ly)

@@ -257,7 +257,7 @@ def test_tenant_owed_little_is_credited_little(policy):
     st = _state(TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 500.0}))
     *_, arr = pol._scores(st)
     b = [w.job_id for w in st.waiting].index("b1")
-    owed = 500.0 - pol.tenant_slack * 500.0 - 2 * 30.0  # (the policy's slack: elastic's is wider)
+    owed = 500.0 - 0.05 * 500.0 - 2 * 30.0
     assert arr["tenant_gpus"][0][b, 0] == pytest.approx(owed / arr["one"][b, 0])
     assert arr["tenant_gpus"][0][b, 0] < 0.2
     far = _state(TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 1e9}))

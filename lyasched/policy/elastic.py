@@ -97,11 +97,6 @@ class ElasticPolicy(LyapunovPolicy):
     # how long a grow's GPUs are priced as held: "release" (until the running jobs' predicted releases give as many
     # back, at least min_move_interval, at most the grown run; tenth pass) or "interval" (min_move_interval, before)
     grow_hold: str = "release"
-    # the tenant queue (docs/fairness.md): elastic can give a tenant behind GPUs back by swaps, so it weighs
-    # the term 10 x the core's, and counts a tenant behind only past 12% of its entitlement (not 5%), so
-    # that what symmetric tenants drift apart by chance does not reorder their jobs
-    tenant_weight: float = 100.0
-    tenant_slack: float = 0.12
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
