@@ -64,6 +64,7 @@ class LyapunovPolicy:
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
+        self._tenant_y: tuple[object, float, dict[str, float]] | None = None  # `_tenants_behind`'s shortfalls
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
@@ -186,10 +187,17 @@ class LyapunovPolicy:
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
-            owed = self._owed(state, codes)
-            g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
-            s_one += credit_t[:, None] * g_one
-            s_multi += credit_t[:, None] * g_multi
+            # only the rows credited (the others would add 0 x a finite count: nothing; their counts stay 0)
+            # (no pruning with a credit: the score rows are all the jobs')
+            some = np.flatnonzero(credit_t != 0)
+            g_one, g_multi = np.zeros(s_one.shape), np.zeros(s_multi.shape)
+            if some.size:
+                owed = self._owed(state, codes)[some]
+                c = credit_t[some][:, None]
+                g_one[some] = g1 = repaying_gpus(g, owed, one[some])
+                g_multi[some] = gm = repaying_gpus(g, owed, multi[some])
+                s_one[some] += c * g1
+                s_multi[some] += c * gm
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  "tenant_codes": codes, **notes}
@@ -244,11 +252,8 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        n = codes.size
-        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
-        np.minimum.at(first, codes, np.arange(n))
-        present = np.flatnonzero(first < n)
-        order = present[np.argsort(first[present])]
+        present, first = np.unique(codes, return_index=True)  # each present code's first row
+        order = present[np.argsort(first)]
         got = [names[c] for c in order.tolist()]
         self._tenant_ix = (codes, order, got)
         return order, got
@@ -265,6 +270,7 @@ class LyapunovPolicy:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
         y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        self._tenant_y = (book, pad, y)  # `tenant_owed` reads these again in the same slot
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -287,9 +293,14 @@ class LyapunovPolicy:
     def tenant_owed(self, state: SlotState, tenant: str) -> float:
         """The tenant's GPU-seconds behind beyond the slack and this slot's pad (Y_k; 0 when the
         slot's `_tenants_behind` was None)."""
-        if state.tenants is None or self._tenant_floor is None:
+        book = state.tenants
+        if book is None or self._tenant_floor is None:
             return 0.0
-        return state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) * state.tenants.entitled.get(tenant, 0.0)
+        memo = self._tenant_y
+        y = memo[2].get(tenant) if memo is not None and memo[0] is book and memo[1] == self._tenant_pad else None
+        if y is None:
+            y = book.shortfall(tenant, self.tenant_slack, self._tenant_pad)
+        return y * book.entitled.get(tenant, 0.0)
 
     def tenant_behind(self, state: SlotState, tenant: str) -> float:
         """Any tenant's credit per GPU over V*Theta, against this slot's floor (0 when the
@@ -297,7 +308,11 @@ class LyapunovPolicy:
         if state.tenants is None or self._tenant_floor is None:
             return 0.0
         floor, scale = self._tenant_floor
-        return scale * max(0.0, state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) - floor)
+        memo = self._tenant_y
+        y = memo[2].get(tenant) if memo is not None and memo[0] is state.tenants and memo[1] == self._tenant_pad else None
+        if y is None:
+            y = state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad)
+        return scale * max(0.0, y - floor)
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most
