@@ -95,3 +95,45 @@ def test_shortest_first_reference_sorts_only_the_shortest():
         order = np.argsort(t, kind="stable")
         reach = np.searchsorted(np.cumsum(need[order]), free)
         assert lyapunov._shortest_first(t, need, free) == float(t[order[min(int(reach), order.size - 1)]])
+
+
+def _tenant_states(mod):
+    """Untyped states with five tenants, three of them behind by different amounts (a credit on
+    their jobs' scores), with starts and with one free GPU (a wake-up time)."""
+    from lyasched.policy.tenants import TenantBook
+    far = TenantBook({}, {"u0": 1e6, "u1": 0.0, "u2": 2e5, "u3": 9e5, "u4": 1e6},
+                     {"u0": 1e6, "u1": 5e5, "u2": 4e5, "u3": 1e6, "u4": 1e6})
+    near = TenantBook({}, {"u0": 1e6, "u1": 9.2e5, "u2": 9.3e5, "u3": 1e6, "u4": 1e6}, dict.fromkeys(far.entitled, 1e6))
+    for st in _states(mod):
+        if st.node_types:
+            continue
+        waiting = tuple(replace(w, user=f"u{i % 5}") for i, w in enumerate(st.waiting))
+        for book in (far, near):
+            yield replace(st, waiting=waiting, tenants=book)
+
+
+def test_pruned_rows_with_a_tenant_credit_change_no_decision():
+    """With a tenant credit the bound is lifted by the credit times the most GPUs: the same
+    answers as scoring every row, the rows left out score <= 0 with their credit, and some are."""
+    mod = _bench()
+    pruned = woke = 0
+    for st in _tenant_states(mod):
+        for V in (5.0, 1e6):
+            a, b = LyapunovPolicy(V=V), _Unpruned(V=V)
+            for _ in range(2):
+                ra, rb = a.decide(st), b.decide(st)
+                assert _answer(ra) == _answer(rb)
+            woke += not ra.starts and np.isfinite(ra.info.get("wake_at", np.inf))
+            cols = sum(st.free)
+            a1, a2, _, _, arr = a._scores(st, cols=cols, prune=True)
+            b1, b2, _, _, brr = a._scores(st, cols=cols)
+            assert arr.get("tenant_credit") is not None and (arr["tenant_credit"] > 0).any()
+            kept = arr.get("live", np.arange(len(st.waiting)))
+            out = np.ones(len(st.waiting), dtype=bool)
+            out[kept] = False
+            assert np.array_equal(a1, b1[kept]) and np.array_equal(a2, b2[kept])
+            assert not (b1[out] > 0).any() and not (b2[out] > 0).any()
+            assert np.array_equal(arr["tenant_gpus"][0], brr["tenant_gpus"][0][kept])
+            pruned += int(out.sum())
+    assert pruned > 100, "no row was pruned with a credit: the test checks nothing"
+    assert woke, "no slot answered a wake-up time: the rescoring path is not checked"

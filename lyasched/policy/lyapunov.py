@@ -174,8 +174,11 @@ class LyapunovPolicy:
         codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
         credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
-        if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
-            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
+        if prune and fast and self.externality >= 0 and vtheta >= 0 and n > 1 and \
+                (credit_t is None or bool(credit_t.min() >= 0)):  # (the bound's signs)
+            # a credit c >= 0 adds c x (repaying GPUs) <= c x (the most GPUs scored) to a score
+            lift = None if credit_t is None else credit_t * float(one.shape[1])
+            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta, lift)
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
@@ -188,14 +191,15 @@ class LyapunovPolicy:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             # only the rows credited (the others would add 0 x a finite count: nothing; their counts stay 0)
-            # (no pruning with a credit: the score rows are all the jobs')
-            some = np.flatnonzero(credit_t != 0)
+            # (score row j is job j, or job live[j] when pruned)
+            some = np.flatnonzero((credit_t if live is None else credit_t[live]) != 0)
             g_one, g_multi = np.zeros(s_one.shape), np.zeros(s_multi.shape)
             if some.size:
-                owed = self._owed(state, codes)[some]
-                c = credit_t[some][:, None]
-                g_one[some] = g1 = repaying_gpus(g, owed, one[some])
-                g_multi[some] = gm = repaying_gpus(g, owed, multi[some])
+                jobs_c = some if live is None else live[some]
+                owed = self._owed(state, codes)[jobs_c]
+                c = credit_t[jobs_c][:, None]
+                g_one[some] = g1 = repaying_gpus(g, owed, one[jobs_c])
+                g_multi[some] = gm = repaying_gpus(g, owed, multi[jobs_c])
                 s_one[some] += c * g1
                 s_multi[some] += c * gm
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
@@ -393,7 +397,7 @@ class LyapunovPolicy:
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
             if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
-                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
+                raw_one, raw_multi, _, _, arr = self._scores(state, cols=free.total)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
             codes = arr.get("tenant_codes")
@@ -633,13 +637,14 @@ def _shortest_first(t: np.ndarray, need: np.ndarray, free: int) -> float:
 
 
 def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, total_gpus: int,
-          vtheta: float) -> np.ndarray | None:
+          vtheta: float, lift: np.ndarray | None = None) -> np.ndarray | None:
     """The rows whose score may be > 0 (None: all of them or nearly). A job's penalty on g GPUs is
     at least the externality term at its least GPU-time and the fewest GPUs' weight (``weight``):
     (run - best) >= 0, g x run >= its GPU-time, the weight grows with g. The bound is computed with
     the same operations in the same order as `LyapunovPolicy._scores`, on smaller or equal operands,
     so as rounding is monotone each score, as computed, is at most it: a row whose bound is <= 0
-    (not NaN) can never start a job."""
+    (not NaN) can never start a job. ``lift``: per row, at least what is added to each of its
+    scores afterwards as computed (the tenant credit times the most GPUs), added to the bound."""
     with np.errstate(invalid="ignore", over="ignore"):
         lb = gpu_time - tau
         np.maximum(lb, 0.0, out=lb)
@@ -647,6 +652,8 @@ def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, tot
         lb /= total_gpus
         lb *= vtheta
         bound = np.subtract(gain, lb, out=lb)
+        if lift is not None:
+            bound += lift
         live = np.flatnonzero(~(bound <= 0))
     return live if live.size < 0.9 * gain.size else None
 
