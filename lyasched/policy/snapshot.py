@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -190,7 +190,7 @@ class SlotStateBuilder:
                     i = got.index(None, i + 1)
                 except ValueError:
                     break
-        res = tuple(got)
+        res = cast("tuple[RunningJob, ...]", tuple(got))  # no None left
         self._last = (snap.running, res)
         return res
 
