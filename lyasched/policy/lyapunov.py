@@ -64,7 +64,6 @@ class LyapunovPolicy:
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
-        self._tenant_y: tuple[object, float, dict[str, float]] | None = None  # `_tenants_behind`'s shortfalls
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
@@ -174,11 +173,8 @@ class LyapunovPolicy:
         codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
         credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
-        if prune and fast and self.externality >= 0 and vtheta >= 0 and n > 1 and \
-                (credit_t is None or bool(credit_t.min() >= 0)):  # (the bound's signs)
-            # a credit c >= 0 adds c x (repaying GPUs) <= c x (the most GPUs scored) to a score
-            lift = None if credit_t is None else credit_t * float(one.shape[1])
-            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta, lift)
+        if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
+            live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
@@ -190,18 +186,10 @@ class LyapunovPolicy:
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
-            # only the rows credited (the others would add 0 x a finite count: nothing; their counts stay 0)
-            # (score row j is job j, or job live[j] when pruned)
-            some = np.flatnonzero((credit_t if live is None else credit_t[live]) != 0)
-            g_one, g_multi = np.zeros(s_one.shape), np.zeros(s_multi.shape)
-            if some.size:
-                jobs_c = some if live is None else live[some]
-                owed = self._owed(state, codes)[jobs_c]
-                c = credit_t[jobs_c][:, None]
-                g_one[some] = g1 = repaying_gpus(g, owed, one[jobs_c])
-                g_multi[some] = gm = repaying_gpus(g, owed, multi[jobs_c])
-                s_one[some] += c * g1
-                s_multi[some] += c * gm
+            owed = self._owed(state, codes)
+            g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
+            s_one += credit_t[:, None] * g_one
+            s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  "tenant_codes": codes, **notes}
@@ -256,8 +244,11 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        present, first = np.unique(codes, return_index=True)  # each present code's first row
-        order = present[np.argsort(first)]
+        n = codes.size
+        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
+        np.minimum.at(first, codes, np.arange(n))
+        present = np.flatnonzero(first < n)
+        order = present[np.argsort(first[present])]
         got = [names[c] for c in order.tolist()]
         self._tenant_ix = (codes, order, got)
         return order, got
@@ -274,7 +265,6 @@ class LyapunovPolicy:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
         y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
-        self._tenant_y = (book, pad, y)  # `tenant_owed` reads these again in the same slot
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -297,14 +287,9 @@ class LyapunovPolicy:
     def tenant_owed(self, state: SlotState, tenant: str) -> float:
         """The tenant's GPU-seconds behind beyond the slack and this slot's pad (Y_k; 0 when the
         slot's `_tenants_behind` was None)."""
-        book = state.tenants
-        if book is None or self._tenant_floor is None:
+        if state.tenants is None or self._tenant_floor is None:
             return 0.0
-        memo = self._tenant_y
-        y = memo[2].get(tenant) if memo is not None and memo[0] is book and memo[1] == self._tenant_pad else None
-        if y is None:
-            y = book.shortfall(tenant, self.tenant_slack, self._tenant_pad)
-        return y * book.entitled.get(tenant, 0.0)
+        return state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) * state.tenants.entitled.get(tenant, 0.0)
 
     def tenant_behind(self, state: SlotState, tenant: str) -> float:
         """Any tenant's credit per GPU over V*Theta, against this slot's floor (0 when the
@@ -312,11 +297,7 @@ class LyapunovPolicy:
         if state.tenants is None or self._tenant_floor is None:
             return 0.0
         floor, scale = self._tenant_floor
-        memo = self._tenant_y
-        y = memo[2].get(tenant) if memo is not None and memo[0] is state.tenants and memo[1] == self._tenant_pad else None
-        if y is None:
-            y = state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad)
-        return scale * max(0.0, y - floor)
+        return scale * max(0.0, state.tenants.shortfall(tenant, self.tenant_slack, self._tenant_pad) - floor)
 
     def _credit(self, work: np.ndarray, mean: float) -> np.ndarray:
         """A start's credit in the actual-queue term: its work capped at the mean work (at most
@@ -397,7 +378,7 @@ class LyapunovPolicy:
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
             if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
-                raw_one, raw_multi, _, _, arr = self._scores(state, cols=free.total)
+                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
             codes = arr.get("tenant_codes")
@@ -637,14 +618,13 @@ def _shortest_first(t: np.ndarray, need: np.ndarray, free: int) -> float:
 
 
 def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, total_gpus: int,
-          vtheta: float, lift: np.ndarray | None = None) -> np.ndarray | None:
+          vtheta: float) -> np.ndarray | None:
     """The rows whose score may be > 0 (None: all of them or nearly). A job's penalty on g GPUs is
     at least the externality term at its least GPU-time and the fewest GPUs' weight (``weight``):
     (run - best) >= 0, g x run >= its GPU-time, the weight grows with g. The bound is computed with
     the same operations in the same order as `LyapunovPolicy._scores`, on smaller or equal operands,
     so as rounding is monotone each score, as computed, is at most it: a row whose bound is <= 0
-    (not NaN) can never start a job. ``lift``: per row, at least what is added to each of its
-    scores afterwards as computed (the tenant credit times the most GPUs), added to the bound."""
+    (not NaN) can never start a job."""
     with np.errstate(invalid="ignore", over="ignore"):
         lb = gpu_time - tau
         np.maximum(lb, 0.0, out=lb)
@@ -652,8 +632,6 @@ def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, tot
         lb /= total_gpus
         lb *= vtheta
         bound = np.subtract(gain, lb, out=lb)
-        if lift is not None:
-            bound += lift
         live = np.flatnonzero(~(bound <= 0))
     return live if live.size < 0.9 * gain.size else None
 
