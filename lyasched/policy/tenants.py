@@ -199,7 +199,9 @@ class TenantLedger:
         dt = t - self.t
         if dt <= 0:
             return
-        rate = self.rates()
+        rate = self._rate
+        if rate is None:
+            rate = self.rates()
         held, received, entitled, usage = self.held, self.received, self.entitled, self.usage
         for k, g in held.items():
             if g:
@@ -238,13 +240,35 @@ class TenantLedger:
     def apply(self, events: Iterable[tuple[float, str, float, float]]) -> None:
         """Events (time, tenant, change in GPUs held, change in GPUs asked), in time order: the
         one way the simulator, the measurement and the service feed a ledger."""
+        # `hold` and `ask` written out (the same steps, in the same order): a replay feeds
+        # hundreds of thousands of events, one method call each was a third of the cost
+        held, asked, names, moved = self.held, self.asked, self._names, self._moved
+        received, entitled, usage = self.received, self.entitled, self.usage
         for t, k, dh, da in events:
             if t != self.t:  # at the same time `advance` moves nothing
                 self.advance(t)
             if dh:
-                self.hold(k, dh)
+                held[k] = held.get(k, 0.0) + dh
+                if k not in names:
+                    names[k] = None
+                moved.add(k)
+                if k not in received:
+                    received[k] = 0.0
+                if k not in entitled:
+                    entitled[k] = 0.0
+                if k not in usage:
+                    usage[k] = 0.0
+                self._rate = None
             if da:
-                self.ask(k, da)
+                asked[k] = asked.get(k, 0.0) + da
+                if k not in names:
+                    names[k] = None
+                moved.add(k)
+                if k not in received:
+                    received[k] = 0.0
+                if k not in entitled:
+                    entitled[k] = 0.0
+                self._rate = None
 
     def book(self, t: float) -> TenantBook:
         """The ledger at time t, frozen for a policy. It is extrapolated from the last change,
