@@ -60,11 +60,11 @@ from types import SimpleNamespace
 import numpy as np
 from typing import ClassVar, Protocol, Sequence
 
-from lyasched.policy.common import PerJob, Shape, fit_shape
+from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.bytype import decide_by_type
 from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, trial_nodes
+from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_counts, trial_nodes
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
@@ -644,23 +644,23 @@ class ElasticPolicy(LyapunovPolicy):
             subs, trial_total, pen, credit, wsum, longest = got
             if not subs or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
-            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
             saved = 0.0
-            for pos, g, sub, run_i, wait_i in subs:
-                batch.append((pos, g, tuple((nodes[a], n) for a, n in sub), run_i))
-                saved += min(wait_i, v.r_now)
+            for sub_i in subs:
+                saved += min(sub_i[4], v.r_now)
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
                 if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
                     # how much the score can rise within d (`_quiet_swap`): the victim's work
                     # shrinks, Z and the batch's waits grow; the saved wait only falls
-                    n, nb, kr = len(state.waiting), len(batch), qt.fade(r)
+                    n, nb, kr = len(state.waiting), len(subs), qt.fade(r)
                     w0 = wsum - (r.waited_s + slot)
                     x0 = pen + longest + v.cost - saved
                     a = self.q_weight * q * r.work_left * kr + z * nb + n * max(0.0, w0) + self.V * n * max(0.0, -x0)
                     qt.keep(-score, a, n * nb)
                 continue
+            # the batch's placements over node ids: only a swap that is made needs them
+            batch = [(pos, g, tuple((nodes[a], n) for a, n in sub), run_i) for pos, g, sub, run_i, _ in subs]
             for node, n in r.placement:
                 free[node] += n
             for _, _, pl, _ in batch:
@@ -689,7 +689,7 @@ class ElasticPolicy(LyapunovPolicy):
         pen = credit = wsum = 0.0
         longest = 0.0
         for n_i, (pos, g, shape, wait_i) in enumerate(scan):
-            sub = fit_shape(shape, trial) if g <= trial_total else None
+            sub = fit_counts(shape, tuple(trial)) if g <= trial_total else None
             if sub is None:
                 if n_i == 0:
                     break

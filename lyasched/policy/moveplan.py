@@ -280,6 +280,23 @@ def fit_on(shape: Shape, nodes: Sequence[int], counts: Sequence[int]) -> tuple[P
     return sub, tuple((nodes[a], k) for a, k in sub)
 
 
+# The group step's batches are placed on short count vectors (`trial_nodes`), by the same pure
+# rule: kept across slots too (`fit_counts`).
+_COUNT_FITS: dict[tuple[Shape, tuple[int, ...]], Placement | None] = {}
+
+
+def fit_counts(shape: Shape, counts: tuple[int, ...]) -> Placement | None:
+    """`fit_shape` on the free counts ``counts`` (placement over positions in it), memoised across
+    slots: the placement rule reads only the counts."""
+    key = (shape, counts)
+    pl = _COUNT_FITS.get(key, _NONE)
+    if pl is _NONE:
+        if len(_COUNT_FITS) >= _FITS_MAX:
+            _COUNT_FITS.clear()
+        pl = _COUNT_FITS[key] = fit_shape(shape, counts)
+    return pl  # type: ignore[return-value]
+
+
 # The group step's per-victim preparation (`trial_nodes`) depends on the free vector and the
 # victim's placement only, so it is kept across slots as placements are: a slot where only time
 # moved has the same free vector and the same victims on the same GPUs, and asks the same ones.
