@@ -844,3 +844,26 @@ def test_placing_on_the_nodes_with_free_gpus_only_gives_the_whole_vectors_placem
         assert memo.fit(shape, free) == whole
         checked += whole is not None and len(whole) > 1
     assert checked > 100  # spread placements were exercised, not only one-node ones
+
+
+def test_group_trial_nodes_kept_across_slots_equal_the_direct_computation():
+    """`moveplan.trial_nodes` (the group step's nodes and counts with a victim suspended, kept
+    across slots by free vector and placement) gives what computing them afresh gives, whether the
+    free vector is the same object as the last call's, an equal copy, or another vector."""
+    import random
+
+    from lyasched.policy.moveplan import trial_nodes
+
+    rng = random.Random(5)
+    frees = [tuple(rng.choice([0, 0, 1, 2, 4, 8]) for _ in range(rng.randint(1, 20))) for _ in range(30)]
+    for _ in range(3000):
+        free = rng.choice(frees)
+        if rng.random() < 0.3:
+            free = tuple(list(free))  # an equal vector, another object
+        nodes_used = rng.sample(range(len(free)), rng.randint(1, min(3, len(free))))
+        placement = tuple((n, rng.randint(1, 8)) for n in sorted(nodes_used))
+        want_nodes = sorted({i for i, f in enumerate(free) if f} | {n for n, _ in placement})
+        want = [free[n] + sum(k for m, k in placement if m == n) for n in want_nodes]
+        nodes, counts, total = trial_nodes(free, placement)
+        assert nodes == want_nodes and list(counts) == want
+        assert total == sum(free) + sum(k for _, k in placement)

@@ -60,11 +60,11 @@ from types import SimpleNamespace
 import numpy as np
 from typing import ClassVar, Protocol, Sequence
 
-from lyasched.policy.common import PerJob, Shape, fit_shape
+from lyasched.policy.common import PerJob, Shape
 from lyasched.policy.bytype import decide_by_type
 from lyasched.policy.lyapunov import LyapunovPolicy, quiet_for
 from lyasched.policy.movable import MovableJob
-from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate
+from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_counts, trial_nodes
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
 
@@ -289,6 +289,7 @@ class ElasticPolicy(LyapunovPolicy):
         col = {k: i for i, k in enumerate(bound.names)}
         memo: dict[float, object] = {}
         ends: dict[float, tuple[np.ndarray, float, np.ndarray, np.ndarray, float]] = {}
+        now_at: dict[float, tuple[np.ndarray, np.ndarray, float, float]] = {}  # `TenantBound._at(0.0)`, a pure function
 
         def per(user: str, d: float) -> float:
             hit = memo.get(d)
@@ -304,7 +305,9 @@ class ElasticPolicy(LyapunovPolicy):
             (the mean entitlement) only grows."""
             hit = ends.get(d)
             if hit is None:
-                ent0, _, _, scale0 = bound._at(0.0)
+                if 0.0 not in now_at:  # the same for every d: once a call
+                    now_at[0.0] = bound._at(0.0)
+                ent0, _, _, scale0 = now_at[0.0]
                 ent1, y1, _, _ = bound._at(d)
                 o0, o1 = bound.y0 * ent0, y1 * ent1
                 hit = ends[d] = (np.minimum(bound.y0, y1), float(np.maximum(bound.y0, y1).min()),
@@ -456,6 +459,13 @@ class ElasticPolicy(LyapunovPolicy):
         older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
         behind = self._swap_tenants(state)
+        owed_memo: dict[str, float] = {}  # per tenant, for the call (`tenant_owed` reads only the slot's state)
+
+        def owed(user: str) -> float:
+            hit = owed_memo.get(user)
+            if hit is None:
+                hit = owed_memo[user] = self.tenant_owed(state, user)
+            return hit
         qt = self._quiet
         per = self._quiet_tenants(state, qt) if qt is not None else None
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
@@ -466,6 +476,7 @@ class ElasticPolicy(LyapunovPolicy):
         inert = True
         searches = 0
         nfree = sum(free)  # kept with `free`: most candidates are turned away on the count alone
+        free_t = tuple(free)  # kept with `free` too: the victims walks and the group step key on it
         for k, (_, _, pos, g, t_j, shape) in enumerate(order):
             if pos in taken:
                 continue
@@ -474,7 +485,7 @@ class ElasticPolicy(LyapunovPolicy):
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 inert = False
                 self._take(free, pl)
-                nfree = sum(free)
+                nfree, free_t = sum(free), tuple(free)
                 if check is not None:
                     check.started(w, g, pl)
                 starts.append(Decision(w.job_id, g, pl, 0.0, f"elastic: fits on GPUs freed this slot, {g} GPUs"))
@@ -488,7 +499,7 @@ class ElasticPolicy(LyapunovPolicy):
             # tenant is owed (`repaying`, on its best run: the most it can count)
             lift = 0.0
             if behind is not None and not wait_j > t_j:
-                lift = behind(w.user) * repaying(g, self.tenant_owed(state, w.user), t_j)
+                lift = behind(w.user) * repaying(g, owed(w.user), t_j)
             if not wait_j + lift > t_j:
                 if qt is not None and per is not None:  # its tenant falling further behind would make it search
                     qt.credit(per.col[w.user], g, t_j, t_j - wait_j, per)
@@ -502,7 +513,7 @@ class ElasticPolicy(LyapunovPolicy):
                 continue
             searches += 1
             ranked = True
-            plan = self._victims(shape, g, t_j, free, memo, used)
+            plan = self._victims(shape, g, t_j, free_t, nfree, memo, used)
             score = -math.inf
             if plan is not None:
                 place = plan.place
@@ -517,7 +528,7 @@ class ElasticPolicy(LyapunovPolicy):
                 score = gain - self.V * theta * (pen_j + cost - saved)
                 if behind is not None:  # j's tenant gains g GPUs (at most what repays it), each victim's loses what it gives up
                     given = plan.given(behind)
-                    g_rep = repaying(g, self.tenant_owed(state, w.user), run_j)
+                    g_rep = repaying(g, owed(w.user), run_j)
                     score += self.V * theta * (behind(w.user) * g_rep - given)
                 if score > 0 and check is not None and not check.accept(w, g, place, run_j, pen_j, saved, cost,
                                                                         plan.chosen(t_j), free, list(plan.avail)):
@@ -531,7 +542,8 @@ class ElasticPolicy(LyapunovPolicy):
                                      plan, g, w.user)
             if not score > 0:
                 if self.group and check is None:
-                    grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, memo, used, q, z, mean_work)
+                    grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, free_t, nfree,
+                                      memo, used, q, z, mean_work)
                     if grp is not None:
                         more, victim, dq, dz = grp
                         starts += more
@@ -540,7 +552,7 @@ class ElasticPolicy(LyapunovPolicy):
                         moved[victim] = (f"suspend ({next(r.gpus for r in movable if r.job_id == victim)} GPUs) for {len(ids)} jobs: " + ", ".join(ids[:5])
                                          + (", ..." if len(ids) > 5 else ""))
                         used.add(victim)
-                        nfree = sum(free)
+                        nfree, free_t = sum(free), tuple(free)
                         ahead -= g
                         q += dq
                         z += dz
@@ -550,7 +562,7 @@ class ElasticPolicy(LyapunovPolicy):
             # carry it out: victims first (their GPUs are free for this slot's starts), then j
             free[:] = plan.avail
             self._take(free, place)
-            nfree = sum(free)
+            nfree, free_t = sum(free), tuple(free)
             for r, new, c, why in plan.chosen(t_j):
                 used.add(r.job_id)
                 preempt.append(r.job_id)
@@ -580,8 +592,8 @@ class ElasticPolicy(LyapunovPolicy):
 
     def _group(
         self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: Releases,
-        left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], memo: SlotMemo, used: set[str],
-        q: float, z: float, mean_work: float,
+        left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], free_t: tuple[int, ...], nfree: int,
+        memo: SlotMemo, used: set[str], q: float, z: float, mean_work: float,
     ) -> tuple[list[Decision], str, float, float] | None:
         """A group swap: one movable job larger than candidate ``order[k]`` suspended, its GPUs
         taken by that job and the shorter-first waiting candidates after it that fit, all of its
@@ -592,7 +604,7 @@ class ElasticPolicy(LyapunovPolicy):
         now, slot = state.now, state.slot_len
         theta = q + z
         g_j = order[k][3]
-        free_total = sum(free)
+        free_total = nfree  # sum(free), kept by the caller
         # each candidate's forecast wait depends on the GPUs asked ahead of it, not on the victim:
         # the candidates that would gain from a swap (forecast wait above their run) are listed
         # once per call, in the scan's order; per victim only those asking no more GPUs than the
@@ -601,7 +613,7 @@ class ElasticPolicy(LyapunovPolicy):
         if not wait_j > t_k:
             return None
         qt = self._quiet
-        rest, closest = self._forecast_after(order, k, ahead, free_total, taken, ends, now, memo)
+        rows, first, closest = self._forecast_after(order, k, ahead, free_total, taken, ends, now, memo)
         closest = min(wait_j - t_k, closest)  # the least margin of a forecast wait above its run (each falls at 1/s)
         if qt is not None:
             qt.keep(closest, 1.0)
@@ -609,54 +621,46 @@ class ElasticPolicy(LyapunovPolicy):
         by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
         batches: dict[tuple[int, ...], tuple] = {}  # per victim's counts (`_batch`), for this call
         # the batch is placed on the nodes with a free GPU and the victim's (as `moveplan.fit_on`): a victim
-        # costs its batch, not a pass over every node
-        with_free: set[int] | None = None
+        # costs its batch, not a pass over every node; those nodes and their counts are a pure function
+        # of the free vector and the victim's placement (`moveplan.trial_nodes`, kept across calls)
         for v in memo.bigger(g_j):
             r = v.job
             if r.job_id in used:
                 continue
-            trial_total = free_total + sum(n for _, n in r.placement)
+            nodes, key, trial_total = trial_nodes(free_t, r.placement)
             if g_j > trial_total:
                 continue  # the candidate itself cannot fit there
             if elig is None:
-                elig = [(pos_k, g_j, shape_k, wait_j), *rest]
-                with_free = {i for i, f in enumerate(free) if f}
-            assert with_free is not None
+                elig = [(pos_k, g_j, shape_k, wait_j), *rows[first:]]
             scan = by_cap.get(trial_total)
             if scan is None:
                 scan = by_cap[trial_total] = [e for e in elig if e[1] <= trial_total]
-            nodes = sorted(with_free.union(node for node, _ in r.placement))
-            at = {node: a for a, node in enumerate(nodes)}
-            trial = [free[node] for node in nodes]
-            for node, n in r.placement:
-                trial[at[node]] += n
             # the batch over positions in ``trial`` depends on the counts alone (the placement
             # rule reads only counts, ties by lowest index) and on the scan, one per count total:
             # victims whose nodes give the same counts share it (`_batch`)
-            key = tuple(trial)
             got = batches.get(key)
             if got is None:
-                got = batches[key] = self._batch(scan, trial, trial_total, free_total, left, waits, slot, mean_work)
+                got = batches[key] = self._batch(scan, list(key), trial_total, free_total, left, waits, slot, mean_work)
             subs, trial_total, pen, credit, wsum, longest = got
             if not subs or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
-            batch: list[tuple[int, int, Placement, float]] = []  # (pos, g, placement, run)
             saved = 0.0
-            for pos, g, sub, run_i, wait_i in subs:
-                batch.append((pos, g, tuple((nodes[a], n) for a, n in sub), run_i))
-                saved += min(wait_i, v.r_now)
+            for sub_i in subs:
+                saved += min(sub_i[4], v.r_now)
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
             score = gain - self.V * theta * (pen + longest + v.cost - saved)
             if not (score > 0 and saved > pen + longest + v.cost):
                 if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
                     # how much the score can rise within d (`_quiet_swap`): the victim's work
                     # shrinks, Z and the batch's waits grow; the saved wait only falls
-                    n, nb, kr = len(state.waiting), len(batch), qt.fade(r)
+                    n, nb, kr = len(state.waiting), len(subs), qt.fade(r)
                     w0 = wsum - (r.waited_s + slot)
                     x0 = pen + longest + v.cost - saved
                     a = self.q_weight * q * r.work_left * kr + z * nb + n * max(0.0, w0) + self.V * n * max(0.0, -x0)
                     qt.keep(-score, a, n * nb)
                 continue
+            # the batch's placements over node ids: only a swap that is made needs them
+            batch = [(pos, g, tuple((nodes[a], n) for a, n in sub), run_i) for pos, g, sub, run_i, _ in subs]
             for node, n in r.placement:
                 free[node] += n
             for _, _, pl, _ in batch:
@@ -685,7 +689,7 @@ class ElasticPolicy(LyapunovPolicy):
         pen = credit = wsum = 0.0
         longest = 0.0
         for n_i, (pos, g, shape, wait_i) in enumerate(scan):
-            sub = fit_shape(shape, trial) if g <= trial_total else None
+            sub = fit_counts(shape, tuple(trial)) if g <= trial_total else None
             if sub is None:
                 if n_i == 0:
                     break
@@ -706,9 +710,10 @@ class ElasticPolicy(LyapunovPolicy):
     @staticmethod
     def _forecast_after(
         order: list, k: int, ahead: int, free_total: int, taken: set[int], ends: Releases, now: float, memo: SlotMemo
-    ) -> tuple[list[tuple[int, int, Shape, float]], float]:
+    ) -> tuple[list[tuple[int, int, Shape, float]], int, float]:
         """The candidates after ``order[k]`` (not taken) whose forecast wait exceeds their run, in
-        the scan's order as (pos, g, shape, wait), and the least such margin (inf: none). Each
+        the scan's order as (pos, g, shape, wait): ``rows[first:]`` of the returned (rows, first,
+        least margin); the least such margin is inf when there are none. Each
         one's wait counts the GPUs asked ahead of it: ``ahead`` before ``order[k]``, then the
         candidates between. Those counts differ from one candidate's call to the next's by the
         same offset while nothing starts, so the waits are listed once per (free GPUs, starts,
@@ -744,20 +749,22 @@ class ElasticPolicy(LyapunovPolicy):
             hit = fc[key] = (k + 1, at, rows, least)
         _, at, rows, least = hit
         a = bisect_left(at, k + 1)
-        return rows[a:], least[a]
+        return rows, a, least[a]
 
-    def _victims(self, shape: Shape, g: int, t_j: float, free: list[int], memo: SlotMemo, used: set[str]) -> Path | None:
+    def _victims(self, shape: Shape, g: int, t_j: float, free: tuple[int, ...], nfree: int, memo: SlotMemo,
+                 used: set[str]) -> Path | None:
         """The victims (shrunk or suspended, in order) whose GPUs let a job of ``shape`` that runs
         ``t_j`` fit, with the free GPUs after the moves and the job's placement (`Path`); None if
-        no set of movable jobs does. A walk that no choice of shrink against suspend shaped is kept
-        for the slot and the next job of the shape on the same GPUs reads it (`SlotMemo.paths`)."""
+        no set of movable jobs does (``free``: the free GPUs per node, ``nfree`` their sum). A walk that
+        no choice of shrink against suspend shaped is kept for the slot and the next job of the shape
+        on the same GPUs reads it (`SlotMemo.paths`)."""
         # the GPUs of every victim still usable and the free ones cannot hold g: nothing fits (exact prune)
-        if sum(free) + memo.gpus_left(used) < g:
+        if nfree + memo.gpus_left(used) < g:
             return None
-        key = (shape, tuple(free), len(used))  # `used` only grows within a slot: its size keys it
+        key = (shape, free, len(used))  # `used` only grows within a slot: its size keys it
         if key in memo.paths:
             return memo.paths[key]
-        path, fixed = self._walk(shape, g, t_j, key[1], memo, used)
+        path, fixed = self._walk(shape, g, t_j, free, memo, used)
         if fixed:
             memo.paths[key] = path
         return path
