@@ -63,6 +63,7 @@ class LyapunovPolicy:
         self._best = np.zeros(0)
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
+        self._tenant_y: dict[str, float] = {}  # this slot's shortfall per waiting tenant (`_tenants_behind`)
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
@@ -264,7 +265,7 @@ class LyapunovPolicy:
         if book is None or len(names) < 2:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
-        y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -278,7 +279,13 @@ class LyapunovPolicy:
         if codes is not None:
             order, names = self._tenant_index(codes)
             per_code = np.zeros(len(self._rows.tenant_names))
-            per_code[order] = [self.tenant_owed(state, k) for k in names]
+            book = state.tenants
+            if type(self)._tenants_behind is not LyapunovPolicy._tenants_behind or book is None \
+                    or self._tenant_floor is None:
+                per_code[order] = [self.tenant_owed(state, k) for k in names]
+            else:  # `tenant_owed`, with the shortfalls this slot's `_tenants_behind` computed
+                y = self._tenant_y
+                per_code[order] = [y[k] * book.entitled.get(k, 0.0) for k in names]
             return per_code[codes]
         users = [w.user for w in state.waiting]
         memo = {k: self.tenant_owed(state, k) for k in set(users)}
@@ -372,6 +379,7 @@ class LyapunovPolicy:
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
         idx = list(self._started)
+        self._rows.left(state.waiting, idx)  # the next slot's jobs are likely these less the started ones
         q_after = q - float(arr["work"][idx].sum())
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []
