@@ -1,11 +1,12 @@
 """RowCache kept across calls gives the rows a fresh cache computes for the same jobs: with the
-previous call's rows reused (jobs leaving, new ones after them), one new job or many at once."""
+previous call's rows reused (jobs leaving, new ones after them), one new job or many at once; and
+the least GPU-time it keeps per cut is the one the cut rows give."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lyasched.policy.rowcache import RowCache
+from lyasched.policy.rowcache import RowCache, gpu_seconds
 from lyasched.policy.state import WaitingJob
 
 WIDTH = 16
@@ -46,6 +47,9 @@ def test_kept_cache_matches_fresh_one() -> None:
         got = kept.cut(jobs, cols, 3.0)
         fresh = RowCache()
         _same(got, fresh.cut(jobs, cols, 3.0))
+        gt = gpu_seconds(got[0], got[1])  # the least GPU-time on the cut rows, and its first count
+        np.testing.assert_array_equal(got[9], gt.min(axis=1))
+        np.testing.assert_array_equal(got[10], gt.argmin(axis=1) + 1)
         assert [kept.tenant_names[c] for c in kept.waiting_tenants()] == [w.user for w in jobs]  # codes: per cache
         ad_kept, ad_fresh = kept.waiting_adaptive(), fresh.waiting_adaptive()
         assert (ad_kept is None) == (ad_fresh is None)

@@ -83,13 +83,13 @@ class LyapunovPolicy:
         # the shipped restriction on plain jobs: rows cut to ``cols`` first, the best runs as the
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
-        cached = None  # each job's least GPU-time and its count, as `RowCache.cut` keeps them (whole rows)
+        cached = None  # each job's least GPU-time and its count, over the cut rows, as `RowCache.cut` keeps them
         if fast and cols is not None:
             keys = self._type_keys
             one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
                 self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
-            if fast and one.shape[1] == self._rows.width:
+            if fast:
                 cached = (g_time, g_need)
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)

@@ -59,8 +59,10 @@ class RowCache:
         # and the count that gives it (what `_scores` reads for the shortest-first reference)
         self.one_kept = np.empty((capacity, width))
         self.multi_kept = np.empty((capacity, width))
-        self.gpu_time = np.empty(capacity)
-        self.need = np.empty(capacity, dtype=np.intp)
+        # ... over the first c counts (column c - 1), for any cut: the least GPU-time, and the first
+        # count that gives it (what `_scores` computes on rows cut to c counts)
+        self.gpu_time = np.empty((capacity, width))
+        self.need = np.empty((capacity, width), dtype=np.intp)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -79,8 +81,8 @@ class RowCache:
         """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied and the
         no-sliver rule at ``stretch`` applied to them (inf where it masks a count), and four more per
         job: whether that rule masks any of its counts, its best run once masked (what
-        `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over all counts
-        once masked and the count giving it (`lyapunov.gpu_seconds`; valid when ``cols`` >= the width).
+        `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over the first
+        ``cols`` counts once masked and the first count giving it (`lyapunov.gpu_seconds`).
         ``keys`` (generation, numbers): the caller's own number for each job, unique to its object
         within that generation: the rows are found by them (`ext`)."""
         if stretch != self.stretch:
@@ -96,8 +98,8 @@ class RowCache:
             sel = self.sel = self._lookup(jobs)
         c = min(cols, self.width)
         return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
-                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel],
-                self.need[sel])
+                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel, c - 1],
+                self.need[sel, c - 1])
 
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
@@ -160,15 +162,16 @@ class RowCache:
     def _grow(self, need: int) -> None:
         """Room for ``need`` rows in every array (each at least doubles, so growth is amortised)."""
         grow = max(1024, self.one.shape[0], need - self.one.shape[0])
-        for name in ("one", "multi", "one_kept", "multi_kept"):
+        for name in ("one", "multi", "one_kept", "multi_kept", "gpu_time"):
             a = getattr(self, name)
             setattr(self, name, np.vstack([a, np.empty((grow, self.width))]))
-        for name in ("work", "submit", "best", "run_req", "best_kept", "gpu_time"):
+        for name in ("work", "submit", "best", "run_req", "best_kept"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.empty(grow)]))
-        for name in ("req", "need", "tenant"):
+        for name in ("req", "tenant"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=np.intp)]))
+        self.need = np.vstack([self.need, np.zeros((grow, self.width), dtype=np.intp)])
         for name in ("adaptive", "slivers"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=bool)]))
@@ -215,10 +218,7 @@ class RowCache:
                 fm = np.fmin(one, multi)
             self.best_kept[i] = fm.min()
             self.one_kept[i], self.multi_kept[i] = one, multi
-            gt = gpu_seconds(one[None, :], multi[None, :])[0]
-            need = int(gt.argmin())
-            self.need[i] = need + 1
-            self.gpu_time[i] = gt[need]
+            self.gpu_time[i], self.need[i] = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
         self.keep.append(w)
         self.index[id(w)] = i
         return i
@@ -266,10 +266,7 @@ class RowCache:
             one_k, multi_k = np.where(over, np.inf, one), np.where(over, np.inf, multi)
             self.best_kept[rows] = np.fmin(one_k, multi_k).min(axis=1)
             self.one_kept[rows], self.multi_kept[rows] = one_k, multi_k
-            gt = gpu_seconds(one_k, multi_k)
-            need = gt.argmin(axis=1)
-            self.need[rows] = need + 1
-            self.gpu_time[rows] = gt[np.arange(m), need]
+            self.gpu_time[rows], self.need[rows] = _prefix_least(gpu_seconds(one_k, multi_k))
         self.keep.extend(ws)
         out = np.arange(i0, i0 + m, dtype=np.intp)
         self.index.update(zip(map(id, ws), out.tolist()))
@@ -282,6 +279,17 @@ class RowCache:
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
         return self.adaptive[self.sel] if self.n_adaptive else None
+
+
+def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``gt`` and per c, the least of its first c values and the first count (1-based)
+    giving it: min and argmin + 1 of ``gt[:, :c]`` (no NaN: `gpu_seconds` makes them inf)."""
+    least = np.minimum.accumulate(gt, axis=1)
+    new = np.empty(gt.shape, dtype=bool)
+    new[:, 0] = True
+    np.less(gt[:, 1:], least[:, :-1], out=new[:, 1:])
+    first = np.maximum.accumulate(np.where(new, np.arange(1, gt.shape[1] + 1), 0), axis=1)
+    return least, first
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:
