@@ -63,6 +63,7 @@ class LyapunovPolicy:
         self._best = np.zeros(0)
         self._rows = RowCache()
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
+        self._tenant_y: dict[str, float] = {}  # this slot's shortfall per waiting tenant (`_tenants_behind`)
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
@@ -82,13 +83,13 @@ class LyapunovPolicy:
         # the shipped restriction on plain jobs: rows cut to ``cols`` first, the best runs as the
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
-        cached = None  # each job's least GPU-time and its count, as `RowCache.cut` keeps them (whole rows)
+        cached = None  # each job's least GPU-time and its count, over the cut rows, as `RowCache.cut` keeps them
         if fast and cols is not None:
             keys = self._type_keys
             one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
                 self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
-            if fast and one.shape[1] == self._rows.width:
+            if fast:
                 cached = (g_time, g_need)
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
@@ -264,7 +265,7 @@ class LyapunovPolicy:
         if book is None or len(names) < 2:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
-        y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -278,7 +279,13 @@ class LyapunovPolicy:
         if codes is not None:
             order, names = self._tenant_index(codes)
             per_code = np.zeros(len(self._rows.tenant_names))
-            per_code[order] = [self.tenant_owed(state, k) for k in names]
+            book = state.tenants
+            if type(self)._tenants_behind is not LyapunovPolicy._tenants_behind or book is None \
+                    or self._tenant_floor is None:
+                per_code[order] = [self.tenant_owed(state, k) for k in names]
+            else:  # `tenant_owed`, with the shortfalls this slot's `_tenants_behind` computed
+                y = self._tenant_y
+                per_code[order] = [y[k] * book.entitled.get(k, 0.0) for k in names]
             return per_code[codes]
         users = [w.user for w in state.waiting]
         memo = {k: self.tenant_owed(state, k) for k in set(users)}
@@ -372,6 +379,7 @@ class LyapunovPolicy:
         if free.total > 0 and len(starts) < len(state.waiting):
             starts += self._fill(state, arr, free)
         idx = list(self._started)
+        self._rows.left(state.waiting, idx)  # the next slot's jobs are likely these less the started ones
         q_after = q - float(arr["work"][idx].sum())
         z_after = z - float(arr["wait"][idx].sum())
         self._started = []

@@ -47,6 +47,10 @@ class RowCache:
         self.tenant = np.zeros(capacity, dtype=np.intp)  # the job's user, as a code (``tenant_names``)
         self.n_adaptive = 0  # adaptive jobs among the cached ones (0: `waiting_adaptive` is None at once)
         self.sel = np.zeros(0, dtype=np.intp)  # the last `arrays` call's rows
+        # `_lookup`'s last (jobs, their ids, their rows), and the ids and rows its next call most
+        # likely begins with (the same jobs, less those `left` says started): checked, never trusted
+        self._last: tuple[tuple[WaitingJob, ...], np.ndarray, np.ndarray] | None = None
+        self._next: tuple[np.ndarray, np.ndarray] | None = None
         # the no-sliver rule's effect on each row (`LyapunovPolicy._restrict`, at ``stretch``): whether
         # it masks any count, and the best run once masked; both depend on the row alone
         self.slivers = np.zeros(capacity, dtype=bool)
@@ -55,8 +59,10 @@ class RowCache:
         # and the count that gives it (what `_scores` reads for the shortest-first reference)
         self.one_kept = np.empty((capacity, width))
         self.multi_kept = np.empty((capacity, width))
-        self.gpu_time = np.empty(capacity)
-        self.need = np.empty(capacity, dtype=np.intp)
+        # ... over the first c counts (column c - 1), for any cut: the least GPU-time, and the first
+        # count that gives it (what `_scores` computes on rows cut to c counts)
+        self.gpu_time = np.empty((capacity, width))
+        self.need = np.empty((capacity, width), dtype=np.intp)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -75,8 +81,8 @@ class RowCache:
         """As `arrays`, with the rows cut to ``cols`` GPU counts before they are copied and the
         no-sliver rule at ``stretch`` applied to them (inf where it masks a count), and four more per
         job: whether that rule masks any of its counts, its best run once masked (what
-        `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over all counts
-        once masked and the count giving it (`lyapunov.gpu_seconds`; valid when ``cols`` >= the width).
+        `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over the first
+        ``cols`` counts once masked and the first count giving it (`lyapunov.gpu_seconds`).
         ``keys`` (generation, numbers): the caller's own number for each job, unique to its object
         within that generation: the rows are found by them (`ext`)."""
         if stretch != self.stretch:
@@ -92,15 +98,46 @@ class RowCache:
             sel = self.sel = self._lookup(jobs)
         c = min(cols, self.width)
         return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
-                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel],
-                self.need[sel])
+                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel, c - 1],
+                self.need[sel, c - 1])
 
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
-        """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job."""
-        sel = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=len(jobs))
-        for pos in np.flatnonzero(sel < 0).tolist():
-            sel[pos] = self._add(jobs[pos])
+        """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
+        hands the same tuple again, or the last one less the jobs that started (`left`) and then the
+        new ones: those rows are reused once their ids are checked (a cached object is alive, so an
+        id met at a cached position is that object); only the jobs after them are looked up."""
+        last = self._last
+        if last is not None and last[0] is jobs:
+            return last[2]
+        ids = np.fromiter(map(id, jobs), dtype=np.intp, count=len(jobs))
+        nxt = self._next
+        k = nxt[0].size if nxt is not None else -1
+        if nxt is not None and k <= ids.size and np.array_equal(ids[:k], nxt[0]):
+            sel = np.empty(ids.size, dtype=np.intp)
+            sel[:k] = nxt[1]
+            rest = jobs[k:]
+        else:
+            sel, k, rest = np.empty(ids.size, dtype=np.intp), 0, jobs
+        if rest:
+            got = np.fromiter(map(self.index.get, ids[k:].tolist(), repeat(-1)), dtype=np.intp, count=len(rest))
+            miss = np.flatnonzero(got < 0)
+            if miss.size == 1:
+                got[miss] = self._add_one(rest[int(miss[0])])
+            elif miss.size:
+                got[miss] = self._add_many([rest[p] for p in miss.tolist()])
+            sel[k:] = got
+        self._last = (jobs, ids, sel)
+        self._next = (ids, sel)
         return sel
+
+    def left(self, jobs: tuple[WaitingJob, ...], started: list[int]) -> None:
+        """The jobs at positions ``started`` of ``jobs`` (the last `cut` / `arrays` call's) start now:
+        the next call's jobs are likely the others, in order, then new ones (`_lookup` checks)."""
+        last = self._last
+        if last is not None and last[0] is jobs and started:
+            keep = np.ones(last[1].size, dtype=bool)
+            keep[started] = False
+            self._next = (last[1][keep], last[2][keep])
 
     def _by_keys(self, jobs: tuple[WaitingJob, ...], gen: object, ks: np.ndarray) -> np.ndarray:
         """The rows of ``jobs`` found by their keys ``ks`` (`cut`), added for the jobs not seen before."""
@@ -111,62 +148,129 @@ class RowCache:
         if top > self.ext.size:
             self.ext = np.concatenate([self.ext, np.full(max(top - self.ext.size, self.ext.size), -1, dtype=np.intp)])
         sel = self.ext[ks]
-        for p in np.flatnonzero(sel < 0).tolist():
-            w = jobs[p]
-            i = self.index.get(id(w))
-            sel[p] = self.ext[ks[p]] = self._add(w) if i is None else i
+        miss = np.flatnonzero(sel < 0)
+        if miss.size:
+            ws = [jobs[p] for p in miss.tolist()]
+            got = np.fromiter(map(self.index.get, map(id, ws), repeat(-1)), dtype=np.intp, count=len(ws))
+            new = np.flatnonzero(got < 0)
+            if new.size:
+                got[new] = self._add_many([ws[p] for p in new.tolist()])
+            sel[miss] = got
+            self.ext[ks[miss]] = got
         return sel
 
-    def _add(self, w: WaitingJob) -> int:
+    def _grow(self, need: int) -> None:
+        """Room for ``need`` rows in every array (each at least doubles, so growth is amortised)."""
+        grow = max(1024, self.one.shape[0], need - self.one.shape[0])
+        for name in ("one", "multi", "one_kept", "multi_kept", "gpu_time"):
+            a = getattr(self, name)
+            setattr(self, name, np.vstack([a, np.empty((grow, self.width))]))
+        for name in ("work", "submit", "best", "run_req", "best_kept"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.empty(grow)]))
+        for name in ("req", "tenant"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=np.intp)]))
+        self.need = np.vstack([self.need, np.zeros((grow, self.width), dtype=np.intp)])
+        for name in ("adaptive", "slivers"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=bool)]))
+
+    def _add_one(self, w: WaitingJob) -> int:
+        """`_add_many` for one job, in fewer numpy steps (the usual slot has one or two new jobs):
+        the same values (the request's own count when allowed is the nearest one; a row no rule
+        masks is kept as it is)."""
         i = len(self.keep)
         if i >= self.one.shape[0]:
-            grow = max(1024, i)
-            self.one = np.vstack([self.one, np.empty((grow, self.width))])
-            self.multi = np.vstack([self.multi, np.empty((grow, self.width))])
-            self.work = np.concatenate([self.work, np.empty(grow)])
-            self.submit = np.concatenate([self.submit, np.empty(grow)])
-            self.best = np.concatenate([self.best, np.empty(grow)])
-            self.req = np.concatenate([self.req, np.empty(grow, dtype=np.intp)])
-            self.run_req = np.concatenate([self.run_req, np.empty(grow)])
-            self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
-            self.tenant = np.concatenate([self.tenant, np.zeros(grow, dtype=np.intp)])
-            self.slivers = np.concatenate([self.slivers, np.zeros(grow, dtype=bool)])
-            self.best_kept = np.concatenate([self.best_kept, np.empty(grow)])
-            self.one_kept = np.vstack([self.one_kept, np.empty((grow, self.width))])
-            self.multi_kept = np.vstack([self.multi_kept, np.empty((grow, self.width))])
-            self.gpu_time = np.concatenate([self.gpu_time, np.empty(grow)])
-            self.need = np.concatenate([self.need, np.empty(grow, dtype=np.intp)])
-        self.one[i] = w.run_one_node
-        self.multi[i] = w.run_multi_node
+            self._grow(i + 1)
+        one, multi = w.run_one_node, w.run_multi_node
+        self.one[i] = one
+        self.multi[i] = multi
         self.work[i] = w.work
         self.submit[i] = w.submit_time
-        self.best[i] = min(w.run_one_node.min(), w.run_multi_node.min())
-        fm = np.fmin(w.run_one_node, w.run_multi_node)
-        ok = np.flatnonzero(np.isfinite(fm)) + 1
-        r = int(ok[np.lexsort((ok, np.abs(ok - w.requested_gpus)))[0]]) if ok.size else 1
+        self.best[i] = min(one.min(), multi.min())
+        fm = np.fmin(one, multi)
+        r = w.requested_gpus
+        if 1 <= r <= self.width and math.isfinite(fm[r - 1]):
+            run_req = fm[r - 1]
+        else:
+            ok = np.flatnonzero(np.isfinite(fm)) + 1
+            r = int(ok[np.lexsort((ok, np.abs(ok - w.requested_gpus)))[0]]) if ok.size else 1
+            run_req = fm[r - 1]
         self.req[i] = r
-        self.run_req[i] = fm[r - 1]
+        self.run_req[i] = run_req
         self.adaptive[i] = w.adaptive
+        self.n_adaptive += w.adaptive
         code = self.tenant_code.get(w.user)
         if code is None:
             code = self.tenant_code[w.user] = len(self.tenant_names)
             self.tenant_names.append(w.user)
         self.tenant[i] = code
-        self.n_adaptive += w.adaptive
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
-            gk = np.arange(1, self.width + 1)
             with np.errstate(invalid="ignore"):
-                over = (gk < r) & (fm > self.stretch * self.run_req[i])
-            self.slivers[i] = bool(over.any())
-            one_k, multi_k = np.where(over, np.inf, w.run_one_node), np.where(over, np.inf, w.run_multi_node)
-            self.best_kept[i] = np.fmin(one_k, multi_k).min()
-            self.one_kept[i], self.multi_kept[i] = one_k, multi_k
-            gt = gpu_seconds(one_k[None, :], multi_k[None, :])[0]
-            self.need[i] = int(gt.argmin()) + 1
-            self.gpu_time[i] = gt[self.need[i] - 1]
+                masks = r > 1 and bool((fm[:r - 1] > self.stretch * self.run_req[i]).any())
+            self.slivers[i] = masks
+            if masks:
+                gk = np.arange(1, self.width + 1)
+                with np.errstate(invalid="ignore"):
+                    over = (gk < r) & (fm > self.stretch * self.run_req[i])
+                one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
+                fm = np.fmin(one, multi)
+            self.best_kept[i] = fm.min()
+            self.one_kept[i], self.multi_kept[i] = one, multi
+            self.gpu_time[i], self.need[i] = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
         self.keep.append(w)
         self.index[id(w)] = i
         return i
+
+    def _add_many(self, ws: list[WaitingJob]) -> np.ndarray:
+        """Rows for the new jobs ``ws``, all at once: each row's values are what one job alone would
+        get (the same elementwise operations, and row-wise minima, which do not depend on order)."""
+        m = len(ws)
+        i0 = len(self.keep)
+        if i0 + m > self.one.shape[0]:
+            self._grow(i0 + m)
+        rows = slice(i0, i0 + m)
+        one = np.array([w.run_one_node for w in ws], dtype=float).reshape(m, self.width)
+        multi = np.array([w.run_multi_node for w in ws], dtype=float).reshape(m, self.width)
+        self.one[rows] = one
+        self.multi[rows] = multi
+        self.work[rows] = [w.work for w in ws]
+        self.submit[rows] = [w.submit_time for w in ws]
+        lo1, lo2 = one.min(axis=1), multi.min(axis=1)
+        self.best[rows] = np.where(lo2 < lo1, lo2, lo1)  # min(lo1, lo2), as Python takes it
+        fm = np.fmin(one, multi)
+        gk = np.arange(1, self.width + 1)
+        asked = np.array([w.requested_gpus for w in ws], dtype=np.intp)
+        # the allowed count nearest the request, the smaller on a tie (argmin: the first); 1 if none
+        fin = np.isfinite(fm)
+        dist = np.where(fin, np.abs(gk[None, :] - asked[:, None]), np.iinfo(np.intp).max)
+        r = dist.argmin(axis=1) + 1
+        r[~fin.any(axis=1)] = 1
+        self.req[rows] = r
+        run_req = fm[np.arange(m), r - 1]
+        self.run_req[rows] = run_req
+        ad = [w.adaptive for w in ws]
+        self.adaptive[rows] = ad
+        self.n_adaptive += sum(ad)
+        codes = self.tenant_code
+        for w in ws:
+            if w.user not in codes:
+                codes[w.user] = len(self.tenant_names)
+                self.tenant_names.append(w.user)
+        self.tenant[rows] = [codes[w.user] for w in ws]
+        if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
+            with np.errstate(invalid="ignore"):
+                over = (gk[None, :] < r[:, None]) & (fm > self.stretch * run_req[:, None])
+            self.slivers[rows] = over.any(axis=1)
+            one_k, multi_k = np.where(over, np.inf, one), np.where(over, np.inf, multi)
+            self.best_kept[rows] = np.fmin(one_k, multi_k).min(axis=1)
+            self.one_kept[rows], self.multi_kept[rows] = one_k, multi_k
+            self.gpu_time[rows], self.need[rows] = _prefix_least(gpu_seconds(one_k, multi_k))
+        self.keep.extend(ws)
+        out = np.arange(i0, i0 + m, dtype=np.intp)
+        self.index.update(zip(map(id, ws), out.tolist()))
+        return out
 
     def waiting_tenants(self) -> np.ndarray:
         """Each job of the last `arrays` / `cut` call's user, as a code (``tenant_names``)."""
@@ -175,6 +279,17 @@ class RowCache:
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
         return self.adaptive[self.sel] if self.n_adaptive else None
+
+
+def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``gt`` and per c, the least of its first c values and the first count (1-based)
+    giving it: min and argmin + 1 of ``gt[:, :c]`` (no NaN: `gpu_seconds` makes them inf)."""
+    least = np.minimum.accumulate(gt, axis=1)
+    new = np.empty(gt.shape, dtype=bool)
+    new[:, 0] = True
+    np.less(gt[:, 1:], least[:, :-1], out=new[:, 1:])
+    first = np.maximum.accumulate(np.where(new, np.arange(1, gt.shape[1] + 1), 0), axis=1)
+    return least, first
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:

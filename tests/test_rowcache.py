@@ -1,0 +1,65 @@
+"""RowCache kept across calls gives the rows a fresh cache computes for the same jobs: with the
+previous call's rows reused (jobs leaving, new ones after them), one new job or many at once; and
+the least GPU-time it keeps per cut is the one the cut rows give."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lyasched.policy.rowcache import RowCache, gpu_seconds
+from lyasched.policy.state import WaitingJob
+
+WIDTH = 16
+
+
+def _job(rng: np.random.Generator, i: int) -> WaitingJob:
+    one = np.full(WIDTH, np.inf)
+    multi = np.full(WIDTH, np.inf)
+    base = rng.uniform(100.0, 5000.0)
+    allowed = rng.choice(np.arange(1, WIDTH + 1), size=int(rng.integers(1, 6)), replace=False)
+    for g in allowed:
+        t = base / g ** rng.uniform(0.2, 1.0) * rng.uniform(0.9, 1.4)  # some counts far slower: slivers
+        if g <= 8:
+            one[g - 1] = t
+        multi[g - 1] = t * rng.uniform(1.0, 1.3)
+    return WaitingJob(job_id=str(i), submit_time=float(i), work=base, run_one_node=one, run_multi_node=multi,
+                      requested_gpus=int(rng.integers(1, WIDTH + 2)), user=f"t{i % 5}", adaptive=bool(i % 7 == 0))
+
+
+def _same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> None:
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_kept_cache_matches_fresh_one() -> None:
+    rng = np.random.default_rng(3)
+    kept = RowCache()
+    waiting: list[WaitingJob] = []
+    nxt = 0
+    for step in range(120):
+        arrive = int(rng.choice([0, 1, 1, 2, 40])) if step else 30  # one at a time, or a batch
+        waiting += [_job(rng, nxt + k) for k in range(arrive)]
+        nxt += arrive
+        if not waiting:
+            continue
+        jobs = tuple(waiting)
+        cols = int(rng.integers(1, WIDTH + 3))
+        got = kept.cut(jobs, cols, 3.0)
+        fresh = RowCache()
+        _same(got, fresh.cut(jobs, cols, 3.0))
+        gt = gpu_seconds(got[0], got[1])  # the least GPU-time on the cut rows, and its first count
+        np.testing.assert_array_equal(got[9], gt.min(axis=1))
+        np.testing.assert_array_equal(got[10], gt.argmin(axis=1) + 1)
+        assert [kept.tenant_names[c] for c in kept.waiting_tenants()] == [w.user for w in jobs]  # codes: per cache
+        ad_kept, ad_fresh = kept.waiting_adaptive(), fresh.waiting_adaptive()
+        assert (ad_kept is None) == (ad_fresh is None)
+        if ad_kept is not None and ad_fresh is not None:
+            np.testing.assert_array_equal(ad_kept, ad_fresh)
+        _same(kept.cut(jobs, cols, 3.0), got)  # the same tuple again
+        # some start (as the policy reports them), or leave unannounced (the service's cancellations)
+        gone = sorted(set(rng.integers(0, len(jobs), size=int(rng.integers(0, 4))).tolist()))
+        if step % 3:
+            kept.left(jobs, gone)
+        if step % 11 == 5 and waiting:
+            gone = sorted(set(gone) | {len(waiting) // 2})
+        waiting = [w for p, w in enumerate(waiting) if p not in set(gone)]
