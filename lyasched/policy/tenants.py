@@ -249,18 +249,9 @@ class TenantLedger:
                 self.advance(t)
             if dh:
                 held[k] = held.get(k, 0.0) + dh
-                if k not in names:
-                    names[k] = None
-                moved.add(k)
-                if k not in received:
-                    received[k] = 0.0
-                if k not in entitled:
-                    entitled[k] = 0.0
-                if k not in usage:
-                    usage[k] = 0.0
-                self._rate = None
             if da:
                 asked[k] = asked.get(k, 0.0) + da
+            if dh or da:  # what `hold` and `ask` register (usage only for a hold)
                 if k not in names:
                     names[k] = None
                 moved.add(k)
@@ -268,6 +259,8 @@ class TenantLedger:
                     received[k] = 0.0
                 if k not in entitled:
                     entitled[k] = 0.0
+                if dh and k not in usage:
+                    usage[k] = 0.0
                 self._rate = None
 
     def book(self, t: float) -> TenantBook:
