@@ -1,5 +1,5 @@
-"""A starved tenant's oldest job first, with an EASY-style reservation (docs/experiments.md,
-"Starved tenant's oldest job first, with a reservation").
+"""Tenant order changes (docs/experiments.md, "Tenant order: a starved tenant's oldest job first,
+a reservation, credit by wait (not adopted)").
 
     python benchmarks/experiments/tenant_reserve.py DESIGNS design|heldout|sym [POLICIES] [NAMES]
 
@@ -10,11 +10,13 @@ GPUs held stay below its entitled GPUs now (fairshare's order for that tenant), 
 tenants' jobs then follow the core's order on the GPUs left; ``resv@X``: the same, and when that
 oldest job does not fit, its GPUs are reserved: the GPUs free now on the nodes it would get at the
 earliest time it fits (running jobs' predicted ends) are withheld from the core, and only jobs
-that end before then (at their request, shortest first) may start on them (EASY backfill).
+that end before then (at their request, shortest first) may start on them (EASY backfill);
+``wait``: the tenant credit moved to the jobs that waited longest (`WaitCredit`); ``lend@H``: a
+probe, tenants ahead may not start long jobs beyond their entitled GPUs (`lend_decide`).
 Each design runs on benchmarks/fairness.py's workloads (``design``/``heldout``; NAMES: name
 prefixes), with fairshare beside it, or on the symmetric seed groups (``sym``: JCT with tenant
 input over without, seeds 0-4). POLICIES: lyapunov, elastic (elastic's core step takes the same
-order; its swap step is unchanged).
+order; its swap step is unchanged; ``lend`` is lyapunov only).
 """
 from __future__ import annotations
 
@@ -168,6 +170,35 @@ def reserve_decide(pol, state: SlotState) -> SlotResult:
     return SlotResult(starts=starts, preempt=base.preempt, q=q, z=z, info=info)
 
 
+def lend_decide(pol, state: SlotState) -> SlotResult:
+    """Probe (``lend@H``): a tenant past 1.05 of its entitlement may not start a job predicted to run
+    longer than H seconds at its request that takes its GPUs held above its entitled GPUs now."""
+    book = state.tenants
+    if state.node_types or book is None or len({w.user for w in state.waiting}) < 2:
+        return _core(pol, state)
+    keep = []
+    for w in state.waiting:
+        k, g = w.user, w.requested_gpus
+        e = book.entitled.get(k, 0.0)
+        one = _one(w, g)
+        if (one is not None and e > 0 and book.received.get(k, 0.0) > 1.05 * e
+                and book.held.get(k, 0.0) + g > book.rate.get(k, 0.0) and w.run_time(g, not one) > pol._lend):
+            continue
+        keep.append(w)
+    if len(keep) == len(state.waiting):
+        return _core(pol, state)
+    if not keep:
+        return SlotResult(starts=(), q=sum(j.work for j in state.waiting),
+                          z=sum(max(0.0, state.now - j.submit_time) for j in state.waiting))
+    res = _core(pol, dataclasses.replace(state, waiting=tuple(keep)))
+    kept = {id(w) for w in keep}
+    out = [w for w in state.waiting if id(w) not in kept]
+    info = dict(res.info)
+    info.pop("wake_at", None)  # the held-back jobs may become startable at any slot
+    return SlotResult(starts=res.starts, preempt=res.preempt, q=res.q + sum(j.work for j in out),
+                      z=res.z + sum(max(0.0, state.now - j.submit_time) for j in out), info=info)
+
+
 class _Shim:
     """What elastic's decide calls as its core (`LyapunovPolicy.decide`) in this process."""
 
@@ -210,6 +241,10 @@ def build(policy: str, design: str, seed: int):
     if design == "shipped":
         return pol
     kind, _, x = design.partition("@")
+    if kind == "lend":
+        pol._lend = float(x)
+        pol.decide = lambda st, _p=pol: lend_decide(_p, st)
+        return pol
     pol._rslack = float(x)
     pol._reserve = kind == "resv"
     if policy == "lyapunov":
