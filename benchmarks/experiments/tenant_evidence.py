@@ -10,6 +10,9 @@ DESIGN (the grain g is the mean work of the waiting jobs, Q/n, GPU-seconds of on
   conf:Z    behind only past slack x E + pad + Z sqrt(E g): the deficit of a tenant entitled to
             E / g jobs' worth varies by about sqrt(E g) by chance (so the relative slack shrinks
             as 1 / sqrt(jobs));
+  conft:Z   conf:Z with g the mean work of the tenant's own waiting jobs;
+  gate:Z    conft:Z's bound as a gate: a tenant past it is behind by the shipped shortfall (past
+            the slack and the pad only), one short of it not at all;
   grain:C   behind only past slack x E + pad + C g (a tenant owed less than C mean jobs is not).
 The patch is in this process only; wake-up bounds read the patched shortfall at their ends.
 """
@@ -24,6 +27,7 @@ from lyasched.policy import lyapunov
 from lyasched.policy.tenants import TenantBook
 
 _GRAIN = [0.0]
+_OWN: dict[str, float] = {}
 
 
 def install(design: str) -> None:
@@ -31,21 +35,32 @@ def install(design: str) -> None:
         return
     kind, _, val = design.partition(":")
     c = float(val)
-    if kind not in ("conf", "grain"):
+    if kind not in ("conf", "conft", "gate", "grain"):
         raise SystemExit(f"Error: unknown design {design!r}")
     base_behind = lyapunov.LyapunovPolicy._tenants_behind
 
     def behind(self, state, users, total_gpus):
         n = len(state.waiting)
         _GRAIN[0] = sum(w.work for w in state.waiting) / n if n else 0.0
+        if kind in ("conft", "gate"):
+            tot: dict[str, list[float]] = {}
+            for w in state.waiting:
+                t = tot.setdefault(w.user, [0.0, 0.0])
+                t[0] += w.work
+                t[1] += 1
+            _OWN.clear()
+            _OWN.update({k: a / b for k, (a, b) in tot.items()})
         return base_behind(self, state, users, total_gpus)
 
     def shortfall(self, tenant, slack, pad):
         e = self.entitled.get(tenant, 0.0)
         if e <= 0:
             return 0.0
-        g = _GRAIN[0]
-        extra = c * math.sqrt(e * g) if kind == "conf" else c * g
+        g = _OWN.get(tenant, _GRAIN[0]) if kind in ("conft", "gate") else _GRAIN[0]
+        extra = c * math.sqrt(e * g) if kind != "grain" else c * g
+        if kind == "gate":
+            d = self.deficit(tenant) - slack * e - pad
+            return max(0.0, d) / e if d > extra else 0.0
         return max(0.0, self.deficit(tenant) - slack * e - pad - extra) / e
 
     lyapunov.LyapunovPolicy._tenants_behind = behind  # type: ignore[method-assign]
