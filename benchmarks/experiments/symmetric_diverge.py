@@ -1,18 +1,21 @@
 """Where the tenant queue first changes a symmetric-tenant schedule, and which path of the
-tenant term did it. For each case (group@seed policy), the replay runs without tenant input
-(decisions recorded per decide call), then with it; at the first decide call whose time or
-decision differs, the tenant run's state is decided again on copies of the policy:
+tenant term did it (docs/experiments.md, "Tenant credit past a confidence bound"). For each case
+(group@seed:policy) the replay runs without tenant input (each decide call recorded), then with
+it; at the first action (starts or preemptions) that differs from the reference's, the tenant
+run's state is decided again on copies of the policy, without tenants and with the credit off
+(``tenant_slack`` 1e9). ``cause``:
 
-* ``slot``: the two runs decide at different times (a wake-up rule skipped a slot in one run);
-  ``nt_at_t`` says whether the policy without tenant input would start something at that time.
-* ``credit``: same time, and the same state with ``tenants=None`` gives the no-tenant decision,
-  so the tenant input moved it. Sub-causes: ``credit_t`` is None (no start credit: elastic's swap
-  term or a tie), or the credit with the slack raised to ``--slack-probe`` (default 1e9, no
-  credit) gives the no-tenant decision (the start credit did it); the tenants then behind and
-  their shortfalls, owed GPU-s and entitled GPU-s are printed.
-* ``state``: the state with ``tenants=None`` still decides differently (something else differs).
+* ``credit``: the same time, and the state without tenants gives the reference's decision: the
+  tenant input moved it; ``no_start_credit_gives_nt`` says whether the credit past the slack
+  alone did (for elastic this includes the swap's tenant term, which reads the same credit), and
+  ``tenants`` lists the tenants behind then (shortfall y past the slack and pad, deficit,
+  entitled and received GPU-s, credit in seconds per GPU);
+* ``nt-wake-skip`` / ``slot+credit``: the reference skipped this time (its wake-up rule) and its
+  policy would / would not have made this run's decision here;
+* ``tenant-run-skipped``: the reference acted at a time this run did not decide;
+* ``state``: the state without tenants still decides otherwise (something else differs).
 
-    python benchmarks/experiments/symmetric_diverge.py CASES [--json]
+    python benchmarks/experiments/symmetric_diverge.py CASES    # one JSON line per case
     CASES: comma-separated group@seed:policy, e.g. seed-small-scattered@3:lyapunov
 """
 
@@ -39,9 +42,8 @@ class Recorder:
     """Wraps a policy: logs (t, decision) per decide call; with ``ref``, stops at the first
     difference and analyses it."""
 
-    def __init__(self, inner, ref=None, policy_name="", seed=0):
+    def __init__(self, inner, ref=None):
         self.inner, self.ref, self.log, self.found = inner, ref, [], None
-        self.pname, self.seed = policy_name, seed
         for k in ("name", "capabilities", "types_aware"):
             if hasattr(inner, k):
                 setattr(self, k, getattr(inner, k))
@@ -109,9 +111,9 @@ def run_case(group: str, seed: int, policy: str) -> dict:
     def sim(t):
         return Simulation(w.jobs, w.cluster, seed=seed, end_fraction=w.end_fraction, tenant_input=t)
 
-    base = Recorder(make_policy(policy, seed=seed), policy_name=policy)
+    base = Recorder(make_policy(policy, seed=seed))
     jn = summarize(sim(False).run(base, name=policy))["avg_jct_s"]
-    rec = Recorder(make_policy(policy, seed=seed), ref=base.log, policy_name=policy)
+    rec = Recorder(make_policy(policy, seed=seed), ref=base.log)
     jt = summarize(sim(True).run(rec, name=policy))["avg_jct_s"]
     return {"case": f"{group}@{seed}:{policy}", "ratio": jt / jn, "calls": [len(base.log), len(rec.log)],
             "first": rec.found}
@@ -120,7 +122,6 @@ def run_case(group: str, seed: int, policy: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases")
-    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     for c in a.cases.split(","):
         gs, _, p = c.partition(":")
