@@ -180,13 +180,14 @@ def test_the_simulator_hands_pieces_that_match_the_rows():
     assert seen["waiting"] > 0 and seen["running"] > 0
 
 
-@pytest.mark.parametrize("ending_s,waits", [(20.0, True), (200.0, False)])
-def test_an_arrival_waits_a_slot_for_the_gpus_of_a_job_ending_in_it(ending_s, waits):
+@pytest.mark.parametrize("ending_s,submit,waits", [(20.0, 990.0, True), (200.0, 990.0, False), (20.0, 960.0, False)])
+def test_an_arrival_waits_a_slot_for_the_gpus_of_a_job_ending_in_it(ending_s, submit, waits):
     """No GPU free; one running job ends within the 30 s slot: a 1-GPU arrival waits for its GPUs
-    and nothing restarts. When it ends later, the arrival shrinks a running job as pollux does."""
+    and nothing restarts. When it ends later, or the arrival has already waited a slot (the job
+    overran its prediction), the arrival shrinks a running job as pollux does."""
     big = running("big", 4, [(0, 4)], power(20000.0))
     ending = running("ending", 4, [(1, 4)], power(2.0 * ending_s))  # ending_s on its 4 GPUs
-    tiny = waiting("tiny", {1: 60.0}, submit=990.0)
+    tiny = waiting("tiny", {1: 60.0}, submit=submit)
     res = make_policy("hesrpt").decide(state([tiny], [big, ending], free=(0, 0), now=1000.0))
     if waits:
         assert not res.preempt and not res.starts

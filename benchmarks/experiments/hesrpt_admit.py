@@ -6,11 +6,14 @@ Design set: workloads 1-4 at 0.5x and 2.0x; held out: workloads 5-8 and the 1.5x
         [--workloads 1-4] [--where DESIGN]
 
 Designs (``;`` between them). Shipped: ``hesrpt`` (an arrival waits for the GPUs of running jobs
-that end within the slot instead of shrinking one: ``soon`` at S = the slot, 60 s here), ``pollux``.
+that end within the slot instead of shrinking one, for at most a slot from its submission:
+``soon`` at S = the slot, 60 s here, bounded), ``pollux``.
 Each other design is a change to ``before``, hesrpt without that rule (any arrival may shrink):
 
 * ``before``: hesrpt without the rule;
 * ``soon:S``: the shipped rule with S seconds instead of the slot;
+* ``gpus:S``: ``soon:S``, but an arrival may still shrink a victim whose restart idles no more
+  GPU-seconds (its GPUs x its move cost) than the arrival's wait would (its GPUs x S);
 * ``soonc:S``: as ``soon``, each arrival that waits claiming its GPUs of theirs, so the next
   arrival may shrink a running job when what finishes is claimed;
 * ``work:K``: an arrival may shrink a running job only when its own work (GPU-seconds at its
@@ -135,6 +138,15 @@ class SoonClaim(Soon):
         return True
 
 
+@dataclass
+class GpuSec(Soon):
+    def _may_shrink(self, victim: AllocJob, newcomer: AllocJob) -> bool:
+        if super()._may_shrink(victim, newcomer):
+            return True
+        cost = victim.charge / self.move_charge if isinstance(victim, _Weighted) and self.move_charge > 0 else self.move_cost
+        return victim.current * cost <= newcomer.counts[0] * self.soon
+
+
 def build(design: str):
     name, _, arg = design.partition(":")
     if name in ("pollux", "hesrpt"):
@@ -149,6 +161,8 @@ def build(design: str):
         return Need()
     if name == "soon":
         return Soon(soon=float(arg))
+    if name == "gpus":
+        return GpuSec(soon=float(arg))
     if name == "soonc":
         return SoonClaim(soon=float(arg))
     if name == "run":

@@ -77,6 +77,7 @@ class HesrptPolicy(PolluxPolicy):
     name: str = "hesrpt"
     _slot_s: float = field(default=0.0, init=False, repr=False)  # this call's slot length
     _freeing: int = field(default=0, init=False, repr=False)  # GPUs freed within it (`_allocate`)
+    _now: float = field(default=0.0, init=False, repr=False)  # this call's time
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p < 1.0:
@@ -105,7 +106,7 @@ class HesrptPolicy(PolluxPolicy):
         return j
 
     def decide(self, state: SlotState) -> SlotResult:
-        self._slot_s = state.slot_len
+        self._slot_s, self._now = state.slot_len, state.now
         return super().decide(state)
 
     def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
@@ -126,8 +127,9 @@ class HesrptPolicy(PolluxPolicy):
 
     def _may_shrink(self, victim: AllocJob, newcomer: AllocJob) -> bool:
         """An arrival shrinks a running job only when the jobs finishing within the slot free fewer
-        GPUs than it needs: otherwise it waits at most a slot for theirs, and no job restarts."""
-        return newcomer.counts[0] > self._freeing
+        GPUs than it needs: otherwise it waits for theirs, and no job restarts; at most a slot, since
+        a job that overruns its prediction looks as if it ended within every slot."""
+        return newcomer.counts[0] > self._freeing or self._now - newcomer.submit >= self._slot_s
 
 
 def shares(m: int, p: float) -> list[float]:
