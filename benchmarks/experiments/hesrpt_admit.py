@@ -2,7 +2,7 @@
 on Pollux's benchmark (docs/experiments.md, "hesrpt: which running job an arrival may shrink").
 Design set: workloads 1-4 at 0.5x and 2.0x; held out: workloads 5-8 and the 1.5x load.
 
-    python benchmarks/experiments/hesrpt_admit.py --designs "before;soon:60;work:1;wide:1;need" [--loads 0.5,2.0]
+    python benchmarks/experiments/hesrpt_admit.py --designs "before;soon:60;work:1;wide:1" [--loads 0.5,2.0]
         [--workloads 1-4] [--where DESIGN]
 
 Designs (``;`` between them). Shipped: ``hesrpt`` (an arrival waits for the GPUs of running jobs
@@ -22,9 +22,11 @@ Each other design is a change to ``before``, hesrpt without that rule (any arriv
 * ``run:K``: an arrival may shrink a running job only when its remaining time at its smallest
   count exceeds K x the victim's move cost;
 * ``wide:A``: a running job's change of count charged ``1 + A x max(current, new) / fair`` times
-  the shipped charge (fair: GPUs / jobs): a restart idles all the GPUs it holds;
-* ``need``: an arrival's victim chosen by the rise of its loss per GPU the arrival still needs,
-  not per GPU freed (a whole node freed for a 1-GPU arrival counts as the one GPU).
+  the shipped charge (fair: GPUs / jobs): a restart idles all the GPUs it holds.
+
+``need`` (docs/experiments.md: the victim's rise per GPU the arrival still needs) was measured with
+a hook in pollux's admission loop (``rise / min(g - c, need)``, need = the GPUs still missing) that
+is not kept.
 
 ``--where NAME``: per application, pollux against design NAME (hesrpt_lowload.py's table).
 """
@@ -100,12 +102,6 @@ class Wide(Before):
 
 
 @dataclass
-class Need(Before):
-    def _shrink_rise(self, o: AllocJob, g: int, c: int, need: int) -> float:
-        return (o.loss(c) - o.loss(g)) / min(g - c, need)
-
-
-@dataclass
 class Soon(Before):
     soon: float = 60.0
     _soon_free: int = 0
@@ -157,8 +153,6 @@ def build(design: str):
         return Work(k=float(arg))
     if name == "wide":
         return Wide(a=float(arg))
-    if name == "need":
-        return Need()
     if name == "soon":
         return Soon(soon=float(arg))
     if name == "gpus":

@@ -155,13 +155,12 @@ class PolluxPolicy:
             while not packs(alloc, cap, gpn):
                 # the cheapest shrink of a movable running job, by the rise of its loss per GPU freed
                 best: tuple[float, str, int] | None = None
-                need = max(1, used() - total)
                 for jid, g in alloc.items():
                     o = by_id[jid]
                     if jid == j.job_id or o.fixed or not self._may_shrink(o, j):
                         continue
                     for c in smaller(o, g):
-                        rise = self._shrink_rise(o, g, c, need)
+                        rise = (o.loss(c) - o.loss(g)) / (g - c)
                         if best is None or rise < best[0]:
                             best = (rise, jid, c)
                 if best is None:
@@ -222,11 +221,6 @@ class PolluxPolicy:
     def _may_shrink(self, victim: AllocJob, newcomer: AllocJob) -> bool:
         """Whether admitting ``newcomer`` may shrink the running ``victim`` (Pollux's: any may)."""
         return True
-
-    def _shrink_rise(self, o: AllocJob, g: int, c: int, need: int) -> float:
-        """What shrinking ``o`` from g to c GPUs costs, to admit a job short of ``need`` GPUs
-        (Pollux's: its loss's rise per GPU freed)."""
-        return (o.loss(c) - o.loss(g)) / (g - c)
 
     def _greedy(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         """From nothing (when the current allocation itself does not pack): oldest first at the
