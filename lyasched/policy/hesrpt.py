@@ -28,7 +28,8 @@ builders hand: `goodput.PiecesLeft`); a job with less left, or without pieces, b
 
 The search, placement rules and decisions are the pollux baseline's (from the current allocation;
 up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
-restart charge and the admission order (smallest first, as SRPT) are this policy's. What it reads
+restart charge and the admission (smallest first, as SRPT; an arrival waits up to a slot for the
+GPUs of jobs that end within it rather than shrink a running job: `_may_shrink`) are this policy's. What it reads
 is what pollux reads: the waiting jobs' rows and the running jobs' `MovableJob` rows and move
 costs, which the simulator and the service build the same way.
 """
