@@ -178,3 +178,20 @@ def test_the_simulator_hands_pieces_that_match_the_rows():
     w = load_workload("synth:adaptive,jobs=30", seed=2)
     Simulation(w.jobs, w.cluster, seed=2).run(Looking())
     assert seen["waiting"] > 0 and seen["running"] > 0
+
+
+@pytest.mark.parametrize("ending_s,submit,waits", [(20.0, 990.0, True), (200.0, 990.0, False), (20.0, 960.0, False)])
+def test_an_arrival_waits_a_slot_for_the_gpus_of_a_job_ending_in_it(ending_s, submit, waits):
+    """No GPU free; one running job ends within the 30 s slot: a 1-GPU arrival waits for its GPUs
+    and nothing restarts. When it ends later, or the arrival has already waited a slot (the job
+    overran its prediction), the arrival shrinks a running job as pollux does."""
+    big = running("big", 4, [(0, 4)], power(20000.0))
+    ending = running("ending", 4, [(1, 4)], power(2.0 * ending_s))  # ending_s on its 4 GPUs
+    tiny = waiting("tiny", {1: 60.0}, submit=submit)
+    res = make_policy("hesrpt").decide(state([tiny], [big, ending], free=(0, 0), now=1000.0))
+    if waits:
+        assert not res.preempt and not res.starts
+    else:
+        assert len(res.preempt) == 1 and "tiny" in {d.job_id for d in res.starts}
+    ctl = make_policy("pollux").decide(state([tiny], [big, ending], free=(0, 0), now=1000.0))
+    assert "tiny" in {d.job_id for d in ctl.starts}  # pollux's admission takes GPUs at once either way

@@ -28,7 +28,8 @@ builders hand: `goodput.PiecesLeft`); a job with less left, or without pieces, b
 
 The search, placement rules and decisions are the pollux baseline's (from the current allocation;
 up to one node or whole nodes; resizes and suspensions as `elastic`'s); only the objective, the
-restart charge and the admission order (smallest first, as SRPT) are this policy's. What it reads
+restart charge and the admission (smallest first, as SRPT; an arrival waits up to a slot for the
+GPUs of jobs that end within it rather than shrink a running job: `_may_shrink`) are this policy's. What it reads
 is what pollux reads: the waiting jobs' rows and the running jobs' `MovableJob` rows and move
 costs, which the simulator and the service build the same way.
 """
@@ -42,7 +43,7 @@ from lyasched.costmodel.goodput import PiecesLeft
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.allocation import AllocJob
 from lyasched.policy.pollux import PolluxPolicy
-from lyasched.policy.state import RunningJob, WaitingJob
+from lyasched.policy.state import RunningJob, SlotResult, SlotState, WaitingJob
 
 HOUR = 3600.0  # the weights' unit (only their ratios matter; it keeps them near 1)
 
@@ -75,6 +76,9 @@ class HesrptPolicy(PolluxPolicy):
     move_charge: float = 8.0  # moves a change of count is charged
     horizon_s: float = 360.0  # an adaptive job's counts weighed by its next horizon_s of work (0: all of it)
     name: str = "hesrpt"
+    _slot_s: float = field(default=0.0, init=False, repr=False)  # this call's slot length
+    _freeing: int = field(default=0, init=False, repr=False)  # GPUs freed within it (`_allocate`)
+    _now: float = field(default=0.0, init=False, repr=False)  # this call's time
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p < 1.0:
@@ -102,8 +106,14 @@ class HesrptPolicy(PolluxPolicy):
                 j.pieces = r.pieces
         return j
 
+    def decide(self, state: SlotState) -> SlotResult:
+        self._slot_s, self._now = state.slot_len, state.now
+        return super().decide(state)
+
     def _allocate(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         fair = max(1, sum(cap) // max(1, len(jobs)))
+        # GPUs of running jobs that finish before the next decision: an arrival waits for those
+        self._freeing = sum(j.current for j in jobs if j.current and j.rem.get(j.current, math.inf) <= self._slot_s)
         if self.horizon_s > 0:
             for j in jobs:
                 if isinstance(j, _Weighted) and j.pieces is not None and not j.fixed:
@@ -115,6 +125,12 @@ class HesrptPolicy(PolluxPolicy):
     def _admission_key(self, j: AllocJob) -> tuple[float, str]:
         """Smallest first (SRPT's order): the jobs the shares favour enter first."""
         return (j.base, j.job_id)
+
+    def _may_shrink(self, victim: AllocJob, newcomer: AllocJob) -> bool:
+        """An arrival shrinks a running job only when the jobs finishing within the slot free fewer
+        GPUs than it needs: otherwise it waits for theirs, and no job restarts; at most a slot, since
+        a job that overruns its prediction looks as if it ended within every slot."""
+        return newcomer.counts[0] > self._freeing or self._now - newcomer.submit >= self._slot_s
 
 
 def shares(m: int, p: float) -> list[float]:

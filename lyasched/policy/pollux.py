@@ -157,7 +157,7 @@ class PolluxPolicy:
                 best: tuple[float, str, int] | None = None
                 for jid, g in alloc.items():
                     o = by_id[jid]
-                    if jid == j.job_id or o.fixed:
+                    if jid == j.job_id or o.fixed or not self._may_shrink(o, j):
                         continue
                     for c in smaller(o, g):
                         rise = (o.loss(c) - o.loss(g)) / (g - c)
@@ -217,6 +217,10 @@ class PolluxPolicy:
     def _admission_key(self, j: AllocJob) -> tuple[float, str]:
         """The order waiting jobs enter the search in: oldest first (Pollux's)."""
         return (j.submit, j.job_id)
+
+    def _may_shrink(self, victim: AllocJob, newcomer: AllocJob) -> bool:
+        """Whether admitting ``newcomer`` may shrink the running ``victim`` (Pollux's: any may)."""
+        return True
 
     def _greedy(self, jobs: list[AllocJob], cap: list[int], gpn: int) -> dict[str, int]:
         """From nothing (when the current allocation itself does not pack): oldest first at the
