@@ -69,14 +69,17 @@ class LyapunovPolicy:
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
 
-    def _scores(self, state: SlotState, cols: int | None = None,
-                prune: bool = False) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
+    def _scores(self, state: SlotState, cols: int | None = None, prune: bool = False,
+                spread: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
 
         Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
         ``prune``: the jobs whose every score is surely <= 0 are left out (`_live`): then the score
         rows are those of the jobs ``arr["live"]`` only, in order. What decides is unchanged, as
         only positive scores start a job; the wake-up rule reads them all (`decide` rescores).
+        ``spread``: per GPU count, whether several nodes can hold it now (`FreeGpus.spread_mask`);
+        when none can, the several-node scores are all -inf without being computed, as `decide`
+        would set them (only for a caller that masks them so, and reads them only after).
         """
         jobs = state.waiting
         n = len(jobs)
@@ -139,7 +142,13 @@ class LyapunovPolicy:
             gt = gpu_seconds(one, multi)
             gpu_time = gt.min(axis=1)
         tau = 0.0
-        if self.relative and n > 1 and free_now > 0:
+        if self.relative and n > 1 and free_now == 1:
+            # one free GPU: shortest-first hands it to the least GPU-time, whoever holds it
+            # (`_shortest_first`'s answer; the rows' GPU-times are never NaN: `gpu_seconds`)
+            least = float(gpu_time.min())
+            if math.isfinite(least):
+                tau = least
+        elif self.relative and n > 1 and free_now > 0:
             ok = np.isfinite(gpu_time)
             if ok.any():
                 # shortest-first by GPU-time, each job on its most GPU-efficient count
@@ -171,6 +180,8 @@ class LyapunovPolicy:
             s[~np.isfinite(run)] = -np.inf
             return s
 
+        # no configuration across nodes fits now: those scores are -inf, not computed
+        no_multi = spread is not None and not spread[:one.shape[1]].any()
         codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
         credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
@@ -179,21 +190,27 @@ class LyapunovPolicy:
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
-            s_one, s_multi = score(one[live], None), score(multi[live], None)
+            s_one = score(one[live], None)
+            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi[live], None)
             finite_best, gain = every
             notes = {"live": live}
         elif fut is None:
-            s_one, s_multi = score(one, None), score(multi, None)
+            s_one = score(one, None)
+            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state, codes)
-            g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
+            g_one = repaying_gpus(g, owed, one)
             s_one += credit_t[:, None] * g_one
-            s_multi += credit_t[:, None] * g_multi
+            if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
+                g_multi = np.zeros(g_one.shape)
+            else:
+                g_multi = repaying_gpus(g, owed, multi)
+                s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
-                 "tenant_codes": codes, **notes}
+                 "tenant_codes": codes, "cut_rows": fast, **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
@@ -330,7 +347,9 @@ class LyapunovPolicy:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none", "wake_at": math.inf})
         prune = type(self)._values is LyapunovPolicy._values and type(self)._starts_first is LyapunovPolicy._starts_first \
             and type(self)._greedy is LyapunovPolicy._greedy
-        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune)
+        # the several-node scores are masked below by the spread rule: none computed when it allows none
+        spread = free.spread_mask(free.total) if type(self)._starts_first is LyapunovPolicy._starts_first else None
+        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune, spread=spread)
         self._best, self._started = arr["best"], []
         rows = arr.get("live")  # pruned: the score rows are these jobs' (row j is job rows[j])
         pre = self._starts_first(state, arr, free, s_one, s_multi)
@@ -386,7 +405,7 @@ class LyapunovPolicy:
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
             if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
-                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
+                raw_one, raw_multi, *_ = self._scores(state, cols=free.total, spread=spread)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
             codes = arr.get("tenant_codes")
@@ -423,18 +442,25 @@ class LyapunovPolicy:
         k = one.shape[1]
         # the request's column only (no row is read elsewhere): an allowed count, finite on one
         # node or across nodes, for a job the scores left waiting
-        with np.errstate(invalid="ignore"):
-            r = req.astype(np.int64)
-            has = (r == req) & (r >= 1) & (r <= k)
-            col = np.where(has, r - 1, 0)
-            rows = np.arange(n)
-            has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
+        if arr.get("cut_rows"):
+            # `RowCache.cut`'s rows: the request is a count in 1..width, the no-sliver rule never masks
+            # it, and its run there is ``run_req`` (the fmin below, read once per job when cached)
+            r = req
+            has = np.isfinite(run_req) & (r <= min(k, free.total))
+        else:
+            with np.errstate(invalid="ignore"):
+                r = req.astype(np.int64)
+                has = (r == req) & (r >= 1) & (r <= k)
+                col = np.where(has, r - 1, 0)
+                rows = np.arange(n)
+                has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
+            has &= r <= free.total
         has[self._started] = False
-        key = req * run_req
-        cand = np.flatnonzero(has & (r <= free.total))
+        cand = np.flatnonzero(has)
+        key = req[cand] * run_req[cand]
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        for j in cand[self._fill_order(arr, cand, key[cand])]:
+        for j in cand[self._fill_order(arr, cand, key)]:
             g = int(r[j])  # the request
             if free.total < g:
                 continue
