@@ -57,6 +57,10 @@ class LyapunovPolicy:
     name: str = "lyapunov"
     cross_type: bool = False  # typed slots: a start's penalty counts from the job's best type, not the slot's (off: docs/types.md)
     types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/types.md)
+    # Shortcuts that skip work whose result is known (scores masked to -inf anyway, one free GPU, the
+    # fill's cached column): the same decisions to the bit. False: the general path everywhere
+    # (tests/test_lyapunov_shortcuts.py decides both ways on random states and compares).
+    shortcuts: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -142,7 +146,7 @@ class LyapunovPolicy:
             gt = gpu_seconds(one, multi)
             gpu_time = gt.min(axis=1)
         tau = 0.0
-        if self.relative and n > 1 and free_now == 1:
+        if self.relative and n > 1 and free_now == 1 and self.shortcuts:
             # one free GPU: shortest-first hands it to the least GPU-time, whoever holds it
             # (`_shortest_first`'s answer; the rows' GPU-times are never NaN: `gpu_seconds`)
             least = float(gpu_time.min())
@@ -181,7 +185,7 @@ class LyapunovPolicy:
             return s
 
         # no configuration across nodes fits now: those scores are -inf, not computed
-        no_multi = spread is not None and not spread[:one.shape[1]].any()
+        no_multi = self.shortcuts and spread is not None and not spread[:one.shape[1]].any()
         codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
         credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
@@ -210,7 +214,7 @@ class LyapunovPolicy:
                 s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
-                 "tenant_codes": codes, "cut_rows": fast, **notes}
+                 "tenant_codes": codes, "cut_rows": fast and self.shortcuts, "no_multi": no_multi, **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
@@ -262,12 +266,9 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        n = codes.size
-        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
-        np.minimum.at(first, codes, np.arange(n))
-        present = np.flatnonzero(first < n)
-        order = present[np.argsort(first[present])]
-        got = [names[c] for c in order.tolist()]
+        seen = list(dict.fromkeys(codes.tolist()))  # a dict keeps its keys in order of first insertion
+        order = np.array(seen, dtype=np.intp)
+        got = [names[c] for c in seen]
         self._tenant_ix = (codes, order, got)
         return order, got
 
@@ -357,17 +358,23 @@ class LyapunovPolicy:
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
         s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
-        s_multi[:, ~free.spread_mask(k)] = -np.inf  # equal GPUs per node (placement.py)
+        no_multi = arr["no_multi"]  # every several-node score is -inf already
+        if not no_multi:
+            s_multi[:, ~free.spread_mask(k)] = -np.inf  # equal GPUs per node (placement.py)
         raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
         s_one, s_multi = self._values(s_one, s_multi, arr)
-        best = np.maximum(s_one, s_multi)
+        # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
+        best = s_one if no_multi and type(self)._values is LyapunovPolicy._values else np.maximum(s_one, s_multi)
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
         chosen: list[tuple[int, int]] | None = None
         cand_dp = _useful(best, cand, free.total)
         if cand_dp.size and cand_dp.size * free.total * k <= self.exact_limit:
             cand = cand_dp
-            chosen = _knapsack(best[cand], free.total)
+            if free.total == 1 and self.shortcuts:  # `_useful` kept the one job it could be, with a value > 0
+                chosen = [(0, 1)]
+            else:
+                chosen = _knapsack(best[cand], free.total)
             if chosen is not None:
                 chosen = [(int(cand[i]), g) for i, g in chosen]
                 solver = "exact"
