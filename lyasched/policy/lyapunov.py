@@ -406,8 +406,12 @@ class LyapunovPolicy:
             starts += self._fill(state, arr, free)
         idx = list(self._started)
         self._rows.left(state.waiting, idx)  # the next slot's jobs are likely these less the started ones
-        q_after = q - float(arr["work"][idx].sum())
-        z_after = z - float(arr["wait"][idx].sum())
+        if len(idx) == 1 and self.shortcuts:  # a sum of one value is that value
+            q_after = q - float(arr["work"][idx[0]])
+            z_after = z - float(arr["wait"][idx[0]])
+        else:
+            q_after = q - float(arr["work"][idx].sum())
+            z_after = z - float(arr["wait"][idx].sum())
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
@@ -736,6 +740,7 @@ class TenantBound:
             col = {name: i for i, name in enumerate(self.names)}
             self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
         self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
+        self._y0_least = float(self.y0.min())  # (read by every `_at`)
         # the book's sums and rates per tenant: `_at` moves them as `TenantBook.at` does
         self._rec = np.array([book.received.get(k, 0.0) for k in self.names])
         self._held = np.array([book.held.get(k, 0.0) for k in self.names])
@@ -749,7 +754,7 @@ class TenantBound:
         ent = self._ent + self._rate * d
         with np.errstate(invalid="ignore", divide="ignore"):
             y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
-        floor = min(float(self.y0.min()), float(y1.min()))
+        floor = min(self._y0_least, float(y1.min()))
         ebar = sum(ent.tolist()) / len(self.names)
         return ent, y1, floor, self.weight * ebar / self.g2
 
