@@ -359,8 +359,8 @@ class LyapunovPolicy:
         gcol = np.arange(1, k + 1)
         s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
         no_multi = arr["no_multi"]  # every several-node score is -inf already
-        if not no_multi:
-            s_multi[:, ~free.spread_mask(k)] = -np.inf  # equal GPUs per node (placement.py)
+        if not no_multi:  # equal GPUs per node (placement.py); ``spread`` holds the same for the first k counts
+            s_multi[:, ~(free.spread_mask(k) if spread is None else spread[:k])] = -np.inf
         raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
         s_one, s_multi = self._values(s_one, s_multi, arr)
         # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
@@ -471,10 +471,11 @@ class LyapunovPolicy:
         key = req[cand] * run_req[cand]
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        for j in cand[self._fill_order(arr, cand, key)]:
+
+        def attempt(j: int) -> None:
             g = int(r[j])  # the request
             if free.total < g:
-                continue
+                return
             pl = None
             if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
                 pl = free.take(g, True)
@@ -482,6 +483,16 @@ class LyapunovPolicy:
                 pl = free.take(g, False)
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
+
+        if free.total == 1 and cand.size and self.shortcuts and type(self)._fill_order is LyapunovPolicy._fill_order:
+            # one GPU: the loop below ends at its first start, so its first candidate (the least key,
+            # the first of equal ones, as `_fill_order` sorts) is tried alone first; if it does not
+            # start, nothing changed and the loop runs as ever
+            attempt(int(cand[int(np.argmin(key))]))
+            if free.total == 0:
+                return out
+        for j in cand[self._fill_order(arr, cand, key)]:
+            attempt(int(j))
             if free.total == 0:
                 break
         return out
