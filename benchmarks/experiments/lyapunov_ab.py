@@ -97,7 +97,7 @@ def main() -> None:
 
     t0 = time.process_time()
     sim.run(Both(), name="lyapunov")
-    res = {"jobs": len(w.jobs), "tenants": not a.no_tenants, "calls": calls, "mismatches": mism,
+    res: dict = {"jobs": len(w.jobs), "tenants": not a.no_tenants, "calls": calls, "mismatches": mism,
            "decide_cpu_new_s": round(cpu["new"], 2), "decide_cpu_ref_s": round(cpu["ref"], 2),
            "ratio": round(cpu["new"] / cpu["ref"], 3) if cpu["ref"] else None,
            "replay_cpu_s": round(time.process_time() - t0, 1), "first_mismatches": first}
