@@ -57,6 +57,10 @@ class LyapunovPolicy:
     name: str = "lyapunov"
     cross_type: bool = False  # typed slots: a start's penalty counts from the job's best type, not the slot's (off: docs/types.md)
     types_aware: ClassVar[bool] = True  # False: every GPU one type (the reference `lyapunov-unaware`; docs/types.md)
+    # Shortcuts that skip work whose result is known (scores masked to -inf anyway, one free GPU, the
+    # fill's cached column): the same decisions to the bit. False: the general path everywhere
+    # (tests/test_lyapunov_shortcuts.py decides both ways on random states and compares).
+    shortcuts: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -69,14 +73,17 @@ class LyapunovPolicy:
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
 
-    def _scores(self, state: SlotState, cols: int | None = None,
-                prune: bool = False) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
+    def _scores(self, state: SlotState, cols: int | None = None, prune: bool = False,
+                spread: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, dict]:
         """Score of starting each waiting job on k+1 GPUs on one node / several nodes.
 
         Only the first ``cols`` GPU counts are scored (more than the free GPUs can never start).
         ``prune``: the jobs whose every score is surely <= 0 are left out (`_live`): then the score
         rows are those of the jobs ``arr["live"]`` only, in order. What decides is unchanged, as
         only positive scores start a job; the wake-up rule reads them all (`decide` rescores).
+        ``spread``: per GPU count, whether several nodes can hold it now (`FreeGpus.spread_mask`);
+        when none can, the several-node scores are all -inf without being computed, as `decide`
+        would set them (only for a caller that masks them so, and reads them only after).
         """
         jobs = state.waiting
         n = len(jobs)
@@ -139,7 +146,13 @@ class LyapunovPolicy:
             gt = gpu_seconds(one, multi)
             gpu_time = gt.min(axis=1)
         tau = 0.0
-        if self.relative and n > 1 and free_now > 0:
+        if self.relative and n > 1 and free_now == 1 and self.shortcuts:
+            # one free GPU: shortest-first hands it to the least GPU-time, whoever holds it
+            # (`_shortest_first`'s answer; the rows' GPU-times are never NaN: `gpu_seconds`)
+            least = float(gpu_time.min())
+            if math.isfinite(least):
+                tau = least
+        elif self.relative and n > 1 and free_now > 0:
             ok = np.isfinite(gpu_time)
             if ok.any():
                 # shortest-first by GPU-time, each job on its most GPU-efficient count
@@ -171,6 +184,8 @@ class LyapunovPolicy:
             s[~np.isfinite(run)] = -np.inf
             return s
 
+        # no configuration across nodes fits now: those scores are -inf, not computed
+        no_multi = self.shortcuts and spread is not None and not spread[:one.shape[1]].any()
         codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
         credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
         live = None
@@ -179,21 +194,27 @@ class LyapunovPolicy:
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
-            s_one, s_multi = score(one[live], None), score(multi[live], None)
+            s_one = score(one[live], None)
+            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi[live], None)
             finite_best, gain = every
             notes = {"live": live}
         elif fut is None:
-            s_one, s_multi = score(one, None), score(multi, None)
+            s_one = score(one, None)
+            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state, codes)
-            g_one, g_multi = repaying_gpus(g, owed, one), repaying_gpus(g, owed, multi)
+            g_one = repaying_gpus(g, owed, one)
             s_one += credit_t[:, None] * g_one
-            s_multi += credit_t[:, None] * g_multi
+            if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
+                g_multi = np.zeros(g_one.shape)
+            else:
+                g_multi = repaying_gpus(g, owed, multi)
+                s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
-                 "tenant_codes": codes, **notes}
+                 "tenant_codes": codes, "cut_rows": fast and self.shortcuts, "no_multi": no_multi, **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
@@ -245,12 +266,9 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        n = codes.size
-        first = np.full(len(names), n, dtype=np.intp)  # each code's first row (n: none)
-        np.minimum.at(first, codes, np.arange(n))
-        present = np.flatnonzero(first < n)
-        order = present[np.argsort(first[present])]
-        got = [names[c] for c in order.tolist()]
+        seen = list(dict.fromkeys(codes.tolist()))  # a dict keeps its keys in order of first insertion
+        order = np.array(seen, dtype=np.intp)
+        got = [names[c] for c in seen]
         self._tenant_ix = (codes, order, got)
         return order, got
 
@@ -330,7 +348,9 @@ class LyapunovPolicy:
             return SlotResult(starts=(), q=q, z=z, info={"solver": "none", "wake_at": math.inf})
         prune = type(self)._values is LyapunovPolicy._values and type(self)._starts_first is LyapunovPolicy._starts_first \
             and type(self)._greedy is LyapunovPolicy._greedy
-        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune)
+        # the several-node scores are masked below by the spread rule: none computed when it allows none
+        spread = free.spread_mask(free.total) if type(self)._starts_first is LyapunovPolicy._starts_first else None
+        s_one, s_multi, q, z, arr = self._scores(state, cols=free.total, prune=prune, spread=spread)
         self._best, self._started = arr["best"], []
         rows = arr.get("live")  # pruned: the score rows are these jobs' (row j is job rows[j])
         pre = self._starts_first(state, arr, free, s_one, s_multi)
@@ -338,17 +358,23 @@ class LyapunovPolicy:
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
         s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
-        s_multi[:, ~free.spread_mask(k)] = -np.inf  # equal GPUs per node (placement.py)
+        no_multi = arr["no_multi"]  # every several-node score is -inf already
+        if not no_multi:  # equal GPUs per node (placement.py); ``spread`` holds the same for the first k counts
+            s_multi[:, ~(free.spread_mask(k) if spread is None else spread[:k])] = -np.inf
         raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
         s_one, s_multi = self._values(s_one, s_multi, arr)
-        best = np.maximum(s_one, s_multi)
+        # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
+        best = s_one if no_multi and type(self)._values is LyapunovPolicy._values else np.maximum(s_one, s_multi)
         cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
         chosen: list[tuple[int, int]] | None = None
         cand_dp = _useful(best, cand, free.total)
         if cand_dp.size and cand_dp.size * free.total * k <= self.exact_limit:
             cand = cand_dp
-            chosen = _knapsack(best[cand], free.total)
+            if free.total == 1 and self.shortcuts:  # `_useful` kept the one job it could be, with a value > 0
+                chosen = [(0, 1)]
+            else:
+                chosen = _knapsack(best[cand], free.total)
             if chosen is not None:
                 chosen = [(int(cand[i]), g) for i, g in chosen]
                 solver = "exact"
@@ -380,13 +406,17 @@ class LyapunovPolicy:
             starts += self._fill(state, arr, free)
         idx = list(self._started)
         self._rows.left(state.waiting, idx)  # the next slot's jobs are likely these less the started ones
-        q_after = q - float(arr["work"][idx].sum())
-        z_after = z - float(arr["wait"][idx].sum())
+        if len(idx) == 1 and self.shortcuts:  # a sum of one value is that value
+            q_after = q - float(arr["work"][idx[0]])
+            z_after = z - float(arr["wait"][idx[0]])
+        else:
+            q_after = q - float(arr["work"][idx].sum())
+            z_after = z - float(arr["wait"][idx].sum())
         self._started = []
         info = {"solver": solver, "Q": q, "Z": z}
         if not starts and cand.size == 0:
             if rows is not None:  # the wake-up rule reads every score: this slot's, unpruned (nothing started)
-                raw_one, raw_multi, *_ = self._scores(state, cols=free.total)
+                raw_one, raw_multi, *_ = self._scores(state, cols=free.total, spread=spread)
                 raw_one[:, gcol > free.max_on_one_node()] = -np.inf
                 raw_multi[:, ~free.spread_mask(k)] = -np.inf
             codes = arr.get("tenant_codes")
@@ -423,21 +453,29 @@ class LyapunovPolicy:
         k = one.shape[1]
         # the request's column only (no row is read elsewhere): an allowed count, finite on one
         # node or across nodes, for a job the scores left waiting
-        with np.errstate(invalid="ignore"):
-            r = req.astype(np.int64)
-            has = (r == req) & (r >= 1) & (r <= k)
-            col = np.where(has, r - 1, 0)
-            rows = np.arange(n)
-            has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
+        if arr.get("cut_rows"):
+            # `RowCache.cut`'s rows: the request is a count in 1..width, the no-sliver rule never masks
+            # it, and its run there is ``run_req`` (the fmin below, read once per job when cached)
+            r = req
+            has = np.isfinite(run_req) & (r <= min(k, free.total))
+        else:
+            with np.errstate(invalid="ignore"):
+                r = req.astype(np.int64)
+                has = (r == req) & (r >= 1) & (r <= k)
+                col = np.where(has, r - 1, 0)
+                rows = np.arange(n)
+                has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
+            has &= r <= free.total
         has[self._started] = False
-        key = req * run_req
-        cand = np.flatnonzero(has & (r <= free.total))
+        cand = np.flatnonzero(has)
+        key = req[cand] * run_req[cand]
         out: list[Decision] = []
         gpn = state.gpus_per_node
-        for j in cand[self._fill_order(arr, cand, key[cand])]:
+
+        def attempt(j: int) -> None:
             g = int(r[j])  # the request
             if free.total < g:
-                continue
+                return
             pl = None
             if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
                 pl = free.take(g, True)
@@ -445,6 +483,16 @@ class LyapunovPolicy:
                 pl = free.take(g, False)
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
+
+        if free.total == 1 and cand.size and self.shortcuts and type(self)._fill_order is LyapunovPolicy._fill_order:
+            # one GPU: the loop below ends at its first start, so its first candidate (the least key,
+            # the first of equal ones, as `_fill_order` sorts) is tried alone first; if it does not
+            # start, nothing changed and the loop runs as ever
+            attempt(int(cand[int(np.argmin(key))]))
+            if free.total == 0:
+                return out
+        for j in cand[self._fill_order(arr, cand, key)]:
+            attempt(int(j))
             if free.total == 0:
                 break
         return out
@@ -703,6 +751,7 @@ class TenantBound:
             col = {name: i for i, name in enumerate(self.names)}
             self.who = np.fromiter(map(col.__getitem__, users), dtype=np.intp, count=len(users))
         self.y0 = np.array([book.shortfall(k, slack, self.pad) for k in self.names])
+        self._y0_least = float(self.y0.min())  # (read by every `_at`)
         # the book's sums and rates per tenant: `_at` moves them as `TenantBook.at` does
         self._rec = np.array([book.received.get(k, 0.0) for k in self.names])
         self._held = np.array([book.held.get(k, 0.0) for k in self.names])
@@ -716,7 +765,7 @@ class TenantBound:
         ent = self._ent + self._rate * d
         with np.errstate(invalid="ignore", divide="ignore"):
             y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
-        floor = min(float(self.y0.min()), float(y1.min()))
+        floor = min(self._y0_least, float(y1.min()))
         ebar = sum(ent.tolist()) / len(self.names)
         return ent, y1, floor, self.weight * ebar / self.g2
 
