@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence, cast
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -207,7 +207,7 @@ class SlotStateBuilder:
                     v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
                 made[ids[i]] = v[1]
                 self._made_obs.append(o)  # kept alive while cached: its id is not reused
-        res = cast("tuple[RunningJob, ...]", tuple(map(made.__getitem__, ids)))
+        res = tuple(map(made.__getitem__, ids))
         self._last = (snap.running, res)
         return res
 
