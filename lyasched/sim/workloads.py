@@ -172,10 +172,11 @@ class TraceRow:
 
 
 def _parse_time(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
+    if not (text[4:5] == "-" and text[:4].isdigit()):  # not YYYY-...: no float starts so; skip the raise
+        try:
+            return float(text)
+        except ValueError:
+            pass
     d = datetime.fromisoformat(text.strip())
     if d.tzinfo is None:
         d = d.replace(tzinfo=timezone.utc)
