@@ -46,6 +46,38 @@ def test_waterfill_properties(demand, shares, cap):
     assert sum(out.values()) == pytest.approx(min(cap, sum(demand.values())), abs=1e-6)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.one_of(st.integers(0, 12).map(float), st.floats(0, 50)), min_size=1),
+       st.one_of(st.integers(0, 40).map(float), st.floats(0, 100)))
+def test_equal_shares_fill_is_the_weighted_fill_float_for_float(demand, cap):
+    """The equal-share fill (every replay without given shares) is the general fill with every
+    share 1, to the last bit and in the same key order, parts compared against included."""
+    from lyasched.policy.tenants import _waterfill_equal, _waterfill_weighted
+
+    fast = _waterfill_equal(demand, cap)
+    slow = _waterfill_weighted(demand, {}, cap)
+    assert [list(d.items()) for d in fast] == [list(d.items()) for d in slow]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 50), st.sampled_from("abcd"), st.integers(-2, 3).map(float),
+                          st.integers(-2, 3).map(float)), max_size=30))
+def test_ledger_advance_equals_its_step_by_step_sums(events):
+    """`advance` (one loop for held, received and usage) gives the sums of `TenantBook.at` from
+    each event, float for float."""
+    led = TenantLedger(capacity=6.0)
+    t = 0.0
+    for dt, k, dh, da in events:
+        t += dt
+        before = led.book(t) if led.t > -math.inf else None
+        led.apply([(t, k, dh, da)])
+        if before is not None:  # `book` extrapolates as `advance` integrates
+            after = led.book(t)
+            assert after.received == {**before.received, **{x: after.received[x] for x in after.received if x not in before.received}}
+            assert after.usage == {**before.usage, **{x: after.usage[x] for x in after.usage if x not in before.usage}}
+            assert after.entitled == {**before.entitled, **{x: after.entitled[x] for x in after.entitled if x not in before.entitled}}
+
+
 def test_ledger_integrates():
     led = TenantLedger(capacity=4.0)
     led.advance(0.0)

@@ -64,6 +64,14 @@ def waterfill_levels(demand: Mapping[str, float], shares: Mapping[str, float],
     ran out) the largest part it was compared against: while every other demand stays, such a
     tenant's demand may move anywhere above that and the fill is the same, float for float (each
     round's sums and comparisons read only the others' demands), so a ledger need not redo it."""
+    if not shares or all(v == 1.0 for v in shares.values()):
+        return _waterfill_equal(demand, capacity)
+    return _waterfill_weighted(demand, shares, capacity)
+
+
+def _waterfill_weighted(demand: Mapping[str, float], shares: Mapping[str, float],
+                        capacity: float) -> tuple[dict[str, float], dict[str, float]]:
+    """`waterfill_levels` for any shares."""
     active = {k: d for k, d in demand.items() if d > 0}
     out = {k: 0.0 for k in demand}
     above: dict[str, float] = {}
@@ -87,6 +95,33 @@ def waterfill_levels(demand: Mapping[str, float], shares: Mapping[str, float],
             left -= d
             del active[k]
     return out, {k: above.get(k, 0.0) for k in active}
+
+
+def _waterfill_equal(demand: Mapping[str, float], capacity: float) -> tuple[dict[str, float], dict[str, float]]:
+    """`waterfill_levels` when every share is 1 (a replay's tenants, unless given shares): the
+    same steps, float for float, with each round's part (``left * 1.0 / n``, the weights summing
+    to n exactly) taken once instead of per tenant."""
+    ks = [k for k, d in demand.items() if d > 0]
+    out = dict.fromkeys(demand, 0.0)
+    above: dict[str, float] = {}
+    left = float(capacity)
+    while ks and left > 1e-12:
+        p = left * 1.0 / float(len(ks))
+        for k in ks:
+            if p > above.get(k, -math.inf):
+                above[k] = p
+        keep = [k for k in ks if not demand[k] <= p]
+        if len(keep) == len(ks):  # none capped
+            for k in ks:
+                out[k] += p
+            break
+        for k in ks:
+            d = demand[k]
+            if d <= p:
+                out[k] += d
+                left -= d
+        ks = keep
+    return out, {k: above.get(k, 0.0) for k in ks}
 
 
 @dataclass(frozen=True)
@@ -203,6 +238,19 @@ class TenantLedger:
         if rate is None:
             rate = self.rates()
         held, received, entitled, usage = self.held, self.received, self.entitled, self.usage
+        if math.isfinite(self.half_life) and usage.keys() == held.keys():  # one loop for both (as `apply` keeps them)
+            lam = math.log(2.0) / self.half_life
+            d = math.exp(-lam * dt)
+            e = -math.expm1(-lam * dt)
+            for k, g in held.items():
+                if g:
+                    received[k] = received.get(k, 0.0) + g * dt
+                usage[k] = usage[k] * d + g * e / lam
+            for k, r in rate.items():
+                if r:
+                    entitled[k] = entitled.get(k, 0.0) + r * dt
+            self.t = t
+            return
         for k, g in held.items():
             if g:
                 received[k] = received.get(k, 0.0) + g * dt

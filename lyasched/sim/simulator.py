@@ -20,7 +20,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +41,7 @@ from lyasched.sim import moves as mv
 from lyasched.sim.progress import Progress
 
 _OBS = attrgetter("obs")
+_FIRST = itemgetter(0)
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
 DEFAULT_RESTART_OVERHEAD = 30.0  # seconds lost when a preempted job restarts (checkpoint reload)
@@ -522,7 +523,7 @@ class Simulation:
 
         trust = TrustBook() if self.trust and not oracle else None
         ledger = TenantLedger(capacity=float(total), shares=dict(self.shares)) if self.tenant_input else None
-        pending: list[tuple[float, int, str, float, float]] = []  # ledger events since the last slot
+        pending: list[tuple[float, str, float, float]] = []  # ledger events since the last slot (TenantLedger.apply's)
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
 
         waiting: list[int] = []  # job indices, kept sorted (= by submit time)
@@ -595,7 +596,7 @@ class Simulation:
                     stop(running[i], end, finished=True)
                     records[i].end = end
                     if ledger is not None:
-                        pending.append((end, i, jobs[i].user, -float(records[i].gpus), 0.0))
+                        pending.append((end, jobs[i].user, -float(records[i].gpus), 0.0))
                     note_util(end)
                     done += 1
                     changed_running = True
@@ -609,7 +610,7 @@ class Simulation:
                     waiting.append(i)
                     wlist.append(views[i])
                     if ledger is not None:
-                        pending.append((jobs[i].submit_time, i, jobs[i].user, 0.0, req_g[i]))
+                        pending.append((jobs[i].submit_time, jobs[i].user, 0.0, req_g[i]))
                     next_arrival += 1
                     waiting_view = None
                 if changed_running:
@@ -632,8 +633,8 @@ class Simulation:
                         running_view = tuple(map(_OBS, running.values()))
                     book = None
                     if ledger is not None:
-                        pending.sort(key=lambda e: e[0])  # each event at its own time, in time order
-                        ledger.apply((et, k, dh, da) for et, _, k, dh, da in pending)
+                        pending.sort(key=_FIRST)  # each event at its own time, in time order (stable)
+                        ledger.apply(pending)
                         pending.clear()
                         book = ledger.book(t)
                     state = builder.build(ClusterSnapshot(
@@ -673,7 +674,7 @@ class Simulation:
                         r = running[i]
                         tokens[i] += 1
                         if ledger is not None:
-                            pending.append((t, i, jobs[i].user, -float(r.gpus), req_g[i]))
+                            pending.append((t, jobs[i].user, -float(r.gpus), req_g[i]))
                         stop(r, t, finished=False)
                         records[i].preemptions += 1
                         views[i] = self._view(i, frac[i], float(self.move_costs[i]), oracle, attained[i])
@@ -731,7 +732,7 @@ class Simulation:
                             rec.resizes += 1
                         rec.gpus, rec.spans_nodes = d.gpus, spans
                         if ledger is not None:
-                            pending.append((t, i, jobs[i].user, float(d.gpus), -req_g[i]))
+                            pending.append((t, jobs[i].user, float(d.gpus), -req_g[i]))
                         started.add(i)
                         acted = True
                     if started:

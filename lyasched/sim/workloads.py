@@ -172,10 +172,11 @@ class TraceRow:
 
 
 def _parse_time(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
+    if not (text[4:5] == "-" and text[:4].isdigit()):  # not YYYY-...: no float starts so; skip the raise
+        try:
+            return float(text)
+        except ValueError:
+            pass
     d = datetime.fromisoformat(text.strip())
     if d.tzinfo is None:
         d = d.replace(tzinfo=timezone.utc)
@@ -202,7 +203,7 @@ def read_trace(path: str) -> list[TraceRow]:
             for k, r in enumerate(reader):
                 line = k + 2
                 vals = (r.get(tcol), r.get("duration"), r.get("num_gpus"))
-                if any(v is None or v.strip() == "" for v in vals):
+                if not (vals[0] and vals[1] and vals[2]) or not (vals[0].strip() and vals[1].strip() and vals[2].strip()):
                     raise TraceError(f"trace {path} line {line}: truncated row (empty submit time, duration or num_gpus)")
                 try:
                     submit = _parse_time(str(vals[0]))
@@ -231,10 +232,11 @@ def read_trace(path: str) -> list[TraceRow]:
                 except ValueError as e:
                     raise TraceError(f"trace {path} line {line}: {e}") from None
                 ft = (r.get("constraint") or "").strip() if "constraint" in cols else ""
-                try:
-                    parse_constraint(ft)
-                except ValueError as e:
-                    raise TraceError(f"trace {path} line {line}: {e}") from None
+                if ft:
+                    try:
+                        parse_constraint(ft)
+                    except ValueError as e:
+                        raise TraceError(f"trace {path} line {line}: {e}") from None
                 out.append(TraceRow(k, submit, duration, int(g), (r.get(gcol) or "") if gcol else "", ad, types, ft))
     except UnicodeDecodeError:
         raise TraceError(f"trace {path}: not a text CSV file") from None
@@ -310,17 +312,25 @@ def trace_jobs(rows: Sequence[TraceRow], cluster: ClusterSpec, seed: int = 0) ->
     gpn = cluster.gpus_per_node
     names = list(MODELS)
     top = max(r.row for r in rows) + 1
-    draws = np.random.default_rng([int(seed), 0x7ACE]).random((top, 2))
+    draws = np.random.default_rng([int(seed), 0x7ACE]).random((top, 2)).tolist()  # the same floats as Python's
     t0 = min(r.submit for r in rows)
     jobs = []
+    # a model's profile and its iteration time per GPU count, computed once (the same pure calls)
+    profs: dict[str, Any] = {}
+    iters: dict[tuple[str, int], float] = {}
     for r in rows:
-        spec = MODELS[names[int(draws[r.row, 0] * len(names))]]
-        prof = profile(spec.name, "imagenet")
+        d0, d1 = draws[r.row]
+        spec = MODELS[names[int(d0 * len(names))]]
+        prof = profs.get(spec.name)
+        if prof is None:
+            prof = profs[spec.name] = profile(spec.name, "imagenet")
         g = min(r.gpus, cluster.total_gpus)
         batch = g * spec.local_batch
-        it = cost.iter_time(prof, batch, g, g > gpn)
+        it = iters.get((spec.name, g))
+        if it is None:
+            it = iters[spec.name, g] = cost.iter_time(prof, batch, g, g > gpn)
         iterations = max(1, int(round(r.duration / it)))
-        limit = math.ceil(max(r.duration, it) * (1.5 + 2.5 * float(draws[r.row, 1])) / 60.0) * 60.0
+        limit = math.ceil(max(r.duration, it) * (1.5 + 2.5 * d1) / 60.0) * 60.0
         jobs.append(
             Job(
                 job_id=f"t{r.row}",
