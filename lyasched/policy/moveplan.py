@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
-from dataclasses import dataclass
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -53,14 +52,17 @@ if TYPE_CHECKING:
     from lyasched.policy.elastic import ElasticPolicy
 
 
-@dataclass
 class Victim:
-    """A movable job as the make-room step reads it, computed once per slot."""
+    """A movable job as the make-room step reads it, computed once per slot (a plain class with
+    slots: one is made per movable job per slot)."""
 
-    job: MovableJob
-    r_now: float  # remaining run on its current GPUs
-    cost: float  # its move cost
-    usable: bool  # it has GPUs and a finite, positive remaining run
+    __slots__ = ("job", "r_now", "cost", "usable")
+
+    def __init__(self, job: MovableJob, r_now: float, cost: float, usable: bool) -> None:
+        self.job = job
+        self.r_now = r_now  # remaining run on its current GPUs
+        self.cost = cost  # its move cost
+        self.usable = usable  # it has GPUs and a finite, positive remaining run
 
 
 # A placement depends on the shape and the free vector only (the placement rule reads nothing
@@ -224,6 +226,8 @@ class Path:
             if hit is None:
                 hit = self._sums["cost"] = sum(c for _, _, c, _ in self.steps)
             return hit
+        if len(self.steps) == 1:  # one suspension: the sum of one term, 0.0 + it (as `sum` adds it)
+            return 0.0 + (t_j + self.steps[0][0].cost)
         return sum(c if new is not None else t_j + v.cost for v, new, c, _ in self.steps)
 
     def chosen(self, t_j: float) -> list:
@@ -470,7 +474,8 @@ class Quiet:
         if self.m:
             arr = self._m
             if arr is None:
-                arr = self._m = np.asarray(self.m)
+                # the same floats as np.asarray(self.m), read flat (faster than a list of tuples)
+                arr = self._m = np.fromiter(chain.from_iterable(self.m), float, 3 * len(self.m)).reshape(-1, 3)
             if bool((arr[:, 0] - arr[:, 1] * d - arr[:, 2] * d * d <= 0).any()):
                 return False
         if self._swaps:
