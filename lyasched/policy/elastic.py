@@ -616,8 +616,7 @@ class ElasticPolicy(LyapunovPolicy):
         free_total = nfree  # sum(free), kept by the caller
         # each candidate's forecast wait depends on the GPUs asked ahead of it, not on the victim:
         # the candidates that would gain from a swap (forecast wait above their run) are listed
-        # once per call, in the scan's order; per victim only those asking no more GPUs than the
-        # victim's and the free ones (``cap``) can fit, listed once per cap
+        # once per call, in the scan's order (`_batch` passes over those asking more GPUs than are left)
         _, _, pos_k, _, t_k, shape_k = order[k]
         if not wait_j > t_k:
             return None
@@ -631,11 +630,17 @@ class ElasticPolicy(LyapunovPolicy):
         # the batch is placed on the nodes with a free GPU and the victim's (as `moveplan.fit_on`): a victim
         # costs its batch, not a pass over every node; those nodes and their counts are a pure function
         # of the free vector and the victim's placement (`moveplan.trial_nodes`, kept across calls)
+        if memo.trial_free is not free_t:  # per victim, `trial_nodes` on this free vector: asked by every candidate
+            memo.trial_free, memo.trials = free_t, {}
+        trials = memo.trials
         for v in memo.bigger(g_j):
             r = v.job
             if r.job_id in used:
                 continue
-            nodes, key, trial_total = trial_nodes(free_t, r.placement)
+            got_t = trials.get(r.job_id)
+            if got_t is None:
+                got_t = trials[r.job_id] = trial_nodes(free_t, r.placement)
+            nodes, key, trial_total = got_t
             if g_j > trial_total:
                 continue  # the candidate itself cannot fit there
             # the batch over positions in ``trial`` depends on the counts alone (the placement
