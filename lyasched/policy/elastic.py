@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -111,6 +112,9 @@ class ElasticPolicy(LyapunovPolicy):
         self._cands = PerJob(candidate)
         self._runs_best: PerJob[float] = PerJob(lambda w: w.best_run)  # a waiting job's rows do not change while it waits
         self._quiet: Quiet | None = None  # this call's record of what keeps make-room a no-op (`_quiet_wake`)
+        # the last call's jobs left after the core, its swap candidates and their order: a candidate
+        # is a function of its job alone (`moveplan.candidate`), so the same jobs give the same ones
+        self._last_order: tuple[list[WaitingJob], list, list] | None = None
 
     def _swap_check(self, state: SlotState, left: list[WaitingJob], base_starts: Sequence[Decision]) -> SwapCheck | None:
         """Extension point (benchmarks/experiments/variants/swaps.py): a check of this slot's swaps beyond
@@ -442,19 +446,26 @@ class ElasticPolicy(LyapunovPolicy):
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
         ends = Releases(state.running)  # the release forecast
+        ends_t, ends_cum, n_ends = ends.t, ends.cum, len(ends.t)
         used: set[str] = set()
         starts: list[Decision] = []
         preempt: list[str] = []
         moved: dict[str, str] = {}
         # the victims in order: longest remaining run first within the same over-request flag (sorted at the first search)
         memo = SlotMemo(self, movable, ordered=False)
-        cands = []
         self._cands.prune(state.waiting)
         self._runs_best.prune(state.waiting)
-        for pos, w in enumerate(left):
-            cand = self._cands(w)
-            if cand is not None:
-                cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
+        last = self._last_order
+        if last is not None and len(last[0]) == len(left) and all(map(operator.is_, last[0], left)):
+            cands, order = last[1], last[2]  # the same jobs left, in the same order: the same candidates
+        else:
+            cands = []
+            for pos, w in enumerate(left):
+                cand = self._cands(w)
+                if cand is not None:
+                    cands.append((cand[0], w.job_id, pos, cand[1], cand[2], cand[3]))
+            order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
+            self._last_order = (left, cands, order)
         ahead = 0  # GPUs asked by shorter jobs still waiting: they take released GPUs before j
         older = self._ahead_of(left, cands)
         check = self._swap_check(state, left, base_starts)
@@ -471,7 +482,6 @@ class ElasticPolicy(LyapunovPolicy):
         n_wait = len(state.waiting)  # Z grows by n_wait per second while nothing changes
         ranked = False  # a candidate searched: the victims' order it read is recorded at the end (`_quiet_rank`)
         flips: list[tuple[float, str, int, float]] = []  # per searching candidate: its forecast wait's margin over its run, its tenant, GPUs, best run
-        order = heapq.nsmallest(self.max_candidates, cands)  # shortest first, whatever the tenant (as the fill)
         taken: set[int] = set()  # positions in `left` started by a group swap earlier in this slot
         inert = True
         searches = 0
@@ -481,7 +491,7 @@ class ElasticPolicy(LyapunovPolicy):
             if pos in taken:
                 continue
             w = left[pos]
-            pl = memo.fit(shape, free) if nfree >= g else None
+            pl = memo.fit(shape, free_t) if nfree >= g else None
             if pl is not None:  # GPUs earlier moves left over: start it as the fill would
                 inert = False
                 self._take(free, pl)
@@ -492,7 +502,9 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
+            # `Releases.wait`, inlined (the same expression): asked for every candidate
+            i_end = bisect_left(ends_cum, (ahead if older is None else older[pos]) + g - nfree)
+            wait_j = max(0.0, ends_t[i_end] - now) if i_end < n_ends else math.inf
             ahead += g
             # a swap helps only a job that would wait longer than it runs; its tenant's credit
             # counts as wait it saves (the score's bracket), for the GPUs that repay what the
@@ -607,8 +619,7 @@ class ElasticPolicy(LyapunovPolicy):
         free_total = nfree  # sum(free), kept by the caller
         # each candidate's forecast wait depends on the GPUs asked ahead of it, not on the victim:
         # the candidates that would gain from a swap (forecast wait above their run) are listed
-        # once per call, in the scan's order; per victim only those asking no more GPUs than the
-        # victim's and the free ones (``cap``) can fit, listed once per cap
+        # once per call, in the scan's order (`_batch` passes over those asking more GPUs than are left)
         _, _, pos_k, _, t_k, shape_k = order[k]
         if not wait_j > t_k:
             return None
@@ -617,30 +628,31 @@ class ElasticPolicy(LyapunovPolicy):
         closest = min(wait_j - t_k, closest)  # the least margin of a forecast wait above its run (each falls at 1/s)
         if qt is not None:
             qt.keep(closest, 1.0)
-        elig: list[tuple[int, int, Shape, float]] | None = None  # (pos, g, shape, forecast wait), listed at the first victim
-        by_cap: dict[int, list[tuple[int, int, Shape, float]]] = {}
+        head = (pos_k, g_j, shape_k, wait_j)  # the scan: this candidate, then rows[first:] (pos, g, shape, forecast wait)
         batches: dict[tuple[int, ...], tuple] = {}  # per victim's counts (`_batch`), for this call
         # the batch is placed on the nodes with a free GPU and the victim's (as `moveplan.fit_on`): a victim
         # costs its batch, not a pass over every node; those nodes and their counts are a pure function
         # of the free vector and the victim's placement (`moveplan.trial_nodes`, kept across calls)
+        if memo.trial_free is not free_t:  # per victim, `trial_nodes` on this free vector: asked by every candidate
+            memo.trial_free, memo.trials = free_t, {}
+        trials = memo.trials
         for v in memo.bigger(g_j):
             r = v.job
             if r.job_id in used:
                 continue
-            nodes, key, trial_total = trial_nodes(free_t, r.placement)
+            got_t = trials.get(r.job_id)
+            if got_t is None:
+                got_t = trials[r.job_id] = trial_nodes(free_t, r.placement)
+            nodes, key, trial_total = got_t
             if g_j > trial_total:
                 continue  # the candidate itself cannot fit there
-            if elig is None:
-                elig = [(pos_k, g_j, shape_k, wait_j), *rows[first:]]
-            scan = by_cap.get(trial_total)
-            if scan is None:
-                scan = by_cap[trial_total] = [e for e in elig if e[1] <= trial_total]
             # the batch over positions in ``trial`` depends on the counts alone (the placement
-            # rule reads only counts, ties by lowest index) and on the scan, one per count total:
-            # victims whose nodes give the same counts share it (`_batch`)
+            # rule reads only counts, ties by lowest index) and on the scan: victims whose nodes
+            # give the same counts share it (`_batch`)
             got = batches.get(key)
             if got is None:
-                got = batches[key] = self._batch(scan, list(key), trial_total, free_total, left, waits, slot, mean_work)
+                got = batches[key] = self._batch(head, rows, first, list(key), trial_total, free_total, left, waits, slot,
+                                                 mean_work)
             subs, trial_total, pen, credit, wsum, longest = got
             if not subs or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
@@ -677,34 +689,44 @@ class ElasticPolicy(LyapunovPolicy):
         return None
 
     def _batch(
-        self, scan: list[tuple[int, int, Shape, float]], trial: list[int], trial_total: int, free_total: int,
-        left: list[WaitingJob], waits: list[float], slot: float, mean_work: float,
+        self, head: tuple[int, int, Shape, float], rows: list[tuple[int, int, Shape, float]], first: int, trial: list[int],
+        trial_total: int, free_total: int, left: list[WaitingJob], waits: list[float], slot: float, mean_work: float,
     ) -> tuple[list[tuple[int, int, Placement, float, float]], int, float, float, float, float]:
         """A group swap's batch on free counts ``trial`` (``trial_total`` of them; taken in place):
-        the scanned candidates that fit, shorter first, until no more than ``free_total`` are left:
-        per start (pos, g, placement over positions in ``trial``, run, forecast wait), the count
-        left, and the batch's penalty, credit, waits (each plus a slot) and longest run, summed in
-        the scan's order."""
+        of the scan, ``head`` (the candidate, which must fit) then ``rows[first:]`` (entries (pos,
+        g, shape, forecast wait)), the candidates that fit, shorter first, until no more than
+        ``free_total`` are left: per start (pos, g, placement over positions in ``trial``, run,
+        forecast wait), the count left, and the batch's penalty, credit, waits (each plus a slot)
+        and longest run, summed in the scan's order. A candidate asking more GPUs than are left is
+        passed over without a placement, whatever its shape."""
         subs: list[tuple[int, int, Placement, float, float]] = []
         pen = credit = wsum = 0.0
         longest = 0.0
-        for n_i, (pos, g, shape, wait_i) in enumerate(scan):
+        i, end = first - 1, len(rows)
+        pos, g, shape, wait_i = head
+        while True:
             sub = fit_counts(shape, tuple(trial)) if g <= trial_total else None
             if sub is None:
-                if n_i == 0:
+                if i < first:
+                    break  # the candidate itself does not fit
+            else:
+                self._take(trial, sub)
+                w = left[pos]
+                run_i = w.run_time(g, len(sub) > 1)
+                trial_total -= sum(n for _, n in sub)
+                subs.append((pos, g, sub, run_i, wait_i))
+                pen += run_i - self._runs_best(w)
+                credit += self._swap_credit(w, mean_work)
+                wsum += waits[pos] + slot
+                longest = max(longest, run_i)
+                if trial_total <= free_total:
                     break
-                continue
-            self._take(trial, sub)
-            w = left[pos]
-            run_i = w.run_time(g, len(sub) > 1)
-            trial_total -= sum(n for _, n in sub)
-            subs.append((pos, g, sub, run_i, wait_i))
-            pen += run_i - self._runs_best(w)
-            credit += self._swap_credit(w, mean_work)
-            wsum += waits[pos] + slot
-            longest = max(longest, run_i)
-            if trial_total <= free_total:
+            i += 1
+            while i < end and rows[i][1] > trial_total:  # asks more than are left: never fits
+                i += 1
+            if i >= end:
                 break
+            pos, g, shape, wait_i = rows[i]
         return subs, trial_total, pen, credit, wsum, longest
 
     @staticmethod
@@ -734,11 +756,13 @@ class ElasticPolicy(LyapunovPolicy):
             at: list[int] = []
             rows: list[tuple[int, int, Shape, float]] = []
             margins: list[float] = []
+            ends_t, ends_cum, n_ends = ends.t, ends.cum, len(ends.t)
             for i in range(k + 1, len(order)):
                 _, _, pos, g, t_i, shape = order[i]
                 if pos in taken:
                     continue
-                wait_i = ends.wait(free_total, off + pre[i] + g, now)
+                e = bisect_left(ends_cum, off + pre[i] + g - free_total)  # `Releases.wait`, inlined
+                wait_i = max(0.0, ends_t[e] - now) if e < n_ends else math.inf
                 if wait_i > t_i:
                     at.append(i)
                     rows.append((pos, g, shape, wait_i))
@@ -762,8 +786,9 @@ class ElasticPolicy(LyapunovPolicy):
         if nfree + memo.gpus_left(used) < g:
             return None
         key = (shape, free, len(used))  # `used` only grows within a slot: its size keys it
-        if key in memo.paths:
-            return memo.paths[key]
+        hit = memo.paths.get(key, memo)  # (memo: not kept; a kept walk may be None)
+        if hit is not memo:
+            return hit  # type: ignore[return-value]
         path, fixed = self._walk(shape, g, t_j, free, memo, used)
         if fixed:
             memo.paths[key] = path

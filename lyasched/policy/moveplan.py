@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
-from dataclasses import dataclass
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -53,14 +52,17 @@ if TYPE_CHECKING:
     from lyasched.policy.elastic import ElasticPolicy
 
 
-@dataclass
 class Victim:
-    """A movable job as the make-room step reads it, computed once per slot."""
+    """A movable job as the make-room step reads it, computed once per slot (a plain class with
+    slots: one is made per movable job per slot)."""
 
-    job: MovableJob
-    r_now: float  # remaining run on its current GPUs
-    cost: float  # its move cost
-    usable: bool  # it has GPUs and a finite, positive remaining run
+    __slots__ = ("job", "r_now", "cost", "usable")
+
+    def __init__(self, job: MovableJob, r_now: float, cost: float, usable: bool) -> None:
+        self.job = job
+        self.r_now = r_now  # remaining run on its current GPUs
+        self.cost = cost  # its move cost
+        self.usable = usable  # it has GPUs and a finite, positive remaining run
 
 
 # A placement depends on the shape and the free vector only (the placement rule reads nothing
@@ -92,6 +94,9 @@ class SlotMemo:
         # a victims walk per (shape, free GPUs, victims used so far) that no job's run changes (`Path.fixed`)
         self.paths: dict[tuple[Shape, tuple[int, ...], int], Path | None] = {}
         self._bigger: dict[int, list[Victim]] = {}
+        # the group step's `trial_nodes` per victim id, for the free vector ``trial_free`` (`ElasticPolicy._group`)
+        self.trial_free: tuple[int, ...] | None = None
+        self.trials: dict[str, tuple[list[int], tuple[int, ...], int]] = {}
         self.depth = 0  # how many of `usable` the deepest victims walk so far looked at
         # the group step's forecast waits (`ElasticPolicy._forecast_after`): per count of group
         # starts, the GPUs asked before each candidate; per (free GPUs, starts, offset) the waits
@@ -204,7 +209,7 @@ class Path:
     for every job of the shape on those GPUs in the slot (`SlotMemo.paths`). The sums a swap's
     score reads are kept on it, each computed as the score would (same terms, same order)."""
 
-    __slots__ = ("steps", "avail", "place", "fixed", "susp", "r_max", "_sums")
+    __slots__ = ("steps", "avail", "place", "fixed", "susp", "r_max", "_sums", "_by_t")
 
     def __init__(self, steps: list, avail: list[int], place: Placement, fixed: bool) -> None:
         self.steps = steps
@@ -214,6 +219,7 @@ class Path:
         self.susp = [v.job for v, new, _, _ in steps if new is None]
         self.r_max = max(v.r_now for v, _, _, _ in steps)  # the victims' GPUs come back by then anyway
         self._sums: dict[str, float] = {}
+        self._by_t: dict[float, float] | None = None  # `cost` per run, for a walk that suspends
 
     def cost(self, t_j: float) -> float:
         """The moves' added completion time for a job that runs ``t_j``: sum of each victim's. A
@@ -224,7 +230,17 @@ class Path:
             if hit is None:
                 hit = self._sums["cost"] = sum(c for _, _, c, _ in self.steps)
             return hit
-        return sum(c if new is not None else t_j + v.cost for v, new, c, _ in self.steps)
+        if len(self.steps) == 1:  # one suspension: the sum of one term, 0.0 + it (as `sum` adds it)
+            return 0.0 + (t_j + self.steps[0][0].cost)
+        # a walk kept for the slot (`SlotMemo.paths`) is asked by every job of its shape: jobs of
+        # the same run share the sum
+        by_t = self._by_t
+        if by_t is None:
+            by_t = self._by_t = {}
+        hit = by_t.get(t_j)
+        if hit is None:
+            hit = by_t[t_j] = sum(c if new is not None else t_j + v.cost for v, new, c, _ in self.steps)
+        return hit
 
     def chosen(self, t_j: float) -> list:
         """The steps as ``Chosen`` entries (job, shrunk to | None, cost, why) for a job that runs ``t_j``."""
@@ -470,7 +486,8 @@ class Quiet:
         if self.m:
             arr = self._m
             if arr is None:
-                arr = self._m = np.asarray(self.m)
+                # the same floats as np.asarray(self.m), read flat (faster than a list of tuples)
+                arr = self._m = np.fromiter(chain.from_iterable(self.m), float, 3 * len(self.m)).reshape(-1, 3)
             if bool((arr[:, 0] - arr[:, 1] * d - arr[:, 2] * d * d <= 0).any()):
                 return False
         if self._swaps:

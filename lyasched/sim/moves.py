@@ -58,22 +58,66 @@ def policy_view(sim: Any, state: SlotState, running: Mapping[int, Any], records:
     out: list[RunningJob] = []
     # per running segment, what its view reads that does not change while it runs (`_Fixed`)
     fixed: dict[int, _Fixed] = sim.__dict__.setdefault("_movable_fixed", {})
-    if moves and len(fixed) > 4 * len(running) + 64:
+    rows: _Rows = sim.__dict__.setdefault("_movable_rows", _Rows())
+    if moves and (len(fixed) > 4 * len(running) + 64 or rows.n > 8 * len(running) + 256):  # drop the segments gone
         fixed.clear()
+        rows.clear()
+    # the views whose rows are their template times one scale (`_Fixed.view`'s fast path): those
+    # products are made in one array operation after the loop (`_Rows`)
+    fast: list[tuple[dict, int, float]] = []
+    now = state.now
     for r, rj in zip(running.values(), state.running):
         if moves:
             f = fixed.get(id(r))
             if f is None or f.seg is not r or f.oracle is not oracle:
-                f = fixed[id(r)] = _Fixed(sim, r, oracle, bool(mask[r.idx]))
+                f = fixed[id(r)] = _Fixed(sim, r, oracle, bool(mask[r.idx]), rows)
             if f.adaptive:
-                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, f.checkpointable, state.now, f.gt))
+                out.append(adaptive_view(sim, rj, r, records[r.idx], oracle, f.checkpointable, now, f.gt))
                 continue
-            out.append(f.view(rj, state.now, records[r.idx]))
+            out.append(f.view(rj, now, records[r.idx], fast))
         elif not mask[r.idx]:
             out.append(replace(rj, preemptible=False))
         else:
             out.append(rj)
+    if fast:
+        rows.fill(fast)
     return replace(state, running=tuple(out))
+
+
+class _Rows:
+    """The fast-path views' rows of one slot as one product. Each `_Fixed` with plain rows of
+    the pool's shape puts its template's row pair in a row of ``pool`` once (``slot``); a slot's
+    views gather theirs and multiply by their scales in one array operation. Elementwise the same
+    float64 products as each view's ``rows * scale``, so the same values."""
+
+    def __init__(self) -> None:
+        self.pool: np.ndarray | None = None
+        self.n = 0
+
+    def clear(self) -> None:
+        """Forget every slot (the `_Fixed` entries were dropped: those made later take new ones)."""
+        self.n = 0
+
+    def add(self, rows: np.ndarray) -> int:
+        """A slot holding ``rows``, or -1 when its shape is not the pool's (its view multiplies alone)."""
+        pool = self.pool
+        if pool is None:
+            pool = self.pool = np.empty((64, *rows.shape))
+        elif rows.shape != pool.shape[1:]:
+            return -1
+        if self.n == len(pool):
+            pool = self.pool = np.concatenate([pool, np.empty_like(pool)])
+        pool[self.n] = rows
+        self.n += 1
+        return self.n - 1
+
+    def fill(self, fast: list[tuple[dict, int, float]]) -> None:
+        """Sets each listed view's rows (its fields, its slot, its scale)."""
+        assert self.pool is not None
+        prod = self.pool[np.array([k for _, k, _ in fast], dtype=np.intp)] * np.array([s for _, _, s in fast])[:, None, None]
+        flat = list(prod.reshape(-1, prod.shape[-1]))
+        for i, (d, _, _) in enumerate(fast):
+            d["remaining_one_node"], d["remaining_multi_node"] = flat[2 * i], flat[2 * i + 1]
 
 
 class _Fixed:
@@ -83,9 +127,9 @@ class _Fixed:
     dataclass constructor's per-field checks."""
 
     __slots__ = ("seg", "oracle", "checkpointable", "gt", "adaptive", "job", "template", "plain", "scale", "move_cost",
-                 "requested", "rows")
+                 "requested", "rows", "const", "slot")
 
-    def __init__(self, sim: Any, r: Any, oracle: bool, checkpointable: bool) -> None:
+    def __init__(self, sim: Any, r: Any, oracle: bool, checkpointable: bool, pool: _Rows | None = None) -> None:
         j = sim.jobs[r.idx]
         self.seg, self.oracle, self.checkpointable, self.job = r, oracle, checkpointable, j
         self.gt = r.gtype if getattr(sim, "typed_moves", False) and r.gtype in sim._typed_templates(j) else None
@@ -98,20 +142,36 @@ class _Fixed:
         # both rows in one array when `scaled`'s fast path applies to both: one product per slot
         one, multi = t.run_one_node, t.run_multi_node
         self.rows = np.stack([one, multi]) if self.plain and one.shape == multi.shape and one.ndim == 1 else None
+        # the view's fields that stay put, in `movable_job`'s terms
+        self.slot = pool.add(self.rows) if pool is not None and self.rows is not None else -1  # its row in ``pool``
+        self.const = {"preemptible": checkpointable, "requested_gpus": self.requested, "move_cost_s": self.move_cost,
+                      "adaptive": False}
 
-    def view(self, base: RunningJob, now: float, record: Any) -> MovableJob:
+    def view(self, base: RunningJob, now: float, record: Any, fast: list | None = None) -> MovableJob:
+        """The view at ``now``. With ``fast`` (a list), a view whose rows take `scaled`'s fast
+        path is listed there as (its fields, its slot, its scale) and its rows are left for the caller
+        to set (`_Rows`)."""
         r, t = self.seg, self.template
         start, predicted_end = base.start_time, base.predicted_end
-        rem = share_left(r.frac_at_start, predicted_end - now, predicted_end - start - r.overhead)
+        # `share_left` and `waited_so_far`, inlined (the same expressions): asked per running job per slot
+        segment_s = predicted_end - start - r.overhead
+        if segment_s > 0 and math.isfinite(segment_s):
+            rem = r.frac_at_start * (min(segment_s, max(0.0, predicted_end - now)) / segment_s)
+        else:
+            rem = r.frac_at_start if math.isnan(segment_s) else 0.0
         scale = self.scale * rem
         out = MovableJob.__new__(MovableJob)
         d = vars(out)
         d.update(vars(base))
-        d.update(preemptible=self.checkpointable, requested_gpus=self.requested, move_cost_s=self.move_cost,
-                 waited_s=waited_so_far(now, self.job.submit_time, record.run_s, start), work_left=t.work * scale,
-                 moves=record.preemptions, adaptive=False)
+        d.update(self.const)
+        d["waited_s"] = max(0.0, (now - self.job.submit_time) - record.run_s - (now - start))
+        d["work_left"] = t.work * scale
+        d["moves"] = record.preemptions
         if self.rows is not None and 0.0 < scale < math.inf:  # `scaled`'s fast path, elementwise the same product
-            d["remaining_one_node"], d["remaining_multi_node"] = self.rows * scale
+            if fast is not None and self.slot >= 0:
+                fast.append((d, self.slot, scale))
+            else:
+                d["remaining_one_node"], d["remaining_multi_node"] = self.rows * scale
         else:
             d["remaining_one_node"] = scaled(t.run_one_node, scale, self.plain)
             d["remaining_multi_node"] = scaled(t.run_multi_node, scale, self.plain)
