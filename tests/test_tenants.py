@@ -59,13 +59,14 @@ def test_equal_shares_fill_is_the_weighted_fill_float_for_float(demand, cap):
     assert [list(d.items()) for d in fast] == [list(d.items()) for d in slow]
 
 
+@pytest.mark.parametrize("half_life", [None, math.inf])
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 50), st.sampled_from("abcd"), st.integers(-2, 3).map(float),
                           st.integers(-2, 3).map(float)), max_size=30))
-def test_ledger_advance_equals_its_step_by_step_sums(events):
+def test_ledger_advance_equals_its_step_by_step_sums(half_life, events):
     """`advance` (one loop for held, received and usage) gives the sums of `TenantBook.at` from
-    each event, float for float."""
-    led = TenantLedger(capacity=6.0)
+    each event, float for float, with the default usage half-life and with none (no decay)."""
+    led = TenantLedger(capacity=6.0) if half_life is None else TenantLedger(capacity=6.0, half_life=half_life)
     t = 0.0
     for dt, k, dh, da in events:
         t += dt

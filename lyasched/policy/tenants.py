@@ -238,29 +238,21 @@ class TenantLedger:
         if rate is None:
             rate = self.rates()
         held, received, entitled, usage = self.held, self.received, self.entitled, self.usage
-        if math.isfinite(self.half_life) and usage.keys() == held.keys():  # one loop for both (as `apply` keeps them)
+        if math.isfinite(self.half_life):
             lam = math.log(2.0) / self.half_life
             d = math.exp(-lam * dt)
             e = -math.expm1(-lam * dt)
+        else:  # no decay (`decay_all`): u * 1.0 + g * dt / 1.0 is u + g * dt, float for float
+            lam, d, e = 1.0, 1.0, dt
+        if usage.keys() == held.keys():  # one loop for both (as `apply` keeps them)
             for k, g in held.items():
                 if g:
                     received[k] = received.get(k, 0.0) + g * dt
                 usage[k] = usage[k] * d + g * e / lam
-            for k, r in rate.items():
-                if r:
-                    entitled[k] = entitled.get(k, 0.0) + r * dt
-            self.t = t
-            return
-        for k, g in held.items():
-            if g:
-                received[k] = received.get(k, 0.0) + g * dt
-        if not math.isfinite(self.half_life):  # `decay_all`, in place
-            for k, u in usage.items():
-                usage[k] = u + held.get(k, 0.0) * dt
         else:
-            lam = math.log(2.0) / self.half_life
-            d = math.exp(-lam * dt)
-            e = -math.expm1(-lam * dt)
+            for k, g in held.items():
+                if g:
+                    received[k] = received.get(k, 0.0) + g * dt
             for k, u in usage.items():
                 usage[k] = u * d + held.get(k, 0.0) * e / lam
         for k, r in rate.items():
