@@ -153,18 +153,13 @@ class _Fixed:
         to set (`_Rows`)."""
         r, t = self.seg, self.template
         start, predicted_end = base.start_time, base.predicted_end
-        # `share_left` and `waited_so_far`, inlined (the same expressions): asked per running job per slot
-        segment_s = predicted_end - start - r.overhead
-        if segment_s > 0 and math.isfinite(segment_s):
-            rem = r.frac_at_start * (min(segment_s, max(0.0, predicted_end - now)) / segment_s)
-        else:
-            rem = r.frac_at_start if math.isnan(segment_s) else 0.0
+        rem = share_left(r.frac_at_start, predicted_end - now, predicted_end - start - r.overhead)
         scale = self.scale * rem
         out = MovableJob.__new__(MovableJob)
         d = vars(out)
         d.update(vars(base))
         d.update(self.const)
-        d["waited_s"] = max(0.0, (now - self.job.submit_time) - record.run_s - (now - start))
+        d["waited_s"] = waited_so_far(now, self.job.submit_time, record.run_s, start)
         d["work_left"] = t.work * scale
         d["moves"] = record.preemptions
         if self.rows is not None and 0.0 < scale < math.inf:  # `scaled`'s fast path, elementwise the same product
