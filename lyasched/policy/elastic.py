@@ -446,7 +446,6 @@ class ElasticPolicy(LyapunovPolicy):
         mean_work = (q / max(1, len(left))) if left else 0.0
         waits = [max(0.0, now - w.submit_time) for w in left]
         ends = Releases(state.running)  # the release forecast
-        ends_t, ends_cum, n_ends = ends.t, ends.cum, len(ends.t)
         used: set[str] = set()
         starts: list[Decision] = []
         preempt: list[str] = []
@@ -502,9 +501,7 @@ class ElasticPolicy(LyapunovPolicy):
                 q -= min(w.work, mean_work)
                 z -= waits[pos]
                 continue
-            # `Releases.wait`, inlined (the same expression): asked for every candidate
-            i_end = bisect_left(ends_cum, (ahead if older is None else older[pos]) + g - nfree)
-            wait_j = max(0.0, ends_t[i_end] - now) if i_end < n_ends else math.inf
+            wait_j = ends.wait(nfree, (ahead if older is None else older[pos]) + g, now)
             ahead += g
             # a swap helps only a job that would wait longer than it runs; its tenant's credit
             # counts as wait it saves (the score's bracket), for the GPUs that repay what the
@@ -756,13 +753,11 @@ class ElasticPolicy(LyapunovPolicy):
             at: list[int] = []
             rows: list[tuple[int, int, Shape, float]] = []
             margins: list[float] = []
-            ends_t, ends_cum, n_ends = ends.t, ends.cum, len(ends.t)
             for i in range(k + 1, len(order)):
                 _, _, pos, g, t_i, shape = order[i]
                 if pos in taken:
                     continue
-                e = bisect_left(ends_cum, off + pre[i] + g - free_total)  # `Releases.wait`, inlined
-                wait_i = max(0.0, ends_t[e] - now) if e < n_ends else math.inf
+                wait_i = ends.wait(free_total, off + pre[i] + g, now)
                 if wait_i > t_i:
                     at.append(i)
                     rows.append((pos, g, shape, wait_i))
