@@ -2,6 +2,7 @@
 
     python benchmarks/experiments/sia_gap.py [--policies elastic,sia,...] [--workloads 1,2,3,4]
         [--set design|heldout] [--json]
+    python benchmarks/experiments/sia_gap.py --table --policies elastic,elastic-tm
 
 Per policy and workload, from one replay each (the benchmark's own workloads, types and seed):
 
@@ -20,16 +21,25 @@ Variants of sia (here only, to find which of its parts gives the gain; ``--polic
   artifact's set allows below it): no GPU-count choice;
 * ``sia-blind``: each type's configurations scored with the job's rows on its own (fastest) type,
   so the program does not see the types' speeds (no type choice by normalised goodput).
+
+A design for elastic that takes sia's main gain, measured and not adopted (docs/experiments.md,
+"Elastic moving running jobs across GPU types"): ``elastic-tm-any`` moves a running checkpointable
+job onto one node of another type whose GPUs the slot left free, when its predicted time left
+there (rows from when it last waited, scaled) plus its move cost beats its time left where it is;
+``elastic-tm`` only onto types where no waiting job still queues. ``--table`` runs docs/types.md's
+generalisation table for them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -40,6 +50,10 @@ from heterogeneous import ROOT, SETS, _fits, allowed_types  # noqa: E402
 
 from lyasched.cli.nativeout import native_stdout_to_stderr  # noqa: E402
 from lyasched.policy import make_policy  # noqa: E402
+from lyasched.policy.bytype import TypeMemo, _queues  # noqa: E402
+from lyasched.policy.elastic import ElasticPolicy  # noqa: E402
+from lyasched.policy.movable import MovableJob  # noqa: E402
+from lyasched.policy.state import Decision, SlotResult, SlotState  # noqa: E402
 from lyasched.policy.sia import SiaPolicy  # noqa: E402
 from lyasched.sim.hetero import TypedCluster, parse_cluster_spec  # noqa: E402
 from lyasched.sim.pollux_trace import measured_types, pollux_workload  # noqa: E402
@@ -109,7 +123,110 @@ class SiaBlind(SiaPolicy):
         return {u: own for u in seen} if own else {}
 
 
-VARIANTS = {"sia-r360": SiaR360, "sia-keep": SiaKeep, "sia-req": SiaReq, "sia-blind": SiaBlind}
+@dataclass
+class ElasticTM(ElasticPolicy):
+    """elastic, then `_type_moves` on a typed slot: running jobs moved onto another type's GPUs
+    that the slot left free, only on types where no waiting job still queues (``any``: on every
+    type, the first version)."""
+
+    type_moves: str = "idle"
+    name: str = "elastic-tm"
+
+    def decide(self, state):  # type: ignore[no-untyped-def]
+        res = super().decide(state)
+        memo = vars(self).get("_type_memo")
+        if not state.node_types or not state.running or not self.types_aware or not isinstance(memo, TypeMemo):
+            return res
+        types = tuple(dict.fromkeys(state.node_types))
+        sel = memo.select(state.waiting, types)
+        joins = (memo.best[sel] < math.inf) & _queues(memo, sel, state)
+        started = {d.job_id for d in res.starts}
+        joins[[w.job_id in started for w in state.waiting]] = False
+        queued = set() if self.type_moves == "any" else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
+        more, gone = _type_moves(self, state, memo, res.starts, res.preempt, queued)
+        if not more:
+            return res
+        info = dict(res.info)
+        info.pop("wake_at", None)
+        info["type_moves"] = len(more)
+        return SlotResult(starts=tuple(res.starts) + tuple(more), preempt=tuple(res.preempt) + tuple(gone),
+                          q=res.q, z=res.z, info=info)
+
+
+@dataclass
+class ElasticTMAny(ElasticTM):
+    type_moves: str = "any"
+    name: str = "elastic-tm-any"
+
+
+def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[Decision],
+                preempt: Sequence[str], queued: set[str]) -> tuple[list[Decision], list[str]]:
+    """Running jobs moved onto another type's GPUs that the slot's passes left free (a moving
+    policy's typed slot, ``type_moves`` on): a checkpointable job the slot leaves alone, on one type,
+    moves to one node of another type it allows when its predicted time left there at the best
+    count that node's free GPUs allow, plus its move cost, is below its time left where it runs.
+    Its rows on the other type are those it had when it last waited (`TypeMemo`), scaled by how its
+    time left on its own type has changed since. Largest gain first, each on the node of the type
+    with most free GPUs."""
+    free = list(state.free)
+    running = {r.job_id: r for r in state.running}
+    for jid in preempt:
+        r0 = running.get(jid)
+        if r0 is not None:
+            for n, k in r0.placement:
+                free[n] += k
+    for d in starts:
+        for n, k in d.placement:
+            free[n] -= k
+    touched = set(preempt) | {d.job_id for d in starts}
+    types = state.node_types
+    default = float(getattr(policy, "move_cost", 30.0))
+    cands: list[tuple[float, str, str, int]] = []  # (-gain, job, type, count)
+    for r in state.running:
+        if r.job_id in touched or not isinstance(r, MovableJob) or not r.preemptible or r.remaining_one_node is None:
+            continue
+        on = {types[n] for n, _ in r.placement}
+        row = memo.by_job.get(r.job_id)
+        if len(on) != 1 or row is None:
+            continue
+        u = on.pop()
+        seen = memo.keep[row].by_type or {}
+        if u not in seen:
+            continue
+        spans = len(r.placement) > 1
+        left = r.remaining(r.gpus, spans)
+        then = seen[u].run_time(r.gpus, spans)
+        if not (0.0 < then < math.inf and 0.0 < left < math.inf):
+            continue
+        scale, cost = left / then, r.cost(default)
+        for t, v in seen.items():
+            if t == u or t in queued:
+                continue
+            room = max((free[n] for n, x in enumerate(types) if x == t), default=0)
+            if room <= 0:
+                continue
+            ests = np.asarray(v.run_one_node[:room], dtype=float) * scale + cost
+            g = int(np.argmin(ests))
+            if ests[g] < left:
+                cands.append((float(ests[g]) - left, r.job_id, t, g + 1))
+    more: list[Decision] = []
+    gone: list[str] = []
+    for _gain, jid, t, g in sorted(cands):
+        if jid in gone:
+            continue
+        nodes = [n for n, x in enumerate(types) if x == t and free[n] >= g]
+        if not nodes:
+            continue
+        n = max(nodes, key=lambda k: (free[k], -k))
+        free[n] -= g
+        for m, k in running[jid].placement:
+            free[m] += k
+        gone.append(jid)
+        more.append(Decision(jid, g, ((n, g),), reason=f"moved to {g} GPUs of type {t}"))
+    return more, gone
+
+
+VARIANTS = {"elastic-tm": ElasticTM, "elastic-tm-any": ElasticTMAny, "sia-r360": SiaR360, "sia-keep": SiaKeep, "sia-req": SiaReq, "sia-blind": SiaBlind}
 
 
 def policy(name: str):  # type: ignore[no-untyped-def]
@@ -183,13 +300,49 @@ def analyse(sim: Simulation, typed: TypedCluster, name: str) -> dict:
     }
 
 
+def table(names: list[str]) -> dict:
+    """docs/types.md's generalisation table (type_choice.py's clusters and workloads) for ``names``
+    against elastic-unaware: where ``elastic-tm`` must not lose."""
+    from click.testing import CliRunner
+
+    from lyasched.cli import main as cli
+    from lyasched.policy import POLICIES
+
+    sys.path.insert(0, HERE)
+    from type_choice import TABLE_CLUSTERS, TABLE_WORKLOADS
+
+    for n in names:
+        if n in VARIANTS:
+            POLICIES[n] = f"sia_gap:{VARIANTS[n].__name__}"
+    pols = [*names, "elastic-unaware"]
+    out: dict = {}
+    for c in TABLE_CLUSTERS:
+        for w in TABLE_WORKLOADS:
+            r = CliRunner().invoke(cli, ["replay", "-w", w, "--cluster", c, "--policies", ",".join(pols), "--json"])
+            if r.exit_code != 0:
+                raise SystemExit(f"replay {w} {c}: {r.output[-500:]}")
+            d = json.loads(r.stdout if hasattr(r, "stdout") else r.output)
+            out[f"{c} {w}"] = {p: d["policies"][p]["avg_jct_s"] for p in pols}
+            print(f"{c} {w}: " + ", ".join(f"{p} {v:.0f}" for p, v in out[f"{c} {w}"].items()), file=sys.stderr)
+    summary = {}
+    for n in names:
+        ratios = [jct[n] / jct["elastic-unaware"] for jct in out.values()]
+        summary[n] = {"losses": sum(x > 1.0 for x in ratios), "worst": max(ratios),
+                      "geomean": float(np.exp(np.mean(np.log(ratios))))}
+    return {"cases": out, "summary": summary}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default="elastic,sia")
     ap.add_argument("--workloads", default=None, help="comma-separated workload numbers (default: the set's)")
     ap.add_argument("--set", choices=tuple(SETS), default="design")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--table", action="store_true", help="docs/types.md's generalisation table instead")
     args = ap.parse_args()
+    if args.table:
+        print(json.dumps(table([p.strip() for p in args.policies.split(",") if p.strip()])))
+        return
     wls = [int(x) for x in args.workloads.split(",")] if args.workloads else list(SETS[args.set][1])
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     out: dict = {"set": args.set, "workloads": {}}
