@@ -142,7 +142,7 @@ class ElasticTM(ElasticPolicy):
         joins = (memo.best[sel] < math.inf) & _queues(memo, sel, state)
         started = {d.job_id for d in res.starts}
         joins[[w.job_id in started for w in state.waiting]] = False
-        queued = set() if self.type_moves == "any" else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
+        queued = set() if self.type_moves in ("any", "same") else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
         more, gone = _type_moves(self, state, memo, res.starts, res.preempt, queued)
         if not more:
             return res
@@ -205,6 +205,8 @@ def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[
             room = max((free[n] for n, x in enumerate(types) if x == t), default=0)
             if room <= 0:
                 continue
+            if getattr(policy, "type_moves", "") == "same":  # never more GPUs than it holds
+                room = min(room, r.gpus)
             ests = np.asarray(v.run_one_node[:room], dtype=float) * scale + cost
             g = int(np.argmin(ests))
             if ests[g] < left:
@@ -226,7 +228,15 @@ def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[
     return more, gone
 
 
-VARIANTS = {"elastic-tm": ElasticTM, "elastic-tm-any": ElasticTMAny, "sia-r360": SiaR360, "sia-keep": SiaKeep, "sia-req": SiaReq, "sia-blind": SiaBlind}
+@dataclass
+class ElasticTMSame(ElasticTM):
+    """elastic-tm-any, at no more GPUs than the job holds."""
+
+    type_moves: str = "same"
+    name: str = "elastic-tm-same"
+
+
+VARIANTS = {"elastic-tm": ElasticTM, "elastic-tm-any": ElasticTMAny, "elastic-tm-same": ElasticTMSame, "sia-r360": SiaR360, "sia-keep": SiaKeep, "sia-req": SiaReq, "sia-blind": SiaBlind}
 
 
 def policy(name: str):  # type: ignore[no-untyped-def]
