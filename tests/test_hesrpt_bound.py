@@ -4,6 +4,7 @@ and switching counts between pieces is what makes it lower than the best single 
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +75,6 @@ def test_bound_is_reached_by_a_job_alone():
     configuration at once, so its JCT equals the bound (a bound with any wait added fails here)."""
     s = synth_workload("synth:adaptive,jobs=12", 0, load=1.0)
     job = next(j for j in s.jobs if j.adaptive is None)
-    from dataclasses import replace
-
     one = replace(job, submit_time=0.0)
     sim = Simulation([one], s.cluster, seed=0, estimate_error=0.0)
     b = float(B.job_bounds(sim)[0])
