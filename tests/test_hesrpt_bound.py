@@ -91,3 +91,22 @@ def test_aligned_adds_the_wait_to_the_next_slot():
     al = B.aligned(sim, b)
     for i, j in enumerate(sim.jobs):
         assert al[i] - b[i] == pytest.approx(math.ceil(j.submit_time / 60.0) * 60.0 - j.submit_time, abs=1e-6)
+
+
+def test_capacity_bound_between_the_per_job_bound_and_every_policy():
+    """The LP that also counts the cluster's GPUs is at least the per-job bound's mean (C_j >= r_j +
+    T_j) and at most every registered policy's average JCT; on a one-node cluster, where jobs that
+    arrive together cannot all run at their best, it is above the per-job bound."""
+    sim = small()
+    cb = B.capacity_bound(sim, 60.0)
+    assert cb >= float(B.job_bounds(sim).mean()) * (1 - 1e-6)
+    for name in POLICY_NAMES:
+        r = sim.run(make_policy(name, seed=0), name=name)
+        assert cb <= float(np.mean([x.jct for x in r.records])) * (1 + 1e-6), name
+    s = synth_workload("synth:adaptive,jobs=12", 0, load=1.0)
+    crowded = [replace(j, submit_time=0.0, job_id=f"{j.job_id}-{k}") for k in range(3) for j in s.jobs[:2]]
+    one = Simulation(crowded, replace(s.cluster, nodes=1), seed=0, estimate_error=0.0)
+    cb1 = B.capacity_bound(one, 60.0)
+    assert cb1 > float(B.job_bounds(one).mean()) * 1.05
+    for name in ("pollux", "hesrpt", "elastic", "fifo"):
+        assert cb1 <= float(np.mean([x.jct for x in one.run(make_policy(name, seed=0)).records])) * (1 + 1e-6)

@@ -3,7 +3,7 @@
 can go").
 
     python benchmarks/experiments/pollux_bound.py [--json] [--loads 0.5,1.0] [--workloads 1-8]
-        [--goodput-loads 0.5,1] [--policies pollux,hesrpt] [--no-goodput] [--no-pollux]
+        [--goodput-loads 0.5,1] [--policies pollux,hesrpt] [--no-goodput] [--no-pollux] [--capacity 120]
 
 Each job's bound is the least JCT any policy could give it: alone on the cluster from its
 submission, no wait, no restart, and every re-tuning piece (an adaptive job's epoch) on the GPU
@@ -18,7 +18,9 @@ JCT there. Also printed:
   `best_true_runs`, what goodput.py's ``bound_vs_pollux`` reads): not a bound when a job's
   fastest count changes between pieces, shown to say how much switching counts is worth;
 * ``aligned``: the bound plus the wait to the first slot boundary at or after the submission
-  (the simulator starts jobs only on slot boundaries, so this too holds for every policy here).
+  (the simulator starts jobs only on slot boundaries, so this too holds for every policy here);
+* ``capacity`` (``--capacity DT``, Pollux rows): a bound that also counts the cluster's GPUs, a
+  fluid relaxation solved as a linear program (`capacity_bound`), at DT-second intervals.
 
 Workloads: Pollux's benchmark (the artifact's 8 workloads on 16 x 4 GPUs, replayed as
 benchmarks/pollux_benchmark.py replays them: 60 s slot, 30 s restart, exact run times) and
@@ -39,6 +41,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import json
+import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -70,6 +73,141 @@ def job_bounds(sim: Simulation) -> np.ndarray:
     return out
 
 
+def _groups(sim: Simulation, i: int) -> list[tuple[float, list[tuple[float, float]]]]:
+    """Job i's pieces grouped by the count where each runs fastest: per group, the seconds of the
+    isolated run it holds and its configurations' (rate, GPUs), rate in seconds of that run done per
+    second (at most 1). Within a group the GPU need at a rate is at least the lower convex hull of
+    its pieces' points (a piece's own hull is above it)."""
+    j = sim.jobs[i]
+    scale = j.iterations * float(sim.factors[i])
+    if j.adaptive is not None:
+        tab = sim._pieces(j)
+        t = np.minimum(tab.one, tab.multi)  # [piece, count]
+    else:
+        row = sim._template(j)
+        t = np.minimum(row.run_one_node, row.run_multi_node)[None, :]
+    tau = t.min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(np.isfinite(t), tau[:, None] / t, 0.0)
+    best = t.argmin(axis=1)
+    out = []
+    for g0 in sorted(set(best.tolist())):
+        ks = np.flatnonzero(best == g0)
+        pts = [(0.0, 0.0)] + [(float(rate[k, g]), float(g + 1)) for k in ks for g in range(t.shape[1]) if rate[k, g] > 0]
+        out.append((float(tau[ks].sum()) * scale, pts))
+    return out
+
+
+def _hull_lines(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Lines (slope, intercept) of the lower convex hull of ``pts`` (rate, GPUs) from (0, 0)."""
+    best: dict[float, float] = {}
+    for x, y in pts:
+        best[x] = min(y, best.get(x, math.inf))
+    hull: list[tuple[float, float]] = []
+    for x, y in sorted(best.items()):
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (y - hull[-2][1]) <= (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0]):
+            hull.pop()
+        hull.append((x, y))
+    return [((y2 - y1) / (x2 - x1), y1 - (y2 - y1) / (x2 - x1) * x1) for (x1, y1), (x2, y2) in zip(hull, hull[1:])
+            if x2 > x1]
+
+
+def capacity_bound(sim: Simulation, dt: float = 300.0) -> float:
+    """A bound on every policy's average JCT that also counts the cluster's GPUs (a fluid
+    relaxation, solved as a linear program). Job j's isolated best run T_j (`job_bounds`) is split
+    into groups of pieces (`_groups`); in each ``dt`` interval from its submission it does work w
+    of each group (seconds of T_j, at most the interval's length in all: no faster than alone),
+    holding at least the group's lower convex hull of GPUs at that rate (no placement rule, no
+    restart, pieces in any order), and the jobs together hold at most the cluster's GPUs in every
+    interval but the last, which is open-ended and uncapped. With M_j the mean time of its work
+    (each interval's work counted at the interval's start or the submission, whichever is later:
+    no later than it is done), C_j >= M_j + T_j / 2 (at rate at most 1 the work ends no earlier)
+    and C_j >= r_j + T_j; the LP minimises the sum of the C_j."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    T = job_bounds(sim)
+    n = len(sim.jobs)
+    sub = np.array([j.submit_time for j in sim.jobs])
+    t0 = math.floor(sub.min() / dt) * dt
+    horizon = float((sub + T).max()) + 3600.0
+    n_t = int(math.ceil((horizon - t0) / dt)) + 1  # the last one open-ended
+    groups = [_groups(sim, i) for i in range(n)]
+    # columns: (job, group, interval); per column a work variable w and a GPU variable G (x dt)
+    cols_meta: list[tuple[int, int, int]] = []
+    for i in range(n):
+        k0 = int((sub[i] - t0) // dt)
+        for gi in range(len(groups[i])):
+            for k in range(k0, n_t):
+                cols_meta.append((i, gi, k))
+    nc = len(cols_meta)
+    nv = 2 * nc + n
+    c_obj = np.zeros(nv)
+    c_obj[2 * nc:] = 1.0
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * (2 * nc) + [(float(sub[i] + T[i]), None) for i in range(n)]
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    rhs: list[float] = []
+    r = 0
+    eq_r: list[int] = []
+    eq_c: list[int] = []
+    eq_b: list[float] = []
+    eq_index: dict[tuple[int, int], int] = {}
+    rate_rows: dict[tuple[int, int], int] = {}
+    cap_rows: dict[int, int] = {}
+    lines = [[_hull_lines(p) for _, p in gs] for gs in groups]
+    m_terms: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for c, (i, gi, k) in enumerate(cols_meta):
+        lo = t0 + k * dt
+        room = (lo + dt - max(lo, float(sub[i]))) if k < n_t - 1 else float(T[i])
+        key = (i, gi)
+        if key not in eq_index:
+            eq_index[key] = len(eq_b)
+            eq_b.append(groups[i][gi][0])
+        eq_r.append(eq_index[key])
+        eq_c.append(c)
+        m_terms[i].append((c, max(lo, float(sub[i])) / T[i]))
+        rk = (i, k)
+        if rk not in rate_rows:
+            rate_rows[rk] = r
+            rhs.append(room)
+            r += 1
+        rows.append(rate_rows[rk])
+        cols.append(c)
+        vals.append(1.0)
+        if k < n_t - 1:
+            for a, b in lines[i][gi]:  # G dt >= a w + b dt
+                rows += [r, r]
+                cols += [c, nc + c]
+                vals += [a, -1.0]
+                rhs.append(-b * dt)
+                r += 1
+            if k not in cap_rows:
+                cap_rows[k] = r
+                rhs.append(float(sim.cluster.total_gpus) * dt)
+                r += 1
+            rows.append(cap_rows[k])
+            cols.append(nc + c)
+            vals.append(1.0)
+    for i in range(n):  # M_j - C_j <= -T_j / 2
+        for c, coef in m_terms[i]:
+            rows.append(r)
+            cols.append(c)
+            vals.append(coef)
+        rows.append(r)
+        cols.append(2 * nc + i)
+        vals.append(-1.0)
+        rhs.append(-float(T[i]) / 2)
+        r += 1
+    A_ub = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
+    A_eq = coo_matrix(([1.0] * len(eq_c), (eq_r, eq_c)), shape=(len(eq_b), nv)).tocsr()
+    res = linprog(c_obj, A_ub=A_ub, b_ub=np.array(rhs), A_eq=A_eq, b_eq=np.array(eq_b), bounds=bounds, method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"capacity_bound: the LP did not solve: {res.message}")
+    return float((res.fun - sub.sum()) / n)
+
+
 def aligned(sim: Simulation, bounds: np.ndarray) -> np.ndarray:
     """The bounds plus each job's wait to the first slot boundary at or after its submission."""
     slot = sim.slot_len
@@ -91,15 +229,18 @@ def pollux_sim(data: str, load: str, k: int) -> Simulation:
     return Simulation(w.jobs, w.cluster, slot_len=60.0, estimate_error=0.0, restart_overhead=30.0)
 
 
-def pollux_one(args: tuple[str, str, int, tuple[str, ...]]) -> tuple[str, int, dict[str, Any], float]:
+def pollux_one(args: tuple[str, str, int, tuple[str, ...], float]) -> tuple[str, int, dict[str, Any], float]:
     """(load, workload, figures in seconds, CPU s): the bounds and each policy's average JCT, with
-    per-job JCTs and bounds (for the gap analysis)."""
+    per-job JCTs and bounds (for the gap analysis); ``capacity`` > 0: also `capacity_bound` at
+    that interval."""
     from lyasched.policy import make_policy
 
-    data, load, k, policies = args
+    data, load, k, policies, capacity = args
     c = time.process_time()
     sim = pollux_sim(data, load, k)
     out: dict[str, Any] = figures(sim)
+    if capacity > 0:
+        out["capacity_s"] = capacity_bound(sim, capacity)
     b = job_bounds(sim)
     out["jobs"] = {j.job_id: {"app": j.profile.model, "bound_s": float(x)} for j, x in zip(sim.jobs, b)}
     for p in policies:
@@ -142,6 +283,8 @@ def main() -> int:
     ap.add_argument("--policies", default="pollux,hesrpt", help="the first is the reference")
     ap.add_argument("--no-pollux", action="store_true")
     ap.add_argument("--no-goodput", action="store_true")
+    ap.add_argument("--capacity", type=float, default=0.0,
+                    help="also the LP bound that counts the cluster's GPUs, at this interval (s; Pollux rows only)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel replays (processes)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -161,6 +304,9 @@ def main() -> int:
         print(f"pollux_bound.py: unknown policy {bad}" if bad else "pollux_bound.py: no policy", file=sys.stderr)
         return 2
     missing = [workload_path(a.data, ld, k) for ld in loads for k in ks if not os.path.isfile(workload_path(a.data, ld, k))]
+    if not a.capacity >= 0:
+        print("pollux_bound.py: --capacity is an interval in seconds (0: off)", file=sys.stderr)
+        return 2
     if not a.no_pollux and missing:
         print(f"pollux_bound.py: no workload {missing[0]}", file=sys.stderr)
         return 2
@@ -170,7 +316,7 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         if not a.no_pollux:
             res: dict[str, dict[int, dict]] = {ld: {} for ld in loads}
-            for ld, k, out, c in ex.map(pollux_one, [(a.data, ld, k, pols) for ld in loads for k in ks]):
+            for ld, k, out, c in ex.map(pollux_one, [(a.data, ld, k, pols, a.capacity) for ld in loads for k in ks]):
                 res[ld][k] = out
                 cpu += c
                 print(f"{ld}x workload-{k}: bound {out['bound_s'] / 3600:.3f} h, "
@@ -178,7 +324,7 @@ def main() -> int:
                       file=sys.stderr, flush=True)
             report["pollux"] = {}
             for ld in loads:
-                names = [*KEYS, *pols]
+                names = [*KEYS, *(["capacity"] if a.capacity > 0 else []), *pols]
                 mean = {n: float(np.mean([res[ld][k][f"{n}_s"] for k in ks])) / 3600 for n in names}
                 per_k = {f"workload-{k}": {f"{n}_h": res[ld][k][f"{n}_s"] / 3600 for n in names} for k in ks}
                 report["pollux"][ld] = {
