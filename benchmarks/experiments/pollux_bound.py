@@ -19,7 +19,7 @@ JCT there. Also printed:
   fastest count changes between pieces, shown to say how much switching counts is worth;
 * ``aligned``: the bound plus the wait to the first slot boundary at or after the submission
   (the simulator starts jobs only on slot boundaries, so this too holds for every policy here);
-* ``capacity`` (``--capacity DT``, Pollux rows): a bound that also counts the cluster's GPUs, a
+* ``capacity`` (``--capacity DT``): a bound that also counts the cluster's GPUs, a
   fluid relaxation solved as a linear program (`capacity_bound`), at DT-second intervals.
 
 Workloads: Pollux's benchmark (the artifact's 8 workloads on 16 x 4 GPUs, replayed as
@@ -257,14 +257,16 @@ def goodput_rows(loads: Sequence[float]) -> list[dict]:
     return [w for w in workloads(False, "heldout", loads, None, True)]
 
 
-def goodput_one(args: tuple[dict, tuple[str, ...]]) -> tuple[dict, float]:
+def goodput_one(args: tuple[dict, tuple[str, ...], float]) -> tuple[dict, float]:
     """One goodput.py row: the bounds and each policy's average JCT, replayed as goodput.py does."""
     from lyasched.policy import make_policy
 
-    w, policies = args
+    w, policies, capacity = args
     c = time.process_time()
     sim = Simulation(tuple(w["jobs"]), w["cluster"], seed=w["seed"], end_fraction=w["end_fraction"])
     out: dict[str, Any] = {"name": w["name"], "wide": w["wide"], "load": w["load"], **figures(sim)}
+    if capacity > 0:
+        out["capacity_s"] = capacity_bound(sim, capacity)
     for p in policies:
         r = sim.run(make_policy(p, seed=w["seed"]), name=p)
         out[f"{p}_s"] = float(np.mean([x.jct for x in r.records]))
@@ -284,7 +286,7 @@ def main() -> int:
     ap.add_argument("--no-pollux", action="store_true")
     ap.add_argument("--no-goodput", action="store_true")
     ap.add_argument("--capacity", type=float, default=0.0,
-                    help="also the LP bound that counts the cluster's GPUs, at this interval (s; Pollux rows only)")
+                    help="also the LP bound that counts the cluster's GPUs, at this interval (s)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel replays (processes)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -320,6 +322,7 @@ def main() -> int:
                 res[ld][k] = out
                 cpu += c
                 print(f"{ld}x workload-{k}: bound {out['bound_s'] / 3600:.3f} h, "
+                      + (f"capacity {out['capacity_s'] / 3600:.3f} h, " if "capacity_s" in out else "")
                       + ", ".join(f"{p} {out[f'{p}_s'] / 3600:.3f} h" for p in pols) + f" ({c:.1f} s CPU)",
                       file=sys.stderr, flush=True)
             report["pollux"] = {}
@@ -337,9 +340,9 @@ def main() -> int:
             report["pollux_jobs"] = {ld: {f"workload-{k}": res[ld][k]["jobs"] for k in ks} for ld in loads}
         if not a.no_goodput and gloads:
             rows = []
-            for out, c in ex.map(goodput_one, [(w, pols) for w in goodput_rows(gloads)]):
+            for out, c in ex.map(goodput_one, [(w, pols, a.capacity) for w in goodput_rows(gloads)]):
                 cpu += c
-                for n in (*KEYS, *pols):
+                for n in (*KEYS, *(["capacity"] if a.capacity > 0 else []), *pols):
                     if n != ref:
                         out[f"{n}_vs_{ref}"] = out[f"{n}_s"] / out[f"{ref}_s"]
                 rows.append(out)
