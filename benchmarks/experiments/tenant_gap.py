@@ -7,6 +7,8 @@ Per workload: average JCT off / on / fairshare's; then per tenant (its jobs, sha
 it was entitled to, received / entitled on and off) its jobs' summed JCT change over the number
 of jobs (its part of the average's change, seconds), and the same by job class (GPUs asked and
 run-time bucket). The largest single-job changes are listed with their wait off and on.
+``--cap JOB=G`` (repeatable) shows job JOB to the policy with no count above G, in both runs:
+the counterfactual of one start's width.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import collections
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -38,6 +42,28 @@ def bucket(run: float) -> str:
     return ">24h"
 
 
+def capped(policy, caps: dict[str, int]):
+    """``policy`` shown each job of ``caps`` with its counts above the cap not allowed (inf)."""
+    if not caps:
+        return policy
+    inner = policy.decide
+
+    def decide(state):
+        ws = []
+        for w in state.waiting:
+            g = caps.get(w.job_id)
+            if g is not None:
+                one, multi = w.run_one_node.copy(), w.run_multi_node.copy()
+                one[g:] = np.inf
+                multi[g:] = np.inf
+                w = replace(w, run_one_node=one, run_multi_node=multi)
+            ws.append(w)
+        return inner(replace(state, waiting=tuple(ws)))
+
+    policy.decide = decide
+    return policy
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--names", default="philly[62000")
@@ -45,7 +71,9 @@ def main() -> None:
     ap.add_argument("--policy", default="lyapunov")
     ap.add_argument("--param", action="append", default=[])
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--cap", action="append", default=[], metavar="JOB=G")
     a = ap.parse_args()
+    caps = {k: int(v) for k, _, v in (c.partition("=") for c in a.cap)}
     params = parse_params(a.param, [a.policy]).get(a.policy, {}) if a.param else {}
     for w in fairness.workloads(False, a.only):
         if not any(w["name"].startswith(n) for n in a.names.split(",")):
@@ -54,7 +82,7 @@ def main() -> None:
         res = {}
         for m, on in (("off", False), ("on", True)):
             sim = Simulation(w["jobs"], w["cluster"], tenant_input=on, **kw)
-            res[m] = sim.run(make_policy(a.policy, seed=w["seed"], **params), name=a.policy)
+            res[m] = sim.run(capped(make_policy(a.policy, seed=w["seed"], **params), caps), name=a.policy)
         fs = Simulation(w["jobs"], w["cluster"], **kw).run(make_policy("fairshare", seed=w["seed"]), name="fairshare")
         n = len(w["jobs"])
         jo = {r.job.job_id: r for r in res["off"].records}
@@ -69,6 +97,7 @@ def main() -> None:
             tens, _ = tenant_summary(res[m], w["shares"])
             shares[m] = {k: v["gpu_s"] / v["entitled_gpu_s"] if v["entitled_gpu_s"] > 0 else float("nan")
                          for k, v in tens.items()}
+        print("  worst share off {:.3f}, on {:.3f}".format(*(min(v for v in shares[m].values() if v == v) for m in ("off", "on"))))
         by_t: dict[str, list[float]] = collections.defaultdict(list)
         by_c: dict[str, list[float]] = collections.defaultdict(list)
         for jid, r in jo.items():

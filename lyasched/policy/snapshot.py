@@ -11,8 +11,8 @@ limit, never earlier than it wants to run, so the limit is that bound and the pr
 may be low) is not. ``predicted_end`` (``start + predicted``, nan when unknown) is the forecast
 lyapunov's spread horizon reads.
 
-A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
-longer than predicted has their waiting and running jobs' predictions multiplied by their factor
+A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs (or
+running jobs already past 3.3x their prediction: `Overruns`) ran far longer than predicted has their waiting and running jobs' predictions multiplied by their factor
 (at most the time limit, never below the claim) here, so replay and serve apply it alike (a moving
 policy's view of running jobs too: `SlotStateBuilder.movable`); and
 ``known``: a job whose claim is far below what is already known of it is shown with that.
