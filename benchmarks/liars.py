@@ -140,6 +140,11 @@ def main() -> None:
                   f" {f['liar_wait']:10.0f} {f['honest_wait']:11.0f} {ratio:11.2f} {f['liar_wait_when_honest']:14.0f}"
                   f" {f['honest_jct_vs_no_liar']:18.3f}"
                   f" {r['honest_trust_vs_no_trust'] if k == 'trust_known' else math.nan:15.3f}")
+    for k, _, _ in MODES:  # the targets, counted over the cases
+        f = [r[k] for r in rows]
+        print(f"trust {LABEL[k]}: liar wait >= honest wait on {sum(x['liar_wait'] >= x['honest_wait'] for x in f)}"
+              f" of {len(f)}; honest JCT within 5% of no liar on"
+              f" {sum(abs(x['honest_jct_vs_no_liar'] - 1.0) <= 0.05 for x in f)} of {len(f)}")
 
 
 if __name__ == "__main__":

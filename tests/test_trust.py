@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from lyasched.cli import main
-from lyasched.estimates.trust import TrustBook, TrustParams, distrusted, scaled_row
+from lyasched.estimates.trust import Overruns, TrustBook, TrustParams, distrusted, scaled_row
 from lyasched.policy.snapshot import ClusterSnapshot, RunningObs, SlotStateBuilder
 from lyasched.policy.state import Capabilities, WaitingJob
 from lyasched.sim import Simulation
@@ -104,6 +104,57 @@ def test_builder_applies_the_factor_to_the_users_jobs_only():
     plain = SlotStateBuilder(Capabilities()).build(ClusterSnapshot(
         now=0.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4, waiting=(honest, liar)))
     assert plain.waiting[1] is liar
+
+
+def test_a_running_job_past_its_claim_is_evidence_before_it_ends():
+    b = TrustBook()
+    liar = wj("l", "liar")
+    run = RunningObs("r", ((0, 1),), 0.0, predicted_run=10.0, user="liar")
+    honest = RunningObs("h", ((0, 1),), 0.0, predicted_run=1000.0, user="ann")
+    builder = SlotStateBuilder(Capabilities())
+
+    def shown(now: float) -> float:
+        snap = ClusterSnapshot(now=now, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                               waiting=(liar, wj("h2", "ann")), running=(run, honest), trust=b)
+        s = builder.build(snap)
+        assert s.waiting[1].run_one_node[0] == 100.0  # the honest user's claim as it is
+        return float(s.waiting[0].run_one_node[0])
+
+    assert shown(30.0) == 100.0  # 3x its claim: within the noise of one honest job (bar 3.3x)
+    assert shown(60.0) == pytest.approx(600.0)  # 6x: counted, a lower bound on its ratio
+    assert shown(600.0) == pytest.approx(6000.0)  # and it grows while the job runs
+    gone = ClusterSnapshot(now=630.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
+                           waiting=(liar,), running=(honest,), trust=b)
+    assert builder.build(gone).waiting[0] is liar  # ended and not observed: no evidence left
+    b.observe("liar", 10.0, 700.0)
+    assert builder.build(gone).waiting[0].run_one_node[0] == pytest.approx(7000.0)
+
+
+def test_overrun_evidence_with_finished_runs():
+    b = TrustBook()
+    for _ in range(4):
+        b.observe("u", 100.0, 100.0)  # honest so far
+    assert b.factors_with([("u", math.log(4.0))]) == {}  # one 4x overrun among five: mean 1.32x, not past 2.1x
+    assert b.factors_with([("u", math.log(50.0))])["u"] == pytest.approx(50.0 ** 0.2)
+    for _ in range(4):
+        b.observe("liar", 1.0, 100.0)
+    assert b.factors_with([("liar", math.log(5.0))])["liar"] == pytest.approx(100.0)  # never lowers a factor
+    assert "new" not in b.factors_with([("new", math.log(3.0))])  # below one job's bar (3.3x)
+
+
+def test_overruns_kept_as_the_running_set_changes():
+    o = Overruns()
+    a = RunningObs("a", ((0, 1),), 0.0, predicted_run=10.0, user="x")
+    c = RunningObs("c", ((0, 1),), 5.0, predicted_run=math.nan, user="y")
+    d = RunningObs("d", ((0, 1),), 0.0, predicted_run=100.0, user="z")
+    run = (a, c, d)
+    assert o.update(run, 30.0) == ()
+    assert o.update(run, 40.0) == (("x", pytest.approx(math.log(4.0))),)
+    assert o.update((c, d), 40.0) == ()  # a ended
+    assert o.update((c, d), 400.0) == (("z", pytest.approx(math.log(4.0))),)  # nan: no claim to outrun
+    for t in range(100):  # the service makes new objects every slot: the heap stays bounded
+        o.update(tuple(dataclasses.replace(x) for x in (a, c, d)), 1000.0 + t)
+    assert len(o._heap) <= 4 * 3 + 64
 
 
 def test_liars_change_claims_not_truth():
@@ -279,7 +330,7 @@ def test_trust_reaches_a_moving_policys_view_of_running_jobs():
     b = TrustBook()
     b.observe("liar", 1.0, 50.0)
     obs = (RunningObs("l", ((0, 1),), 0.0, predicted_run=10.0, time_limit=400.0, user="liar"),
-           RunningObs("h", ((0, 1),), 0.0, predicted_run=10.0, user="ann"))
+           RunningObs("h", ((0, 1),), 0.0, predicted_run=90.0, user="ann"))  # within its claim's noise
     builder = SlotStateBuilder(Capabilities(preemptive=True, moves=True))
     s = builder.build(ClusterSnapshot(now=100.0, slot_len=30.0, nodes=("n0",), free=(2,), gpus_per_node=4,
                                       waiting=(), running=obs, trust=b))

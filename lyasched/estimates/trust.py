@@ -9,7 +9,9 @@ noise of honest predictions (`TrustParams`: z standard errors): honest users' ra
 around 1 (a replay's estimate error, the cost model's), and acting on that noise would move
 every schedule for nothing, while a claim of 1% is caught at the first finished job. A user with
 no finished job of their own gets their account's
-factor, so a fresh user name does not escape it. Pure: no clock, no I/O; the simulator feeds it
+factor, so a fresh user name does not escape it. A running job that has already outrun its claim
+beyond that noise (`Overruns`) is evidence before it finishes: its elapsed / predicted is a lower
+bound on its ratio (`TrustBook.factors_with`). Pure: no clock, no I/O; the simulator feeds it
 its finished jobs, the service its records' (lyasched.live.trust), and the one
 `SlotStateBuilder` applies it (lyasched.policy.snapshot) to waiting jobs, running jobs' predicted
 ends and a moving policy's remaining rows (`distrusted_movable`).
@@ -17,9 +19,11 @@ ends and a moving policy's remaining rows (`distrusted_movable`).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -136,6 +140,69 @@ class TrustBook:
                 nonunit.pop(u, None)
         self._dirty = set()
         return {u: nonunit[u] for u in sorted(nonunit)}
+
+    def factors_with(self, overruns: Iterable[tuple[str, float]]) -> dict[str, float]:
+        """`factors` with running jobs' evidence: ``overruns`` are (user, log of elapsed / predicted)
+        of running jobs that have outrun their claim (`Overruns`), each a lower bound on the ratio
+        the job will finish with. A user's factor is the larger of `factor` and the geometric mean
+        of their ratios (their own, else their account's, as `factor`) with those lower bounds,
+        acted on past the same noise bar at that count: a job claimed at 1 s that has run 600 s
+        counts against the user's waiting jobs before it ends, and honest users' runs, within
+        the noise of their claims, never reach it."""
+        out = self.factors()
+        logs: dict[str, list[float]] = {}
+        for user, lr in overruns:
+            logs.setdefault(user, []).append(lr)
+        if not logs:
+            return out
+        for u, lb in logs.items():
+            r = [*(self._ratios(u) or ()), *lb]
+            f = math.exp(sum(r) / len(r))
+            if f >= self.bar(len(r)) and f > out.get(u, 1.0):
+                out[u] = f
+        return {u: out[u] for u in sorted(out)}
+
+
+class Overruns:
+    """The running jobs that have outrun their predicted run time beyond the noise of one honest
+    job (elapsed at least `TrustBook.bar` (1) x predicted, 3.3x), kept as the running set changes:
+    each job's due time (start + bar x predicted) in a heap, so a slot looks only at the jobs
+    that came due. ``update`` takes the slot's running jobs (objects with ``user``,
+    ``start_time``, ``predicted_run``: `lyasched.policy.snapshot.RunningObs`, from Slurm or the
+    simulator alike) and the time; it answers (user, log of elapsed / predicted) per overrun."""
+
+    def __init__(self, params: TrustParams | None = None) -> None:
+        self.bar = TrustBook(params or TrustParams()).bar(1)
+        self._last: Sequence[Any] | None = None
+        self._alive: set[int] = set()  # ids of the last running set's jobs (held: in _heap or _due)
+        self._heap: list[tuple[float, int, Any]] = []  # (due time, sequence, job)
+        self._due: dict[int, Any] = {}  # id -> running job past its due time
+        self._seq = 0
+
+    def update(self, running: Sequence[Any], now: float) -> tuple[tuple[str, float], ...]:
+        if running is not self._last:
+            ids = list(map(id, running))
+            cur = set(ids)
+            new = cur.difference(self._alive)
+            fresh = [running[ids.index(k)] for k in new] if len(new) < 16 else [o for o in running if id(o) in new]
+            for o in fresh:
+                p = o.predicted_run
+                if p > 0 and math.isfinite(p):  # nan / unknown: no claim to outrun
+                    self._seq += 1
+                    heapq.heappush(self._heap, (o.start_time + self.bar * p, self._seq, o))
+            for k in self._alive.difference(cur):
+                self._due.pop(k, None)
+            self._alive, self._last = cur, running
+            if len(self._heap) > 4 * len(cur) + 64:  # drop the jobs gone
+                self._heap = [e for e in self._heap if id(e[2]) in cur]
+                heapq.heapify(self._heap)
+        heap, alive = self._heap, self._alive
+        while heap and heap[0][0] <= now:
+            o = heapq.heappop(heap)[2]
+            if id(o) in alive:
+                self._due[id(o)] = o
+        return tuple((o.user, math.log(max(now - o.start_time, 0.0) / o.predicted_run))
+                     for o in self._due.values() if now > o.start_time)
 
 
 def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:

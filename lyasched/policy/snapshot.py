@@ -11,8 +11,8 @@ limit, never earlier than it wants to run, so the limit is that bound and the pr
 may be low) is not. ``predicted_end`` (``start + predicted``, nan when unknown) is the forecast
 lyapunov's spread horizon reads.
 
-A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs ran far
-longer than predicted has their waiting and running jobs' predictions multiplied by their factor
+A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs (or
+running jobs already past 3.3x their prediction: `Overruns`) ran far longer than predicted has their waiting and running jobs' predictions multiplied by their factor
 (at most the time limit, never below the claim) here, so replay and serve apply it alike (a moving
 policy's view of running jobs too: `SlotStateBuilder.movable`); and
 ``known``: a job whose claim is far below what is already known of it is shown with that.
@@ -29,7 +29,7 @@ import numpy as np
 from lyasched.costmodel.cost import CostModel, Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import GpuType, on_type
-from lyasched.estimates.trust import TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
+from lyasched.estimates.trust import Overruns, TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement, splits
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob, waiting_job
@@ -103,6 +103,8 @@ class SlotStateBuilder:
         self._last: tuple[tuple[RunningObs, ...], tuple[RunningJob, ...]] | None = None
         self._factors: dict[str, float] = {}  # this slot's trust factors (users not at 1)
         self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
+        self._overruns = Overruns()  # running jobs past their claim: trust evidence before they end
+        self._overran = False  # this slot's factors counted some
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
@@ -156,11 +158,13 @@ class SlotStateBuilder:
         d["attained"] = obs.attained_before + d["gpus"] * max(0.0, now - obs.start_time)  # as `running_job`
         return out
 
-    def _set_trust(self, book: TrustBook | None) -> None:
+    def _set_trust(self, book: TrustBook | None, running: tuple[RunningObs, ...], now: float) -> None:
         key = None if book is None else (id(book), book.version)
-        if key != self._trust_key:
+        over = self._overruns.update(running, now) if book is not None else ()
+        if key != self._trust_key or over or self._overran:
             self._trust_key = key
-            self._factors = {} if book is None else book.factors()
+            self._factors = {} if book is None else book.factors_with(over)
+            self._overran = bool(over)
 
     def _waiting(self, snap: ClusterSnapshot) -> tuple[WaitingJob, ...]:
         """The waiting jobs with their users' trust factors (the same objects while unchanged,
@@ -228,7 +232,7 @@ class SlotStateBuilder:
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
-        self._set_trust(snap.trust)
+        self._set_trust(snap.trust, snap.running, snap.now)
         self._known = snap.known or {}
         self._obs = snap.running
         return SlotState(
