@@ -373,6 +373,8 @@ class LyapunovPolicy:
             cand = cand_dp
             if free.total == 1 and self.shortcuts:  # `_useful` kept the one job it could be, with a value > 0
                 chosen = [(0, 1)]
+            elif self.shortcuts and cand.size * (free.total + 1) * min(k, free.total) <= _SMALL_DP:
+                chosen = _knapsack_small(best[cand], free.total)  # the same answer, on Python floats
             else:
                 chosen = _knapsack(best[cand], free.total)
             if chosen is not None:
@@ -827,6 +829,47 @@ def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None
     out = []
     for i in range(n - 1, -1, -1):
         g = int(choice[i, c])
+        if g:
+            out.append((i, g))
+            c -= g
+    return out
+
+
+_SMALL_DP = 400  # jobs x (capacity + 1) x counts up to which `_knapsack_small` is cheaper than numpy
+
+
+def _knapsack_small(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None:
+    """`_knapsack` on Python floats, for small tables (a few free GPUs, a few candidates), where its
+    numpy steps cost more than the arithmetic: the same sums (IEEE doubles either way), the same
+    first-maximum choice per capacity (strict ``>`` walking the counts in order, as ``argmax``), the
+    same strict improvement rule and the same walk back, so the same answer to the bit
+    (tests/test_lyapunov_shortcuts.py compares them)."""
+    n, k = scores.shape
+    kk = min(k, capacity)
+    best = [0.0] * (capacity + 1)
+    choice: list[list[int] | None] = []
+    neg = -math.inf
+    for vals in scores[:, :kk].tolist():
+        gs = [g for g in range(1, kk + 1) if vals[g - 1] > 0]
+        if not gs:
+            choice.append(None)
+            continue
+        new, ch = best[:], [0] * (capacity + 1)
+        for c in range(capacity + 1):
+            top, tg = neg, 0
+            for g in gs:
+                v = (best[c - g] if c >= g else neg) + vals[g - 1]
+                if v > top:
+                    top, tg = v, g
+            if top > best[c]:
+                new[c], ch[c] = top, tg
+        best = new
+        choice.append(ch)
+    c = max(range(capacity + 1), key=best.__getitem__)  # the first maximum, as ``argmax``
+    out = []
+    for i in range(n - 1, -1, -1):
+        row = choice[i]
+        g = row[c] if row is not None else 0
         if g:
             out.append((i, g))
             c -= g
