@@ -1,5 +1,5 @@
 """Lyapunov's shortcuts (`LyapunovPolicy.shortcuts`: several-node scores not computed when no spread
-fits, one free GPU's reference time, the fill's cached column, the one-GPU knapsack) decide exactly as
+fits, one free GPU's reference time, the fill's cached column, the one-GPU knapsack, both placements scored in one pass) decide exactly as
 the general path: both policies decide a run of random slots (jobs leaving and arriving, so their
 row caches are reused), with and without tenants, and every answer is compared to the bit."""
 

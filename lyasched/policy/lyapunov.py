@@ -91,13 +91,16 @@ class LyapunovPolicy:
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
         cached = None  # each job's least GPU-time and its count, over the cut rows, as `RowCache.cut` keeps them
+        both = None  # the cut rows, one node then several side by side (`RowCache.cut`)
         if fast and cols is not None:
             keys = self._type_keys
-            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
+            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need, both = \
                 self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
             if fast:
                 cached = (g_time, g_need)
+            else:
+                both = None
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
         wait = state.now - submit
@@ -159,14 +162,14 @@ class LyapunovPolicy:
                 need = cached[1][ok] if cached is not None else gt[ok].argmin(axis=1) + 1
                 tau = _shortest_first(gpu_time[ok], need, free_now)
 
-        def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
+        def score(run: np.ndarray, fut: np.ndarray | None, gw: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
-                return _score(run, fut)
+                return _score(run, fut, *(gw or (g, weight)))
 
         weight = self.externality * blocked  # per GPU count
         vtheta = self.V * theta
 
-        def _score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
+        def _score(run: np.ndarray, fut: np.ndarray | None, g: np.ndarray, weight: np.ndarray) -> np.ndarray:
             # pen = (run - best) + weight * max(0, g*run - tau) / G (+ fut); score = gain - V*theta*pen.
             # In place, one temporary at a time (the hot path at 10,000 waiting jobs), the same
             # operations in the same order as written out, so the same bits.
@@ -199,8 +202,14 @@ class LyapunovPolicy:
             finite_best, gain = every
             notes = {"live": live}
         elif fut is None:
-            s_one = score(one, None)
-            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
+            if both is not None and not no_multi and self.shortcuts:  # both placements in one pass: the same
+                # elementwise steps on the rows side by side, each column with its own count's g and weight
+                c = one.shape[1]
+                s_both = score(both, None, (np.concatenate((g, g)), np.concatenate((weight, weight))))
+                s_one, s_multi = s_both[:, :c], s_both[:, c:]
+            else:
+                s_one = score(one, None)
+                s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf

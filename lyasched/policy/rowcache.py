@@ -83,7 +83,8 @@ class RowCache:
         `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over the first
         ``cols`` counts once masked and the first count giving it (`lyapunov.gpu_seconds`).
         ``keys`` (generation, numbers): the caller's own number for each job, unique to its object
-        within that generation: the rows are found by them (`ext`)."""
+        within that generation: the rows are found by them (`ext`). Last, the two cut blocks side by
+        side (one node, then several: one array, for a caller that treats them alike)."""
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
@@ -105,7 +106,7 @@ class RowCache:
             at = self._cut_at[c] = (cap, (rows * cap)[:, None])
         g = self.pack.take(at[1] + sel)  # one gather: (quantities, jobs)
         return (g[_PACK + 2:_PACK + 2 + c].T, g[_PACK + 2 + c:].T, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
-                g[_PACK], g[_PACK + 1])
+                g[_PACK], g[_PACK + 1], g[_PACK + 2:].T)
 
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
