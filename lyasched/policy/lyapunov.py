@@ -391,7 +391,7 @@ class LyapunovPolicy:
                 solver = "exact"
         starts: list[Decision] = []
         if chosen is not None:
-            trial = FreeGpus(tuple(free.free), state.gpus_per_node)
+            trial = free.copy() if self.shortcuts else FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
                 one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
