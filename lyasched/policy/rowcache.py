@@ -119,10 +119,9 @@ class RowCache:
         nxt = self._next
         n = len(jobs)
         k = 0
+        sel = np.empty(n, dtype=np.intp)
         if nxt is not None and len(nxt[0]) <= n and all(map(is_, jobs, nxt[0])):  # (map stops at the shorter)
             k = len(nxt[0])
-        sel = np.empty(n, dtype=np.intp)
-        if k:
             sel[:k] = nxt[1]
         if k < n:
             rest = jobs[k:]
