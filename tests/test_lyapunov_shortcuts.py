@@ -1,5 +1,5 @@
 """Lyapunov's shortcuts (`LyapunovPolicy.shortcuts`: several-node scores not computed when no spread
-fits, one free GPU's reference time, the fill's cached column, the one-GPU knapsack) decide exactly as
+fits, one free GPU's reference time, the fill's cached column, the one-GPU knapsack, both placements scored in one pass) decide exactly as
 the general path: both policies decide a run of random slots (jobs leaving and arriving, so their
 row caches are reused), with and without tenants, and every answer is compared to the bit."""
 
@@ -80,3 +80,17 @@ def test_shortcuts_decide_as_the_general_path(seed: int, tenants: bool, adaptive
         waiting = [w for w in waiting if w.job_id not in gone]
         now += 60.0 * float(rng.integers(1, 30))
     assert short_cuts_met  # the one-GPU paths were taken
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_small_knapsack_is_the_numpy_one(seed: int) -> None:
+    """`_knapsack_small` returns `_knapsack`'s answer on small tables, ties and -inf included (scores
+    drawn from a few values, so equal sums and equal options are common)."""
+    from lyasched.policy.lyapunov import _knapsack, _knapsack_small
+
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n, k, cap = int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        pool = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) if rng.random() < 0.5 else None
+        s = rng.choice(pool, size=(n, k)) if pool is not None else rng.normal(0.5, 1.0, size=(n, k))
+        assert _knapsack_small(s, cap) == _knapsack(s, cap)

@@ -91,13 +91,16 @@ class LyapunovPolicy:
         # whole rows give them (`RowCache.cut`); else all counts, as best needs them
         fast = cols is not None and type(self)._restrict is LyapunovPolicy._restrict
         cached = None  # each job's least GPU-time and its count, over the cut rows, as `RowCache.cut` keeps them
+        both = None  # the cut rows, one node then several side by side (`RowCache.cut`)
         if fast and cols is not None:
             keys = self._type_keys
-            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need = \
+            one, multi, work, submit, best, req, run_req, slivers, best_kept, g_time, g_need, both = \
                 self._rows.cut(jobs, cols, self.max_stretch, keys[:2] if keys is not None and keys[2] is jobs else None)
             fast = not self._rows.n_adaptive
             if fast:
                 cached = (g_time, g_need)
+            else:
+                both = None
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
         wait = state.now - submit
@@ -159,14 +162,14 @@ class LyapunovPolicy:
                 need = cached[1][ok] if cached is not None else gt[ok].argmin(axis=1) + 1
                 tau = _shortest_first(gpu_time[ok], need, free_now)
 
-        def score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
+        def score(run: np.ndarray, fut: np.ndarray | None, gw: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
             with np.errstate(invalid="ignore"):
-                return _score(run, fut)
+                return _score(run, fut, *(gw or (g, weight)))
 
         weight = self.externality * blocked  # per GPU count
         vtheta = self.V * theta
 
-        def _score(run: np.ndarray, fut: np.ndarray | None) -> np.ndarray:
+        def _score(run: np.ndarray, fut: np.ndarray | None, g: np.ndarray, weight: np.ndarray) -> np.ndarray:
             # pen = (run - best) + weight * max(0, g*run - tau) / G (+ fut); score = gain - V*theta*pen.
             # In place, one temporary at a time (the hot path at 10,000 waiting jobs), the same
             # operations in the same order as written out, so the same bits.
@@ -199,8 +202,14 @@ class LyapunovPolicy:
             finite_best, gain = every
             notes = {"live": live}
         elif fut is None:
-            s_one = score(one, None)
-            s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
+            if both is not None and not no_multi and self.shortcuts:  # both placements in one pass: the same
+                # elementwise steps on the rows side by side, each column with its own count's g and weight
+                c = one.shape[1]
+                s_both = score(both, None, (np.concatenate((g, g)), np.concatenate((weight, weight))))
+                s_one, s_multi = s_both[:, :c], s_both[:, c:]
+            else:
+                s_one = score(one, None)
+                s_multi = np.full(s_one.shape, -np.inf) if no_multi else score(multi, None)
         else:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
@@ -373,6 +382,8 @@ class LyapunovPolicy:
             cand = cand_dp
             if free.total == 1 and self.shortcuts:  # `_useful` kept the one job it could be, with a value > 0
                 chosen = [(0, 1)]
+            elif self.shortcuts and cand.size * (free.total + 1) * min(k, free.total) <= _SMALL_DP:
+                chosen = _knapsack_small(best[cand], free.total)  # the same answer, on Python floats
             else:
                 chosen = _knapsack(best[cand], free.total)
             if chosen is not None:
@@ -380,7 +391,7 @@ class LyapunovPolicy:
                 solver = "exact"
         starts: list[Decision] = []
         if chosen is not None:
-            trial = FreeGpus(tuple(free.free), state.gpus_per_node)
+            trial = free.copy() if self.shortcuts else FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
                 one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
@@ -827,6 +838,47 @@ def _knapsack(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None
     out = []
     for i in range(n - 1, -1, -1):
         g = int(choice[i, c])
+        if g:
+            out.append((i, g))
+            c -= g
+    return out
+
+
+_SMALL_DP = 400  # jobs x (capacity + 1) x counts up to which `_knapsack_small` is cheaper than numpy
+
+
+def _knapsack_small(scores: np.ndarray, capacity: int) -> list[tuple[int, int]] | None:
+    """`_knapsack` on Python floats, for small tables (a few free GPUs, a few candidates), where its
+    numpy steps cost more than the arithmetic: the same sums (IEEE doubles either way), the same
+    first-maximum choice per capacity (strict ``>`` walking the counts in order, as ``argmax``), the
+    same strict improvement rule and the same walk back, so the same answer to the bit
+    (tests/test_lyapunov_shortcuts.py compares them)."""
+    n, k = scores.shape
+    kk = min(k, capacity)
+    best = [0.0] * (capacity + 1)
+    choice: list[list[int] | None] = []
+    neg = -math.inf
+    for vals in scores[:, :kk].tolist():
+        gs = [g for g in range(1, kk + 1) if vals[g - 1] > 0]
+        if not gs:
+            choice.append(None)
+            continue
+        new, ch = best[:], [0] * (capacity + 1)
+        for c in range(capacity + 1):
+            top, tg = neg, 0
+            for g in gs:
+                v = (best[c - g] if c >= g else neg) + vals[g - 1]
+                if v > top:
+                    top, tg = v, g
+            if top > best[c]:
+                new[c], ch[c] = top, tg
+        best = new
+        choice.append(ch)
+    c = max(range(capacity + 1), key=best.__getitem__)  # the first maximum, as ``argmax``
+    out = []
+    for i in range(n - 1, -1, -1):
+        row = choice[i]
+        g = row[c] if row is not None else 0
         if g:
             out.append((i, g))
             c -= g

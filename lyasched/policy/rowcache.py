@@ -4,7 +4,8 @@ and the per-type pass (`bytype`) both read; its own module so neither imports th
 from __future__ import annotations
 
 import math
-from itertools import repeat
+from itertools import compress, repeat
+from operator import is_
 
 import numpy as np
 
@@ -47,22 +48,20 @@ class RowCache:
         self.tenant = np.zeros(capacity, dtype=np.intp)  # the job's user, as a code (``tenant_names``)
         self.n_adaptive = 0  # adaptive jobs among the cached ones (0: `waiting_adaptive` is None at once)
         self.sel = np.zeros(0, dtype=np.intp)  # the last `arrays` call's rows
-        # `_lookup`'s last (jobs, their ids, their rows), and the ids and rows its next call most
-        # likely begins with (the same jobs, less those `left` says started): checked, never trusted
-        self._last: tuple[tuple[WaitingJob, ...], np.ndarray, np.ndarray] | None = None
-        self._next: tuple[np.ndarray, np.ndarray] | None = None
-        # the no-sliver rule's effect on each row (`LyapunovPolicy._restrict`, at ``stretch``): whether
-        # it masks any count, and the best run once masked; both depend on the row alone
-        self.slivers = np.zeros(capacity, dtype=bool)
-        self.best_kept = np.empty(capacity)
-        # ... the rows with it applied (inf where it masks), and over all counts their least GPU-time
-        # and the count that gives it (what `_scores` reads for the shortest-first reference)
-        self.one_kept = np.empty((capacity, width))
-        self.multi_kept = np.empty((capacity, width))
-        # ... over the first c counts (column c - 1), for any cut: the least GPU-time, and the first
-        # count that gives it (what `_scores` computes on rows cut to c counts)
-        self.gpu_time = np.empty((capacity, width))
-        self.need = np.empty((capacity, width), dtype=np.intp)
+        # `_lookup`'s last (jobs, their rows), and the jobs and rows its next call most likely begins
+        # with (the same jobs, less those `left` says started): checked object by object, never trusted
+        self._last: tuple[tuple[WaitingJob, ...], np.ndarray] | None = None
+        self._next: tuple[tuple[WaitingJob, ...], np.ndarray] | None = None
+        # what `cut` reads, one row per quantity and one column per cached job, so that a slot's rows
+        # come out of one gather (`cut`) with each quantity's values contiguous (`_PACK` names the rows):
+        # per job its work, submit time, best run, requested count (nearest allowed), run time there;
+        # the no-sliver rule's effect (`LyapunovPolicy._restrict`, at ``stretch``): whether it masks
+        # any count (1.0) and the best run once masked, both depending on the row alone; over the first
+        # c counts (row c - 1 of each block), with the rule applied, the least GPU-time and the first
+        # count that gives it (what `_scores` computes on rows cut to c counts); and the rows with the
+        # rule applied (inf where it masks), one node then several
+        self.pack = np.empty((_PACK + 4 * width, capacity))
+        self._cut_at: dict[int, tuple[int, np.ndarray]] = {}  # cols -> (capacity, flat offsets of its rows)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
@@ -84,7 +83,8 @@ class RowCache:
         `LyapunovPolicy._restrict` computes over the whole rows), its least GPU-time over the first
         ``cols`` counts once masked and the first count giving it (`lyapunov.gpu_seconds`).
         ``keys`` (generation, numbers): the caller's own number for each job, unique to its object
-        within that generation: the rows are found by them (`ext`)."""
+        within that generation: the rows are found by them (`ext`). Last, the two cut blocks side by
+        side (one node, then several: one array, for a caller that treats them alike)."""
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
@@ -97,37 +97,42 @@ class RowCache:
         else:
             sel = self.sel = self._lookup(jobs)
         c = min(cols, self.width)
-        return (self.one_kept[sel, :c], self.multi_kept[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
-                self.req[sel], self.run_req[sel], self.slivers[sel], self.best_kept[sel], self.gpu_time[sel, c - 1],
-                self.need[sel, c - 1])
+        cap = self.pack.shape[1]
+        at = self._cut_at.get(c)
+        if at is None or at[0] != cap:
+            w = self.width
+            rows = np.r_[0:_PACK, _PACK + c - 1, _PACK + w + c - 1, _PACK + 2 * w:_PACK + 2 * w + c,
+                         _PACK + 3 * w:_PACK + 3 * w + c]
+            at = self._cut_at[c] = (cap, (rows * cap)[:, None])
+        g = self.pack.take(at[1] + sel)  # one gather: (quantities, jobs)
+        return (g[_PACK + 2:_PACK + 2 + c].T, g[_PACK + 2 + c:].T, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
+                g[_PACK], g[_PACK + 1], g[_PACK + 2:].T)
 
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
         hands the same tuple again, or the last one less the jobs that started (`left`) and then the
-        new ones: those rows are reused once their ids are checked (a cached object is alive, so an
-        id met at a cached position is that object); only the jobs after them are looked up."""
+        new ones: those rows are reused once each job is checked to be the very object expected
+        (compared by identity at C speed); only the jobs after them are looked up by id."""
         last = self._last
         if last is not None and last[0] is jobs:
-            return last[2]
-        ids = np.fromiter(map(id, jobs), dtype=np.intp, count=len(jobs))
+            return last[1]
         nxt = self._next
-        k = nxt[0].size if nxt is not None else -1
-        if nxt is not None and k <= ids.size and np.array_equal(ids[:k], nxt[0]):
-            sel = np.empty(ids.size, dtype=np.intp)
+        n = len(jobs)
+        k = 0
+        sel = np.empty(n, dtype=np.intp)
+        if nxt is not None and len(nxt[0]) <= n and all(map(is_, jobs, nxt[0])):  # (map stops at the shorter)
+            k = len(nxt[0])
             sel[:k] = nxt[1]
+        if k < n:
             rest = jobs[k:]
-        else:
-            sel, k, rest = np.empty(ids.size, dtype=np.intp), 0, jobs
-        if rest:
-            got = np.fromiter(map(self.index.get, ids[k:].tolist(), repeat(-1)), dtype=np.intp, count=len(rest))
+            got = np.fromiter(map(self.index.get, map(id, rest), repeat(-1)), dtype=np.intp, count=n - k)
             miss = np.flatnonzero(got < 0)
             if miss.size == 1:
                 got[miss] = self._add_one(rest[int(miss[0])])
             elif miss.size:
                 got[miss] = self._add_many([rest[p] for p in miss.tolist()])
             sel[k:] = got
-        self._last = (jobs, ids, sel)
-        self._next = (ids, sel)
+        self._last = self._next = (jobs, sel)
         return sel
 
     def left(self, jobs: tuple[WaitingJob, ...], started: list[int]) -> None:
@@ -135,9 +140,14 @@ class RowCache:
         the next call's jobs are likely the others, in order, then new ones (`_lookup` checks)."""
         last = self._last
         if last is not None and last[0] is jobs and started:
-            keep = np.ones(last[1].size, dtype=bool)
+            if len(started) == 1:  # the usual slot: one start
+                p = started[0]
+                rows = last[1]
+                self._next = (jobs[:p] + jobs[p + 1:], np.concatenate((rows[:p], rows[p + 1:])))
+                return
+            keep = np.ones(len(jobs), dtype=bool)
             keep[started] = False
-            self._next = (last[1][keep], last[2][keep])
+            self._next = (tuple(compress(jobs, keep.tolist())), last[1][keep])
 
     def _by_keys(self, jobs: tuple[WaitingJob, ...], gen: object, ks: np.ndarray) -> np.ndarray:
         """The rows of ``jobs`` found by their keys ``ks`` (`cut`), added for the jobs not seen before."""
@@ -162,19 +172,17 @@ class RowCache:
     def _grow(self, need: int) -> None:
         """Room for ``need`` rows in every array (each at least doubles, so growth is amortised)."""
         grow = max(1024, self.one.shape[0], need - self.one.shape[0])
-        for name in ("one", "multi", "one_kept", "multi_kept", "gpu_time"):
+        self.pack = np.hstack([self.pack, np.empty((self.pack.shape[0], grow))])
+        for name in ("one", "multi"):
             a = getattr(self, name)
             setattr(self, name, np.vstack([a, np.empty((grow, self.width))]))
-        for name in ("work", "submit", "best", "run_req", "best_kept"):
+        for name in ("work", "submit", "best", "run_req"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.empty(grow)]))
         for name in ("req", "tenant"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=np.intp)]))
-        self.need = np.vstack([self.need, np.zeros((grow, self.width), dtype=np.intp)])
-        for name in ("adaptive", "slivers"):
-            a = getattr(self, name)
-            setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=bool)]))
+        self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
 
     def _add_one(self, w: WaitingJob) -> int:
         """`_add_many` for one job, in fewer numpy steps (the usual slot has one or two new jobs):
@@ -209,16 +217,18 @@ class RowCache:
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
             with np.errstate(invalid="ignore"):
                 masks = r > 1 and bool((fm[:r - 1] > self.stretch * self.run_req[i]).any())
-            self.slivers[i] = masks
             if masks:
                 gk = np.arange(1, self.width + 1)
                 with np.errstate(invalid="ignore"):
                     over = (gk < r) & (fm > self.stretch * self.run_req[i])
                 one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
                 fm = np.fmin(one, multi)
-            self.best_kept[i] = fm.min()
-            self.one_kept[i], self.multi_kept[i] = one, multi
-            self.gpu_time[i], self.need[i] = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
+            w_ = self.width
+            col = self.pack[:, i]
+            col[:_PACK] = (w.work, w.submit_time, self.best[i], r, run_req, masks, fm.min())
+            least, first = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
+            col[_PACK:_PACK + w_], col[_PACK + w_:_PACK + 2 * w_] = least[0], first[0]
+            col[_PACK + 2 * w_:_PACK + 3 * w_], col[_PACK + 3 * w_:] = one, multi
         self.keep.append(w)
         self.index[id(w)] = i
         return i
@@ -262,11 +272,15 @@ class RowCache:
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
             with np.errstate(invalid="ignore"):
                 over = (gk[None, :] < r[:, None]) & (fm > self.stretch * run_req[:, None])
-            self.slivers[rows] = over.any(axis=1)
             one_k, multi_k = np.where(over, np.inf, one), np.where(over, np.inf, multi)
-            self.best_kept[rows] = np.fmin(one_k, multi_k).min(axis=1)
-            self.one_kept[rows], self.multi_kept[rows] = one_k, multi_k
-            self.gpu_time[rows], self.need[rows] = _prefix_least(gpu_seconds(one_k, multi_k))
+            w_ = self.width
+            block = self.pack[:, rows]  # (a view: written in place)
+            block[0], block[1], block[2], block[3], block[4] = self.work[rows], self.submit[rows], self.best[rows], r, run_req
+            block[5] = over.any(axis=1)
+            block[6] = np.fmin(one_k, multi_k).min(axis=1)
+            least, first = _prefix_least(gpu_seconds(one_k, multi_k))
+            block[_PACK:_PACK + w_], block[_PACK + w_:_PACK + 2 * w_] = least.T, first.T
+            block[_PACK + 2 * w_:_PACK + 3 * w_], block[_PACK + 3 * w_:] = one_k.T, multi_k.T
         self.keep.extend(ws)
         out = np.arange(i0, i0 + m, dtype=np.intp)
         self.index.update(zip(map(id, ws), out.tolist()))
@@ -279,6 +293,9 @@ class RowCache:
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
         return self.adaptive[self.sel] if self.n_adaptive else None
+
+
+_PACK = 7  # `RowCache.pack`'s rows before its four per-count blocks
 
 
 def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -264,6 +264,14 @@ class FreeGpus:
         self.total = sum(self.free)
         self._splits: dict[int, tuple[int, int] | None] = {}  # g -> layout, until the pool changes
 
+    def copy(self) -> FreeGpus:
+        """The same pool in lists of its own, without bucketing the nodes again (a trial to undo)."""
+        out = FreeGpus.__new__(FreeGpus)
+        out.free, out.cap, out.total = self.free[:], self.cap, self.total
+        out.buckets = [b[:] for b in self.buckets]
+        out._splits = dict(self._splits)
+        return out
+
     def _move(self, node: int, new: int) -> None:
         self._splits.clear()
         old = self.buckets[self.free[node]]
