@@ -215,11 +215,11 @@ class LyapunovPolicy:
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state, codes)
             g_one = repaying_gpus(g, owed, one)
-            # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
-            g_multi = np.zeros(g_one.shape) if no_multi else repaying_gpus(g, owed, multi)
-            orders_only(s_one, s_multi, g_one, g_multi)
             s_one += credit_t[:, None] * g_one
-            if not no_multi:
+            if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
+                g_multi = np.zeros(g_one.shape)
+            else:
+                g_multi = repaying_gpus(g, owed, multi)
                 s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
@@ -735,21 +735,6 @@ def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarra
         cap = owed[:, None] / run
     cap[~np.isfinite(run)] = 0.0
     return np.minimum(g[None, :], cap)
-
-
-def orders_only(s_one: np.ndarray, s_multi: np.ndarray, g_one: np.ndarray, g_multi: np.ndarray) -> None:
-    """The tenant credit orders starts, it does not widen them: each job's credited GPUs
-    (``g_one``, ``g_multi``, from `repaying_gpus`; capped in place) are at most those of the
-    configuration its score without the credit (``s_one``, ``s_multi``) ranks first. A job's
-    count is then the one that score chooses (wider ones gain no credit, narrower ones no more),
-    while the credit still lifts the job against others'. Without it the credit, per GPU,
-    outweighs a wide start's cost in run time: a long job of a tenant behind starts on all it
-    asked for when its own score would shrink it, and holds the extra GPUs for its whole run."""
-    both = np.concatenate((s_one, s_multi), axis=1)
-    top = both.argmax(axis=1)  # (a row of -inf only: the credit is 0 there, `repaying_gpus`)
-    cap = np.concatenate((g_one, g_multi), axis=1)[np.arange(both.shape[0]), top]
-    np.minimum(g_one, cap[:, None], out=g_one)
-    np.minimum(g_multi, cap[:, None], out=g_multi)
 
 
 class TenantBound:
