@@ -13,6 +13,8 @@ adaptive ones; the same allowed-types rule and seed). Per workload and policy:
 * each type's share of the GPU-seconds and its busy fraction over the makespan; the GPU-hours the
   fastest type stood idle while a job that allows it waited (``fast_idle_gpu_h``);
 * the ``any`` jobs: how many ran (first segment) on each type, and their mean GPUs there;
+* ``gavel-keep``: gavel whose rounds never preempt; ``--off-fast JOB,...``: those jobs kept off the
+  fastest type (a counterfactual: the held-out imagenet-18 of workload 6);
 * the largest single holds of the fastest type: (job, app, class, GPUs, hours held, the hour it started).
 """
 
@@ -23,6 +25,7 @@ import json
 import os
 import sys
 from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +37,8 @@ from heterogeneous import ROOT, SETS, _fits, allowed_types  # noqa: E402
 
 from lyasched.cli.nativeout import native_stdout_to_stderr  # noqa: E402
 from lyasched.policy import make_policy  # noqa: E402
+from lyasched.policy.gavel import Gavel  # noqa: E402
+from lyasched.policy.state import SlotResult, SlotState  # noqa: E402
 from lyasched.sim.hetero import TypedCluster, parse_cluster_spec  # noqa: E402
 from lyasched.sim.pollux_trace import measured_types, pollux_workload  # noqa: E402
 from lyasched.sim.simulator import Simulation  # noqa: E402
@@ -41,8 +46,23 @@ from lyasched.sim.simulator import Simulation  # noqa: E402
 EXTRA: dict = {}  # name -> factory of a variant policy (registered by callers)
 
 
-def build(set_name: str, k: int, seed: int = 0) -> tuple[Simulation, Simulation, TypedCluster, dict]:
-    """The benchmark's adaptive and fixed-batch simulations of workload k, and the allowed types."""
+@dataclass
+class GavelKeep(Gavel):
+    """gavel whose rounds never preempt (a running job keeps its GPUs to its end): how much of
+    gavel's gain is its preemption."""
+
+    name: str = "gavel-keep"
+
+    def decide(self, state: SlotState) -> SlotResult:
+        return super().decide(replace(state, running=tuple(replace(r, preemptible=False) for r in state.running)))
+
+
+EXTRA["gavel-keep"] = GavelKeep
+
+
+def build(set_name: str, k: int, seed: int = 0, off_fast: tuple[str, ...] = ()) -> tuple[Simulation, Simulation, TypedCluster, dict]:
+    """The benchmark's adaptive and fixed-batch simulations of workload k, and the allowed types
+    (``off_fast``: jobs kept off the fastest type, a counterfactual)."""
     spec, _ = SETS[set_name]
     typed = parse_cluster_spec(spec)
     assert isinstance(typed, TypedCluster)
@@ -55,6 +75,8 @@ def build(set_name: str, k: int, seed: int = 0) -> tuple[Simulation, Simulation,
     fixed = {j.job_id: j for j in wf.jobs}
     gt = allowed_types(w.jobs, typed, lambda job, want: bool(_fits(probe, job, want))
                        and bool(_fits(probe, fixed[job.job_id], want)))
+    for jid in off_fast:
+        gt[jid] = tuple(typed.types[1:])
     sim = Simulation(w.jobs, w.cluster, typed=typed, gpu_types=gt, measured=measured, seed=seed)
     simf = Simulation(wf.jobs, wf.cluster, typed=typed, gpu_types=gt, measured=measured, seed=seed)
     return sim, simf, typed, gt
@@ -139,8 +161,10 @@ def main() -> None:
     ap.add_argument("--set", choices=tuple(SETS), default="heldout")
     ap.add_argument("--workloads", default=None)
     ap.add_argument("--policies", default="lyapunov,gavel")
+    ap.add_argument("--off-fast", default="", help="comma-separated job ids kept off the fastest type (counterfactual)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    off = tuple(x for x in args.off_fast.split(",") if x)
     wls = [int(x) for x in args.workloads.split(",")] if args.workloads else list(SETS[args.set][1])
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     out: dict = {"set": args.set, "workloads": {}}
@@ -148,8 +172,8 @@ def main() -> None:
         for k in wls:
             row = {}
             for p in names:
-                sim, simf, typed, gt = build(args.set, k)
-                row[p] = a = analyse(simf if p == "gavel" else sim, typed, gt, p)
+                sim, simf, typed, gt = build(args.set, k, off_fast=off)
+                row[p] = a = analyse(simf if p.startswith("gavel") else sim, typed, gt, p)
                 if not args.json:
                     cl = "  ".join(f"{c}[{v['jobs']}] w{v['wait_h']:.2f} r{v['run_h']:.2f}" for c, v in a["classes"].items())
                     print(f"w{k} {p:9s} jct {a['avg_jct_h']:.3f} = wait {a['wait_h']:.3f} + run {a['run_h']:.3f}"

@@ -8,7 +8,10 @@
 * ``release``: the backlog rule with the running jobs' part of the wait for a job's fastest type
   read from their predicted ends (the time until the type's free GPUs plus those released reach the
   job's request there) instead of their GPU-seconds over the type's GPUs (a fluid estimate); the
-  waiting jobs' part stays fluid.
+  waiting jobs' part stays fluid;
+* ``compadv``: the backlog rule, then Gavel's comparative advantage (normalised throughput): a job
+  leaves its fastest type's queue when another type it may join has free GPUs and its loss there is
+  below the mean loss there of the waiting jobs sharing its fastest type (`_queues_compadv`).
 
 Prints, per set, the mean over its workloads of the average JCT (h) of lyapunov, elastic, each
 variant and gavel (on the fixed-batch jobs, as the benchmark), and the ratios to gavel.
@@ -79,6 +82,39 @@ def _queues_release(memo: TypeMemo, sel: np.ndarray, state: SlotState) -> np.nda
     return best <= limit[:, None]
 
 
+def _queues_compadv(memo: TypeMemo, sel: np.ndarray, state: SlotState) -> np.ndarray:
+    """The shipped backlog rule, then Gavel's comparative advantage: a job leaves its fastest type's
+    queue when another type it may join has free GPUs and the job's loss there (its best run there
+    over its best on its fastest type) is below the mean loss there of the waiting jobs that share
+    its fastest type and allow that type. Alone, a job is its own mean and stays."""
+    joins = _SHIPPED(memo, sel, state)
+    best, fast = memo.best[sel], memo.fast[sel]
+    n, width = best.shape
+    if n < 2 or width < 2:
+        return joins
+    col = {t: i for i, t in enumerate(memo.types)}
+    node_t = np.fromiter(map(col.__getitem__, state.node_types), dtype=np.intp, count=len(state.node_types))
+    free = np.bincount(node_t, weights=np.asarray(state.free, dtype=float), minlength=width)
+    rows = np.arange(n)
+    base = best[rows, fast]
+    typed = np.isfinite(base) & (base > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = np.where(typed[:, None], best / np.where(typed, base, 1.0)[:, None], np.inf)
+    leave = np.zeros(n, dtype=bool)
+    for f in range(width):
+        of = typed & (fast == f)
+        for u in range(width):
+            if u == f or free[u] <= 0:
+                continue
+            ok = of & np.isfinite(loss[:, u])
+            if ok.sum() < 2:
+                continue
+            mean = float(loss[ok, u].mean())
+            leave |= ok & joins[:, u] & (loss[:, u] < mean)
+    joins[rows[leave], fast[leave]] = False
+    return joins
+
+
 def _with_queues(fn: Any, policy: Any, state: SlotState, decide: Any) -> Any:
     bytype._queues = fn
     try:
@@ -115,7 +151,23 @@ class ElaRelease(ElasticPolicy):
         return _with_queues(_queues_release, self, state, ElasticPolicy.decide)
 
 
-RULES = {"xt": (LyaXT, ElaXT), "release": (LyaRelease, ElaRelease)}
+@dataclass
+class LyaCompAdv(LyapunovPolicy):
+    name: str = "lyapunov-compadv"
+
+    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+        return _with_queues(_queues_compadv, self, state, LyapunovPolicy.decide)
+
+
+@dataclass
+class ElaCompAdv(ElasticPolicy):
+    name: str = "elastic-compadv"
+
+    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+        return _with_queues(_queues_compadv, self, state, ElasticPolicy.decide)
+
+
+RULES = {"xt": (LyaXT, ElaXT), "release": (LyaRelease, ElaRelease), "compadv": (LyaCompAdv, ElaCompAdv)}
 
 
 def main() -> None:
