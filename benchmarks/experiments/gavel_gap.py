@@ -26,6 +26,7 @@ import os
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def analyse(sim: Simulation, typed: TypedCluster, gt: dict, name: str) -> dict:
     landed: dict[int, list[str]] = defaultdict(list)
     orig = sim._landing
 
-    def hook(i, placement, g, spans):  # type: ignore[no-untyped-def]
+    def hook(i: int, placement: Any, g: int, spans: bool) -> tuple[str, str]:
         out = orig(i, placement, g, spans)
         landed[i].append(out[0])
         return out
@@ -135,16 +136,16 @@ def analyse(sim: Simulation, typed: TypedCluster, gt: dict, name: str) -> dict:
     busy = waiting = 0
     idle_wait = 0.0
     prev = ev[0][0] if ev else 0.0
-    for t, db, dw in ev:
+    for when, db, dw in ev:
         if waiting > 0:
-            idle_wait += (cap[fast] - busy) * (t - prev)
+            idle_wait += (cap[fast] - busy) * (when - prev)
         busy += db
         waiting += dw
-        prev = t
+        prev = when
     out["type_gpu_share"] = {t: v / max(1e-9, sum(per_type.values())) for t, v in per_type.items()}
     out["type_busy"] = {t: per_type[t] / (cap[t] * span) for t in typed.types}
     out["fast_idle_gpu_h"] = idle_wait / h
-    first = Counter()
+    first: Counter[str] = Counter()
     gpus_on: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(recs):
         if cls[i] == "any" and landed[i]:

@@ -139,7 +139,7 @@ class ElaXT(ElasticPolicy):
 class LyaRelease(LyapunovPolicy):
     name: str = "lyapunov-release"
 
-    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+    def decide(self, state: SlotState) -> Any:
         return _with_queues(_queues_release, self, state, LyapunovPolicy.decide)
 
 
@@ -147,7 +147,7 @@ class LyaRelease(LyapunovPolicy):
 class ElaRelease(ElasticPolicy):
     name: str = "elastic-release"
 
-    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+    def decide(self, state: SlotState) -> Any:
         return _with_queues(_queues_release, self, state, ElasticPolicy.decide)
 
 
@@ -155,7 +155,7 @@ class ElaRelease(ElasticPolicy):
 class LyaCompAdv(LyapunovPolicy):
     name: str = "lyapunov-compadv"
 
-    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+    def decide(self, state: SlotState) -> Any:
         return _with_queues(_queues_compadv, self, state, LyapunovPolicy.decide)
 
 
@@ -163,7 +163,7 @@ class LyaCompAdv(LyapunovPolicy):
 class ElaCompAdv(ElasticPolicy):
     name: str = "elastic-compadv"
 
-    def decide(self, state: SlotState):  # type: ignore[no-untyped-def]
+    def decide(self, state: SlotState) -> Any:
         return _with_queues(_queues_compadv, self, state, ElasticPolicy.decide)
 
 
