@@ -18,7 +18,11 @@ Figures are in units of pollux's average JCT on the same workload (so hesrpt's t
 its ratio to pollux), summed over jobs, meaned over workloads, per application and in all.
 
     python benchmarks/experiments/hesrpt_decompose.py [--loads 0.5] [--workloads 1-8]
-        [--policies hesrpt] [--json]
+        [--policies hesrpt] [--json] [--slot 60] [--restart 30]
+
+``--slot`` / ``--restart`` replay every policy but pollux (the unit, on the benchmark's 60 s and
+30 s) at another slot length or restart overhead: probes of how much those levers could be worth,
+not the benchmark. ``--policies`` also takes designs of hesrpt_place.py as ``place.NAME``.
 """
 
 from __future__ import annotations
@@ -128,21 +132,33 @@ def decompose(sim: Any, res: Any) -> list[dict[str, float]]:
     return out
 
 
-def run_one(args: tuple[str, str, int, str]) -> tuple[str, int, str, list[dict[str, Any]], float]:
-    data, load, k, name = args
-    from lyasched.policy import make_policy
+def run_one(args: tuple[str, str, int, str, float, float]) -> tuple[str, int, str, list[dict[str, Any]], float]:
+    data, load, k, name, slot, restart = args
     from lyasched.sim import Simulation
     from lyasched.sim.pollux_trace import pollux_workload
 
     w = pollux_workload(workload_path(data, load, k), os.path.join(data, "traces"), adaptive=True)
-    sim = Simulation(w.jobs, w.cluster, slot_len=60.0, estimate_error=0.0, restart_overhead=30.0)
-    pol = make_policy(name.partition(":")[0], **_params(name))
+    # pollux, the unit, always on the benchmark's settings; the others on --slot / --restart (probes)
+    slot, restart = (60.0, 30.0) if name == "pollux" else (slot, restart)
+    sim = Simulation(w.jobs, w.cluster, slot_len=slot, estimate_error=0.0, restart_overhead=restart)
+    pol = _build(name)
     r = sim.run(pol, name=name)
     rows = decompose(sim, r)
     for row, j in zip(rows, sim.jobs):
         row["app"] = app_of(j)
     busy = float(r.busy_gpu_s)
     return load, k, name, rows, busy
+
+
+def _build(name: str) -> Any:
+    """A registered policy (``hesrpt:move_charge=4``) or a design of another experiment
+    (``place.equal``: hesrpt_place.py's ``equal``)."""
+    from lyasched.policy import make_policy
+
+    mod, dot, design = name.partition(".")
+    if dot and mod in ("place", "restart"):
+        return __import__(f"hesrpt_{mod}").build(design)
+    return make_policy(name.partition(":")[0], **_params(name))
 
 
 def _params(name: str) -> dict[str, Any]:
@@ -172,6 +188,8 @@ def main() -> int:
     ap.add_argument("--workloads", default="1-8")
     ap.add_argument("--policies", default="pollux,hesrpt")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--slot", type=float, default=60.0, help="slot length of the non-pollux replays (probe)")
+    ap.add_argument("--restart", type=float, default=30.0, help="restart overhead of the non-pollux replays (probe)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     loads = [f"{float(x):.1f}" for x in a.loads.split(",")]
@@ -179,7 +197,7 @@ def main() -> int:
     names = [n for n in a.policies.split(";" if ";" in a.policies else ",") if n]
     if "pollux" not in names:
         names = ["pollux", *names]
-    tasks = [(a.data, ld, k, n) for ld in loads for k in ks for n in names]
+    tasks = [(a.data, ld, k, n, a.slot, a.restart) for ld in loads for k in ks for n in names]
     got: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
         for ld, k, n, rows, _ in ex.map(run_one, tasks):
