@@ -89,7 +89,7 @@ def idle_share(util_t: np.ndarray, util_b: np.ndarray, total: int, s: float, e: 
     return idle / (e - s)
 
 
-def decompose(sim: Any, res: Any) -> list[dict[str, float]]:
+def decompose(sim: Any, res: Any) -> list[dict[str, Any]]:
     """Per job, its JCT split into TERMS (seconds) plus its application and jct."""
     slot = sim.slot_len
     total = sim.cluster.total_gpus
@@ -100,7 +100,7 @@ def decompose(sim: Any, res: Any) -> list[dict[str, float]]:
         best = best_at.min(axis=1)
         sub = rec.job.submit_time
         aligned = math.ceil(sub / slot - 1e-12) * slot
-        d = dict.fromkeys(TERMS, 0.0)
+        d: dict[str, Any] = dict.fromkeys(TERMS, 0.0)
         d["align"] = aligned - sub
         held = 0.0
         p = 0.0
@@ -125,7 +125,7 @@ def decompose(sim: Any, res: Any) -> list[dict[str, float]]:
             d["batch"] += comp - t_act
         d["wait"] = rec.jct - held - d["align"]
         d["jct"] = rec.jct
-        d["app"] = rec.job.profile.name if hasattr(rec.job.profile, "name") else str(rec.job.profile)
+        d["app"] = app_of(rec.job)
         d["moves"] = float(rec.preemptions)
         d["gpu_h"] = rec.gpu_s / 3600.0
         out.append(d)

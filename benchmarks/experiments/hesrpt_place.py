@@ -43,6 +43,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -87,12 +88,12 @@ def pack_equal(alloc: dict[str, int], by_id: dict[str, AllocJob] | None, cap: li
     rest = sorted((jid for jid in alloc if jid not in out),
                   key=lambda x: (-alloc[x], by_id[x].submit if by_id else 0.0, x))
     for jid in rest:
-        pl = _layout(room, alloc[jid], gpn, span_small)
-        if pl is None:
+        new = _layout(room, alloc[jid], gpn, span_small)
+        if new is None:
             return None
-        for n, k in pl:
+        for n, k in new:
             room[n] -= k
-        out[jid] = pl
+        out[jid] = new
     return out
 
 
@@ -190,7 +191,7 @@ def main() -> int:
             res[ld][k][d] = h
             cpu[d] = max(cpu.get(d, 0.0), c)
             print(f"{ld}x w{k} {d}: {h:.3f} h ({wall:.1f} s, {c:.1f} s CPU)", file=sys.stderr)
-    out = {ld: {"mean_h": {d: sum(res[ld][k][d] for k in ks) / len(ks) for d in designs},
+    out: dict[str, Any] = {ld: {"mean_h": {d: sum(res[ld][k][d] for k in ks) / len(ks) for d in designs},
                 "workloads": {str(k): res[ld][k] for k in ks}} for ld in loads}
     for ld in loads:
         m = out[ld]["mean_h"]
