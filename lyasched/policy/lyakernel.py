@@ -224,3 +224,29 @@ def slot_choice(s_one: np.ndarray, s_multi: np.ndarray, max_one: int, spread: np
             useful[q] = cand[p]
             q += 1
     return best, cand, useful, True
+
+
+@njit(cache=True, error_model="numpy")
+def fill_order(req: np.ndarray, run_req: np.ndarray, limit: int, started: np.ndarray) -> np.ndarray:
+    """`LyapunovPolicy._fill`'s candidates on `RowCache.cut`'s rows, in the order it tries them: the
+    jobs not ``started`` whose request (at most ``limit`` GPUs) runs finitely, by GPU-time at the
+    request (request x its run), the first of equal ones first (`_fill_order`'s lexsort)."""
+    n = req.shape[0]
+    has = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        has[i] = math.isfinite(run_req[i]) and req[i] <= limit
+    for p in range(started.shape[0]):
+        has[started[p]] = False
+    m = 0
+    for i in range(n):
+        if has[i]:
+            m += 1
+    cand = np.empty(m, dtype=np.intp)
+    key = np.empty(m)
+    p = 0
+    for i in range(n):
+        if has[i]:
+            cand[p] = i
+            key[p] = req[i] * run_req[i]
+            p += 1
+    return cand[np.argsort(key, kind="mergesort")]

@@ -34,7 +34,7 @@ import numpy as np
 
 from lyasched.policy import adaptive
 from lyasched.policy.bytype import decide_by_type
-from lyasched.policy.lyakernel import slot_choice, slot_scores
+from lyasched.policy.lyakernel import fill_order, slot_choice, slot_scores
 from lyasched.policy.rowcache import RowCache, gpu_seconds
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState
 from lyasched.policy.tenants import TenantBook
@@ -516,7 +516,11 @@ class LyapunovPolicy:
         k = one.shape[1]
         # the request's column only (no row is read elsewhere): an allowed count, finite on one
         # node or across nodes, for a job the scores left waiting
-        if arr.get("cut_rows"):
+        compiled = arr.get("cut_rows") and self.compiled and type(self)._fill_order is LyapunovPolicy._fill_order
+        if compiled:  # the steps of the cut-rows branch below and the order, in one compiled call (`lyakernel.fill_order`)
+            r = req
+            order = fill_order(req, run_req, min(k, free.total), np.array(self._started, dtype=np.intp))
+        elif arr.get("cut_rows"):
             # `RowCache.cut`'s rows: the request is a count in 1..width, the no-sliver rule never masks
             # it, and its run there is ``run_req`` (the fmin below, read once per job when cached)
             r = req
@@ -529,9 +533,10 @@ class LyapunovPolicy:
                 rows = np.arange(n)
                 has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
             has &= r <= free.total
-        has[self._started] = False
-        cand = np.flatnonzero(has)
-        key = req[cand] * run_req[cand]
+        if not compiled:
+            has[self._started] = False
+            cand = np.flatnonzero(has)
+            key = req[cand] * run_req[cand]
         out: list[Decision] = []
         gpn = state.gpus_per_node
 
@@ -547,6 +552,12 @@ class LyapunovPolicy:
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
 
+        if compiled:  # (with one GPU free, the shortcut below tries this order's first candidate first: the same)
+            for j in order.tolist():
+                attempt(j)
+                if free.total == 0:
+                    break
+            return out
         if free.total == 1 and cand.size and self.shortcuts and type(self)._fill_order is LyapunovPolicy._fill_order:
             # one GPU: the loop below ends at its first start, so its first candidate (the least key,
             # the first of equal ones, as `_fill_order` sorts) is tried alone first; if it does not
