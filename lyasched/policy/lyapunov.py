@@ -34,7 +34,6 @@ import numpy as np
 
 from lyasched.policy import adaptive
 from lyasched.policy.bytype import decide_by_type
-from lyasched.policy.lyakernel import fill_order, slot_choice, slot_scores
 from lyasched.policy.rowcache import RowCache, gpu_seconds
 from lyasched.policy.state import Decision, FreeGpus, Placement, SlotResult, SlotState
 from lyasched.policy.tenants import TenantBook
@@ -62,8 +61,6 @@ class LyapunovPolicy:
     # fill's cached column): the same decisions to the bit. False: the general path everywhere
     # (tests/test_lyapunov_shortcuts.py decides both ways on random states and compares).
     shortcuts: ClassVar[bool] = True
-    # the shipped rule's scores in one compiled call (`lyakernel`): the same bits; False: numpy steps
-    compiled: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self._started: list[int] = []  # scratch for one decide() call
@@ -106,12 +103,6 @@ class LyapunovPolicy:
                 both = None
         if not fast:
             one, multi, work, submit, best, req, run_req = self._rows.arrays(jobs)
-        elif self.compiled and both is not None and self._type_best is None and self.shortcuts \
-                and type(self)._credit is LyapunovPolicy._credit and type(self)._z_credit is LyapunovPolicy._z_credit:
-            got = self._scores_compiled(state, one, multi, both, work, submit, best_kept if slivers.any() else best,
-                                        req, run_req, cached, prune, spread)
-            if got is not None:
-                return got
         wait = state.now - submit
         np.maximum(wait, 0.0, out=wait)
         q = float(work.sum())
@@ -234,40 +225,6 @@ class LyapunovPolicy:
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  "tenant_codes": codes, "cut_rows": fast and self.shortcuts, "no_multi": no_multi, **notes}
         return s_one, s_multi, q, z, {"work": work, "wait": wait, "best": best, **extra}
-
-    def _scores_compiled(self, state: SlotState, one: np.ndarray, multi: np.ndarray, both: np.ndarray, work: np.ndarray,
-                         submit: np.ndarray, best: np.ndarray, req: np.ndarray, run_req: np.ndarray,
-                         cached: tuple[np.ndarray, np.ndarray] | None, prune: bool,
-                         spread: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float, float, dict] | None:
-        """`_scores` on `RowCache.cut`'s rows with the shipped rule, its arithmetic in one compiled
-        call (`lyakernel.slot_scores`): the same values to the bit. None: the rows are to be pruned
-        (`_live`), which the general path does."""
-        assert cached is not None
-        n = len(state.waiting)
-        wait = state.now - submit
-        np.maximum(wait, 0.0, out=wait)
-        q = float(work.sum())
-        z = float(wait.sum())
-        total_gpus = max(1, sum(state.free) + sum(map(_GPUS, state.running)))
-        vtheta = self.V * (q + z)
-        c = one.shape[1]
-        no_multi = spread is not None and not spread[:c].any()
-        codes = self._rows.waiting_tenants() if state.tenants is not None and self.tenant_weight > 0 else None
-        credit_t = self._tenant_credit(state, vtheta, total_gpus, codes)
-        owed = self._owed(state, codes) if credit_t is not None else _NONE
-        check_live = prune and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1
-        s, gain, credit, gpus, _, pruned = slot_scores(
-            both, work, wait, best, q, z, int(sum(state.free)), int(total_gpus), float(self.q_weight),
-            float(state.slot_len), float(self.externality), float(vtheta), bool(self.relative), cached[0], cached[1],
-            bool(no_multi), _NONE if credit_t is None else credit_t, owed, credit_t is not None, bool(check_live))
-        if pruned:
-            return None
-        notes: dict = {}
-        if credit_t is not None:
-            notes = {"tenant_credit": credit_t, "tenant_gpus": (gpus[:, :c], gpus[:, c:])}
-        extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": cached[0],
-                 "tenant_codes": codes, "cut_rows": True, "no_multi": no_multi, **notes}
-        return s[:, :c], s[:, c:], q, z, {"work": work, "wait": wait, "best": best, **extra}
 
     def _restrict(self, state: SlotState, one: np.ndarray, multi: np.ndarray, best: np.ndarray, over: np.ndarray,
                   req: np.ndarray, run_req: np.ndarray, total_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Fut, dict]:
@@ -407,29 +364,20 @@ class LyapunovPolicy:
         rows = arr.get("live")  # pruned: the score rows are these jobs' (row j is job rows[j])
         pre = self._starts_first(state, arr, free, s_one, s_multi)
         k = s_one.shape[1]
+        # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
+        s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
         no_multi = arr["no_multi"]  # every several-node score is -inf already
-        cand_dp: np.ndarray | None = None
-        if self.compiled and spread is not None and type(self)._values is LyapunovPolicy._values:
-            # the steps below in one compiled call (`lyakernel.slot_choice`): the same values
-            best, cand, useful, exact = slot_choice(s_one, s_multi, free.max_on_one_node(), spread, bool(no_multi),
-                                                    free.total)
-            raw_one, raw_multi = s_one, s_multi
-            cand_dp = useful if exact else None
-        else:
-            # Configurations that can never fit this slot are out.
-            s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
-            if not no_multi:  # equal GPUs per node (placement.py); ``spread`` holds the same for the first k counts
-                s_multi[:, ~(free.spread_mask(k) if spread is None else spread[:k])] = -np.inf
-            raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
-            s_one, s_multi = self._values(s_one, s_multi, arr)
-            # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
-            best = s_one if no_multi and type(self)._values is LyapunovPolicy._values else np.maximum(s_one, s_multi)
-            cand = np.flatnonzero(best.max(axis=1) > 0)
+        if not no_multi:  # equal GPUs per node (placement.py); ``spread`` holds the same for the first k counts
+            s_multi[:, ~(free.spread_mask(k) if spread is None else spread[:k])] = -np.inf
+        raw_one, raw_multi = s_one, s_multi  # the drift-plus-penalty scores: their sign decides, and wake_at reads them
+        s_one, s_multi = self._values(s_one, s_multi, arr)
+        # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
+        best = s_one if no_multi and type(self)._values is LyapunovPolicy._values else np.maximum(s_one, s_multi)
+        cand = np.flatnonzero(best.max(axis=1) > 0)
         solver = "greedy"
         chosen: list[tuple[int, int]] | None = None
-        if cand_dp is None:
-            cand_dp = _useful(best, cand, free.total)
+        cand_dp = _useful(best, cand, free.total)
         if cand_dp.size and cand_dp.size * free.total * k <= self.exact_limit:
             cand = cand_dp
             if free.total == 1 and self.shortcuts:  # `_useful` kept the one job it could be, with a value > 0
@@ -516,11 +464,7 @@ class LyapunovPolicy:
         k = one.shape[1]
         # the request's column only (no row is read elsewhere): an allowed count, finite on one
         # node or across nodes, for a job the scores left waiting
-        compiled = arr.get("cut_rows") and self.compiled and type(self)._fill_order is LyapunovPolicy._fill_order
-        if compiled:  # the steps of the cut-rows branch below and the order, in one compiled call (`lyakernel.fill_order`)
-            r = req
-            order = fill_order(req, run_req, min(k, free.total), np.array(self._started, dtype=np.intp))
-        elif arr.get("cut_rows"):
+        if arr.get("cut_rows"):
             # `RowCache.cut`'s rows: the request is a count in 1..width, the no-sliver rule never masks
             # it, and its run there is ``run_req`` (the fmin below, read once per job when cached)
             r = req
@@ -533,10 +477,9 @@ class LyapunovPolicy:
                 rows = np.arange(n)
                 has &= np.isfinite(np.fmin(one[rows, col], multi[rows, col]))
             has &= r <= free.total
-        if not compiled:
-            has[self._started] = False
-            cand = np.flatnonzero(has)
-            key = req[cand] * run_req[cand]
+        has[self._started] = False
+        cand = np.flatnonzero(has)
+        key = req[cand] * run_req[cand]
         out: list[Decision] = []
         gpn = state.gpus_per_node
 
@@ -552,12 +495,6 @@ class LyapunovPolicy:
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
 
-        if compiled:  # (with one GPU free, the shortcut below tries this order's first candidate first: the same)
-            for j in order.tolist():
-                attempt(j)
-                if free.total == 0:
-                    break
-            return out
         if free.total == 1 and cand.size and self.shortcuts and type(self)._fill_order is LyapunovPolicy._fill_order:
             # one GPU: the loop below ends at its first start, so its first candidate (the least key,
             # the first of equal ones, as `_fill_order` sorts) is tried alone first; if it does not
@@ -731,7 +668,6 @@ class LyapunovUnaware(LyapunovPolicy):
 
 
 _GPUS, _USER = attrgetter("gpus"), attrgetter("user")
-_NONE = np.zeros(0)  # `slot_scores`' unused arrays
 
 
 def _shortest_first(t: np.ndarray, need: np.ndarray, free: int) -> float:
