@@ -16,14 +16,18 @@ jobs it touches, made when that sum falls (largest fall first; each job at most 
   waiting takes t's GPUs it frees (on the job's node): made when the waiting job's run on t, plus
   the mover's loss (its time left on u plus its move cost, minus its time left on t), is below the
   waiting job's alternative, the least of its fastest type's run after that type's backlog wait
-  (`bytype._queues`' fluid estimate) and its run now on a type with room;
+  (`bytype._queues`' fluid estimate) and its run now on a type with room (``back_alt="now"``: the
+  latter only, so a give-back is an exchange of who gains more from type t);
 * **swap**: two running jobs on different types exchange nodes, each at its best count on the
   other's node (its free GPUs plus those the other frees), when their summed time left (plus two
   move costs) falls.
 
 A running job's rows on another type are those it had when it last waited (`TypeMemo`), scaled by
 how its time left on its own type has changed since, as sia does. Variants: ``elastic-rp`` (up,
-back, swap), ``elastic-rp-back`` (back and swap, no up), ``elastic-rp-noswap`` (up and back).
+back, swap), ``elastic-rp-back`` (back and swap, no up), ``elastic-rp-noswap`` (up and back),
+``elastic-rp-up`` (up only), ``elastic-rp-now`` (up, back "now"), ``elastic-rp-nowswap`` (up, back
+"now", swap). Every new placement is the placement rule's one-node placement on the type's nodes
+(`placement.one_node_placement`; a give-back's waiting job preferring the mover's node).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from lyasched.cli.nativeout import native_stdout_to_stderr  # noqa: E402
 from lyasched.policy.bytype import TypeMemo  # noqa: E402
 from lyasched.policy.elastic import ElasticPolicy  # noqa: E402
 from lyasched.policy.movable import MovableJob  # noqa: E402
+from lyasched.policy.placement import one_node_placement  # noqa: E402
 from lyasched.policy.state import Decision, SlotResult, SlotState, WaitingJob  # noqa: E402
 
 
@@ -67,6 +72,7 @@ class ElasticReplan(ElasticPolicy):
     up: bool = True
     back: bool = True
     swap: bool = True
+    back_alt: str = "fluid"  # a give-back's alternative for the waiting job: "fluid" (module docstring) or "now"
     name: str = "elastic-rp"
 
     def decide(self, state: SlotState) -> SlotResult:
@@ -147,6 +153,11 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         n = max(nodes, key=lambda k: (free[k], -k))
         return n, free[n]
 
+    def place(t: str, g: int, prefer: tuple[int, ...] = ()) -> int:
+        """The node of the placement rule's one-node placement of g GPUs on type t (-1: none)."""
+        pl = one_node_placement([f if types[k] == t else 0 for k, f in enumerate(free)], g, prefer)
+        return -1 if pl is None else pl[0][0]
+
     def release(m: _Mover) -> None:
         for n, k in m.job.placement:
             free[n] += k
@@ -164,8 +175,8 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         for _d, jid, t, g, m in sorted(cands, key=lambda c: (c[0], c[1])):
             if jid in done:
                 continue
-            n, rm = room(t)
-            if rm < g:
+            n = place(t, g)
+            if n < 0:
                 continue
             free[n] -= g
             release(m)
@@ -181,10 +192,12 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         for w in left_w:
             views = w.by_type or {}
             fast = min(views, key=lambda t: views[t].best_run)
-            alt = wait.get(fast, math.inf) + views[fast].best_run
+            alt = wait.get(fast, math.inf) + views[fast].best_run if policy.back_alt == "fluid" else math.inf
             for t, v in views.items():
                 _n, rm = room(t)
                 alt = min(alt, _best(np.asarray(v.run_one_node), rm)[1])
+            if not math.isfinite(alt):
+                continue
             for m in movers:
                 if m.node < 0 or m.job.job_id in done or m.gtype not in views:
                     continue
@@ -205,17 +218,18 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         for delta, wid, jid, u, g, gw, m, w in sorted(cands2, key=lambda c: (c[0], c[1], c[2])):
             if wid in used or jid in done:
                 continue
-            n, rm = room(u)
-            if rm < g or free[m.node] + m.job.gpus < gw:
+            n = place(u, g)
+            if n < 0 or free[m.node] + m.job.gpus < gw:
                 continue
             free[n] -= g
             release(m)
-            free[m.node] -= gw
+            nw = place(m.gtype, gw, (m.node,))
+            free[nw] -= gw
             done.add(jid)
             used.add(wid)
             gone.append(jid)
             more.append(Decision(jid, g, ((n, g),), reason=f"re-plan: back to {g} GPUs of type {u}"))
-            more.append(Decision(wid, gw, ((m.node, gw),), reason=f"re-plan: {gw} GPUs given back on type {m.gtype}"))
+            more.append(Decision(wid, gw, ((nw, gw),), reason=f"re-plan: {gw} GPUs given back on type {m.gtype}"))
             work += w.work
 
     if policy.swap:  # two running jobs on different types exchange nodes
@@ -294,7 +308,21 @@ class ElasticReplanUp(ElasticReplan):
     name: str = "elastic-rp-up"
 
 
-VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp)}
+@dataclass
+class ElasticReplanNow(ElasticReplan):
+    back_alt: str = "now"
+    swap: bool = False
+    name: str = "elastic-rp-now"
+
+
+@dataclass
+class ElasticReplanNowSwap(ElasticReplan):
+    back_alt: str = "now"
+    name: str = "elastic-rp-nowswap"
+
+
+VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp, ElasticReplanNow,
+                                                  ElasticReplanNowSwap)}
 
 
 def _policy(name: str):  # type: ignore[no-untyped-def]
