@@ -72,6 +72,7 @@ class ElasticReplan(ElasticPolicy):
     up: bool = True
     back: bool = True
     swap: bool = True
+    type_moves: bool = False  # the shipped moves across types (typemoves.py) off: this step replaces them
     back_alt: str = "fluid"  # a give-back's alternative for the waiting job: "fluid" (module docstring) or "now"
     name: str = "elastic-rp"
 
@@ -321,7 +322,15 @@ class ElasticReplanNowSwap(ElasticReplan):
     name: str = "elastic-rp-nowswap"
 
 
-VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp, ElasticReplanNow,
+@dataclass
+class ElasticNoMoves(ElasticPolicy):
+    """elastic without its moves across types (typemoves.py): elastic before them."""
+
+    type_moves: bool = False
+    name: str = "elastic-nomoves"
+
+
+VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticNoMoves, ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp, ElasticReplanNow,
                                                   ElasticReplanNowSwap)}
 
 
