@@ -241,6 +241,11 @@ VARIANTS = {"elastic-tm": ElasticTM, "elastic-tm-any": ElasticTMAny, "elastic-tm
 
 
 def policy(name: str):  # type: ignore[no-untyped-def]
+    """A variant here, one of type_replan.py's (``elastic-rp...``, ``elastic-nomoves``), or a registered policy."""
+    sys.path.insert(0, HERE)
+    from type_replan import VARIANTS as REPLAN
+    if name in REPLAN:
+        return REPLAN[name]()
     return VARIANTS[name]() if name in VARIANTS else make_policy(name)
 
 
