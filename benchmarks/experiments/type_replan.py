@@ -17,7 +17,8 @@ jobs it touches, made when that sum falls (largest fall first; each job at most 
   the mover's loss (its time left on u plus its move cost, minus its time left on t), is below the
   waiting job's alternative, the least of its fastest type's run after that type's backlog wait
   (`bytype._queues`' fluid estimate) and its run now on a type with room (``back_alt="now"``: the
-  latter only, so a give-back is an exchange of who gains more from type t);
+  latter only, so a give-back is an exchange of who gains more from type t; ``"stuck"``: the former,
+  only for a waiting job that no type it allows has room for now);
 * **swap**: two running jobs on different types exchange nodes, each at its best count on the
   other's node (its free GPUs plus those the other frees), when their summed time left (plus two
   move costs) falls.
@@ -26,7 +27,7 @@ A running job's rows on another type are those it had when it last waited (`Type
 how its time left on its own type has changed since, as sia does. Variants: ``elastic-rp`` (up,
 back, swap), ``elastic-rp-back`` (back and swap, no up), ``elastic-rp-noswap`` (up and back),
 ``elastic-rp-up`` (up only), ``elastic-rp-now`` (up, back "now"), ``elastic-rp-nowswap`` (up, back
-"now", swap). Every new placement is the placement rule's one-node placement on the type's nodes
+"now", swap), ``elastic-rp-stuck`` (up, back "stuck"). Every new placement is the placement rule's one-node placement on the type's nodes
 (`placement.one_node_placement`; a give-back's waiting job preferring the mover's node).
 """
 
@@ -193,10 +194,11 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         for w in left_w:
             views = w.by_type or {}
             fast = min(views, key=lambda t: views[t].best_run)
-            alt = wait.get(fast, math.inf) + views[fast].best_run if policy.back_alt == "fluid" else math.inf
-            for t, v in views.items():
-                _n, rm = room(t)
-                alt = min(alt, _best(np.asarray(v.run_one_node), rm)[1])
+            alt = wait.get(fast, math.inf) + views[fast].best_run if policy.back_alt != "now" else math.inf
+            now_alt = min(_best(np.asarray(v.run_one_node), room(t)[1])[1] for t, v in views.items())
+            if policy.back_alt == "stuck" and math.isfinite(now_alt):
+                continue  # only jobs that no type they allow has room for now
+            alt = min(alt, now_alt)
             if not math.isfinite(alt):
                 continue
             for m in movers:
@@ -330,8 +332,15 @@ class ElasticNoMoves(ElasticPolicy):
     name: str = "elastic-nomoves"
 
 
+@dataclass
+class ElasticReplanStuck(ElasticReplan):
+    back_alt: str = "stuck"
+    swap: bool = False
+    name: str = "elastic-rp-stuck"
+
+
 VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticNoMoves, ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp, ElasticReplanNow,
-                                                  ElasticReplanNowSwap)}
+                                                  ElasticReplanNowSwap, ElasticReplanStuck)}
 
 
 def _policy(name: str):  # type: ignore[no-untyped-def]
