@@ -129,7 +129,8 @@ class ElasticTM(ElasticPolicy):
     that the slot left free, only on types where no waiting job still queues (``any``: on every
     type, the first version)."""
 
-    type_moves: str = "idle"
+    tm_mode: str = "idle"
+    type_moves: bool = False  # elastic's shipped moves across types (typemoves.py) off: these variants replace them
     name: str = "elastic-tm"
 
     def decide(self, state):  # type: ignore[no-untyped-def]
@@ -142,7 +143,7 @@ class ElasticTM(ElasticPolicy):
         joins = (memo.best[sel] < math.inf) & _queues(memo, sel, state)
         started = {d.job_id for d in res.starts}
         joins[[w.job_id in started for w in state.waiting]] = False
-        queued = set() if self.type_moves in ("any", "same") else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
+        queued = set() if self.tm_mode in ("any", "same") else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
         more, gone = _type_moves(self, state, memo, res.starts, res.preempt, queued)
         if not more:
             return res
@@ -155,14 +156,14 @@ class ElasticTM(ElasticPolicy):
 
 @dataclass
 class ElasticTMAny(ElasticTM):
-    type_moves: str = "any"
+    tm_mode: str = "any"
     name: str = "elastic-tm-any"
 
 
 def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[Decision],
                 preempt: Sequence[str], queued: set[str]) -> tuple[list[Decision], list[str]]:
     """Running jobs moved onto another type's GPUs that the slot's passes left free (a moving
-    policy's typed slot, ``type_moves`` on): a checkpointable job the slot leaves alone, on one type,
+    policy's typed slot, ``tm_mode``): a checkpointable job the slot leaves alone, on one type,
     moves to one node of another type it allows when its predicted time left there at the best
     count that node's free GPUs allow, plus its move cost, is below its time left where it runs.
     Its rows on the other type are those it had when it last waited (`TypeMemo`), scaled by how its
@@ -205,7 +206,7 @@ def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[
             room = max((free[n] for n, x in enumerate(types) if x == t), default=0)
             if room <= 0:
                 continue
-            if getattr(policy, "type_moves", "") == "same":  # never more GPUs than it holds
+            if getattr(policy, "tm_mode", "") == "same":  # never more GPUs than it holds
                 room = min(room, r.gpus)
             ests = np.asarray(v.run_one_node[:room], dtype=float) * scale + cost
             g = int(np.argmin(ests))
@@ -232,7 +233,7 @@ def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[
 class ElasticTMSame(ElasticTM):
     """elastic-tm-any, at no more GPUs than the job holds."""
 
-    type_moves: str = "same"
+    tm_mode: str = "same"
     name: str = "elastic-tm-same"
 
 
@@ -240,6 +241,11 @@ VARIANTS = {"elastic-tm": ElasticTM, "elastic-tm-any": ElasticTMAny, "elastic-tm
 
 
 def policy(name: str):  # type: ignore[no-untyped-def]
+    """A variant here, one of type_replan.py's (``elastic-rp...``, ``elastic-nomoves``), or a registered policy."""
+    sys.path.insert(0, HERE)
+    from type_replan import VARIANTS as REPLAN
+    if name in REPLAN:
+        return REPLAN[name]()
     return VARIANTS[name]() if name in VARIANTS else make_policy(name)
 
 

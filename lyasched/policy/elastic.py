@@ -68,6 +68,7 @@ from lyasched.policy.movable import MovableJob
 from lyasched.policy.moveplan import Path, Quiet, Releases, SlotMemo, arrival_rate, candidate, fade_rate, fit_counts, trial_nodes
 from lyasched.policy.params import PARAMS
 from lyasched.policy.state import Capabilities, Decision, FreeGpus, Placement, SlotResult, SlotState, WaitingJob
+from lyasched.policy.typemoves import with_type_moves
 
 Chosen = list[tuple[MovableJob, tuple[int, Placement] | None, float, str]]  # victims: (job, shrunk to | None, cost, why)
 
@@ -98,6 +99,7 @@ class ElasticPolicy(LyapunovPolicy):
     # how long a grow's GPUs are priced as held: "release" (until the running jobs' predicted releases give as many
     # back, at least min_move_interval, at most the grown run; tenth pass) or "interval" (min_move_interval, before)
     grow_hold: str = "release"
+    type_moves: bool = True  # typed slots: running jobs move onto another type's free GPUs when that pays (typemoves.py)
     name: str = "elastic"
 
     # its preemptions must be carried out, and a job preempted and started in one slot is a resize;
@@ -187,8 +189,9 @@ class ElasticPolicy(LyapunovPolicy):
         return out, soon
 
     def decide(self, state: SlotState) -> SlotResult:
-        if state.node_types:  # one type at a time (bytype.decide_by_type)
-            return decide_by_type(self, state, ElasticPolicy.decide)
+        if state.node_types:  # one type at a time (bytype.decide_by_type), then moves across types
+            res = decide_by_type(self, state, ElasticPolicy.decide)
+            return with_type_moves(self, state, res) if self.type_moves and self.types_aware else res
         movable, soon = self._movable(state)
         base = LyapunovPolicy.decide(self, state)
         if not movable:

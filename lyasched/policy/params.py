@@ -94,6 +94,7 @@ PARAMS["elastic"] = {
     "max_candidates": Param("int", lo=0, hi=1e6, help="waiting jobs considered for a swap per slot"),
     "max_searches": Param("int", lo=0, hi=1e6, help="of those, how many may search for victims per slot"),
     "min_window": Param("float", hi=1e9, **_POS, help="shortest window of the recent arrival rate that prices a grow (s)"),
+    "type_moves": Param("bool", help="GPU types: a running job moves onto another type's free GPUs when its time left there plus its move cost is below its time left where it runs"),
 }
 
 
