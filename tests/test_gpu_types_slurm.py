@@ -175,3 +175,66 @@ def test_the_service_chooses_the_fast_type_for_a_job_of_any_type(work, job_dir, 
     assert done[anyt].state == "COMPLETED", done
     shown = show_job(anyt)
     assert len(shown.nodes) == 1 and shown.nodes[0] in A100 and shown.gpus_per_node == 2, shown
+
+
+def test_a_move_takes_a_job_of_any_type_from_a_t4_to_an_a100(job_dir, test_user, as_user, slurm_jobs):
+    """Elastic's moves across types (docs/types.md) in the live path: a job that allowed every type
+    starts on a t4 (node3), and a move of the same count onto node1 restarts it from its checkpoint
+    on an a100: the job's request stays untyped (gres:gpu:1), its nodes change."""
+    from lyasched.config import Config
+    from lyasched.policy.movable import MovableJob
+    from lyasched.policy.state import Capabilities, Decision, SlotResult, SlotState
+    from lyasched.service import Service
+    from lyasched.store import moves, records
+    from test_elastic_slurm import MODEL, TRAIN, TRAIN_ARGS, _final, _lyasub
+    from test_serve_slurm import WRAPPER
+
+    class OntoA100:
+        """Start A on 1 GPU of node3 (a t4), then move it to 1 GPU of node1 (an a100)."""
+
+        name = "scripted-onto-a100"
+        capabilities = Capabilities(preemptive=True, moves=True)
+        move = False
+
+        def decide(self, state: SlotState) -> SlotResult:
+            starts, pre = [], []
+            if any(w.job_id == a for w in state.waiting):
+                starts.append(Decision(a, 1, ((2, 1),), 1.0, "start on node3"))
+            ra = next((r for r in state.running if r.job_id == a), None)
+            if self.move and isinstance(ra, MovableJob) and ra.preemptible and ra.placement == ((2, 1),):
+                pre.append(a)
+                starts.append(Decision(a, 1, ((0, 1),), 1.0, "onto node1"))
+                self.move = False
+            return SlotResult(starts=tuple(starts), preempt=tuple(pre),
+                              info={"moves": {a: "onto an a100"} if pre else {}})
+
+    (job_dir / "train.py").write_text(WRAPPER.format(out=str(job_dir), train=str(TRAIN)))
+    (job_dir / "train.py").chmod(0o644)
+    assert MODEL
+    a = _lyasub(as_user, test_user, job_dir, 60, *TRAIN_ARGS, "--step-sleep", "0.2", "--checkpoint-every", "5",
+                extra=("--max-gpus", "1"))
+    slurm_jobs.append(a)
+    db = records.open_records(job_dir / "svc.db")
+    policy = OntoA100()
+    svc = Service(Config(slot_seconds=2, release_grace=120, move_timeout=120, users=(test_user,)), db, policy=policy)
+    seen, moved = [], False
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        rep = svc.run_slot()
+        assert not rep.error, rep.error
+        job = show_job(a)
+        seen.append((job.state, job.nodes, job.gpu_type, job.gpus_per_node))
+        row = records.job_by_slurm_id(db, a)
+        if not moved and job.state == "RUNNING" and row is not None:
+            if (job_dir / ".lyasched" / f"ckpt-{row['uid']}" / "complete.json").exists():
+                policy.move, moved = True, True
+        if row is not None and row["state"] == "finished" and not moves.open_moves(db):
+            break
+        time.sleep(2)
+    uid = records.job_by_slurm_id(db, a)["uid"]
+    done = [(m["kind"], m["from_gpus"], m["to_gpus"], m["state"]) for m in moves.for_job(db, uid)]
+    assert done == [("resize", 1, 1, "done")], seen
+    ran = [(tuple(nodes), t) for state, nodes, t, _ in seen if state == "RUNNING"]
+    assert ran[0] == (T4, "") and ran[-1] == (("node1",), ""), ran
+    assert show_job(a).state == "COMPLETED"
+    assert _final(job_dir / f"{a}.out")["world_size"] == 1
