@@ -189,9 +189,10 @@ class RowCache:
         """Room for ``need`` columns in ``pack``: the first rows at once with an eighth to spare (the
         service's first slot adds every held job), then doubling, so growth stays amortised."""
         cap = self.pack.shape[1]
-        if need > cap:
-            grow = need + max(1024, need // 8) - cap if cap == 0 else max(cap, need - cap)
-            self.pack = np.hstack([self.pack, np.empty((self.pack.shape[0], grow))])
+        if need > cap == 0:  # (not stacked: a copy would touch every page of the new columns)
+            self.pack = np.empty((self.pack.shape[0], need + max(1024, need // 8)))
+        elif need > cap:
+            self.pack = np.hstack([self.pack, np.empty((self.pack.shape[0], max(cap, need - cap)))])
 
     def _add_one(self, w: WaitingJob) -> int:
         """`_add_many` for one job, in fewer numpy steps (the usual slot has one or two new jobs):
