@@ -49,3 +49,31 @@ def test_a_job_takes_a_slower_type_when_its_fast_type_is_swamped(name):
 def test_the_unaware_reference_ignores_the_rule():
     w, st = _slot(lambda fast, slow: 0.1 * (slow - fast))
     assert make_policy("lyapunov-unaware").decide(st).starts
+
+
+@pytest.mark.parametrize("name", ["lyapunov", "elastic"])
+def test_rows_carried_across_slots_decide_as_fresh_ones(name):
+    """The memo's rows kept from slot to slot (the last jobs less those started, then new ones;
+    checked object by object, so a reordered or rebuilt list is looked up again) and the walk's
+    kept type order and nodes: each slot decides as a fresh policy does, on interleaved types."""
+    nt = ("t4", "a100", "t4", "a100")
+    kept = make_policy(name)
+    waiting = [typed_waiting(job(i, req=1 + i % 3, iters=5_000 + 700 * i), ("a100",) if i % 4 == 0 else ())
+               for i in range(12)]
+    nxt = 12
+    for slot in range(8):
+        st = replace(state(waiting, free=(2, 3, 4, 1), now=600.0 + 30 * slot), node_types=nt)
+        got, want = kept.decide(st), make_policy(name).decide(st)
+        assert [(d.job_id, d.gpus, d.placement) for d in got.starts] == \
+            [(d.job_id, d.gpus, d.placement) for d in want.starts]
+        assert (got.q, got.z) == (want.q, want.z)
+        assert all(types_of(d, nt) <= set(d_w.by_type) for d in got.starts
+                   for d_w in waiting if d_w.job_id == d.job_id)
+        gone = {d.job_id for d in got.starts}
+        waiting = [w for w in waiting if w.job_id not in gone]
+        waiting += [typed_waiting(job(nxt + k, req=1 + k, iters=4_000 + 900 * k)) for k in range(2)]
+        nxt += 2
+        if slot % 3 == 2:  # another order: the kept rows no longer line up
+            waiting.reverse()
+        if slot == 4:  # the same job, rebuilt: a new object, looked up anew
+            waiting[0] = typed_waiting(job(int(waiting[0].job_id[1:]), iters=3_000))

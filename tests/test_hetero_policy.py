@@ -117,3 +117,14 @@ def test_gavel_prefers_the_job_that_gains_most_on_the_fast_type():
     where = {d.job_id: types_of(d) for d in res.starts}
     assert where == {"h": {"a100"}, "l": {"t4"}}
     assert np.isfinite([d.score for d in res.starts]).all()
+
+
+def test_unslice_maps_nodes_back_in_order():
+    from lyasched.policy.state import Decision, type_nodes, unslice
+    idx = type_nodes(("t4", "a100", "t4", "a100"))["a100"]
+    assert idx == (1, 3)
+    d = Decision("j", 3, ((1, 2), (0, 1)))
+    assert unslice(d, idx).placement == ((1, 1), (3, 2))
+    assert unslice(Decision("j", 1, ((1, 1),)), idx).placement == ((3, 1),)
+    same = Decision("j", 2, ((0, 2),))
+    assert unslice(same, (0, 2)) is same

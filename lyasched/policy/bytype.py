@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace as _replace
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from lyasched.policy.rowcache import RowCache
-from lyasched.policy.state import (Decision, SlotResult, SlotState, WaitingJob, capabilities, type_slice, unslice,
-                                   untyped)
+from lyasched.policy.state import (Decision, SlotResult, SlotState, WaitingJob, capabilities, type_nodes, type_slice,
+                                   unslice, untyped)
 
 if TYPE_CHECKING:
     from lyasched.policy.lyapunov import LyapunovPolicy
@@ -63,6 +63,15 @@ class TypeMemo:
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
         self.by_job: dict[str, int] = {}  # job id -> its latest row (a start's row, `decide_by_type`)
+        # `select`'s last (jobs, their rows), and the (jobs, rows) its next call most likely begins with
+        # (the same, less the jobs that started: `left`): checked object by object, never trusted
+        self._last: tuple[Sequence[WaitingJob], np.ndarray] | None = None
+        self._next: tuple[Sequence[WaitingJob], np.ndarray] | None = None
+        self._gone: list[bool] | None = None  # ``_next`` is ``_last`` less the jobs False here (`left`)
+        # the slot's walk over types, kept while what it reads is the same: (node types, each type's
+        # nodes), and (the first waiting jobs `type_order` samples, the order it gave)
+        self.nodes: tuple[Sequence[str], dict[str, tuple[int, ...]]] | None = None
+        self.order: tuple[Sequence[WaitingJob], list[str]] | None = None
         width = len(types)
         self.view = np.empty((capacity, width), dtype=object)
         self.best = np.empty((capacity, width))
@@ -77,11 +86,51 @@ class TypeMemo:
         n = len(jobs)
         if types != self.types or len(self.index) > 4 * n + 4096:
             self._reset(types, max(1024, 2 * n))
-        # no Python frame per job: -1 for the jobs not seen before
-        sel = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=n)
-        for pos in np.flatnonzero(sel < 0).tolist():
-            sel[pos] = self._add(jobs[pos])
+        last = self._last
+        if last is not None and last[0] is jobs:
+            return last[1]
+        nxt, keep = self._next, self._gone
+        k = 0
+        sel = np.empty(n, dtype=np.intp)
+        if nxt is not None and keep is not None:  # the last jobs less those that started, compared lazily
+            m = sum(keep)
+            if m <= n and all(map(is_, jobs, compress(nxt[0], keep))):
+                k = m
+                sel[:k] = nxt[1][keep]
+        elif nxt is not None and len(nxt[0]) <= n and all(map(is_, jobs, nxt[0])):  # (map stops at the shorter)
+            k = len(nxt[0])
+            sel[:k] = nxt[1]
+        if k < n:  # no Python frame per job: -1 for the jobs not seen before
+            got = np.fromiter(map(self.index.get, map(id, jobs[k:]), repeat(-1)), dtype=np.intp, count=n - k)
+            for pos in np.flatnonzero(got < 0).tolist():
+                got[pos] = self._add(jobs[k + pos])
+            sel[k:] = got
+        self._last = self._next = (jobs, sel)
+        self._gone = None
         return sel
+
+    def left(self, jobs: Sequence[WaitingJob], started: list[int]) -> None:
+        """The jobs at positions ``started`` of ``jobs`` (the last `select` call's) start now: the next
+        call's jobs are likely the others, in order, then new ones (`select` checks)."""
+        last = self._last
+        if last is not None and last[0] is jobs and started:
+            keep = [True] * len(jobs)
+            for p in started:
+                keep[p] = False
+            self._next, self._gone = last, keep
+
+    def walk(self, state: SlotState) -> tuple[list[str], dict[str, tuple[int, ...]]]:
+        """`type_order` and `type_nodes` of ``state``, kept while the node types and the first
+        waiting jobs (`type_order`'s sample) are the same objects."""
+        nt = state.node_types
+        if self.nodes is None or not (self.nodes[0] is nt or self.nodes[0] == nt):
+            self.nodes = (nt, type_nodes(nt))
+            self.order = None
+        head = state.waiting[:_SAMPLE]
+        order = self.order
+        if order is None or len(order[0]) != len(head) or not all(map(is_, head, order[0])):
+            order = self.order = (head, type_order(state, _SAMPLE))
+        return order[1], self.nodes[1]
 
     def _add(self, w: WaitingJob) -> int:
         i = len(self.keep)
@@ -174,8 +223,9 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     wake = math.inf
     done: list[int] = []
     caps = capabilities(policy)
-    for t in type_order(state):
-        nodes, idx = type_slice(state, t, ())
+    order, nodes_of = memo.walk(state)
+    for t in order:
+        nodes, idx = type_slice(state, t, (), nodes_of[t])
         col = types.index(t)
         msel = sel[joins[:, col]]
         jobs: tuple[WaitingJob, ...] = tuple(memo.view[msel, col].tolist())  # their rows there
@@ -190,7 +240,8 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
         # cleared by the small one (`RowCache` keeps about 4x its last call's jobs) and refilled
         # by the large one, every slot
         own = policy._rows
-        policy._rows = rows.setdefault(t, RowCache())
+        mine = rows.get(t)
+        policy._rows = mine if mine is not None else rows.setdefault(t, RowCache())
         policy._type_keys = (memo.gen, msel, jobs)  # the row cache finds the jobs by their memo rows
         try:
             res = decide(policy, sub)
@@ -202,16 +253,18 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
             if where is None:
                 where = np.full(len(memo.keep), -1, dtype=np.intp)
                 where[sel] = np.arange(n)
-            for d in res.starts:
-                r = memo.by_job.get(d.job_id)
-                i: int | None = int(where[r]) if r is not None else -1
-                if i is not None and i < 0:  # not its latest row (or not waiting: elastic restarts running jobs)
-                    if pos is None:
-                        pos = dict(zip(memo.ids[sel].tolist(), range(n)))
-                    i = pos.get(d.job_id)
-                if i is not None:
-                    joins[i] = False  # the later types' queues drop it
-                    done.append(i)
+            # each start's index in ``waiting``, by its latest memo row (no Python step per start)
+            rs = np.fromiter(map(memo.by_job.get, map(_JOB_ID, res.starts), repeat(-1)), dtype=np.intp,
+                             count=len(res.starts))
+            at = np.where(rs >= 0, where[rs], -1)
+            for k in np.flatnonzero(at < 0).tolist():  # not its latest row (or not waiting: elastic restarts running jobs)
+                if pos is None:
+                    pos = dict(zip(memo.ids[sel].tolist(), range(n)))
+                i = pos.get(res.starts[k].job_id)
+                at[k] = -1 if i is None else i
+            at = at[at >= 0]
+            joins[at] = False  # the later types' queues drop them
+            done += at.tolist()
             starts += [unslice(d, idx) for d in res.starts]
         preempt += res.preempt
         w = res.info.get("wake_at") if isinstance(res.info, dict) else None
@@ -224,6 +277,7 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
     wait = state.now - memo.submit[sel]
     np.maximum(wait, 0.0, out=wait)
     if done:
+        memo.left(waiting, done)
         keep = np.ones(n, dtype=bool)
         keep[done] = False
         work, wait = work[keep], wait[keep]
@@ -231,3 +285,5 @@ def decide_by_type(policy: LyapunovPolicy, state: SlotState, decide: Callable[[A
 
 
 _BEST_ANY = attrgetter("best_any")
+_JOB_ID = attrgetter("job_id")
+_SAMPLE = 32  # `type_order`'s sample of waiting jobs

@@ -59,8 +59,10 @@ class RowCache:
         # any count (1.0) and the best run once masked, both depending on the row alone; over the first
         # c counts (row c - 1 of each block), with the rule applied, the least GPU-time and the first
         # count that gives it (what `_scores` computes on rows cut to c counts); and the rows with the
-        # rule applied (inf where it masks), one node then several
-        self.pack = np.empty((_PACK + 4 * width, capacity))
+        # rule applied (inf where it masks), one node then several. Its own capacity, allocated as the
+        # rows come (`_pack_room`): each of its rows is a stretch of memory, so spare columns would be
+        # touched, and paid for, in every row
+        self.pack = np.empty((_PACK + 4 * width, 0))
         self._cut_at: dict[int, tuple[int, np.ndarray]] = {}  # cols -> (capacity, flat offsets of its rows)
 
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
@@ -172,7 +174,6 @@ class RowCache:
     def _grow(self, need: int) -> None:
         """Room for ``need`` rows in every array (each at least doubles, so growth is amortised)."""
         grow = max(1024, self.one.shape[0], need - self.one.shape[0])
-        self.pack = np.hstack([self.pack, np.empty((self.pack.shape[0], grow))])
         for name in ("one", "multi"):
             a = getattr(self, name)
             setattr(self, name, np.vstack([a, np.empty((grow, self.width))]))
@@ -183,6 +184,15 @@ class RowCache:
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(grow, dtype=np.intp)]))
         self.adaptive = np.concatenate([self.adaptive, np.zeros(grow, dtype=bool)])
+
+    def _pack_room(self, need: int) -> None:
+        """Room for ``need`` columns in ``pack``: the first rows at once with an eighth to spare (the
+        service's first slot adds every held job), then doubling, so growth stays amortised."""
+        cap = self.pack.shape[1]
+        if need > cap == 0:  # (not stacked: a copy would touch every page of the new columns)
+            self.pack = np.empty((self.pack.shape[0], need + max(1024, need // 8)))
+        elif need > cap:
+            self.pack = np.hstack([self.pack, np.empty((self.pack.shape[0], max(cap, need - cap)))])
 
     def _add_one(self, w: WaitingJob) -> int:
         """`_add_many` for one job, in fewer numpy steps (the usual slot has one or two new jobs):
@@ -215,6 +225,7 @@ class RowCache:
             self.tenant_names.append(w.user)
         self.tenant[i] = code
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
+            self._pack_room(i + 1)
             with np.errstate(invalid="ignore"):
                 masks = r > 1 and bool((fm[:r - 1] > self.stretch * self.run_req[i]).any())
             if masks:
@@ -274,13 +285,16 @@ class RowCache:
                 over = (gk[None, :] < r[:, None]) & (fm > self.stretch * run_req[:, None])
             one_k, multi_k = np.where(over, np.inf, one), np.where(over, np.inf, multi)
             w_ = self.width
+            self._pack_room(i0 + m)
             block = self.pack[:, rows]  # (a view: written in place)
             block[0], block[1], block[2], block[3], block[4] = self.work[rows], self.submit[rows], self.best[rows], r, run_req
             block[5] = over.any(axis=1)
             block[6] = np.fmin(one_k, multi_k).min(axis=1)
-            least, first = _prefix_least(gpu_seconds(one_k, multi_k))
-            block[_PACK:_PACK + w_], block[_PACK + w_:_PACK + 2 * w_] = least.T, first.T
-            block[_PACK + 2 * w_:_PACK + 3 * w_], block[_PACK + 3 * w_:] = one_k.T, multi_k.T
+            one_t, multi_t = block[_PACK + 2 * w_:_PACK + 3 * w_], block[_PACK + 3 * w_:]
+            for j in range(0, m, _TILE):  # the rows into the packed columns, a tile at a time (cache-sized)
+                one_t[:, j:j + _TILE] = one_k[j:j + _TILE].T
+                multi_t[:, j:j + _TILE] = multi_k[j:j + _TILE].T
+            _prefix_least_cols(one_t, multi_t, block[_PACK:_PACK + w_], block[_PACK + w_:_PACK + 2 * w_])
         self.keep.extend(ws)
         out = np.arange(i0, i0 + m, dtype=np.intp)
         self.index.update(zip(map(id, ws), out.tolist()))
@@ -307,6 +321,25 @@ def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     np.less(gt[:, 1:], least[:, :-1], out=new[:, 1:])
     first = np.maximum.accumulate(np.where(new, np.arange(1, gt.shape[1] + 1), 0), axis=1)
     return least, first
+
+
+_TILE = 256  # jobs per tile of `_add_many`'s transposed copy
+
+
+def _prefix_least_cols(one: np.ndarray, multi: np.ndarray, least: np.ndarray, first: np.ndarray) -> None:
+    """`_prefix_least` of `gpu_seconds` with one job per column (the packed layout: count c is row
+    c - 1 of each block), written into ``least`` and ``first``: the same elementwise steps and
+    running minima, down the columns instead of along the rows, so the same values."""
+    g = np.arange(1, one.shape[0] + 1, dtype=float)[:, None]
+    with np.errstate(invalid="ignore"):
+        gt = np.minimum(one, multi)
+        gt *= g
+    gt[~np.isfinite(gt)] = np.inf
+    np.minimum.accumulate(gt, axis=0, out=least)
+    new = np.empty(gt.shape, dtype=bool)
+    new[0] = True
+    np.less(gt[1:], least[:-1], out=new[1:])
+    np.maximum.accumulate(np.where(new, g, 0.0), axis=0, out=first)
 
 
 def gpu_seconds(one: np.ndarray, multi: np.ndarray) -> np.ndarray:

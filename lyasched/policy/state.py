@@ -166,15 +166,19 @@ def capabilities(policy: object) -> Capabilities:
     return caps if isinstance(caps, Capabilities) else Capabilities()
 
 
-def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob]) -> tuple[SlotState, tuple[int, ...]]:
+def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob],
+               idx: tuple[int, ...] | None = None) -> tuple[SlotState, tuple[int, ...]]:
     """The part of a typed ``state`` on the nodes of ``gpu_type``, as an untyped state of its own:
     those nodes renumbered 0.., the running jobs placed wholly on them (placements renumbered),
     and those of ``waiting`` that allow the type, with their rows there. Returns it and the
-    nodes' indices in ``state`` (to map a decision's placement back, `unslice`)."""
-    idx = tuple(i for i, t in enumerate(state.node_types) if t == gpu_type)
-    local = {g: k for k, g in enumerate(idx)}
-    cap = [state.free[i] for i in idx]
+    nodes' indices in ``state`` (to map a decision's placement back, `unslice`); ``idx``: those
+    indices, when the caller kept them (`type_nodes`)."""
+    if idx is None:
+        idx = type_nodes(state.node_types)[gpu_type]
+    free = state.free
+    cap = [free[i] for i in idx]
     running = []
+    local = {g: k for k, g in enumerate(idx)} if state.running else {}
     for r in state.running:
         if r.placement and all(n in local for n, _ in r.placement):
             pl = tuple((local[n], k) for n, k in r.placement)
@@ -186,14 +190,30 @@ def type_slice(state: SlotState, gpu_type: str, waiting: Sequence[WaitingJob]) -
     except TypeError:  # some untyped (by_type None): their own rows on every type
         jobs = tuple(w.by_type[gpu_type] if w.by_type is not None else w
                      for w in waiting if w.by_type is None or gpu_type in w.by_type)
-    sub = _replace(state, free=tuple(state.free[i] for i in idx), gpus_per_node=max(cap, default=0),
+    sub = _replace(state, free=tuple(free[i] for i in idx), gpus_per_node=max(cap, default=0),
                    waiting=jobs, running=tuple(running), node_types=())
     return sub, idx
 
 
+def type_nodes(node_types: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Each GPU type's nodes (their indices, in order): what `type_slice` renumbers."""
+    out: dict[str, list[int]] = {}
+    for i, t in enumerate(node_types):
+        out.setdefault(t, []).append(i)
+    return {t: tuple(v) for t, v in out.items()}
+
+
 def unslice(d: Decision, idx: tuple[int, ...]) -> Decision:
-    """A decision made on `type_slice`'s renumbered nodes, on the whole cluster's."""
-    return Decision(d.job_id, d.gpus, tuple(sorted((idx[n], k) for n, k in d.placement)), d.score, d.reason, d.batch)
+    """A decision made on `type_slice`'s renumbered nodes, on the whole cluster's (the decision
+    itself when its nodes keep their numbers: the first type's, in a cluster listed type by type)."""
+    pl = d.placement
+    if len(pl) == 1:  # the usual start: one node, nothing to sort
+        n, k = pl[0]
+        if idx[n] == n:
+            return d
+        return Decision(d.job_id, d.gpus, ((idx[n], k),), d.score, d.reason, d.batch)
+    out = tuple(sorted((idx[n], k) for n, k in pl))
+    return d if out == pl else Decision(d.job_id, d.gpus, out, d.score, d.reason, d.batch)
 
 
 _BY_TYPE = attrgetter("by_type")
