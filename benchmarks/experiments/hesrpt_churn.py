@@ -22,6 +22,9 @@ Designs (each hesrpt with one change; no constant of its own):
 
     python benchmarks/experiments/hesrpt_churn.py --designs "hesrpt;interval;pays;events" [--loads 0.5,1.0,2.0]
         [--workloads 1-4] [--json]
+    python benchmarks/experiments/hesrpt_churn.py --moves [--designs hesrpt] [--loads 0.5] [--workloads 1-4]
+        (each design's moves by kind, grow / shrink / re-place / suspend, and by what the decision
+        saw: a job waiting, GPUs free, both, or neither)
 
 Held out as hesrpt_place.py (fixed before any figure was seen): design set workloads 1-4 at 0.5x,
 1.0x, 2.0x; held out workloads 5-8 at every load and the 1.5x load. Adopted only if, on all 8
@@ -35,6 +38,8 @@ import os
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
+import argparse
+import collections
 import math
 import sys
 from dataclasses import dataclass
@@ -125,6 +130,45 @@ def build(design: str):
     return _place_build(design)
 
 
+def moves(argv: list[str]) -> int:
+    """Each design's moves by kind and by what the deciding slot saw, summed over the workloads."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--moves", action="store_true")
+    ap.add_argument("--data", default=HP.DATA)
+    ap.add_argument("--designs", default="hesrpt")
+    ap.add_argument("--loads", default="0.5")
+    ap.add_argument("--workloads", default="1-4")
+    a = ap.parse_args(argv)
+    from lyasched.sim import Simulation
+    from lyasched.sim.pollux_trace import pollux_workload
+
+    for d in filter(None, a.designs.split(";")):
+        tot: collections.Counter[tuple[str, str]] = collections.Counter()
+        for ld in (f"{float(x):.1f}" for x in a.loads.split(",")):
+            for k in HP.parse_range(a.workloads):
+                pol = build(d)
+                inner = pol.decide
+
+                def counted(state: SlotState, inner=inner) -> SlotResult:
+                    r = inner(state)
+                    new = {x.job_id: x.gpus for x in r.starts}
+                    cur = {x.job_id: x.gpus for x in state.running}
+                    seen = "+".join(n for n, on in (("waiting", state.waiting), ("free", sum(state.free))) if on)
+                    for jid in r.preempt:
+                        g = new.get(jid, 0)
+                        kind = "suspend" if not g else "grow" if g > cur[jid] else "shrink" if g < cur[jid] else "replace"
+                        tot[(seen or "neither", kind)] += 1
+                    return r
+
+                pol.decide = counted
+                w = pollux_workload(HP.workload_path(a.data, ld, k), os.path.join(a.data, "traces"), adaptive=True)
+                Simulation(w.jobs, w.cluster, slot_len=60.0, estimate_error=0.0, restart_overhead=30.0).run(pol, name=d)
+        print(d, sum(tot.values()), "moves:", ", ".join(f"{s} {kd} {n}" for (s, kd), n in sorted(tot.items())))
+    return 0
+
+
 if __name__ == "__main__":
+    if "--moves" in sys.argv[1:]:
+        sys.exit(moves(sys.argv[1:]))
     HP.build = build  # the same harness, these designs
     sys.exit(HP.main())
