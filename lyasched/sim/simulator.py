@@ -522,7 +522,8 @@ class Simulation:
         slot_z: list[float] = []
 
         trust = TrustBook() if self.trust and not oracle else None
-        ledger = TenantLedger(capacity=float(total), shares=dict(self.shares)) if self.tenant_input else None
+        ledger = TenantLedger(capacity=float(total), shares=dict(self.shares),
+                              usage={} if caps.tenant_usage else None) if self.tenant_input else None
         pending: list[tuple[float, str, float, float]] = []  # ledger events since the last slot (TenantLedger.apply's)
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
 
