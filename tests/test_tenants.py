@@ -99,7 +99,7 @@ def test_ledger_without_usage_keeps_the_same_sums(events, extra):
 
 
 def test_replay_keeps_usage_only_for_a_policy_that_reads_it():
-    """`Capabilities.tenant_usage`: fairshare's books carry the decayed usage, lyapunov's none; and
+    """``reads_tenant_usage``: fairshare's books carry the decayed usage, lyapunov's none; and
     fairshare refuses a book without it rather than order by nothing."""
     from lyasched.policy.fairshare import fairshare_factors
 
@@ -117,7 +117,7 @@ def test_replay_keeps_usage_only_for_a_policy_that_reads_it():
     books = {k: [b for b in v if b is not None] for k, v in seen.items()}
     assert books["fairshare"] and all(b.usage is not None for b in books["fairshare"])
     assert books["lyapunov"] and all(b.usage is None for b in books["lyapunov"])
-    with pytest.raises(ValueError, match="tenant_usage"):
+    with pytest.raises(ValueError, match="reads_tenant_usage"):
         fairshare_factors(books["lyapunov"][-1], ["a"])
 
 

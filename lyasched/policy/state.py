@@ -143,8 +143,6 @@ class Capabilities:
       only one a Slurm target can carry out is `EQUAL_PER_NODE`.
     - ``moves``: it resizes running jobs (a job in ``preempt`` and in ``starts`` of one slot) and
       reads them as `lyasched.policy.movable.MovableJob`; implies ``preemptive`` (docs/elastic.md).
-    - ``tenant_usage``: it reads `TenantBook.usage` (the decayed usage); a replay keeps that sum
-      only for such a policy (None in the book otherwise).
     """
 
     preemptive: bool = False
@@ -152,7 +150,6 @@ class Capabilities:
     time_invariant: bool = False
     placement: str = EQUAL_PER_NODE
     moves: bool = False
-    tenant_usage: bool = False
 
 
 class Policy(Protocol):

@@ -184,7 +184,7 @@ class TenantLedger:
     received: dict[str, float] = field(default_factory=dict)
     entitled: dict[str, float] = field(default_factory=dict)
     # GPU-seconds held, decayed (module docstring); None: not kept, for a reader that reads none
-    # (a replay whose policy does not declare `Capabilities.tenant_usage`): its decay is a third of a step
+    # (a replay whose policy does not declare ``reads_tenant_usage``): its decay is a third of a step
     usage: dict[str, float] | None = field(default_factory=dict)
     half_life: float = USAGE_HALF_LIFE_S
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes

@@ -523,7 +523,7 @@ class Simulation:
 
         trust = TrustBook() if self.trust and not oracle else None
         ledger = TenantLedger(capacity=float(total), shares=dict(self.shares),
-                              usage={} if caps.tenant_usage else None) if self.tenant_input else None
+                              usage={} if getattr(policy, "reads_tenant_usage", False) else None) if self.tenant_input else None
         pending: list[tuple[float, str, float, float]] = []  # ledger events since the last slot (TenantLedger.apply's)
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
 
@@ -626,7 +626,7 @@ class Simulation:
                         for r in running.values():
                             if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
                                 pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
-                                r.obs = replace(r.obs, predicted_run=pr, _view=[])
+                                r.obs = replace(r.obs, predicted_run=pr, _view=[None, None])
                                 running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
@@ -834,19 +834,22 @@ class Simulation:
     ) -> int:
         """Validate one start decision against the cluster; return the job's index."""
         i = by_id.get(d.job_id)
-        where = f"{pname} at t={t:g}: start of {d.job_id!r}"
+
+        def where() -> str:  # (only for an error: a replay checks every start)
+            return f"{pname} at t={t:g}: start of {d.job_id!r}"
+
         if i is None or i not in views or d.job_id in preempted:
-            raise InvalidDecision(f"{where}: job is not waiting")
+            raise InvalidDecision(f"{where()}: job is not waiting")
         if i in started:
-            raise InvalidDecision(f"{where}: started twice in one slot")
+            raise InvalidDecision(f"{where()}: started twice in one slot")
         why = violation(tuple(d.placement), d.gpus, free)  # the placement rule the service enforces too
         if why:
-            raise InvalidDecision(f"{where}: {why}")
+            raise InvalidDecision(f"{where()}: {why}")
         v = views[i]
         if self.typed is not None and v.by_type:  # typed: the rows of the type it lands on (one type)
             landed = {self.typed.node_types[n] for n, _ in d.placement if 0 <= n < len(self.typed.node_types)}
             if len(landed) == 1:
                 v = v.by_type.get(next(iter(landed)), v)
         if not math.isfinite(v.run_time(d.gpus, len(d.placement) > 1)):
-            raise InvalidDecision(f"{where}: {d.gpus} GPUs is not an allowed configuration")
+            raise InvalidDecision(f"{where()}: {d.gpus} GPUs is not an allowed configuration")
         return i
