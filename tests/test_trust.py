@@ -157,6 +157,20 @@ def test_overruns_kept_as_the_running_set_changes():
     assert len(o._heap) <= 4 * 3 + 64
 
 
+def test_in_order_finds_new_jobs_anywhere_in_the_snapshot_order():
+    """`in_order` (the new running jobs, walked from the end): the same list as a walk over all,
+    wherever the new ones are and when some ids are not there."""
+    import random
+
+    from lyasched.estimates.trust import in_order
+
+    rng = random.Random(5)
+    for _ in range(300):
+        items = [object() for _ in range(rng.randint(0, 40))]
+        pick = {id(o) for o in items if rng.random() < 0.2} | ({id(object())} if rng.random() < 0.3 else set())
+        assert in_order(items, pick) == [o for o in items if id(o) in pick]
+
+
 def test_liars_change_claims_not_truth():
     w = load_workload("seed-small-scattered", seed=0)
     honest = Simulation(w.jobs, w.cluster, seed=0)

@@ -181,17 +181,16 @@ class Overruns:
 
     def update(self, running: Sequence[Any], now: float) -> tuple[tuple[str, float], ...]:
         if running is not self._last:
-            ids = list(map(id, running))
-            cur = set(ids)
+            cur = set(map(id, running))
             new = cur.difference(self._alive)
-            fresh = [running[ids.index(k)] for k in new] if len(new) < 16 else [o for o in running if id(o) in new]
-            for o in fresh:
+            for o in in_order(running, new):
                 p = o.predicted_run
                 if p > 0 and math.isfinite(p):  # nan / unknown: no claim to outrun
                     self._seq += 1
                     heapq.heappush(self._heap, (o.start_time + self.bar * p, self._seq, o))
-            for k in self._alive.difference(cur):
-                self._due.pop(k, None)
+            if self._due and len(self._alive) > len(cur) - len(new):  # some ended: not due any more
+                for k in self._alive.difference(cur):
+                    self._due.pop(k, None)
             self._alive, self._last = cur, running
             if len(self._heap) > 4 * len(cur) + 64:  # drop the jobs gone
                 self._heap = [e for e in self._heap if id(e[2]) in cur]
@@ -203,6 +202,21 @@ class Overruns:
                 self._due[id(o)] = o
         return tuple((o.user, math.log(max(now - o.start_time, 0.0) / o.predicted_run))
                      for o in self._due.values() if now > o.start_time)
+
+
+def in_order(items: Sequence[Any], ids: set[int]) -> list[Any]:
+    """The items whose id() is in ``ids``, in their order in ``items``, each once: walked from the
+    end, where a running set's new jobs usually are (a replay appends its starts), and stopped
+    when all are found."""
+    want, out = set(ids), []
+    for o in reversed(items):
+        if not want:
+            break
+        if id(o) in want:
+            want.discard(id(o))
+            out.append(o)
+    out.reverse()
+    return out
 
 
 def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -47,12 +49,16 @@ class RunningObs:
     time_limit: float = math.inf  # inf = none
     attained_before: float = 0.0  # GPU-seconds received in earlier runs (preempted before)
     user: str = ""  # its tenant; "" = unknown
-    # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start)
-    _view: list = field(default_factory=list, compare=False, repr=False)
+    # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start; one
+    # builder per observation: another builder's view is made again)
+    _view: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
 
     @property
     def gpus(self) -> int:
         return sum(n for _, n in self.placement)
+
+
+_HELD, _MAKER, _MADE = attrgetter("_view"), itemgetter(0), itemgetter(1)  # RunningObs._view and its parts
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,6 @@ class SlotStateBuilder:
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
-        self._made: dict[int, RunningJob] = {}  # id of a RunningObs -> its view (non-preemptive policies)
-        self._made_obs: list[RunningObs] = []  # those RunningObs
         self._moving: dict[int, tuple[RunningObs, float, float, dict]] = {}  # preemptive: `_running_now`
 
     def scale(self, user: str, job_id: str) -> float:
@@ -194,24 +198,17 @@ class SlotStateBuilder:
             return tuple(self._running_now(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        made = self._made
-        ids = list(map(id, snap.running))
-        # the jobs started since, found by set operations on ids at C speed (`None in views` would
-        # call each RunningJob's dataclass __eq__ in Python, 132 calls a slot on Philly)
-        new = set(ids).difference(made)
-        if new:
-            if len(made) > 4 * len(ids) + 4096:  # drop the views of jobs gone
-                made.clear()
-                self._made_obs.clear()
-                new = set(ids)
-            for i in sorted(map(ids.index, new)):  # in the snapshot's order
-                o = snap.running[i]
-                v = o._view
-                if not v or v[0] is not self:
-                    v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
-                made[ids[i]] = v[1]
-                self._made_obs.append(o)  # kept alive while cached: its id is not reused
-        res = tuple(map(made.__getitem__, ids))
+        running = snap.running
+        held = tuple(map(_HELD, running))  # each job's [builder, view] (C speed, no Python frame per job)
+        mine = list(map(is_, map(_MAKER, held), repeat(self)))
+        new = mine.count(False)  # started since (their views are made here)
+        for o, v in zip(reversed(running), reversed(held)):  # from the end: a replay appends its starts
+            if not new:
+                break
+            if v[0] is not self:
+                v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
+                new -= 1
+        res = tuple(map(_MADE, held))
         self._last = (snap.running, res)
         return res
 
