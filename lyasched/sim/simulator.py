@@ -287,8 +287,10 @@ class Simulation:
         arrivals = ArrivalHistory()
         aware = ArrivalHistory() if typed is not None else None
         gcount = np.arange(1, self.row_len + 1, dtype=float)
+        self._job_rows: list[WaitingJob] = []  # job i's `_template` (its key's hash is a Python call per use)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
+            self._job_rows.append(t)
             best = t.best_run * j.iterations
             if typed is not None:  # the best over the types it allows
                 rows = self._typed_templates(j)
@@ -379,7 +381,7 @@ class Simulation:
 
     def _view(self, i: int, frac: float, overhead: float, oracle: bool, attained: float) -> WaitingJob:
         j = self.jobs[i]
-        t = self._template(j)
+        t = self._job_rows[i]
         scale = j.iterations * frac * (self.factors[i] if oracle else self.claim[i])
         per = j.iterations * (self.factors[i] if oracle else self.claim[i])
         tab = None
@@ -468,7 +470,7 @@ class Simulation:
             return float(self.factors[i]) * goodput.run_time(cost, on, g, spans, 1.0 - frac, batch)
         if gtype is not None:
             return frac * self._true_unit(i, gtype, g, spans) * j.iterations * float(self.factors[i])
-        row = self._template(j)
+        row = self._job_rows[i]
         unit = float((row.run_multi_node if spans else row.run_one_node)[g - 1])
         return frac * unit * j.iterations * float(self.factors[i])
 
@@ -713,7 +715,7 @@ class Simulation:
                             true_full = self._true_unit(i, gtype, d.gpus, spans) * jobs[i].iterations * float(factors[i])
                             left_s = frac[i] * true_full
                         else:
-                            row = self._template(jobs[i])
+                            row = self._job_rows[i]
                             unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
                             true_full = unit * jobs[i].iterations * float(factors[i])
                             left_s = frac[i] * true_full
