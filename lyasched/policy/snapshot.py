@@ -115,6 +115,7 @@ class SlotStateBuilder:
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
         self._moving: dict[int, tuple[RunningObs, float, float, dict]] = {}  # preemptive: `_running_now`
+        self._unseen: tuple[tuple[list, ...], list[RunningObs]] = ((), [])  # this slot's `_find_unseen`
 
     def scale(self, user: str, job_id: str) -> float:
         """This slot's scale of a job's claim: its user's trust factor, or what is known of it over
@@ -162,9 +163,11 @@ class SlotStateBuilder:
         d["attained"] = obs.attained_before + d["gpus"] * max(0.0, now - obs.start_time)  # as `running_job`
         return out
 
-    def _set_trust(self, book: TrustBook | None, running: tuple[RunningObs, ...], now: float) -> None:
+    def _set_trust(self, book: TrustBook | None, running: tuple[RunningObs, ...], now: float,
+                   fresh: list[RunningObs] | None) -> None:
         key = None if book is None else (id(book), book.version)
-        over = self._overruns.update(running, now) if book is not None else ()
+        # (with ``fresh``, every call: the running jobs it has not seen are those without a view here)
+        over = self._overruns.update(running, now, fresh) if book is not None or fresh is not None else ()
         if key != self._trust_key or over or self._overran:
             self._trust_key = key
             self._factors = {} if book is None else book.factors_with(over)
@@ -198,19 +201,31 @@ class SlotStateBuilder:
             return tuple(self._running_now(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        running = snap.running
-        held = tuple(map(_HELD, running))  # each job's [builder, view] (C speed, no Python frame per job)
-        mine = list(map(is_, map(_MAKER, held), repeat(self)))
-        new = mine.count(False)  # started since (their views are made here)
-        for o, v in zip(reversed(running), reversed(held)):  # from the end: a replay appends its starts
-            if not new:
-                break
-            if v[0] is not self:
-                v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
-                new -= 1
+        held, fresh = self._unseen
+        for o in fresh:
+            o._view[:] = (self, self.running_job(o, snap.now, snap.slot_len))
         res = tuple(map(_MADE, held))
         self._last = (snap.running, res)
         return res
+
+    def _find_unseen(self, running: tuple[RunningObs, ...]) -> list[RunningObs] | None:
+        """A non-preemptive builder's running jobs without its view yet (started since), in the
+        snapshot's order, kept with every job's [builder, view] for `_running` (C-speed maps, no
+        Python frame per job; walked from the end, where a replay appends its starts); None for a
+        preemptive one (its views are made every slot) or an unchanged running set."""
+        if self.caps.preemptive or (self._last is not None and self._last[0] is running):
+            return None
+        held = tuple(map(_HELD, running))
+        new = list(map(is_, map(_MAKER, held), repeat(self))).count(False)
+        fresh: list[RunningObs] = []
+        for o, v in zip(reversed(running), reversed(held)):
+            if len(fresh) == new:
+                break
+            if v[0] is not self:
+                fresh.append(o)
+        fresh.reverse()
+        self._unseen = (held, fresh)
+        return fresh
 
     def movable(self, state: SlotState) -> SlotState:
         """``state`` (built here) with its running `MovableJob`s (a moving policy's view, made from
@@ -229,7 +244,7 @@ class SlotStateBuilder:
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
-        self._set_trust(snap.trust, snap.running, snap.now)
+        self._set_trust(snap.trust, snap.running, snap.now, self._find_unseen(snap.running))
         self._known = snap.known or {}
         self._obs = snap.running
         return SlotState(
