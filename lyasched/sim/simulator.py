@@ -20,7 +20,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -40,7 +40,6 @@ from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
 from lyasched.sim.progress import Progress
 
-_OBS = attrgetter("obs")
 _FIRST = itemgetter(0)
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -535,6 +534,7 @@ class Simulation:
         by_id: dict[str, int] = {}
         waiting_view: tuple[WaitingJob, ...] | None = ()
         running: dict[int, _Running] = {}
+        observed: dict[int, RunningObs] = {}  # their `obs`, in the same order (the snapshot's, copied at C speed)
         running_view: tuple[RunningObs, ...] | None = ()
         heap: list[tuple[float, int, int]] = []  # (end, index, token)
         next_arrival = 0
@@ -580,6 +580,7 @@ class Simulation:
                 free[node] += k
             busy -= r.gpus
             del running[r.idx]
+            del observed[r.idx]
 
         slot_k = math.ceil(jobs[0].submit_time / slot)  # slot index: t = k * slot, no drift
         try:
@@ -628,12 +629,12 @@ class Simulation:
                         for r in running.values():
                             if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
                                 pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
-                                r.obs = replace(r.obs, predicted_run=pr, _view=[None, None])
+                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr, _view=[None, None])
                                 running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
                     if running_view is None:
-                        running_view = tuple(map(_OBS, running.values()))
+                        running_view = tuple(observed.values())
                     book = None
                     if ledger is not None:
                         pending.sort(key=_FIRST)  # each event at its own time, in time order (stable)
@@ -726,6 +727,7 @@ class Simulation:
                         running[i] = _Running(
                             i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch, gtype
                         )
+                        observed[i] = obs
                         records[i].gpu_type = landed
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]
