@@ -649,23 +649,6 @@ def test_wake_at_with_tenants_promises_nothing_starts_before_it(sv, frac):
     assert not LyapunovPolicy(V=V).decide(later).starts
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tenant_states())
-def test_wake_at_with_tenants_is_the_same_without_the_per_job_bound(sv):
-    """The wake-up search's per-job bound (tried before every configuration) changes no answer:
-    the same wake_at, float for float, with it turned off."""
-    import lyasched.policy.lyapunov as lya
-
-    state, V = sv
-    got = LyapunovPolicy(V=V).decide(state).info.get("wake_at")
-    lya._WAKE_ROW_BOUND = False
-    try:
-        full = LyapunovPolicy(V=V).decide(state).info.get("wake_at")
-    finally:
-        lya._WAKE_ROW_BOUND = True
-    assert got == full or (got is not None and full is not None and math.isnan(got) and math.isnan(full))
-
-
 def test_replay_with_tenants_skips_slots_and_decides_as_every_slot():
     """Eight tenants (seed-small-bursty's users): the replay asks lyapunov far less often than every
     slot, and every job's schedule is the same as when it is asked every slot."""

@@ -594,20 +594,9 @@ class LyapunovPolicy:
         bound = self._tenant_bound(state, users, codes)
         rows, cols = np.nonzero(ok)  # the allowed configurations only, flat: the same values per entry
         base_f, b_f, g_f, who_f = base[rows, cols], b[rows, cols], g[cols], bound.who[rows]
-        # per job, the largest base, slope and GPU count over its allowed configurations: each step
-        # of ``top`` is monotone in them (d >= 0, c >= 0), so a job's bound from them is at least
-        # each of its configurations' ``top``, and where no job's is > 0 none of theirs is (one
-        # value per job instead of one per configuration, while D doubles)
-        live = ok.any(axis=1)
-        base_r = base.max(axis=1, where=ok, initial=-np.inf)[live]
-        b_r = b.max(axis=1, where=ok, initial=-np.inf)[live]
-        g_r = np.where(ok, g, 0.0).max(axis=1)[live]
-        who_r = bound.who[live]
 
         def holds(d: float) -> bool:
             c = self.V * (q + z + n * d) * bound.per_gpu(d)
-            if _WAKE_ROW_BOUND and not bool((np.maximum(base_r, base_r + b_r * d + n * d * d) + c[who_r] * g_r > 0).any()):
-                return True
             top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[who_f] * g_f
             return not bool((top > 0).any())
 
@@ -714,7 +703,6 @@ def _live(gain: np.ndarray, gpu_time: np.ndarray, tau: float, weight: float, tot
     return live if live.size < 0.9 * gain.size else None
 
 
-_WAKE_ROW_BOUND = True  # `_wake_at_tenants` tries each job's bound before its configurations (a test turns it off)
 _WAKE_HORIZON = 2.0**26  # seconds (about two years): `quiet_for` looks no further ahead
 
 
