@@ -79,6 +79,48 @@ def test_ledger_advance_equals_its_step_by_step_sums(half_life, events):
             assert after.entitled == {**before.entitled, **{x: after.entitled[x] for x in after.entitled if x not in before.entitled}}
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 50), st.sampled_from("abcd"), st.integers(-2, 3).map(float),
+                          st.integers(-2, 3).map(float)), max_size=30), st.floats(0, 50))
+def test_ledger_without_usage_keeps_the_same_sums(events, extra):
+    """A ledger that keeps no usage (a replay whose policy reads none) gives the same received and
+    entitled GPU-seconds, float for float and in the same order, and books whose usage is None."""
+    full, bare = TenantLedger(capacity=6.0), TenantLedger(capacity=6.0, usage=None)
+    t = 0.0
+    for dt, k, dh, da in events:
+        t += dt
+        full.apply([(t, k, dh, da)])
+        bare.apply([(t, k, dh, da)])
+        a, b = full.book(t + extra), bare.book(t + extra)
+        assert list(a.received.items()) == list(b.received.items())
+        assert list(a.entitled.items()) == list(b.entitled.items())
+        assert a.rate == b.rate and a.held == b.held and b.usage is None and b.at(extra).usage is None
+    assert bare.usage is None
+
+
+def test_replay_keeps_usage_only_for_a_policy_that_reads_it():
+    """``reads_tenant_usage``: fairshare's books carry the decayed usage, lyapunov's none; and
+    fairshare refuses a book without it rather than order by nothing."""
+    from lyasched.policy.fairshare import fairshare_factors
+
+    seen: dict[str, list] = {}
+    for name in ("fairshare", "lyapunov"):
+        pol = make_policy(name)
+        inner = pol.decide
+
+        def spy(state, inner=inner, name=name):
+            seen.setdefault(name, []).append(state.tenants)
+            return inner(state)
+
+        pol.decide = spy
+        Simulation(_jobs(["a", "b", "c"]), CL, estimate_error=0.0).run(pol, name=name)
+    books = {k: [b for b in v if b is not None] for k, v in seen.items()}
+    assert books["fairshare"] and all(b.usage is not None for b in books["fairshare"])
+    assert books["lyapunov"] and all(b.usage is None for b in books["lyapunov"])
+    with pytest.raises(ValueError, match="reads_tenant_usage"):
+        fairshare_factors(books["lyapunov"][-1], ["a"])
+
+
 def test_ledger_integrates():
     led = TenantLedger(capacity=4.0)
     led.advance(0.0)

@@ -157,6 +157,56 @@ def test_overruns_kept_as_the_running_set_changes():
     assert len(o._heap) <= 4 * 3 + 64
 
 
+def test_in_order_finds_new_jobs_anywhere_in_the_snapshot_order():
+    """`in_order` (the new running jobs, walked from the end): the same list as a walk over all,
+    wherever the new ones are and when some ids are not there."""
+    import random
+
+    from lyasched.estimates.trust import in_order
+
+    rng = random.Random(5)
+    for _ in range(300):
+        items = [object() for _ in range(rng.randint(0, 40))]
+        pick = {id(o) for o in items if rng.random() < 0.2} | ({id(object())} if rng.random() < 0.3 else set())
+        assert in_order(items, pick) == [o for o in items if id(o) in pick]
+
+
+def test_overruns_told_the_new_jobs_answer_as_when_finding_them():
+    """`Overruns.update` given each call's new running jobs (as the builder knows them from its
+    views) answers as one that finds them itself, call for call, in the same order, with jobs
+    ending and starting anywhere in the running set."""
+    import random
+
+    from lyasched.policy.snapshot import ClusterSnapshot, SlotStateBuilder
+    from lyasched.policy.state import Capabilities
+
+    rng = random.Random(7)
+    finds, told = Overruns(), Overruns()
+    builder = SlotStateBuilder(Capabilities())
+    running: list[RunningObs] = []
+    last: tuple = ()
+    overran = 0
+    for slot in range(600):
+        now = 10.0 * slot
+        while running and rng.random() < 0.3:
+            running.pop(rng.randrange(len(running)))
+        for _ in range(rng.randint(0, 3)):
+            pred = rng.choice([1.0, 5.0, 30.0, math.nan])
+            o = RunningObs(f"j{slot}.{_}", ((0, 1),), now - rng.uniform(0, 20), predicted_run=pred, user=f"u{rng.randrange(3)}")
+            running.insert(rng.randrange(len(running) + 1), o)
+        cur = tuple(running) if rng.random() < 0.8 or not last else last  # the same set again, sometimes
+        new = builder._find_unseen(cur)
+        assert new is None or new == [o for o in cur if all(o is not x for x in last)]
+        if new is not None:
+            builder._running(ClusterSnapshot(now, 10.0, (), (), 8, (), cur))
+        got = told.update(cur, now, new)
+        assert got == finds.update(cur, now)
+        overran += bool(got)
+        last = cur
+        running = list(cur)
+    assert overran > 100
+
+
 def test_liars_change_claims_not_truth():
     w = load_workload("seed-small-scattered", seed=0)
     honest = Simulation(w.jobs, w.cluster, seed=0)

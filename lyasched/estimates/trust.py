@@ -174,35 +174,68 @@ class Overruns:
     def __init__(self, params: TrustParams | None = None) -> None:
         self.bar = TrustBook(params or TrustParams()).bar(1)
         self._last: Sequence[Any] | None = None
-        self._alive: set[int] = set()  # ids of the last running set's jobs (held: in _heap or _due)
+        self._alive: set[int] | None = set()  # ids of the last running set's jobs (None: not taken yet, `_ids`)
         self._heap: list[tuple[float, int, Any]] = []  # (due time, sequence, job)
         self._due: dict[int, Any] = {}  # id -> running job past its due time
         self._seq = 0
 
-    def update(self, running: Sequence[Any], now: float) -> tuple[tuple[str, float], ...]:
+    def update(self, running: Sequence[Any], now: float,
+               fresh: Sequence[Any] | None = None) -> tuple[tuple[str, float], ...]:
+        """``fresh``: the jobs of ``running`` not in the last call's, in their order, when the
+        caller knows them (`lyasched.policy.snapshot.SlotStateBuilder` does from its views): then
+        the running set's ids are taken only when a job comes due or the heap is pruned. A caller
+        gives it on every call or on none."""
         if running is not self._last:
-            ids = list(map(id, running))
-            cur = set(ids)
-            new = cur.difference(self._alive)
-            fresh = [running[ids.index(k)] for k in new] if len(new) < 16 else [o for o in running if id(o) in new]
+            ended = True
+            if fresh is None:
+                cur = set(map(id, running))
+                fresh = in_order(running, cur.difference(self._alive or ()))
+                ended = self._alive is None or len(self._alive) > len(cur) - len(fresh)
+                self._alive = cur
+            else:
+                self._alive = None  # (`_ids`)
             for o in fresh:
                 p = o.predicted_run
                 if p > 0 and math.isfinite(p):  # nan / unknown: no claim to outrun
                     self._seq += 1
                     heapq.heappush(self._heap, (o.start_time + self.bar * p, self._seq, o))
-            for k in self._alive.difference(cur):
-                self._due.pop(k, None)
-            self._alive, self._last = cur, running
-            if len(self._heap) > 4 * len(cur) + 64:  # drop the jobs gone
-                self._heap = [e for e in self._heap if id(e[2]) in cur]
+            self._last = running
+            if self._due and ended:  # those that ended are not due any more
+                alive = self._ids()
+                for k in [k for k in self._due if k not in alive]:
+                    del self._due[k]
+            if len(self._heap) > 4 * len(running) + 64:  # drop the jobs gone
+                alive = self._ids()
+                self._heap = [e for e in self._heap if id(e[2]) in alive]
                 heapq.heapify(self._heap)
-        heap, alive = self._heap, self._alive
+        heap = self._heap
         while heap and heap[0][0] <= now:
             o = heapq.heappop(heap)[2]
-            if id(o) in alive:
+            if id(o) in self._ids():
                 self._due[id(o)] = o
         return tuple((o.user, math.log(max(now - o.start_time, 0.0) / o.predicted_run))
                      for o in self._due.values() if now > o.start_time)
+
+    def _ids(self) -> set[int]:
+        """The ids of the last running set's jobs (held alive: in the heap or ``_due``)."""
+        if self._alive is None:
+            self._alive = set(map(id, self._last or ()))
+        return self._alive
+
+
+def in_order(items: Sequence[Any], ids: set[int]) -> list[Any]:
+    """The items whose id() is in ``ids``, in their order in ``items``, each once: walked from the
+    end, where a running set's new jobs usually are (a replay appends its starts), and stopped
+    when all are found."""
+    want, out = set(ids), []
+    for o in reversed(items):
+        if not want:
+            break
+        if id(o) in want:
+            want.discard(id(o))
+            out.append(o)
+    out.reverse()
+    return out
 
 
 def known_scale(known_over_claim: float, params: TrustParams | None = None) -> float:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -47,12 +49,16 @@ class RunningObs:
     time_limit: float = math.inf  # inf = none
     attained_before: float = 0.0  # GPU-seconds received in earlier runs (preempted before)
     user: str = ""  # its tenant; "" = unknown
-    # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start)
-    _view: list = field(default_factory=list, compare=False, repr=False)
+    # [builder, RunningJob]: the view a non-preemptive builder made of it (made once per start; one
+    # builder per observation: another builder's view is made again)
+    _view: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
 
     @property
     def gpus(self) -> int:
         return sum(n for _, n in self.placement)
+
+
+_HELD, _MAKER, _MADE = attrgetter("_view"), itemgetter(0), itemgetter(1)  # RunningObs._view and its parts
 
 
 @dataclass(frozen=True)
@@ -108,9 +114,8 @@ class SlotStateBuilder:
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
-        self._made: dict[int, RunningJob] = {}  # id of a RunningObs -> its view (non-preemptive policies)
-        self._made_obs: list[RunningObs] = []  # those RunningObs
         self._moving: dict[int, tuple[RunningObs, float, float, dict]] = {}  # preemptive: `_running_now`
+        self._unseen: tuple[tuple[list, ...], list[RunningObs]] = ((), [])  # this slot's `_find_unseen`
 
     def scale(self, user: str, job_id: str) -> float:
         """This slot's scale of a job's claim: its user's trust factor, or what is known of it over
@@ -158,9 +163,11 @@ class SlotStateBuilder:
         d["attained"] = obs.attained_before + d["gpus"] * max(0.0, now - obs.start_time)  # as `running_job`
         return out
 
-    def _set_trust(self, book: TrustBook | None, running: tuple[RunningObs, ...], now: float) -> None:
+    def _set_trust(self, book: TrustBook | None, running: tuple[RunningObs, ...], now: float,
+                   fresh: list[RunningObs] | None) -> None:
         key = None if book is None else (id(book), book.version)
-        over = self._overruns.update(running, now) if book is not None else ()
+        # (with ``fresh``, every call: the running jobs it has not seen are those without a view here)
+        over = self._overruns.update(running, now, fresh) if book is not None or fresh is not None else ()
         if key != self._trust_key or over or self._overran:
             self._trust_key = key
             self._factors = {} if book is None else book.factors_with(over)
@@ -194,26 +201,31 @@ class SlotStateBuilder:
             return tuple(self._running_now(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
-        made = self._made
-        ids = list(map(id, snap.running))
-        # the jobs started since, found by set operations on ids at C speed (`None in views` would
-        # call each RunningJob's dataclass __eq__ in Python, 132 calls a slot on Philly)
-        new = set(ids).difference(made)
-        if new:
-            if len(made) > 4 * len(ids) + 4096:  # drop the views of jobs gone
-                made.clear()
-                self._made_obs.clear()
-                new = set(ids)
-            for i in sorted(map(ids.index, new)):  # in the snapshot's order
-                o = snap.running[i]
-                v = o._view
-                if not v or v[0] is not self:
-                    v[:] = (self, self.running_job(o, snap.now, snap.slot_len))
-                made[ids[i]] = v[1]
-                self._made_obs.append(o)  # kept alive while cached: its id is not reused
-        res = tuple(map(made.__getitem__, ids))
+        held, fresh = self._unseen
+        for o in fresh:
+            o._view[:] = (self, self.running_job(o, snap.now, snap.slot_len))
+        res = tuple(map(_MADE, held))
         self._last = (snap.running, res)
         return res
+
+    def _find_unseen(self, running: tuple[RunningObs, ...]) -> list[RunningObs] | None:
+        """A non-preemptive builder's running jobs without its view yet (started since), in the
+        snapshot's order, kept with every job's [builder, view] for `_running` (C-speed maps, no
+        Python frame per job; walked from the end, where a replay appends its starts); None for a
+        preemptive one (its views are made every slot) or an unchanged running set."""
+        if self.caps.preemptive or (self._last is not None and self._last[0] is running):
+            return None
+        held = tuple(map(_HELD, running))
+        new = list(map(is_, map(_MAKER, held), repeat(self))).count(False)
+        fresh: list[RunningObs] = []
+        for o, v in zip(reversed(running), reversed(held)):
+            if len(fresh) == new:
+                break
+            if v[0] is not self:
+                fresh.append(o)
+        fresh.reverse()
+        self._unseen = (held, fresh)
+        return fresh
 
     def movable(self, state: SlotState) -> SlotState:
         """``state`` (built here) with its running `MovableJob`s (a moving policy's view, made from
@@ -232,7 +244,7 @@ class SlotStateBuilder:
 
     def build(self, snap: ClusterSnapshot) -> SlotState:
         """The policy's input for this slot: the one place it is built."""
-        self._set_trust(snap.trust, snap.running, snap.now)
+        self._set_trust(snap.trust, snap.running, snap.now, self._find_unseen(snap.running))
         self._known = snap.known or {}
         self._obs = snap.running
         return SlotState(

@@ -137,7 +137,8 @@ class TenantBook:
     entitled: Mapping[str, float]
     held: Mapping[str, float] = field(default_factory=dict)  # GPUs held now: received grows at this rate
     rate: Mapping[str, float] = field(default_factory=dict)  # GPUs entitled now (water-filled): entitled's rate
-    usage: Mapping[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed with ``half_life``
+    # GPU-seconds held, decayed with ``half_life``; None when the ledger keeps none (`TenantLedger.usage`)
+    usage: Mapping[str, float] | None = field(default_factory=dict)
     half_life: float = USAGE_HALF_LIFE_S
 
     def at(self, dt: float) -> TenantBook:
@@ -150,7 +151,7 @@ class TenantBook:
         for k, e in self.rate.items():
             if e:
                 ent[k] = ent.get(k, 0.0) + e * dt
-        use = decay_all(self.usage, self.held, dt, self.half_life)
+        use = None if self.usage is None else decay_all(self.usage, self.held, dt, self.half_life)
         return TenantBook(self.shares, rec, ent, self.held, self.rate, use, self.half_life)
 
     def deficit(self, tenant: str) -> float:
@@ -182,7 +183,9 @@ class TenantLedger:
     asked: dict[str, float] = field(default_factory=dict)
     received: dict[str, float] = field(default_factory=dict)
     entitled: dict[str, float] = field(default_factory=dict)
-    usage: dict[str, float] = field(default_factory=dict)  # GPU-seconds held, decayed (module docstring)
+    # GPU-seconds held, decayed (module docstring); None: not kept, for a reader that reads none
+    # (a replay whose policy does not declare ``reads_tenant_usage``): its decay is a third of a step
+    usage: dict[str, float] | None = field(default_factory=dict)
     half_life: float = USAGE_HALF_LIFE_S
     _rate: dict[str, float] | None = None  # entitlement rate until demand changes
     # the last fill: (demand, its rate, `waterfill_levels`' parts, the shares and capacity it read)
@@ -238,6 +241,21 @@ class TenantLedger:
         if rate is None:
             rate = self.rates()
         held, received, entitled, usage = self.held, self.received, self.entitled, self.usage
+        if usage is None:  # not kept
+            for k, g in held.items():
+                if g:
+                    received[k] = received.get(k, 0.0) + g * dt
+        else:
+            self._decay(dt)
+        for k, r in rate.items():
+            if r:
+                entitled[k] = entitled.get(k, 0.0) + r * dt
+        self.t = t
+
+    def _decay(self, dt: float) -> None:
+        """`advance`'s step of ``received`` and ``usage`` (kept) over ``dt`` at the GPUs held."""
+        held, received, usage = self.held, self.received, self.usage
+        assert usage is not None
         if math.isfinite(self.half_life):
             lam = math.log(2.0) / self.half_life
             d = math.exp(-lam * dt)
@@ -255,10 +273,6 @@ class TenantLedger:
                     received[k] = received.get(k, 0.0) + g * dt
             for k, u in usage.items():
                 usage[k] = u * d + held.get(k, 0.0) * e / lam
-        for k, r in rate.items():
-            if r:
-                entitled[k] = entitled.get(k, 0.0) + r * dt
-        self.t = t
 
     def hold(self, tenant: str, gpus: float) -> None:
         self.held[tenant] = self.held.get(tenant, 0.0) + gpus
@@ -266,7 +280,8 @@ class TenantLedger:
         self._moved.add(tenant)
         self.received.setdefault(tenant, 0.0)
         self.entitled.setdefault(tenant, 0.0)
-        self.usage.setdefault(tenant, 0.0)
+        if self.usage is not None:
+            self.usage.setdefault(tenant, 0.0)
         self._rate = None
 
     def ask(self, tenant: str, gpus: float) -> None:
@@ -299,7 +314,7 @@ class TenantLedger:
                     received[k] = 0.0
                 if k not in entitled:
                     entitled[k] = 0.0
-                if dh and k not in usage:
+                if dh and usage is not None and k not in usage:
                     usage[k] = 0.0
                 self._rate = None
 
@@ -318,7 +333,7 @@ class TenantLedger:
             for k, e in rate.items():
                 if e:
                     ent[k] = ent.get(k, 0.0) + e * dt
-            use = decay_all(self.usage, held, dt, self.half_life)
+            use = None if self.usage is None else decay_all(self.usage, held, dt, self.half_life)
         else:
-            use = dict(self.usage)
+            use = None if self.usage is None else dict(self.usage)
         return TenantBook(dict(self.shares), rec, ent, held, rate, use, self.half_life)

@@ -20,7 +20,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -40,7 +40,6 @@ from lyasched.policy.tenants import TenantLedger
 from lyasched.sim import moves as mv
 from lyasched.sim.progress import Progress
 
-_OBS = attrgetter("obs")
 _FIRST = itemgetter(0)
 DEFAULT_SLOT = 30.0  # seconds, the live service's default slot
 DEFAULT_ESTIMATE_ERROR = 0.2  # sigma of log(true / predicted run time)
@@ -287,8 +286,10 @@ class Simulation:
         arrivals = ArrivalHistory()
         aware = ArrivalHistory() if typed is not None else None
         gcount = np.arange(1, self.row_len + 1, dtype=float)
+        self._job_rows: list[WaitingJob] = []  # job i's `_template` (its key's hash is a Python call per use)
         for i, j in enumerate(self.jobs):
             t = self._template(j)
+            self._job_rows.append(t)
             best = t.best_run * j.iterations
             if typed is not None:  # the best over the types it allows
                 rows = self._typed_templates(j)
@@ -379,7 +380,7 @@ class Simulation:
 
     def _view(self, i: int, frac: float, overhead: float, oracle: bool, attained: float) -> WaitingJob:
         j = self.jobs[i]
-        t = self._template(j)
+        t = self._job_rows[i]
         scale = j.iterations * frac * (self.factors[i] if oracle else self.claim[i])
         per = j.iterations * (self.factors[i] if oracle else self.claim[i])
         tab = None
@@ -468,7 +469,7 @@ class Simulation:
             return float(self.factors[i]) * goodput.run_time(cost, on, g, spans, 1.0 - frac, batch)
         if gtype is not None:
             return frac * self._true_unit(i, gtype, g, spans) * j.iterations * float(self.factors[i])
-        row = self._template(j)
+        row = self._job_rows[i]
         unit = float((row.run_multi_node if spans else row.run_one_node)[g - 1])
         return frac * unit * j.iterations * float(self.factors[i])
 
@@ -522,7 +523,8 @@ class Simulation:
         slot_z: list[float] = []
 
         trust = TrustBook() if self.trust and not oracle else None
-        ledger = TenantLedger(capacity=float(total), shares=dict(self.shares)) if self.tenant_input else None
+        ledger = TenantLedger(capacity=float(total), shares=dict(self.shares),
+                              usage={} if getattr(policy, "reads_tenant_usage", False) else None) if self.tenant_input else None
         pending: list[tuple[float, str, float, float]] = []  # ledger events since the last slot (TenantLedger.apply's)
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
 
@@ -532,6 +534,7 @@ class Simulation:
         by_id: dict[str, int] = {}
         waiting_view: tuple[WaitingJob, ...] | None = ()
         running: dict[int, _Running] = {}
+        observed: dict[int, RunningObs] = {}  # their `obs`, in the same order (the snapshot's, copied at C speed)
         running_view: tuple[RunningObs, ...] | None = ()
         heap: list[tuple[float, int, int]] = []  # (end, index, token)
         next_arrival = 0
@@ -577,6 +580,7 @@ class Simulation:
                 free[node] += k
             busy -= r.gpus
             del running[r.idx]
+            del observed[r.idx]
 
         slot_k = math.ceil(jobs[0].submit_time / slot)  # slot index: t = k * slot, no drift
         try:
@@ -625,12 +629,12 @@ class Simulation:
                         for r in running.values():
                             if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
                                 pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
-                                r.obs = replace(r.obs, predicted_run=pr, _view=[])
+                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr, _view=[None, None])
                                 running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
                     if running_view is None:
-                        running_view = tuple(map(_OBS, running.values()))
+                        running_view = tuple(observed.values())
                     book = None
                     if ledger is not None:
                         pending.sort(key=_FIRST)  # each event at its own time, in time order (stable)
@@ -712,7 +716,7 @@ class Simulation:
                             true_full = self._true_unit(i, gtype, d.gpus, spans) * jobs[i].iterations * float(factors[i])
                             left_s = frac[i] * true_full
                         else:
-                            row = self._template(jobs[i])
+                            row = self._job_rows[i]
                             unit = float((row.run_multi_node if spans else row.run_one_node)[d.gpus - 1])
                             true_full = unit * jobs[i].iterations * float(factors[i])
                             left_s = frac[i] * true_full
@@ -723,6 +727,7 @@ class Simulation:
                         running[i] = _Running(
                             i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch, gtype
                         )
+                        observed[i] = obs
                         records[i].gpu_type = landed
                         heapq.heappush(heap, (end, i, tokens[i]))
                         rec = records[i]
@@ -833,19 +838,22 @@ class Simulation:
     ) -> int:
         """Validate one start decision against the cluster; return the job's index."""
         i = by_id.get(d.job_id)
-        where = f"{pname} at t={t:g}: start of {d.job_id!r}"
+
+        def where() -> str:  # (only for an error: a replay checks every start)
+            return f"{pname} at t={t:g}: start of {d.job_id!r}"
+
         if i is None or i not in views or d.job_id in preempted:
-            raise InvalidDecision(f"{where}: job is not waiting")
+            raise InvalidDecision(f"{where()}: job is not waiting")
         if i in started:
-            raise InvalidDecision(f"{where}: started twice in one slot")
+            raise InvalidDecision(f"{where()}: started twice in one slot")
         why = violation(tuple(d.placement), d.gpus, free)  # the placement rule the service enforces too
         if why:
-            raise InvalidDecision(f"{where}: {why}")
+            raise InvalidDecision(f"{where()}: {why}")
         v = views[i]
         if self.typed is not None and v.by_type:  # typed: the rows of the type it lands on (one type)
             landed = {self.typed.node_types[n] for n, _ in d.placement if 0 <= n < len(self.typed.node_types)}
             if len(landed) == 1:
                 v = v.by_type.get(next(iter(landed)), v)
         if not math.isfinite(v.run_time(d.gpus, len(d.placement) > 1)):
-            raise InvalidDecision(f"{where}: {d.gpus} GPUs is not an allowed configuration")
+            raise InvalidDecision(f"{where()}: {d.gpus} GPUs is not an allowed configuration")
         return i
