@@ -89,6 +89,30 @@ def features(as_user, job_id: str) -> str:
     return next((w.split("=", 1)[1] for w in r.stdout.split() if w.startswith("Features=")), "")
 
 
+def _serve_until_finished(svc, db, job_dir, a: str, arm) -> list[tuple]:
+    """Run the service's slots until job ``a`` finished and no move is open (at most 240 s), calling
+    ``arm()`` once, when ``a`` runs with a complete checkpoint; each slot's (state, nodes, type, GPUs
+    per node) of ``a``."""
+    from lyasched.store import moves, records
+
+    seen, armed = [], False
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        rep = svc.run_slot()
+        assert not rep.error, rep.error
+        job = show_job(a)
+        seen.append((job.state, job.nodes, job.gpu_type, job.gpus_per_node))
+        row = records.job_by_slurm_id(db, a)
+        if not armed and job.state == "RUNNING" and row is not None:
+            if (job_dir / ".lyasched" / f"ckpt-{row['uid']}" / "complete.json").exists():
+                arm()
+                armed = True
+        if row is not None and row["state"] == "finished" and not moves.open_moves(db):
+            break
+        time.sleep(2)
+    return seen
+
+
 def test_an_elastic_move_keeps_a_typed_job_on_its_type(job_dir, test_user, as_user, slurm_jobs):
     from lyasched.config import Config
     from lyasched.policy.movable import MovableJob
@@ -126,20 +150,7 @@ def test_an_elastic_move_keeps_a_typed_job_on_its_type(job_dir, test_user, as_us
     db = records.open_records(job_dir / "svc.db")
     policy = OntoT4()
     svc = Service(Config(slot_seconds=2, release_grace=120, move_timeout=120, users=(test_user,)), db, policy=policy)
-    seen, grown = [], False
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        rep = svc.run_slot()
-        assert not rep.error, rep.error
-        job = show_job(a)
-        seen.append((job.state, job.nodes, job.gpu_type, job.gpus_per_node))
-        row = records.job_by_slurm_id(db, a)
-        if not grown and job.state == "RUNNING" and row is not None:
-            if (job_dir / ".lyasched" / f"ckpt-{row['uid']}" / "complete.json").exists():
-                policy.grow, grown = True, True
-        if row is not None and row["state"] == "finished" and not moves.open_moves(db):
-            break
-        time.sleep(2)
+    seen = _serve_until_finished(svc, db, job_dir, a, lambda: setattr(policy, "grow", True))
     uid = records.job_by_slurm_id(db, a)["uid"]
     done = [(m["kind"], m["from_gpus"], m["to_gpus"], m["state"]) for m in moves.for_job(db, uid)]
     assert done == [("grow", 1, 2, "done")], seen
@@ -217,20 +228,7 @@ def test_a_move_takes_a_job_of_any_type_from_a_t4_to_an_a100(job_dir, test_user,
     db = records.open_records(job_dir / "svc.db")
     policy = OntoA100()
     svc = Service(Config(slot_seconds=2, release_grace=120, move_timeout=120, users=(test_user,)), db, policy=policy)
-    seen, moved = [], False
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        rep = svc.run_slot()
-        assert not rep.error, rep.error
-        job = show_job(a)
-        seen.append((job.state, job.nodes, job.gpu_type, job.gpus_per_node))
-        row = records.job_by_slurm_id(db, a)
-        if not moved and job.state == "RUNNING" and row is not None:
-            if (job_dir / ".lyasched" / f"ckpt-{row['uid']}" / "complete.json").exists():
-                policy.move, moved = True, True
-        if row is not None and row["state"] == "finished" and not moves.open_moves(db):
-            break
-        time.sleep(2)
+    seen = _serve_until_finished(svc, db, job_dir, a, lambda: setattr(policy, "move", True))
     uid = records.job_by_slurm_id(db, a)["uid"]
     done = [(m["kind"], m["from_gpus"], m["to_gpus"], m["state"]) for m in moves.for_job(db, uid)]
     assert done == [("resize", 1, 1, "done")], seen
