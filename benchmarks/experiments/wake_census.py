@@ -20,7 +20,6 @@ import argparse
 import collections
 import json
 import os
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +37,7 @@ def census(trace: str, max_jobs: int | None, load: float, policy: str) -> dict:
     inner = pol.decide
     log: list[tuple] = []
 
-    def decide(state):  # type: ignore[no-untyped-def]
+    def decide(state):
         c0 = time.perf_counter()
         res = inner(state)
         dt = time.perf_counter() - c0
@@ -103,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
