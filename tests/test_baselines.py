@@ -432,7 +432,6 @@ class _Cold:
         self.name, self.seed, self.keep_wake = name, seed, keep_wake
         proto = make_policy(name, seed=seed)
         self.capabilities = capabilities(proto)
-        self.reads_tenant_usage = getattr(proto, "reads_tenant_usage", False)  # what replay keeps usage for
 
     def decide(self, state):
         res = make_policy(self.name, seed=self.seed).decide(state)

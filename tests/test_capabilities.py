@@ -34,7 +34,8 @@ def _docs_table() -> dict[str, dict[str, str]]:
 
 # docs/baselines.md's column for each field of Capabilities (a new flag needs a column)
 COLUMNS = {"preemptive": "preemptive", "moves": "moves", "needs_true_runtimes": "needs true run times",
-           "time_invariant": "time-invariant", "placement": "placement"}
+           "time_invariant": "time-invariant", "placement": "placement",
+           "reads_tenant_usage": "reads tenant usage"}
 
 
 def test_docs_table_matches_the_declared_capabilities():

@@ -99,7 +99,7 @@ def test_ledger_without_usage_keeps_the_same_sums(events, extra):
 
 
 def test_replay_keeps_usage_only_for_a_policy_that_reads_it():
-    """``reads_tenant_usage``: fairshare's books carry the decayed usage, lyapunov's none; and
+    """``Capabilities.reads_tenant_usage``: fairshare's books carry the decayed usage, lyapunov's none; and
     fairshare refuses a book without it rather than order by nothing."""
     from lyasched.policy.fairshare import fairshare_factors
 

@@ -181,7 +181,7 @@ def test_overruns_told_the_new_jobs_answer_as_when_finding_them():
     from lyasched.policy.state import Capabilities
 
     rng = random.Random(7)
-    finds, told = Overruns(), Overruns()
+    finds, told = Overruns(), Overruns(told=True)
     builder = SlotStateBuilder(Capabilities())
     running: list[RunningObs] = []
     last: tuple = ()
@@ -205,6 +205,28 @@ def test_overruns_told_the_new_jobs_answer_as_when_finding_them():
         last = cur
         running = list(cur)
     assert overran > 100
+
+
+def test_overruns_refuse_a_call_in_the_other_mode():
+    """An `Overruns` keeps the mode it was made with: a finding one refuses ``fresh``, a told one
+    a changed running set without it; a told one takes the same set again without it (the builder
+    gives none then), and a builder makes a told one only when it knows the new jobs."""
+    from lyasched.policy.snapshot import SlotStateBuilder
+    from lyasched.policy.state import Capabilities
+
+    a = RunningObs("a", ((0, 1),), 0.0, predicted_run=10.0, user="x")
+    b = RunningObs("b", ((0, 1),), 5.0, predicted_run=10.0, user="y")
+    finds, told = Overruns(), Overruns(told=True)
+    assert finds.update((a,), 40.0) == told.update((a,), 40.0, [a])
+    with pytest.raises(ValueError, match="told=True"):
+        finds.update((a, b), 50.0, [b])
+    run = (a, b)
+    assert told.update(run, 50.0, [b]) == finds.update(run, 50.0)
+    assert told.update(run, 60.0) == finds.update(run, 60.0) != ()  # the same set again: no `fresh`
+    with pytest.raises(ValueError, match="needs `fresh`"):
+        told.update((b,), 70.0)
+    assert SlotStateBuilder(Capabilities())._overruns.told
+    assert not SlotStateBuilder(Capabilities(preemptive=True))._overruns.told
 
 
 def test_liars_change_claims_not_truth():

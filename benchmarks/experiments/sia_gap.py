@@ -39,7 +39,7 @@ import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +52,8 @@ from lyasched.cli.nativeout import native_stdout_to_stderr  # noqa: E402
 from lyasched.policy import make_policy  # noqa: E402
 from lyasched.policy.bytype import TypeMemo, _queues  # noqa: E402
 from lyasched.policy.elastic import ElasticPolicy  # noqa: E402
-from lyasched.policy.movable import MovableJob  # noqa: E402
 from lyasched.policy.state import Decision, SlotResult, SlotState  # noqa: E402
+from lyasched.policy.typemoves import least_left, left_alone, left_free, rows_now, take  # noqa: E402
 from lyasched.policy.sia import SiaPolicy  # noqa: E402
 from lyasched.sim.hetero import TypedCluster, parse_cluster_spec  # noqa: E402
 from lyasched.sim.pollux_trace import measured_types, pollux_workload  # noqa: E402
@@ -144,7 +144,7 @@ class ElasticTM(ElasticPolicy):
         started = {d.job_id for d in res.starts}
         joins[[w.job_id in started for w in state.waiting]] = False
         queued = set() if self.tm_mode in ("any", "same") else {t for k, t in enumerate(types) if bool(joins[:, k].any())}
-        more, gone = _type_moves(self, state, memo, res.starts, res.preempt, queued)
+        more, gone = _type_moves(self, state, memo, res, queued)
         if not more:
             return res
         info = dict(res.info)
@@ -160,47 +160,24 @@ class ElasticTMAny(ElasticTM):
     name: str = "elastic-tm-any"
 
 
-def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[Decision],
-                preempt: Sequence[str], queued: set[str]) -> tuple[list[Decision], list[str]]:
-    """Running jobs moved onto another type's GPUs that the slot's passes left free (a moving
-    policy's typed slot, ``tm_mode``): a checkpointable job the slot leaves alone, on one type,
-    moves to one node of another type it allows when its predicted time left there at the best
-    count that node's free GPUs allow, plus its move cost, is below its time left where it runs.
-    Its rows on the other type are those it had when it last waited (`TypeMemo`), scaled by how its
-    time left on its own type has changed since. Largest gain first, each on the node of the type
-    with most free GPUs."""
-    free = list(state.free)
+def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, res: SlotResult,
+                queued: set[str]) -> tuple[list[Decision], list[str]]:
+    """The first version of elastic's moves across types (`typemoves.type_moves`, whose pieces it
+    shares), differing in: any running job moves, whatever its last start or move and its move
+    cost; no move onto a type in ``queued``; with ``tm_mode`` "same" at no more GPUs than it holds;
+    each on the node of the type with most free GPUs (not the placement rule's fullest)."""
     running = {r.job_id: r for r in state.running}
-    for jid in preempt:
-        r0 = running.get(jid)
-        if r0 is not None:
-            for n, k in r0.placement:
-                free[n] += k
-    for d in starts:
-        for n, k in d.placement:
-            free[n] -= k
-    touched = set(preempt) | {d.job_id for d in starts}
+    free, touched = left_free(state, res, running)
     types = state.node_types
     default = float(getattr(policy, "move_cost", 30.0))
     cands: list[tuple[float, str, str, int]] = []  # (-gain, job, type, count)
-    for r in state.running:
-        if r.job_id in touched or not isinstance(r, MovableJob) or not r.preemptible or r.remaining_one_node is None:
+    for r in left_alone(state, touched):
+        seen = rows_now(memo, types, r)
+        if seen is None:
             continue
-        on = {types[n] for n, _ in r.placement}
-        row = memo.by_job.get(r.job_id)
-        if len(on) != 1 or row is None:
-            continue
-        u = on.pop()
-        seen = memo.keep[row].by_type or {}
-        if u not in seen:
-            continue
-        spans = len(r.placement) > 1
-        left = r.remaining(r.gpus, spans)
-        then = seen[u].run_time(r.gpus, spans)
-        if not (0.0 < then < math.inf and 0.0 < left < math.inf):
-            continue
-        scale, cost = left / then, r.cost(default)
-        for t, v in seen.items():
+        u, left, scale, rows = seen
+        cost = r.cost(default)
+        for t, v in rows.items():
             if t == u or t in queued:
                 continue
             room = max((free[n] for n, x in enumerate(types) if x == t), default=0)
@@ -208,25 +185,15 @@ def _type_moves(policy: Any, state: SlotState, memo: TypeMemo, starts: Sequence[
                 continue
             if getattr(policy, "tm_mode", "") == "same":  # never more GPUs than it holds
                 room = min(room, r.gpus)
-            ests = np.asarray(v.run_one_node[:room], dtype=float) * scale + cost
-            g = int(np.argmin(ests))
-            if ests[g] < left:
-                cands.append((float(ests[g]) - left, r.job_id, t, g + 1))
-    more: list[Decision] = []
-    gone: list[str] = []
-    for _gain, jid, t, g in sorted(cands):
-        if jid in gone:
-            continue
+            est, g = least_left(v.run_one_node, room, scale, cost)
+            if est < left:
+                cands.append((est - left, r.job_id, t, g))
+
+    def most_free(t: str, g: int) -> tuple[tuple[int, int], ...] | None:
         nodes = [n for n, x in enumerate(types) if x == t and free[n] >= g]
-        if not nodes:
-            continue
-        n = max(nodes, key=lambda k: (free[k], -k))
-        free[n] -= g
-        for m, k in running[jid].placement:
-            free[m] += k
-        gone.append(jid)
-        more.append(Decision(jid, g, ((n, g),), reason=f"moved to {g} GPUs of type {t}"))
-    return more, gone
+        return ((max(nodes, key=lambda k: (free[k], -k)), g),) if nodes else None
+
+    return take(cands, running, free, most_free)
 
 
 @dataclass

@@ -9,9 +9,8 @@ the slot left alone and that have run `min_move_interval` since their last start
 re-planned across the types, each step a change of the summed predicted completion time of the
 jobs it touches, made when that sum falls (largest fall first; each job at most once a slot):
 
-* **up**: a job moves to one node of another type it allows whose GPUs the slot left free, at the
-  count that node allows that gives its least time left there, plus its move cost (sia_gap.py's
-  ``elastic-tm-any``);
+* **up**: elastic's shipped moves onto another type's free GPUs (`lyasched.policy.typemoves.type_moves`,
+  docs/types.md), made first; up alone is shipped ``elastic``;
 * **back**: a job on type t steps to one node of another type u with free GPUs so that a job left
   waiting takes t's GPUs it frees (on the job's node): made when the waiting job's run on t, plus
   the mover's loss (its time left on u plus its move cost, minus its time left on t), is below the
@@ -24,9 +23,9 @@ jobs it touches, made when that sum falls (largest fall first; each job at most 
   move costs) falls.
 
 A running job's rows on another type are those it had when it last waited (`TypeMemo`), scaled by
-how its time left on its own type has changed since, as sia does. Variants: ``elastic-rp`` (up,
+how its time left on its own type has changed since, as sia does (`typemoves.rows_now`). Variants: ``elastic-rp`` (up,
 back, swap), ``elastic-rp-back`` (back and swap, no up), ``elastic-rp-noswap`` (up and back),
-``elastic-rp-up`` (up only), ``elastic-rp-now`` (up, back "now"), ``elastic-rp-nowswap`` (up, back
+``elastic-rp-now`` (up, back "now"), ``elastic-rp-nowswap`` (up, back
 "now", swap), ``elastic-rp-stuck`` (up, back "stuck"). Every new placement is the placement rule's one-node placement on the type's nodes
 (`placement.one_node_placement`; a give-back's waiting job preferring the mover's node).
 """
@@ -54,6 +53,7 @@ from lyasched.policy.elastic import ElasticPolicy  # noqa: E402
 from lyasched.policy.movable import MovableJob  # noqa: E402
 from lyasched.policy.placement import one_node_placement  # noqa: E402
 from lyasched.policy.state import Decision, SlotResult, SlotState, WaitingJob  # noqa: E402
+from lyasched.policy.typemoves import left_alone, left_free, rows_now, type_moves  # noqa: E402
 
 
 @dataclass
@@ -102,50 +102,28 @@ def _best(row: np.ndarray, room: int) -> tuple[int, float]:
 
 
 def _movers(policy: ElasticReplan, state: SlotState, memo: TypeMemo, touched: set[str]) -> list[_Mover]:
-    types = state.node_types
     out = []
-    for r in state.running:
-        if r.job_id in touched or not isinstance(r, MovableJob) or not r.preemptible or r.remaining_one_node is None:
-            continue
+    for r in left_alone(state, touched):
         if state.now < r.start_time + policy.min_move_interval:
             continue
-        on = {types[n] for n, _ in r.placement}
-        row = memo.by_job.get(r.job_id)
-        if len(on) != 1 or row is None or row >= len(memo.keep):
+        seen = rows_now(memo, state.node_types, r)
+        if seen is None:
             continue
-        u = on.pop()
-        seen = memo.keep[row].by_type or {}
-        if u not in seen:
-            continue
-        spans = len(r.placement) > 1
-        left = r.remaining(r.gpus, spans)
-        then = seen[u].run_time(r.gpus, spans)
-        if not (0.0 < then < math.inf and 0.0 < left < math.inf):
-            continue
-        s = left / then
-        rows = {t: np.asarray(v.run_one_node, dtype=float) * s for t, v in seen.items() if t != u}
+        u, left, s, by_type = seen
+        rows = {t: np.asarray(v.run_one_node, dtype=float) * s for t, v in by_type.items() if t != u}
         rows[u] = np.asarray(r.remaining_one_node, dtype=float)
+        spans = len(r.placement) > 1
         out.append(_Mover(r, u, -1 if spans else r.placement[0][0], left, r.cost(float(policy.move_cost)), rows))
     return out
 
 
 def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotResult) -> tuple[list[Decision], list[str], float]:
     types = state.node_types
-    free = list(state.free)
     running = {r.job_id: r for r in state.running}
-    for jid in res.preempt:
-        r0 = running.get(jid)
-        if r0 is not None:
-            for n, k in r0.placement:
-                free[n] += k
-    for d in res.starts:
-        for n, k in d.placement:
-            free[n] -= k
-    touched = set(res.preempt) | {d.job_id for d in res.starts}
+    free, touched = left_free(state, res, running)
     movers = _movers(policy, state, memo, touched)
     more: list[Decision] = []
     gone: list[str] = []
-    done: set[str] = set()
     work = 0.0  # the waiting jobs' work started by give-backs (they leave Q)
 
     def room(t: str) -> tuple[int, int]:
@@ -164,27 +142,14 @@ def replan(policy: ElasticReplan, state: SlotState, memo: TypeMemo, res: SlotRes
         for n, k in m.job.placement:
             free[n] += k
 
-    if policy.up:  # onto free GPUs of another type
-        cands = []
-        for m in movers:
-            for t, row in m.rows.items():
-                if t == m.gtype:
-                    continue
-                _n, rm = room(t)
-                g, est = _best(row, rm)
-                if g and est + m.cost < m.left:
-                    cands.append((est + m.cost - m.left, m.job.job_id, t, g, m))
-        for _d, jid, t, g, m in sorted(cands, key=lambda c: (c[0], c[1])):
-            if jid in done:
-                continue
-            n = place(t, g)
-            if n < 0:
-                continue
-            free[n] -= g
-            release(m)
-            done.add(jid)
-            gone.append(jid)
-            more.append(Decision(jid, g, ((n, g),), reason=f"re-plan: up to {g} GPUs of type {t}"))
+    if policy.up:  # onto free GPUs of another type: the shipped moves (typemoves.py)
+        more, gone = type_moves(policy, state, memo, res)
+        for d in more:
+            for n, k in running[d.job_id].placement:
+                free[n] += k
+            for n, g in d.placement:
+                free[n] -= g
+    done = set(gone)
 
     if policy.back:  # a running job steps to another type so that a waiting job takes its GPUs
         started = {d.job_id for d in res.starts}
@@ -305,13 +270,6 @@ class ElasticReplanNoSwap(ElasticReplan):
 
 
 @dataclass
-class ElasticReplanUp(ElasticReplan):
-    back: bool = False
-    swap: bool = False
-    name: str = "elastic-rp-up"
-
-
-@dataclass
 class ElasticReplanNow(ElasticReplan):
     back_alt: str = "now"
     swap: bool = False
@@ -339,7 +297,7 @@ class ElasticReplanStuck(ElasticReplan):
     name: str = "elastic-rp-stuck"
 
 
-VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticNoMoves, ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanUp, ElasticReplanNow,
+VARIANTS: dict[str, Any] = {c.name: c for c in (ElasticNoMoves, ElasticReplan, ElasticReplanBack, ElasticReplanNoSwap, ElasticReplanNow,
                                                   ElasticReplanNowSwap, ElasticReplanStuck)}
 
 

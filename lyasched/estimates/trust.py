@@ -169,10 +169,18 @@ class Overruns:
     each job's due time (start + bar x predicted) in a heap, so a slot looks only at the jobs
     that came due. ``update`` takes the slot's running jobs (objects with ``user``,
     ``start_time``, ``predicted_run``: `lyasched.policy.snapshot.RunningObs`, from Slurm or the
-    simulator alike) and the time; it answers (user, log of elapsed / predicted) per overrun."""
+    simulator alike) and the time; it answers (user, log of elapsed / predicted) per overrun.
 
-    def __init__(self, params: TrustParams | None = None) -> None:
+    ``told`` fixes, for the object's life, who finds the running jobs not in the last call's:
+    False (the default), ``update`` does, from the ids of the whole set; True, the caller gives
+    them as ``fresh`` whenever the set changes (`lyasched.policy.snapshot.SlotStateBuilder` knows
+    them from its views), and the set's ids are taken only when a job comes due or the heap is
+    pruned. The two answer alike; a call in the other mode raises ValueError (a finding call
+    after a told one would push every running job into the heap again)."""
+
+    def __init__(self, params: TrustParams | None = None, *, told: bool = False) -> None:
         self.bar = TrustBook(params or TrustParams()).bar(1)
+        self.told = told
         self._last: Sequence[Any] | None = None
         self._alive: set[int] | None = set()  # ids of the last running set's jobs (None: not taken yet, `_ids`)
         self._heap: list[tuple[float, int, Any]] = []  # (due time, sequence, job)
@@ -181,12 +189,15 @@ class Overruns:
 
     def update(self, running: Sequence[Any], now: float,
                fresh: Sequence[Any] | None = None) -> tuple[tuple[str, float], ...]:
-        """``fresh``: the jobs of ``running`` not in the last call's, in their order, when the
-        caller knows them (`lyasched.policy.snapshot.SlotStateBuilder` does from its views): then
-        the running set's ids are taken only when a job comes due or the heap is pruned. A caller
-        gives it on every call or on none."""
+        """``fresh``: the jobs of ``running`` not in the last call's, in their order; given by a
+        ``told`` object's caller whenever ``running`` is not the last call's object, never to the
+        other kind."""
+        if fresh is not None and not self.told:
+            raise ValueError("Overruns: `fresh` given to an Overruns that finds new jobs itself (make it with told=True)")
         if running is not self._last:
             ended = True
+            if fresh is None and self.told:
+                raise ValueError("Overruns: a told Overruns needs `fresh` whenever the running set changes")
             if fresh is None:
                 cur = set(map(id, running))
                 fresh = in_order(running, cur.difference(self._alive or ()))

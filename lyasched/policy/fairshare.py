@@ -8,12 +8,13 @@ weights and where it departs from Slurm.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from lyasched.policy.backfill import Backfill
 from lyasched.policy.common import Queue, SlotState
+from lyasched.policy.state import Capabilities
 from lyasched.policy.tenants import TenantBook
 
 DAY = 86400.0
@@ -25,7 +26,7 @@ def usage_before(book: TenantBook, dt: float) -> dict[str, float]:
     lam = math.log(2.0) / book.half_life
     e = math.exp(lam * dt)
     if book.usage is None:
-        raise ValueError("the tenant book keeps no usage: a policy that reads it declares reads_tenant_usage")
+        raise ValueError("the tenant book keeps no usage: a policy that reads it declares Capabilities.reads_tenant_usage")
     return {k: max(0.0, u * e - book.held.get(k, 0.0) * (e - 1.0) / lam) for k, u in book.usage.items()}
 
 
@@ -39,7 +40,7 @@ def fairshare_factors(book: TenantBook | None, tenants: Sequence[str], usage: Ma
         return np.ones(len(tenants))
     use = book.usage if usage is None else usage
     if use is None:
-        raise ValueError("the tenant book keeps no usage: a policy that reads it declares reads_tenant_usage")
+        raise ValueError("the tenant book keeps no usage: a policy that reads it declares Capabilities.reads_tenant_usage")
     names = set(book.shares) | set(book.received) | set(use) | set(tenants)
     total_share = sum(max(float(book.shares.get(k, 1.0)), 0.0) for k in names)
     total_use = sum(use.values())
@@ -61,7 +62,7 @@ class FairShare(Backfill):
     """
 
     name = "fairshare"
-    reads_tenant_usage: ClassVar[bool] = True  # its factor reads `TenantBook.usage` (a replay keeps it only then)
+    capabilities = Capabilities(reads_tenant_usage=True)  # its factor reads `TenantBook.usage`
     order_name = "priority"
 
     def __init__(

@@ -109,7 +109,7 @@ class SlotStateBuilder:
         self._last: tuple[tuple[RunningObs, ...], tuple[RunningJob, ...]] | None = None
         self._factors: dict[str, float] = {}  # this slot's trust factors (users not at 1)
         self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
-        self._overruns = Overruns()  # running jobs past their claim: trust evidence before they end
+        self._overruns = Overruns(told=not caps.preemptive)  # past their claim (told: `_find_unseen`)
         self._overran = False  # this slot's factors counted some
         self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known

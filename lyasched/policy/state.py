@@ -143,6 +143,8 @@ class Capabilities:
       only one a Slurm target can carry out is `EQUAL_PER_NODE`.
     - ``moves``: it resizes running jobs (a job in ``preempt`` and in ``starts`` of one slot) and
       reads them as `lyasched.policy.movable.MovableJob`; implies ``preemptive`` (docs/elastic.md).
+    - ``reads_tenant_usage``: it reads `TenantBook.usage`, the tenants' decayed usage; a replay
+      keeps that usage only then (its decay is a third of a ledger step), the service always.
     """
 
     preemptive: bool = False
@@ -150,6 +152,7 @@ class Capabilities:
     time_invariant: bool = False
     placement: str = EQUAL_PER_NODE
     moves: bool = False
+    reads_tenant_usage: bool = False
 
 
 class Policy(Protocol):

@@ -524,7 +524,7 @@ class Simulation:
 
         trust = TrustBook() if self.trust and not oracle else None
         ledger = TenantLedger(capacity=float(total), shares=dict(self.shares),
-                              usage={} if getattr(policy, "reads_tenant_usage", False) else None) if self.tenant_input else None
+                              usage={} if caps.reads_tenant_usage else None) if self.tenant_input else None
         pending: list[tuple[float, str, float, float]] = []  # ledger events since the last slot (TenantLedger.apply's)
         req_g = [float(min(j.requested_gpus, total)) for j in jobs]
 
