@@ -108,8 +108,9 @@ def test_builder_applies_the_factor_to_the_users_jobs_only():
 
 def test_a_proven_liars_waiting_jobs_are_predicted_without_their_claims():
     """Past `TrustParams.distrust` (10x) a user's claims are not read: a job with a time limit is
-    predicted at it on every count, one without at the waiting queue's longest predicted run
-    (its rows' shape kept); a factor below the bar only scales, and other users are untouched."""
+    predicted at it on the count it asked for, one without at the waiting queue's longest
+    predicted run (its rows' shape kept); a factor below the bar only scales, and other users are
+    untouched."""
     b = TrustBook()
     b.observe("liar", 10.0, 120.0)  # 12x: past the bar after one job
     b.observe("sloppy", 10.0, 50.0)  # 5x: acted on (bar(1) = 3.3x), not past the distrust bar
@@ -123,9 +124,9 @@ def test_a_proven_liars_waiting_jobs_are_predicted_without_their_claims():
             waiting=(limited, open_, sloppy, honest), trust=book)).waiting)
 
     s = shown(b)
-    assert list(s[0].run_one_node) == [86400.0, 86400.0, math.inf]  # its limit, as Slurm's backfill
-    assert s[0].work == pytest.approx(100.0 * 86400.0 / 50.0)
-    assert list(s[1].run_one_node) == pytest.approx([10000.0, 5000.0, math.inf])  # the longest waiting run (ann's)
+    assert list(s[0].run_one_node) == pytest.approx([86400.0, 43200.0, math.inf])  # its limit on its 1 GPU
+    assert s[0].work == pytest.approx(86400.0)
+    assert list(s[1].run_one_node) == pytest.approx([5000.0, 2500.0, math.inf])  # its 1 GPU at the longest waiting run (ann's best)
     assert list(s[2].run_one_node) == pytest.approx([500.0, 250.0, math.inf])  # below the bar: claim x factor
     assert s[3] is honest
     b_off = TrustBook(TrustParams(distrust=math.inf))
@@ -350,9 +351,9 @@ def test_service_shows_a_liars_next_job_with_their_factor(ratio):
     if ratio < 10.0:  # the distrust bar
         assert shown["32"].run_one_node[0] == pytest.approx(raw["32"].run_one_node[0] * ratio, rel=0.01)
     else:
-        row = shown["32"].run_one_node
+        w, g = shown["32"], shown["32"].requested_gpus
         assert raw["32"].run_one_node[0] * ratio < 86400.0
-        assert list(row[np.isfinite(row)]) == [86400.0] * int(np.isfinite(row).sum())  # its 1-day limit
+        assert min(w.run_time(g, False), w.run_time(g, True)) == pytest.approx(86400.0)  # its 1-day limit
 
 
 def test_replay_liars_and_no_trust():

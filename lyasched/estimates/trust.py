@@ -275,15 +275,19 @@ def distrusted(w: WaitingJob, factor: float) -> WaitingJob:
 
 def unclaimed(w: WaitingJob, factor: float, longest: float) -> WaitingJob:
     """A proven liar's waiting job (their factor past `TrustParams.distrust`), predicted as if it
-    had no claim: at its time limit, as Slurm's backfill assumes of a job it knows nothing about
-    (every GPU count at the limit; a count claimed above it stays as claimed), or with no limit at
-    the larger of claim x ``factor`` and ``longest`` (the waiting queue's longest predicted run),
-    its rows' shape kept. Its rows on other types (``by_type``) alike."""
+    had no claim: at its time limit on the GPU count it asked for, as Slurm's backfill assumes of a
+    job it knows nothing about, or with no limit at the larger of claim x ``factor`` and
+    ``longest`` (the waiting queue's longest predicted run). Its other counts keep the claim's
+    shape (not capped at the limit: a flat row would make its fewest GPUs look as fast as many);
+    never below the claim. Its rows on other types (``by_type``) alike."""
     def one(v: WaitingJob) -> WaitingJob:
-        best = v.best_run
-        target = v.time_limit if math.isfinite(v.time_limit) else max(best * factor, longest)
-        f = max(factor, target / best) if best > 0 and math.isfinite(best) and math.isfinite(target) else factor
-        return distrusted(v, f)
+        g = max(1, v.requested_gpus)
+        at = min(v.run_time(g, False), v.run_time(g, True))
+        if not (at > 0 and math.isfinite(at)):
+            at = v.best_run
+        target = v.time_limit if math.isfinite(v.time_limit) else max(at * factor, longest)
+        f = max(factor, target / at) if at > 0 and math.isfinite(at) and math.isfinite(target) else factor
+        return replace(v, run_one_node=v.run_one_node * f, run_multi_node=v.run_multi_node * f, work=v.work * f)
     d = one(w)
     if w.by_type:
         d = replace(d, by_type={t: one(v) for t, v in w.by_type.items()})
