@@ -14,9 +14,7 @@ beyond that noise (`Overruns`) is evidence before it finishes: its elapsed / pre
 bound on its ratio (`TrustBook.factors_with`). Pure: no clock, no I/O; the simulator feeds it
 its finished jobs, the service its records' (lyasched.live.trust), and the one
 `SlotStateBuilder` applies it (lyasched.policy.snapshot) to waiting jobs, running jobs' predicted
-ends and a moving policy's remaining rows (`distrusted_movable`). A user whose factor is past
-`TrustParams.distrust`, beyond any honest error, loses the benefit of their claims: their
-waiting jobs are predicted as unclaimed ones (`unclaimed`).
+ends and a moving policy's remaining rows (`distrusted_movable`).
 """
 
 from __future__ import annotations
@@ -45,10 +43,6 @@ class TrustParams:
     noise: float = 0.4
     z: float = 3.0
     threshold: float = 1.5
-    # past this factor a user is a proven liar and their claims are not read (`unclaimed`): log(10)
-    # is 5.8 noise standard deviations of one job (a one-sided chance of 4e-9 for an honest job,
-    # less for the mean of more), 11.5 at the replay's error; inf: never
-    distrust: float = 10.0
 
 
 @dataclass
@@ -271,27 +265,6 @@ def distrusted(w: WaitingJob, factor: float) -> WaitingJob:
     best0, best1 = w.best_run, float(min(one.min(), multi.min()))
     scale = best1 / best0 if best0 > 0 and math.isfinite(best0) and math.isfinite(best1) else factor
     return replace(w, run_one_node=one, run_multi_node=multi, work=w.work * scale)
-
-
-def unclaimed(w: WaitingJob, factor: float, longest: float) -> WaitingJob:
-    """A proven liar's waiting job (their factor past `TrustParams.distrust`), predicted as if it
-    had no claim: at its time limit on the GPU count it asked for, as Slurm's backfill assumes of a
-    job it knows nothing about, or with no limit at the larger of claim x ``factor`` and
-    ``longest`` (the waiting queue's longest predicted run). Its other counts keep the claim's
-    shape (not capped at the limit: a flat row would make its fewest GPUs look as fast as many);
-    never below the claim. Its rows on other types (``by_type``) alike."""
-    def one(v: WaitingJob) -> WaitingJob:
-        g = max(1, v.requested_gpus)
-        at = min(v.run_time(g, False), v.run_time(g, True))
-        if not (at > 0 and math.isfinite(at)):
-            at = v.best_run
-        target = v.time_limit if math.isfinite(v.time_limit) else max(at * factor, longest)
-        f = max(factor, target / at) if at > 0 and math.isfinite(at) and math.isfinite(target) else factor
-        return replace(v, run_one_node=v.run_one_node * f, run_multi_node=v.run_multi_node * f, work=v.work * f)
-    d = one(w)
-    if w.by_type:
-        d = replace(d, by_type={t: one(v) for t, v in w.by_type.items()})
-    return d
 
 
 def distrusted_movable(m: MovableJob, factor: float, time_left: float = math.inf) -> MovableJob:

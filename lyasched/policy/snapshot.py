@@ -14,8 +14,7 @@ lyapunov's spread horizon reads.
 A snapshot may carry a `TrustBook` (lyasched.estimates.trust): a user whose finished jobs (or
 running jobs already past 3.3x their prediction: `Overruns`) ran far longer than predicted has their waiting and running jobs' predictions multiplied by their factor
 (at most the time limit, never below the claim) here, so replay and serve apply it alike (a moving
-policy's view of running jobs too: `SlotStateBuilder.movable`); a user whose factor is past
-`TrustParams.distrust` has their waiting jobs predicted as if they had no claim (`unclaimed`); and
+policy's view of running jobs too: `SlotStateBuilder.movable`); and
 ``known``: a job whose claim is far below what is already known of it is shown with that.
 """
 
@@ -32,7 +31,7 @@ import numpy as np
 from lyasched.costmodel.cost import CostModel, Profile
 from lyasched.costmodel.jobspec import Job
 from lyasched.costmodel.roofline import GpuType, on_type
-from lyasched.estimates.trust import Overruns, TrustBook, distrusted, distrusted_movable, known_scale, scaled_row, unclaimed
+from lyasched.estimates.trust import Overruns, TrustBook, distrusted, distrusted_movable, known_scale, scaled_row
 from lyasched.policy.movable import MovableJob
 from lyasched.policy.placement import Placement, splits
 from lyasched.policy.state import Capabilities, RunningJob, SlotState, WaitingJob, waiting_job
@@ -112,8 +111,7 @@ class SlotStateBuilder:
         self._trust_key: tuple[int, int] | None = None  # (id, version) of the book they came from
         self._overruns = Overruns()  # running jobs past their claim: trust evidence before they end
         self._overran = False  # this slot's factors counted some
-        self._liars: frozenset[str] = frozenset()  # this slot's users past `TrustParams.distrust`
-        self._trusted: dict[str, tuple[WaitingJob, tuple, WaitingJob]] = {}  # job id -> (as observed, key, as shown)
+        self._trusted: dict[str, tuple[WaitingJob, float, WaitingJob]] = {}  # job id -> (as observed, factor, as shown)
         self._known: Mapping[str, float] = {}  # this slot's ClusterSnapshot.known
         self._obs: tuple[RunningObs, ...] = ()  # this slot's running jobs as observed
         self._moving: dict[int, tuple[RunningObs, float, float, dict]] = {}  # preemptive: `_running_now`
@@ -174,8 +172,6 @@ class SlotStateBuilder:
             self._trust_key = key
             self._factors = {} if book is None else book.factors_with(over)
             self._overran = bool(over)
-            bar = math.inf if book is None else book.params.distrust
-            self._liars = frozenset(u for u, f in self._factors.items() if f >= bar)
 
     def _waiting(self, snap: ClusterSnapshot) -> tuple[WaitingJob, ...]:
         """The waiting jobs with their users' trust factors (the same objects while unchanged,
@@ -184,25 +180,16 @@ class SlotStateBuilder:
         if not self._factors and not known:
             self._trusted.clear()
             return snap.waiting
-        out, memo, longest = [], {}, math.nan
+        out, memo = [], {}
         for w in snap.waiting:
             f = self.scale(w.user, w.job_id)
             if f > 1.0:
-                key: tuple = (f,)  # (factor,), or a liar's (factor, longest or None)
-                if w.user in self._liars:  # a proven liar's claim unread: at its limit, else the longest
-                    if math.isnan(longest) and not math.isfinite(w.time_limit):
-                        longest = max((r for v in snap.waiting if math.isfinite(
-                            r := v.best_run * self.scale(v.user, v.job_id))), default=0.0)
-                    key = (f, longest if not math.isfinite(w.time_limit) else None)
                 m = self._trusted.get(w.job_id)
-                if m is None or m[0] is not w or m[1] != key:
-                    if len(key) == 2:
-                        d = unclaimed(w, f, longest)
-                    else:
-                        d = distrusted(w, f)
-                        if w.by_type:  # its rows on every type, scaled alike
-                            d = replace(d, by_type={t: distrusted(v, f) for t, v in w.by_type.items()})
-                    m = (w, key, d)
+                if m is None or m[0] is not w or m[1] != f:
+                    d = distrusted(w, f)
+                    if w.by_type:  # its rows on every type, scaled alike
+                        d = replace(d, by_type={t: distrusted(v, f) for t, v in w.by_type.items()})
+                    m = (w, f, d)
                 memo[w.job_id] = m
                 w = m[2]
             out.append(w)
