@@ -68,10 +68,7 @@ class RowCache:
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
         requested count (nearest allowed), run time at the request."""
-        n = len(jobs)
-        width = len(jobs[0].run_one_node)
-        if width != self.width or len(self.index) > 4 * n + 4096:
-            self._reset(width, max(1024, 2 * n))
+        self._room(jobs)
         sel = self.sel = self._lookup(jobs)
         c = self.width if cols is None else min(cols, self.width)
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
@@ -90,10 +87,7 @@ class RowCache:
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
-        n = len(jobs)
-        width = len(jobs[0].run_one_node)
-        if width != self.width or len(self.index) > 4 * n + 4096:
-            self._reset(width, max(1024, 2 * n))
+        self._room(jobs)
         if keys is not None:
             sel = self.sel = self._by_keys(jobs, *keys)
         else:
@@ -109,6 +103,39 @@ class RowCache:
         g = self.pack.take(at[1] + sel)  # one gather: (quantities, jobs)
         return (g[_PACK + 2:_PACK + 2 + c].T, g[_PACK + 2 + c:].T, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
                 g[_PACK], g[_PACK + 1], g[_PACK + 2:].T)
+
+    def _room(self, jobs: tuple[WaitingJob, ...]) -> None:
+        """Start afresh for a new row width; keep only ``jobs``' rows once the rows of jobs gone
+        (started, or replaced by a new view) outnumber the waiting jobs by `_SLACK` (`_compact`)."""
+        n = len(jobs)
+        width = len(jobs[0].run_one_node)
+        if width != self.width:
+            self._reset(width, max(1024, 2 * n))
+        elif len(self.index) > 2 * n + _SLACK:
+            self._compact(jobs)
+
+    def _compact(self, jobs: tuple[WaitingJob, ...]) -> None:
+        """Keep the rows of ``jobs`` only, moved to the front in the order they were added: their
+        values are copied, not computed again, the arrays keep their capacity (no regrowth), and
+        the waiting jobs' columns of ``pack`` end up close together (a slot's gather reads less
+        memory). Row numbers change, so every map to them (``index``, ``ext``, `_lookup`'s memos)
+        is rebuilt or dropped."""
+        rows = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=len(jobs))
+        rows = np.unique(rows[rows >= 0])  # ascending: the order they were added in
+        m = rows.size
+        for name in ("one", "multi", "work", "submit", "best", "req", "run_req", "adaptive", "tenant"):
+            a = getattr(self, name)
+            a[:m] = a[rows]
+        if self.stretch == self.stretch:  # `pack` holds a column per row only once `cut` set a stretch
+            self.pack[:, :m] = self.pack[:, rows]
+        keep = self.keep
+        self.keep = [keep[r] for r in rows.tolist()]
+        self.index = dict(zip(map(id, self.keep), range(m)))
+        self.n_adaptive = int(self.adaptive[:m].sum())
+        self.ext = np.full(0, -1, dtype=np.intp)
+        self.ext_gen = None
+        self.sel = np.zeros(0, dtype=np.intp)
+        self._last = self._next = None
 
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
@@ -310,6 +337,7 @@ class RowCache:
 
 
 _PACK = 7  # `RowCache.pack`'s rows before its four per-count blocks
+_SLACK = 1024  # rows of jobs gone kept beyond the waiting jobs' count before `RowCache._compact`
 
 
 def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
