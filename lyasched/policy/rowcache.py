@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from itertools import compress, repeat
-from operator import is_
 
 import numpy as np
 
@@ -140,8 +139,8 @@ class RowCache:
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
         hands the same tuple again, or the last one less the jobs that started (`left`) and then the
-        new ones: those rows are reused once each job is checked to be the very object expected
-        (compared by identity at C speed); only the jobs after them are looked up by id."""
+        new ones: those rows are reused once each job is checked to be the object expected
+        (`_begins_with`, at C speed); only the jobs after them are looked up by id."""
         last = self._last
         if last is not None and last[0] is jobs:
             return last[1]
@@ -149,7 +148,7 @@ class RowCache:
         n = len(jobs)
         k = 0
         sel = np.empty(n, dtype=np.intp)
-        if nxt is not None and len(nxt[0]) <= n and all(map(is_, jobs, nxt[0])):  # (map stops at the shorter)
+        if nxt is not None and len(nxt[0]) <= n and _begins_with(jobs, nxt[0]):
             k = len(nxt[0])
             sel[:k] = nxt[1]
         if k < n:
@@ -334,6 +333,19 @@ class RowCache:
     def waiting_adaptive(self) -> np.ndarray | None:
         """Which jobs of the last `arrays` call are adaptive; None when no cached job is (the usual case)."""
         return self.adaptive[self.sel] if self.n_adaptive else None
+
+
+def _begins_with(jobs: tuple[WaitingJob, ...], head: tuple[WaitingJob, ...]) -> bool:
+    """Whether ``jobs`` begins with the jobs ``head``, each the same object or one equal to it.
+    Tuple equality compares its items by identity first (in C, a few ns each; checking them with
+    ``operator.is_`` costs a call per job), and only a pair that is not the same object by
+    `WaitingJob`'s equality, over every field a row is computed from (``by_type`` and ``pieces``,
+    which no row reads, aside): two such jobs have the same row. A pair whose run-time rows are
+    different arrays makes that equality ambiguous (numpy's ValueError): not the same, then."""
+    try:
+        return jobs[:len(head)] == head
+    except ValueError:
+        return False
 
 
 _PACK = 7  # `RowCache.pack`'s rows before its four per-count blocks
