@@ -29,6 +29,7 @@ class RowCache:
 
     def _reset(self, width: int, capacity: int) -> None:
         self.width = width
+        self._g = np.arange(1.0, width + 1.0)  # the GPU counts of a row, 1.0 .. width
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
         # `cut`'s ``keys``: a caller's own row numbers for its jobs (bytype's `TypeMemo` rows, in the
@@ -252,19 +253,25 @@ class RowCache:
         self.tenant[i] = code
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
             self._pack_room(i + 1)
-            with np.errstate(invalid="ignore"):
+            g = self._g
+            with np.errstate(invalid="ignore"):  # (one for the block: entering one costs about 2 us)
                 masks = r > 1 and bool((fm[:r - 1] > self.stretch * self.run_req[i]).any())
-            if masks:
-                gk = np.arange(1, self.width + 1)
-                with np.errstate(invalid="ignore"):
-                    over = (gk < r) & (fm > self.stretch * self.run_req[i])
-                one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
-                fm = np.fmin(one, multi)
+                if masks:
+                    over = (g < r) & (fm > self.stretch * self.run_req[i])
+                    one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
+                    fm = np.fmin(one, multi)
+                gt = np.minimum(one, multi)  # `gpu_seconds` of this row
+                gt *= g
+            gt[~np.isfinite(gt)] = np.inf
             w_ = self.width
             col = self.pack[:, i]
             col[:_PACK] = (w.work, w.submit_time, self.best[i], r, run_req, masks, fm.min())
-            least, first = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
-            col[_PACK:_PACK + w_], col[_PACK + w_:_PACK + 2 * w_] = least[0], first[0]
+            # `_prefix_least_cols` on this row, written into its column
+            least = np.minimum.accumulate(gt, out=col[_PACK:_PACK + w_])
+            new = np.empty(w_, dtype=bool)
+            new[0] = True
+            np.less(gt[1:], least[:-1], out=new[1:])
+            np.maximum.accumulate(np.where(new, g, 0.0), out=col[_PACK + w_:_PACK + 2 * w_])
             col[_PACK + 2 * w_:_PACK + 3 * w_], col[_PACK + 3 * w_:] = one, multi
         self.keep.append(w)
         self.index[id(w)] = i
@@ -291,7 +298,7 @@ class RowCache:
         asked = np.array([w.requested_gpus for w in ws], dtype=np.intp)
         # the allowed count nearest the request, the smaller on a tie (argmin: the first); 1 if none
         fin = np.isfinite(fm)
-        dist = np.where(fin, np.abs(gk[None, :] - asked[:, None]), np.iinfo(np.intp).max)
+        dist = np.where(fin, np.abs(gk[None, :] - asked[:, None]), _FAR)
         r = dist.argmin(axis=1) + 1
         r[~fin.any(axis=1)] = 1
         self.req[rows] = r
@@ -349,27 +356,19 @@ def _begins_with(jobs: tuple[WaitingJob, ...], head: tuple[WaitingJob, ...]) -> 
 
 
 _PACK = 7  # `RowCache.pack`'s rows before its four per-count blocks
+_FAR = np.iinfo(np.intp).max  # `_add_many`: the distance to a count that is not allowed
 _SLACK = 1024  # rows of jobs gone kept beyond the waiting jobs' count before `RowCache._compact`
-
-
-def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``gt`` and per c, the least of its first c values and the first count (1-based)
-    giving it: min and argmin + 1 of ``gt[:, :c]`` (no NaN: `gpu_seconds` makes them inf)."""
-    least = np.minimum.accumulate(gt, axis=1)
-    new = np.empty(gt.shape, dtype=bool)
-    new[:, 0] = True
-    np.less(gt[:, 1:], least[:, :-1], out=new[:, 1:])
-    first = np.maximum.accumulate(np.where(new, np.arange(1, gt.shape[1] + 1), 0), axis=1)
-    return least, first
 
 
 _TILE = 256  # jobs per tile of `_add_many`'s transposed copy
 
 
 def _prefix_least_cols(one: np.ndarray, multi: np.ndarray, least: np.ndarray, first: np.ndarray) -> None:
-    """`_prefix_least` of `gpu_seconds` with one job per column (the packed layout: count c is row
-    c - 1 of each block), written into ``least`` and ``first``: the same elementwise steps and
-    running minima, down the columns instead of along the rows, so the same values."""
+    """Per job (one per column: the packed layout, count c is row c - 1 of each block) and per c,
+    the least of its first c GPU-times (`gpu_seconds`) and the first count giving it (min and
+    argmin + 1 over the first c counts; no NaN: `gpu_seconds` makes them inf), written into
+    ``least`` and ``first``. `RowCache._add_one` takes the same elementwise steps and running
+    minima along one row, so the same values."""
     g = np.arange(1, one.shape[0] + 1, dtype=float)[:, None]
     with np.errstate(invalid="ignore"):
         gt = np.minimum(one, multi)
