@@ -395,7 +395,7 @@ class LyapunovPolicy:
             trial = free.copy() if self.shortcuts else FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
-                one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
+                one_ok = math.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
                 pl = trial.take(g, True) if one_ok and trial.fits(g, True) else None
                 if pl is None and s_multi[j, g - 1] > 0:
                     pl = trial.take(g, False)
@@ -489,9 +489,9 @@ class LyapunovPolicy:
             if free.total < g:
                 return
             pl = None
-            if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
+            if g <= gpn and math.isfinite(one[j, g - 1]) and free.fits(g, True):
                 pl = free.take(g, True)
-            elif g <= multi.shape[1] and np.isfinite(multi[j, g - 1]) and free.fits(g, False):
+            elif g <= multi.shape[1] and math.isfinite(multi[j, g - 1]) and free.fits(g, False):
                 pl = free.take(g, False)
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))
