@@ -366,7 +366,8 @@ class LyapunovPolicy:
         k = s_one.shape[1]
         # Configurations that can never fit this slot are out.
         gcol = np.arange(1, k + 1)
-        s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
+        if free.max_on_one_node() < k or not self.shortcuts:  # (else no column is out)
+            s_one[:, gcol > free.max_on_one_node()] = -np.inf  # in place: the scores are this call's own
         no_multi = arr["no_multi"]  # every several-node score is -inf already
         if not no_multi:  # equal GPUs per node (placement.py); ``spread`` holds the same for the first k counts
             s_multi[:, ~(free.spread_mask(k) if spread is None else spread[:k])] = -np.inf
@@ -374,7 +375,7 @@ class LyapunovPolicy:
         s_one, s_multi = self._values(s_one, s_multi, arr)
         # (the one-node scores hold no NaN: a run that is not finite scores -inf, the rest are finite)
         best = s_one if no_multi and type(self)._values is LyapunovPolicy._values else np.maximum(s_one, s_multi)
-        cand = np.flatnonzero(best.max(axis=1) > 0)
+        cand = np.flatnonzero((best[:, 0] if k == 1 and self.shortcuts else best.max(axis=1)) > 0)
         solver = "greedy"
         chosen: list[tuple[int, int]] | None = None
         cand_dp = _useful(best, cand, free.total)
@@ -394,7 +395,7 @@ class LyapunovPolicy:
             trial = free.copy() if self.shortcuts else FreeGpus(tuple(free.free), state.gpus_per_node)
             placed: list[tuple[int, int, tuple[tuple[int, int], ...]]] | None = []
             for j, g in sorted(chosen, key=lambda t: (-t[1], t[0])):
-                one_ok = np.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
+                one_ok = math.isfinite(s_one[j, g - 1]) and s_one[j, g - 1] > 0
                 pl = trial.take(g, True) if one_ok and trial.fits(g, True) else None
                 if pl is None and s_multi[j, g - 1] > 0:
                     pl = trial.take(g, False)
@@ -488,9 +489,9 @@ class LyapunovPolicy:
             if free.total < g:
                 return
             pl = None
-            if g <= gpn and np.isfinite(one[j, g - 1]) and free.fits(g, True):
+            if g <= gpn and math.isfinite(one[j, g - 1]) and free.fits(g, True):
                 pl = free.take(g, True)
-            elif g <= multi.shape[1] and np.isfinite(multi[j, g - 1]) and free.fits(g, False):
+            elif g <= multi.shape[1] and math.isfinite(multi[j, g - 1]) and free.fits(g, False):
                 pl = free.take(g, False)
             if pl is not None:
                 out.append(self._decision(state, int(j), g, pl, 0.0, "fill"))

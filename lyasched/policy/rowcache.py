@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from itertools import compress, repeat
-from operator import is_
 
 import numpy as np
 
@@ -30,6 +29,7 @@ class RowCache:
 
     def _reset(self, width: int, capacity: int) -> None:
         self.width = width
+        self._g = np.arange(1.0, width + 1.0)  # the GPU counts of a row, 1.0 .. width
         self.index: dict[int, int] = {}
         self.keep: list[WaitingJob] = []
         # `cut`'s ``keys``: a caller's own row numbers for its jobs (bytype's `TypeMemo` rows, in the
@@ -68,10 +68,7 @@ class RowCache:
     def arrays(self, jobs: tuple[WaitingJob, ...], cols: int | None = None) -> tuple[np.ndarray, ...]:
         """(one-node rows, multi-node rows) cut to ``cols`` GPU counts, work, submit time, best run,
         requested count (nearest allowed), run time at the request."""
-        n = len(jobs)
-        width = len(jobs[0].run_one_node)
-        if width != self.width or len(self.index) > 4 * n + 4096:
-            self._reset(width, max(1024, 2 * n))
+        self._room(jobs)
         sel = self.sel = self._lookup(jobs)
         c = self.width if cols is None else min(cols, self.width)
         return (self.one[sel, :c], self.multi[sel, :c], self.work[sel], self.submit[sel], self.best[sel],
@@ -90,10 +87,7 @@ class RowCache:
         if stretch != self.stretch:
             self._reset(0, 0)
             self.stretch = stretch
-        n = len(jobs)
-        width = len(jobs[0].run_one_node)
-        if width != self.width or len(self.index) > 4 * n + 4096:
-            self._reset(width, max(1024, 2 * n))
+        self._room(jobs)
         if keys is not None:
             sel = self.sel = self._by_keys(jobs, *keys)
         else:
@@ -110,11 +104,44 @@ class RowCache:
         return (g[_PACK + 2:_PACK + 2 + c].T, g[_PACK + 2 + c:].T, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
                 g[_PACK], g[_PACK + 1], g[_PACK + 2:].T)
 
+    def _room(self, jobs: tuple[WaitingJob, ...]) -> None:
+        """Start afresh for a new row width; keep only ``jobs``' rows once the rows of jobs gone
+        (started, or replaced by a new view) outnumber the waiting jobs by `_SLACK` (`_compact`)."""
+        n = len(jobs)
+        width = len(jobs[0].run_one_node)
+        if width != self.width:
+            self._reset(width, max(1024, 2 * n))
+        elif len(self.index) > 2 * n + _SLACK:
+            self._compact(jobs)
+
+    def _compact(self, jobs: tuple[WaitingJob, ...]) -> None:
+        """Keep the rows of ``jobs`` only, moved to the front in the order they were added: their
+        values are copied, not computed again, the arrays keep their capacity (no regrowth), and
+        the waiting jobs' columns of ``pack`` end up close together (a slot's gather reads less
+        memory). Row numbers change, so every map to them (``index``, ``ext``, `_lookup`'s memos)
+        is rebuilt or dropped."""
+        rows = np.fromiter(map(self.index.get, map(id, jobs), repeat(-1)), dtype=np.intp, count=len(jobs))
+        rows = np.unique(rows[rows >= 0])  # ascending: the order they were added in
+        m = rows.size
+        for name in ("one", "multi", "work", "submit", "best", "req", "run_req", "adaptive", "tenant"):
+            a = getattr(self, name)
+            a[:m] = a[rows]
+        if self.stretch == self.stretch:  # `pack` holds a column per row only once `cut` set a stretch
+            self.pack[:, :m] = self.pack[:, rows]
+        keep = self.keep
+        self.keep = [keep[r] for r in rows.tolist()]
+        self.index = dict(zip(map(id, self.keep), range(m)))
+        self.n_adaptive = int(self.adaptive[:m].sum())
+        self.ext = np.full(0, -1, dtype=np.intp)
+        self.ext_gen = None
+        self.sel = np.zeros(0, dtype=np.intp)
+        self._last = self._next = None
+
     def _lookup(self, jobs: tuple[WaitingJob, ...]) -> np.ndarray:
         """The rows of ``jobs`` (added for the jobs not seen before): no Python frame per job. A caller
         hands the same tuple again, or the last one less the jobs that started (`left`) and then the
-        new ones: those rows are reused once each job is checked to be the very object expected
-        (compared by identity at C speed); only the jobs after them are looked up by id."""
+        new ones: those rows are reused once each job is checked to be the object expected
+        (`_begins_with`, at C speed); only the jobs after them are looked up by id."""
         last = self._last
         if last is not None and last[0] is jobs:
             return last[1]
@@ -122,7 +149,7 @@ class RowCache:
         n = len(jobs)
         k = 0
         sel = np.empty(n, dtype=np.intp)
-        if nxt is not None and len(nxt[0]) <= n and all(map(is_, jobs, nxt[0])):  # (map stops at the shorter)
+        if nxt is not None and len(nxt[0]) <= n and _begins_with(jobs, nxt[0]):
             k = len(nxt[0])
             sel[:k] = nxt[1]
         if k < n:
@@ -226,19 +253,25 @@ class RowCache:
         self.tenant[i] = code
         if self.stretch == self.stretch:  # `cut`'s per-row restriction, as `_scores` computes it on all rows
             self._pack_room(i + 1)
-            with np.errstate(invalid="ignore"):
+            g = self._g
+            with np.errstate(invalid="ignore"):  # (one for the block: entering one costs about 2 us)
                 masks = r > 1 and bool((fm[:r - 1] > self.stretch * self.run_req[i]).any())
-            if masks:
-                gk = np.arange(1, self.width + 1)
-                with np.errstate(invalid="ignore"):
-                    over = (gk < r) & (fm > self.stretch * self.run_req[i])
-                one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
-                fm = np.fmin(one, multi)
+                if masks:
+                    over = (g < r) & (fm > self.stretch * self.run_req[i])
+                    one, multi = np.where(over, np.inf, one), np.where(over, np.inf, multi)
+                    fm = np.fmin(one, multi)
+                gt = np.minimum(one, multi)  # `gpu_seconds` of this row
+                gt *= g
+            gt[~np.isfinite(gt)] = np.inf
             w_ = self.width
             col = self.pack[:, i]
             col[:_PACK] = (w.work, w.submit_time, self.best[i], r, run_req, masks, fm.min())
-            least, first = _prefix_least(gpu_seconds(one[None, :], multi[None, :]))
-            col[_PACK:_PACK + w_], col[_PACK + w_:_PACK + 2 * w_] = least[0], first[0]
+            # `_prefix_least_cols` on this row, written into its column
+            least = np.minimum.accumulate(gt, out=col[_PACK:_PACK + w_])
+            new = np.empty(w_, dtype=bool)
+            new[0] = True
+            np.less(gt[1:], least[:-1], out=new[1:])
+            np.maximum.accumulate(np.where(new, g, 0.0), out=col[_PACK + w_:_PACK + 2 * w_])
             col[_PACK + 2 * w_:_PACK + 3 * w_], col[_PACK + 3 * w_:] = one, multi
         self.keep.append(w)
         self.index[id(w)] = i
@@ -265,7 +298,7 @@ class RowCache:
         asked = np.array([w.requested_gpus for w in ws], dtype=np.intp)
         # the allowed count nearest the request, the smaller on a tie (argmin: the first); 1 if none
         fin = np.isfinite(fm)
-        dist = np.where(fin, np.abs(gk[None, :] - asked[:, None]), np.iinfo(np.intp).max)
+        dist = np.where(fin, np.abs(gk[None, :] - asked[:, None]), _FAR)
         r = dist.argmin(axis=1) + 1
         r[~fin.any(axis=1)] = 1
         self.req[rows] = r
@@ -309,27 +342,33 @@ class RowCache:
         return self.adaptive[self.sel] if self.n_adaptive else None
 
 
+def _begins_with(jobs: tuple[WaitingJob, ...], head: tuple[WaitingJob, ...]) -> bool:
+    """Whether ``jobs`` begins with the jobs ``head``, each the same object or one equal to it.
+    Tuple equality compares its items by identity first (in C, a few ns each; checking them with
+    ``operator.is_`` costs a call per job), and only a pair that is not the same object by
+    `WaitingJob`'s equality, over every field a row is computed from (``by_type`` and ``pieces``,
+    which no row reads, aside): two such jobs have the same row. A pair whose run-time rows are
+    different arrays makes that equality ambiguous (numpy's ValueError): not the same, then."""
+    try:
+        return jobs[:len(head)] == head
+    except ValueError:
+        return False
+
+
 _PACK = 7  # `RowCache.pack`'s rows before its four per-count blocks
-
-
-def _prefix_least(gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``gt`` and per c, the least of its first c values and the first count (1-based)
-    giving it: min and argmin + 1 of ``gt[:, :c]`` (no NaN: `gpu_seconds` makes them inf)."""
-    least = np.minimum.accumulate(gt, axis=1)
-    new = np.empty(gt.shape, dtype=bool)
-    new[:, 0] = True
-    np.less(gt[:, 1:], least[:, :-1], out=new[:, 1:])
-    first = np.maximum.accumulate(np.where(new, np.arange(1, gt.shape[1] + 1), 0), axis=1)
-    return least, first
+_FAR = np.iinfo(np.intp).max  # `_add_many`: the distance to a count that is not allowed
+_SLACK = 1024  # rows of jobs gone kept beyond the waiting jobs' count before `RowCache._compact`
 
 
 _TILE = 256  # jobs per tile of `_add_many`'s transposed copy
 
 
 def _prefix_least_cols(one: np.ndarray, multi: np.ndarray, least: np.ndarray, first: np.ndarray) -> None:
-    """`_prefix_least` of `gpu_seconds` with one job per column (the packed layout: count c is row
-    c - 1 of each block), written into ``least`` and ``first``: the same elementwise steps and
-    running minima, down the columns instead of along the rows, so the same values."""
+    """Per job (one per column: the packed layout, count c is row c - 1 of each block) and per c,
+    the least of its first c GPU-times (`gpu_seconds`) and the first count giving it (min and
+    argmin + 1 over the first c counts; no NaN: `gpu_seconds` makes them inf), written into
+    ``least`` and ``first``. `RowCache._add_one` takes the same elementwise steps and running
+    minima along one row, so the same values."""
     g = np.arange(1, one.shape[0] + 1, dtype=float)[:, None]
     with np.errstate(invalid="ignore"):
         gt = np.minimum(one, multi)
