@@ -275,9 +275,12 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        seen = list(dict.fromkeys(codes.tolist()))  # a dict keeps its keys in order of first insertion
-        order = np.array(seen, dtype=np.intp)
-        got = [names[c] for c in seen]
+        n = codes.size
+        first = np.full(len(names), n, dtype=np.intp)  # each code's first position (n: absent)
+        np.minimum.at(first, codes, np.arange(n, dtype=np.intp))
+        present = np.flatnonzero(first < n)
+        order = present[np.argsort(first[present])]  # distinct positions: the order of first appearance
+        got = [names[c] for c in order.tolist()]
         self._tenant_ix = (codes, order, got)
         return order, got
 
@@ -793,9 +796,8 @@ def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarra
     than one of its jobs would take is not credited as if the whole job repaid it: past what it is
     owed the start puts it ahead. 0 where the run is not finite."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        cap = owed[:, None] / run
-    cap[~np.isfinite(run)] = 0.0
-    return np.minimum(g[None, :], cap)
+        cap = np.where(np.isfinite(run), owed[:, None] / run, 0.0)
+    return np.minimum(g, cap, out=cap)
 
 
 class TenantBound:
