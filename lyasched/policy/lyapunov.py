@@ -588,15 +588,18 @@ class LyapunovPolicy:
         if vtheta <= 0:
             return float(state.now)
         g = np.concatenate([np.arange(1, k + 1), np.arange(1, k + 1)]).astype(float)
+        # the allowed configurations only, flat (row j, column c): each entry the same operations
+        # as on the whole (n, 2k) table, rows broadcast by indexing
+        rows, cols = np.nonzero(ok)
         tc = arr.get("tenant_credit")
-        given = tc[:, None] * np.concatenate(arr["tenant_gpus"], axis=1) if tc is not None else 0.0
-        base = np.where(ok, s - given, -1.0)
-        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
-        pen = np.where(ok, (gain - base) / vtheta, 0.0)
-        b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
+        base_f = s[rows, cols]
+        if tc is not None:
+            base_f = base_f - tc[rows] * np.concatenate(arr["tenant_gpus"], axis=1)[rows, cols]
+        gain = self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len)
+        pen_f = (gain[rows] - base_f) / vtheta
+        b_f = z + n * (arr["wait"][rows] + state.slot_len) - self.V * n * pen_f
         bound = self._tenant_bound(state, users, codes)
-        rows, cols = np.nonzero(ok)  # the allowed configurations only, flat: the same values per entry
-        base_f, b_f, g_f, who_f = base[rows, cols], b[rows, cols], g[cols], bound.who[rows]
+        g_f, who_f = g[cols], bound.who[rows]
 
         def holds_at(ds: np.ndarray) -> np.ndarray:
             """Per trial time d of ``ds``: no score can turn positive within d. Each d's row is
