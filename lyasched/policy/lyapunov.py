@@ -275,9 +275,12 @@ class LyapunovPolicy:
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
-        seen = list(dict.fromkeys(codes.tolist()))  # a dict keeps its keys in order of first insertion
-        order = np.array(seen, dtype=np.intp)
-        got = [names[c] for c in seen]
+        n = codes.size
+        first = np.full(len(names), n, dtype=np.intp)  # each code's first position (n: absent)
+        np.minimum.at(first, codes, np.arange(n, dtype=np.intp))
+        present = np.flatnonzero(first < n)
+        order = present[np.argsort(first[present])]  # distinct positions: the order of first appearance
+        got = [names[c] for c in order.tolist()]
         self._tenant_ix = (codes, order, got)
         return order, got
 
@@ -586,22 +589,29 @@ class LyapunovPolicy:
         if vtheta <= 0:
             return float(state.now)
         g = np.concatenate([np.arange(1, k + 1), np.arange(1, k + 1)]).astype(float)
+        # the allowed configurations only, flat (row j, column c): each entry the same operations
+        # as on the whole (n, 2k) table, rows broadcast by indexing
+        rows, cols = np.nonzero(ok)
         tc = arr.get("tenant_credit")
-        given = tc[:, None] * np.concatenate(arr["tenant_gpus"], axis=1) if tc is not None else 0.0
-        base = np.where(ok, s - given, -1.0)
-        gain = (self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len))[:, None]
-        pen = np.where(ok, (gain - base) / vtheta, 0.0)
-        b = z + n * (arr["wait"][:, None] + state.slot_len) - self.V * n * pen
+        base_f = s[rows, cols]
+        if tc is not None:
+            base_f = base_f - tc[rows] * np.concatenate(arr["tenant_gpus"], axis=1)[rows, cols]
+        gain = self.q_weight * q * arr["credit"] + z * self._z_credit(arr["wait"], state.slot_len)
+        pen_f = (gain[rows] - base_f) / vtheta
+        b_f = z + n * (arr["wait"][rows] + state.slot_len) - self.V * n * pen_f
         bound = self._tenant_bound(state, users, codes)
-        rows, cols = np.nonzero(ok)  # the allowed configurations only, flat: the same values per entry
-        base_f, b_f, g_f, who_f = base[rows, cols], b[rows, cols], g[cols], bound.who[rows]
+        g_f, who_f = g[cols], bound.who[rows]
 
-        def holds(d: float) -> bool:
-            c = self.V * (q + z + n * d) * bound.per_gpu(d)
-            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[who_f] * g_f
-            return not bool((top > 0).any())
+        def holds_at(ds: np.ndarray) -> np.ndarray:
+            """Per trial time d of ``ds``: no score can turn positive within d. Each d's row is
+            the one-d test's operations in its order (V (q + z + n d) times the bound, the
+            quadratic, the credit), so each answer is that test's."""
+            d = ds[:, None]
+            c = (self.V * (q + z + n * ds))[:, None] * bound.per_gpu_many(ds)
+            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[:, who_f] * g_f
+            return ~(top > 0).any(axis=1)
 
-        return state.now + quiet_for(holds, state.slot_len)
+        return state.now + quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size))
 
     def _tenant_bound(self, state: SlotState, users: list[str] | None, codes: np.ndarray | None = None) -> TenantBound:
         """Bounds on the tenant credit per GPU over V*Theta of the waiting jobs' tenants
@@ -727,15 +737,71 @@ def quiet_for(holds: Callable[[float], bool], step: float) -> float:
     return lo
 
 
+_WAKE_CELLS = 1 << 16  # trial times x configurations that `_wake_at_tenants` tests in one numpy pass
+
+
+def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, per: int) -> float:
+    """`quiet_for`, asking ``holds_at`` (``holds_at(ds)[i]``: ``holds(ds[i])``) about up to ``per``
+    trial times at once: the doubling's times in blocks, stopping at the first block with a
+    no, then the four halvings' 15 possible midpoints together (``per`` >= 15) or one by one.
+    The same times as `quiet_for`'s, computed the same way, and the same walk over the answers,
+    so the same D (`quiet_for`'s trials are few numpy steps each on a few hundred entries)."""
+    if not step > 0:
+        return quiet_for(lambda d: bool(holds_at(np.array([d]))[0]), step)
+    pts = [step]
+    while 2 * pts[-1] <= _WAKE_HORIZON:  # quiet_for's hi = 2 * hi, tested while <= the horizon
+        pts.append(2 * pts[-1])
+    ans: list[bool] = []
+    for i in range(0, len(pts), per):
+        got = holds_at(np.array(pts[i:i + per])).tolist()
+        ans += got
+        if not all(got):
+            break
+    if not ans[0]:
+        return 0.0
+    i = 1
+    while i < len(ans) and ans[i]:
+        i += 1
+    lo = pts[i - 1]
+    hi = 2 * lo
+    if hi > _WAKE_HORIZON:
+        return lo
+    if per < 15:
+        for _ in range(4):
+            mid = 0.5 * (lo + hi)
+            if holds_at(np.array([mid]))[0]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    # every midpoint the halvings may test, as a heap: node m tests (lo, hi)'s mid; its yes child is
+    # 2m + 2 (lo = mid), its no child 2m + 1 (hi = mid)
+    span: list[tuple[float, float]] = [(lo, hi)]
+    mids: list[float] = []
+    for m in range(15):
+        a, b = span[m]
+        mid = 0.5 * (a + b)
+        mids.append(mid)
+        span += [(a, mid), (mid, b)]
+    yes = holds_at(np.array(mids)).tolist()
+    m = 0
+    for _ in range(4):
+        if yes[m]:
+            lo = mids[m]
+            m = 2 * m + 2
+        else:
+            m = 2 * m + 1
+    return lo
+
+
 def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarray:
     """The GPUs a start's tenant credit counts for: g, at most owed / run (the GPUs whose GPU-time
     over the run repays what the tenant is owed; docs/model.md, section 5). A tenant owed less
     than one of its jobs would take is not credited as if the whole job repaid it: past what it is
     owed the start puts it ahead. 0 where the run is not finite."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        cap = owed[:, None] / run
-    cap[~np.isfinite(run)] = 0.0
-    return np.minimum(g[None, :], cap)
+        cap = np.where(np.isfinite(run), owed[:, None] / run, 0.0)
+    return np.minimum(g, cap, out=cap)
 
 
 class TenantBound:
@@ -773,18 +839,30 @@ class TenantBound:
     def _at(self, d: float) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(each tenant's entitled GPU-seconds and shortfall d on, the floor, the scale): `TenantBook.at`
         and `TenantBook.shortfall` on arrays, the same operations in the same order."""
+        ent, y1, floor, scale = self._at_many(np.array([d]))
+        return ent[0], y1[0], float(floor[0]), float(scale[0])
+
+    def _at_many(self, ds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`_at` for each d of ``ds``, a row each: elementwise the same operations; the floor and
+        the mean entitlement taken row by row in Python, as for one d (the mean's sum in order)."""
+        d = ds[:, None]
         rec = self._rec + self._held * d
         ent = self._ent + self._rate * d
         with np.errstate(invalid="ignore", divide="ignore"):
             y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
-        floor = min(self._y0_least, float(y1.min()))
-        ebar = sum(ent.tolist()) / len(self.names)
+        least = self._y0_least
+        floor = np.array([min(least, v) for v in y1.min(axis=1).tolist()])
+        ebar = np.array([sum(row) for row in ent.tolist()]) / len(self.names)
         return ent, y1, floor, self.weight * ebar / self.g2
 
     def per_gpu(self, d: float) -> np.ndarray:
         """Per tenant (``names`` order), the bound on its credit per GPU over V*Theta within d."""
-        _, y1, floor, scale = self._at(d)
-        return scale * np.maximum(0.0, np.maximum(self.y0, y1) - floor)
+        return self.per_gpu_many(np.array([d]))[0]
+
+    def per_gpu_many(self, ds: np.ndarray) -> np.ndarray:
+        """`per_gpu` for each d of ``ds``, a row each."""
+        _, y1, floor, scale = self._at_many(ds)
+        return scale[:, None] * np.maximum(0.0, np.maximum(self.y0, y1) - floor[:, None])
 
 
 _GREEDY_BLOCK = 256  # jobs whose score rows `_greedy` sorts in one call
