@@ -42,7 +42,7 @@ def fairshare_factors(book: TenantBook | None, tenants: Sequence[str], usage: Ma
     if use is None:
         raise ValueError("the tenant book keeps no usage: a policy that reads it declares Capabilities.reads_tenant_usage")
     names = set(book.shares) | set(book.received) | set(use) | set(tenants)
-    total_share = sum(max(float(book.shares.get(k, 1.0)), 0.0) for k in names)
+    total_share = math.fsum(max(float(book.shares.get(k, 1.0)), 0.0) for k in names)  # a set: fsum, not its order
     total_use = sum(use.values())
     out = np.empty(len(tenants))
     for i, k in enumerate(tenants):

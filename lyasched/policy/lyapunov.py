@@ -299,7 +299,8 @@ class LyapunovPolicy:
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
-        ebar = sum(book.entitled.get(k, 0.0) for k in names) / len(names)  # at the mean tenant's scale
+        # at the mean tenant's scale; fsum: a set's order follows PYTHONHASHSEED, its sum must not
+        ebar = math.fsum(book.entitled.get(k, 0.0) for k in names) / len(names)
         scale = self.tenant_weight * ebar / (total_gpus * total_gpus)
         self._tenant_floor = (floor, scale)
         return {k: scale * (v - floor) for k, v in y.items()}
