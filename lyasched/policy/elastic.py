@@ -295,8 +295,7 @@ class ElasticPolicy(LyapunovPolicy):
         bound = self._tenant_bound(state, users)
         # `TenantBound._at` is a pure function of d, read for each d by `per_gpu` (the credit
         # bounds) and by `at_ends` below (the shortfalls and amounts owed): made once per d
-        raw_at = bound._at
-        at_memo: dict[float, tuple[np.ndarray, np.ndarray, float, float]] = {}
+        raw_at, at_memo = bound._at, {}
 
         def at(d: float) -> tuple[np.ndarray, np.ndarray, float, float]:
             hit = at_memo.get(d)
