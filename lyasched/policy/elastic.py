@@ -293,16 +293,6 @@ class ElasticPolicy(LyapunovPolicy):
         if users is None:
             return None
         bound = self._tenant_bound(state, users)
-        # `TenantBound._at` is a pure function of d, read for each d by `per_gpu` (the credit
-        # bounds) and by `at_ends` below (the shortfalls and amounts owed): made once per d
-        raw_at, at_memo = bound._at, {}
-
-        def at(d: float) -> tuple[np.ndarray, np.ndarray, float, float]:
-            hit = at_memo.get(d)
-            if hit is None:
-                hit = at_memo[d] = raw_at(d)
-            return hit
-        bound._at = at  # type: ignore[method-assign]
         col = {k: i for i, k in enumerate(bound.names)}
         memo: dict[float, object] = {}
         ends: dict[float, tuple[np.ndarray, float, np.ndarray, np.ndarray, float]] = {}

@@ -406,23 +406,13 @@ class Releases:
         return hit
 
 
-_SUBSETS: dict[tuple[Placement, int, bool], Placement | None] = {}
-
-
 def subset_placement(placement: Placement, g: int, spans: bool) -> Placement | None:
     """``g`` of a job's GPUs kept on its own nodes, by the placement rule (one node, or k nodes x
-    g/k GPUs); None when its nodes cannot hold such a layout. A pure function of its arguments,
-    memoised across slots (a victim's shrinks are weighed again every slot it stays movable)."""
-    key = (placement, g, spans)
-    hit = _SUBSETS.get(key, _NONE)
-    if hit is _NONE:
-        own = [0] * (max(node for node, _ in placement) + 1)
-        for node, k in placement:
-            own[node] = k
-        if len(_SUBSETS) >= _FITS_MAX:
-            _SUBSETS.clear()
-        hit = _SUBSETS[key] = equal_placement(own, g) if spans else one_node_placement(own, g)
-    return hit  # type: ignore[return-value]
+    g/k GPUs); None when its nodes cannot hold such a layout."""
+    own = [0] * (max(node for node, _ in placement) + 1)
+    for node, k in placement:
+        own[node] = k
+    return equal_placement(own, g) if spans else one_node_placement(own, g)
 
 
 class Quiet:
