@@ -553,7 +553,7 @@ class ElasticPolicy(LyapunovPolicy):
                     self._quiet_swap(qt, per, now, n_wait, theta, z, q, score - tenant_now, w0, pen_j + cost - saved,
                                      plan, g, w.user)
             if not score > 0:
-                if self.group and check is None and self._group_asks(memo, k, g, t_j, wait_j, ahead - g, nfree, taken):
+                if self.group and check is None:
                     grp = self._group(state, order, k, wait_j, ahead - g, ends, left, waits, taken, free, free_t, nfree,
                                       memo, used, q, z, mean_work)
                     if grp is not None:
@@ -602,29 +602,6 @@ class ElasticPolicy(LyapunovPolicy):
                     qt.fail()
         return starts, preempt, q, z, moved, inert
 
-    # `_group_asks` may pass over a group step that can neither move a job nor add a margin; False
-    # asks every one (the slow path `tests/test_elastic_group_skip.py` compares it with)
-    skip_idle_groups: ClassVar[bool] = True
-
-    def _group_asks(self, memo: SlotMemo, k: int, g: int, t_j: float, wait_j: float, ahead: int, nfree: int,
-                    taken: set[int]) -> bool:
-        """Whether the group step for candidate ``order[k]`` (``ahead``: the GPUs asked before it)
-        can do anything. Not when it stops at once (forecast wait not above its run), and not when
-        no movable job is larger than it (no victim: no swap) and its only record, the least
-        forecast margin of it and the candidates after it (`_forecast_after`, a margin falling at
-        1/s), was already kept in this slot for the same forecast by an earlier candidate: that one's
-        least margin covers this one's rows (its own row among them: its forecast wait is the scan's
-        wait_j), so it is no larger, and a margin falling at 1/s no smaller than one kept changes no
-        `Quiet.holds`. (Without a `Quiet` there is nothing to record.)"""
-        if not wait_j > t_j:
-            return False
-        if not self.skip_idle_groups or memo.bigger(g):
-            return True
-        if self._quiet is None:
-            return False
-        pre = memo.asked.get(len(taken))
-        return pre is None or (nfree, len(taken), ahead - pre[k]) not in memo.kept
-
     def _group(
         self, state: SlotState, order: list, k: int, wait_j: float, ahead: int, ends: Releases,
         left: list[WaitingJob], waits: list[float], taken: set[int], free: list[int], free_t: tuple[int, ...], nfree: int,
@@ -651,7 +628,6 @@ class ElasticPolicy(LyapunovPolicy):
         closest = min(wait_j - t_k, closest)  # the least margin of a forecast wait above its run (each falls at 1/s)
         if qt is not None:
             qt.keep(closest, 1.0)
-            memo.kept.add((free_total, len(taken), ahead - memo.asked[len(taken)][k]))  # (`_group_asks`)
         head = (pos_k, g_j, shape_k, wait_j)  # the scan: this candidate, then rows[first:] (pos, g, shape, forecast wait)
         batches: dict[tuple[int, ...], tuple] = {}  # per victim's counts (`_batch`), for this call
         # the batch is placed on the nodes with a free GPU and the victim's (as `moveplan.fit_on`): a victim
@@ -680,23 +656,18 @@ class ElasticPolicy(LyapunovPolicy):
             subs, trial_total, pen, credit, wsum, longest = got
             if not subs or trial_total > free_total:
                 continue  # the batch leaves some of r's GPUs to other jobs: r's wait is not bounded by it
-            r_now = v.r_now
             saved = 0.0
             for sub_i in subs:
-                w_i = sub_i[4]
-                saved += r_now if r_now < w_i else w_i  # min(w_i, r_now), as `min` picks
-            cost_x = pen + longest + v.cost
-            if not saved > cost_x:
-                continue  # not made, and it stays so: the saved wait only falls (nothing to keep)
+                saved += min(sub_i[4], v.r_now)
             gain = self.q_weight * q * (credit - min(r.work_left, mean_work)) + z * (wsum - (r.waited_s + slot))
-            score = gain - self.V * theta * (cost_x - saved)
-            if not score > 0:
-                if qt is not None:
+            score = gain - self.V * theta * (pen + longest + v.cost - saved)
+            if not (score > 0 and saved > pen + longest + v.cost):
+                if qt is not None and saved > pen + longest + v.cost:  # else it stays so: the saved wait only falls
                     # how much the score can rise within d (`_quiet_swap`): the victim's work
                     # shrinks, Z and the batch's waits grow; the saved wait only falls
                     n, nb, kr = len(state.waiting), len(subs), qt.fade(r)
                     w0 = wsum - (r.waited_s + slot)
-                    x0 = cost_x - saved
+                    x0 = pen + longest + v.cost - saved
                     a = self.q_weight * q * r.work_left * kr + z * nb + n * max(0.0, w0) + self.V * n * max(0.0, -x0)
                     qt.keep(-score, a, n * nb)
                 continue

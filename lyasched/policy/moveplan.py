@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from itertools import accumulate, chain
-from operator import itemgetter
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -73,9 +72,6 @@ _FITS_MAX = 200_000  # entries; then it starts afresh
 _NONE = object()
 
 
-_FIRST3 = itemgetter(0, 1, 2)
-
-
 class SlotMemo:
     """What one slot's make-room step computes again and again, memoised by its inputs: victims'
     remaining runs and move costs, placements of a shape on a free vector, and each victim's
@@ -106,26 +102,15 @@ class SlotMemo:
         # starts, the GPUs asked before each candidate; per (free GPUs, starts, offset) the waits
         self.asked: dict[int, list[int]] = {}
         self.forecasts: dict[tuple[int, int, int], tuple[int, list[int], list[tuple[int, int, Shape, float]], list[float]]] = {}
-        # the forecast keys whose least margin the group step kept (`ElasticPolicy._group_asks`)
-        self.kept: set[tuple[int, int, int]] = set()
 
     def _build(self) -> list[Victim]:
         out = []
-        cost, inf, isfinite = self.pol._cost, math.inf, math.isfinite
-        keys = []
         for r in self._jobs:
-            # `best_remaining(r.gpus)[0]`, inlined (made per movable job per slot): inf without GPUs
-            g, a, b = r.gpus, r.remaining_one_node, r.remaining_multi_node
-            one = float(a[g - 1]) if a is not None and 1 <= g <= len(a) else inf
-            multi = float(b[g - 1]) if b is not None and 1 <= g <= len(b) else inf
-            r_now = one if one <= multi else multi
-            v = Victim(r, r_now, cost(r), g > 0 and isfinite(r_now) and r_now > 0)
-            out.append(v)
-            if not self._ordered:
-                keys.append((-(g > r.requested_gpus), -r_now, r.job_id, v))
+            r_now = r.best_remaining(r.gpus)[0]  # inf without GPUs (no row entry for 0)
+            usable = r.gpus > 0 and math.isfinite(r_now) and r_now > 0
+            out.append(Victim(r, r_now, self.pol._cost(r), usable))
         if not self._ordered:
-            keys.sort(key=_FIRST3)
-            out = [e[3] for e in keys]
+            out.sort(key=lambda v: (-(v.job.gpus > v.job.requested_gpus), -v.r_now, v.job.job_id))
         self._usable = [v for v in out if v.usable]  # the others are never moved to make room
         self._gpus = [(v.job.job_id, v.job.gpus) for v in self._usable]
         self._victims = out
@@ -391,19 +376,12 @@ class Releases:
         ends = sorted((r.predicted_end if math.isfinite(r.predicted_end) else math.inf, r.gpus) for r in running)
         self.t = [e for e, _ in ends]
         self.cum = list(accumulate(k for _, k in ends))
-        # per (GPUs short, now): the wait. The make-room scan and the group step's forecasts ask
-        # the same shortfalls again and again within a slot (a pure function of its key)
-        self._memo: dict[tuple[int, float], float] = {}
 
     def wait(self, free_now: int, g: int, now: float) -> float:
         """Seconds until the releases give ``g`` GPUs on top of ``free_now`` (counts only, no shape):
         the first release after which they suffice (inf: none does)."""
-        key = (g - free_now, now)
-        hit = self._memo.get(key)
-        if hit is None:
-            i = bisect_left(self.cum, key[0])
-            hit = self._memo[key] = max(0.0, self.t[i] - now) if i < len(self.t) else math.inf
-        return hit
+        i = bisect_left(self.cum, g - free_now)
+        return max(0.0, self.t[i] - now) if i < len(self.t) else math.inf
 
 
 def subset_placement(placement: Placement, g: int, spans: bool) -> Placement | None:

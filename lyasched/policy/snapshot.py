@@ -198,24 +198,7 @@ class SlotStateBuilder:
 
     def _running(self, snap: ClusterSnapshot) -> tuple[RunningJob, ...]:
         if self.caps.preemptive:
-            now, slot_len = snap.now, snap.slot_len
-            if self._factors or self._known:
-                return tuple(self._running_now(o, now, slot_len) for o in snap.running)
-            # no trust factor and nothing known: every `scale` is 1.0; `_running_now` inlined (made
-            # per running job per slot), the same fields and expressions
-            moving, out = self._moving, []
-            for obs in snap.running:
-                hit = moving.get(id(obs))
-                if hit is None or hit[0] is not obs or hit[1] != 1.0 or hit[2] != slot_len:
-                    out.append(self._running_now(obs, now, slot_len))
-                    continue
-                made = RunningJob.__new__(RunningJob)
-                d = vars(made)
-                d.update(hit[3])
-                ran = now - obs.start_time
-                d["attained"] = obs.attained_before + d["gpus"] * (ran if ran > 0.0 else 0.0)  # max(0.0, ran)
-                out.append(made)
-            return tuple(out)
+            return tuple(self._running_now(o, snap.now, snap.slot_len) for o in snap.running)
         if self._last is not None and self._last[0] is snap.running:
             return self._last[1]
         held, fresh = self._unseen

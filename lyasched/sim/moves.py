@@ -116,8 +116,8 @@ class _Rows:
         assert self.pool is not None
         prod = self.pool[np.array([k for _, k, _ in fast], dtype=np.intp)] * np.array([s for _, _, s in fast])[:, None, None]
         flat = list(prod.reshape(-1, prod.shape[-1]))
-        for (d, _, _), one, multi in zip(fast, flat[::2], flat[1::2]):
-            d["remaining_one_node"], d["remaining_multi_node"] = one, multi
+        for i, (d, _, _) in enumerate(fast):
+            d["remaining_one_node"], d["remaining_multi_node"] = flat[2 * i], flat[2 * i + 1]
 
 
 class _Fixed:
@@ -153,22 +153,13 @@ class _Fixed:
         to set (`_Rows`)."""
         r, t = self.seg, self.template
         start, predicted_end = base.start_time, base.predicted_end
-        # `share_left` and `waited_so_far`, inlined (the same expressions: max(0.0, x) and min(a, b)
-        # as those builtins pick); a view is made per running job per slot
-        seg = predicted_end - start - r.overhead
-        if seg > 0 and math.isfinite(seg):
-            ahead = predicted_end - now
-            ahead = ahead if ahead > 0.0 else 0.0
-            rem = r.frac_at_start * ((ahead if ahead < seg else seg) / seg)
-        else:
-            rem = r.frac_at_start if math.isnan(seg) else 0.0
+        rem = share_left(r.frac_at_start, predicted_end - now, predicted_end - start - r.overhead)
         scale = self.scale * rem
         out = MovableJob.__new__(MovableJob)
         d = vars(out)
         d.update(vars(base))
         d.update(self.const)
-        waited = (now - self.job.submit_time) - record.run_s - (now - start)
-        d["waited_s"] = waited if waited > 0.0 else 0.0
+        d["waited_s"] = waited_so_far(now, self.job.submit_time, record.run_s, start)
         d["work_left"] = t.work * scale
         d["moves"] = record.preemptions
         if self.rows is not None and 0.0 < scale < math.inf:  # `scaled`'s fast path, elementwise the same product
