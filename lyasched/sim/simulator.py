@@ -31,8 +31,8 @@ from lyasched.costmodel.jobspec import Job
 from lyasched.estimates.trust import TrustBook
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import featured_types, parse_constraint, violation
-from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
-                                      type_profile, type_rows)
+from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, made,
+                                      requested_gpu_s, type_profile, type_rows)
 from lyasched.live.gputypes import fit_typed
 from lyasched.live.typecost import fastest, profile_type
 from lyasched.sim.hetero import TypedCluster
@@ -419,7 +419,8 @@ class Simulation:
             if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
                 one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
                 multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)
-        return WaitingJob(
+        return made(
+            WaitingJob,
             job_id=j.job_id,
             submit_time=j.submit_time,
             work=t.work * scale,
@@ -431,6 +432,7 @@ class Simulation:
             attained=attained,
             adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
             by_type=by_type,
+            best_any=math.inf,
             pieces=goodput.PiecesLeft(tab, 1.0 - frac, per) if tab is not None else None,
         )
 
@@ -629,7 +631,7 @@ class Simulation:
                         for r in running.values():
                             if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
                                 pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
-                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr, _view=[None, None])
+                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr)
                                 running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
@@ -641,7 +643,8 @@ class Simulation:
                         ledger.apply(pending)
                         pending.clear()
                         book = ledger.book(t)
-                    state = builder.build(ClusterSnapshot(
+                    state = builder.build(made(
+                        ClusterSnapshot,
                         now=t,
                         slot_len=slot,
                         nodes=node_names,
@@ -723,7 +726,9 @@ class Simulation:
                         overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
                         end = t + overhead + left_s
                         tokens[i] += 1
-                        obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i], jobs[i].user)
+                        obs = made(RunningObs, job_id=jobs[i].job_id, placement=tuple(d.placement), start_time=t,
+                                   predicted_run=predicted, time_limit=v.time_limit, attained_before=attained[i],
+                                   user=jobs[i].user)
                         running[i] = _Running(
                             i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch, gtype
                         )
