@@ -385,7 +385,6 @@ class Simulation:
         per = j.iterations * (self.factors[i] if oracle else self.claim[i])
         tab = None
         if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
-            per = j.iterations * (self.factors[i] if oracle else self.claim[i])
             tab = self._pieces(j)
             one, multi = tab.rows(1.0 - frac)
             one, multi = one * per, multi * per
@@ -419,8 +418,7 @@ class Simulation:
             if len(by_type) < len(self.typed.types):  # the base rows at the shapes its own types can hold
                 one = np.where(np.logical_or.reduce([np.isfinite(v.run_one_node) for v in by_type.values()]), one, np.inf)
                 multi = np.where(np.logical_or.reduce([np.isfinite(v.run_multi_node) for v in by_type.values()]), multi, np.inf)
-        return made(
-            WaitingJob,
+        return WaitingJob(
             job_id=j.job_id,
             submit_time=j.submit_time,
             work=t.work * scale,
@@ -432,7 +430,6 @@ class Simulation:
             attained=attained,
             adaptive=j.adaptive is not None,  # as `waiting_job` marks it (serve builds with that)
             by_type=by_type,
-            best_any=math.inf,
             pieces=goodput.PiecesLeft(tab, 1.0 - frac, per) if tab is not None else None,
         )
 
@@ -509,8 +506,8 @@ class Simulation:
         n = len(jobs)
         best_true = self.best_true_runs()
         best_gpu = self._best_gpu * factors
-        records = [JobRecord(job=j, factor=float(factors[i] / self.claim[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
-                   for i, j in enumerate(jobs)]
+        records = [JobRecord(job=j, factor=f, best_true_run=b, best_gpu_s=g)  # (.tolist(): float() of each, at C speed)
+                   for j, f, b, g in zip(jobs, (factors / self.claim).tolist(), best_true.tolist(), best_gpu.tolist())]
         frac = [1.0] * n
         attained = [0.0] * n
         tokens = [0] * n
