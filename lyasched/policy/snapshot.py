@@ -67,10 +67,10 @@ _FIELDS: dict[type, frozenset[str]] = {}
 def made(cls: type[_T], **values: Any) -> _T:
     """``cls(**values)`` for a frozen dataclass whose constructor only sets its fields, every field
     given: the same object, without the frozen constructor's ``object.__setattr__`` per field
-    (about 0.3 us each, a few microseconds an object; a replay makes a snapshot and a state per
-    slot, an observation per start). A call that does not give exactly the fields raises
-    TypeError. Its attributes live in a plain dict, not the interpreter's shared-key layout, so
-    each read is a little slower: not for objects a policy reads per job (waiting and running views)."""
+    (about 0.3 us each, a few microseconds an object; a replay makes a snapshot per slot, an
+    observation per start). A call that does not give exactly the fields raises TypeError. Its
+    attributes live in a plain dict, not the interpreter's shared-key layout, so each read is a
+    little slower: not for what a policy reads (its state, the waiting and running views)."""
     names = _FIELDS.get(cls)
     if names is None:
         assert not hasattr(cls, "__post_init__") and all(f.init for f in fields(cls)), cls  # type: ignore[arg-type]
@@ -279,8 +279,7 @@ class SlotStateBuilder:
         self._set_trust(snap.trust, snap.running, snap.now, self._find_unseen(snap.running))
         self._known = snap.known or {}
         self._obs = snap.running
-        return made(
-            SlotState,
+        return SlotState(
             now=snap.now,
             slot_len=snap.slot_len,
             free=snap.free,
