@@ -144,6 +144,18 @@ def test_the_rule_refuses_unequal_spreads_and_replaces_them():
     assert not FreeGpus((4, 2), 4).fits(6, one_node=False)
 
 
+def test_a_one_node_start_is_refused_for_each_reason_the_rule_gives():
+    free = [4, 0, 2]
+    assert violation(((0, 4),), 4, free) == "" and violation(((2, 1),), 1, free) == ""
+    assert "does not hold" in violation(((0, 2),), 3, free)
+    assert "bad placement entry" in violation(((3, 1),), 1, free)
+    assert "bad placement entry" in violation(((-1, 1),), 1, free)
+    assert "bad placement entry" in violation(((0, 0),), 0, free)
+    assert "has 0 free GPUs" in violation(((1, 1),), 1, free)
+    assert "has 2 free GPUs" in violation(((2, 3),), 3, free)
+    assert violation((), 1, free) == "empty placement"
+
+
 def test_simulator_rejects_a_placement_slurm_cannot_express():
     from lyasched.sim import InvalidDecision, Simulation
     from lyasched.sim.workloads import seed_workload

@@ -80,11 +80,13 @@ class TrustBook:
         if not (predicted_s > 0 and math.isfinite(predicted_s) and observed_s >= 0 and math.isfinite(observed_s)):
             return
         r = math.log(max(observed_s, 1e-9) / predicted_s)
-        w = self.params.window
-        self._user.setdefault(user, deque(maxlen=w)).append(r)
+        q = self._user.get(user)
+        if q is None:  # (not setdefault: a replay observes every finished job, a deque made each time)
+            q = self._user[user] = deque(maxlen=self.params.window)
+        q.append(r)
         if account:
             self._join(user, account)
-            self._account.setdefault(account, deque(maxlen=w)).append(r)
+            self._account.setdefault(account, deque(maxlen=self.params.window)).append(r)
         self._moved(user, account)
         self.version += 1
 

@@ -55,6 +55,10 @@ def one_node_placement(free: Sequence[int], g: int, prefer: Sequence[int] = ()) 
 
 def violation(placement: Placement, gpus: int, free: Sequence[int]) -> str:
     """Why ``placement`` is not a start the target can carry out on ``free`` ('' when it is)."""
+    if len(placement) == 1:  # the usual start, one node: the checks below without their sets and sums
+        i, n = placement[0]
+        if n == gpus and n >= 1 and 0 <= i < len(free) and free[i] >= n:
+            return ""
     if not placement:
         return "empty placement"
     nodes = [i for i, _ in placement]

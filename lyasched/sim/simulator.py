@@ -31,8 +31,8 @@ from lyasched.costmodel.jobspec import Job
 from lyasched.estimates.trust import TrustBook
 from lyasched.policy import Decision, Policy, WaitingJob, capabilities, waiting_job
 from lyasched.policy.placement import featured_types, parse_constraint, violation
-from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, requested_gpu_s,
-                                      type_profile, type_rows)
+from lyasched.policy.snapshot import (ArrivalHistory, ClusterSnapshot, RunningObs, SlotStateBuilder, made,
+                                      requested_gpu_s, type_profile, type_rows)
 from lyasched.live.gputypes import fit_typed
 from lyasched.live.typecost import fastest, profile_type
 from lyasched.sim.hetero import TypedCluster
@@ -385,7 +385,6 @@ class Simulation:
         per = j.iterations * (self.factors[i] if oracle else self.claim[i])
         tab = None
         if j.adaptive is not None:  # time left is not linear in the share left: the piece table's rows
-            per = j.iterations * (self.factors[i] if oracle else self.claim[i])
             tab = self._pieces(j)
             one, multi = tab.rows(1.0 - frac)
             one, multi = one * per, multi * per
@@ -507,8 +506,8 @@ class Simulation:
         n = len(jobs)
         best_true = self.best_true_runs()
         best_gpu = self._best_gpu * factors
-        records = [JobRecord(job=j, factor=float(factors[i] / self.claim[i]), best_true_run=float(best_true[i]), best_gpu_s=float(best_gpu[i]))
-                   for i, j in enumerate(jobs)]
+        records = [JobRecord(job=j, factor=f, best_true_run=b, best_gpu_s=g)  # (.tolist(): float() of each, at C speed)
+                   for j, f, b, g in zip(jobs, (factors / self.claim).tolist(), best_true.tolist(), best_gpu.tolist())]
         frac = [1.0] * n
         attained = [0.0] * n
         tokens = [0] * n
@@ -629,7 +628,7 @@ class Simulation:
                         for r in running.values():
                             if t - r.start >= r.obs.predicted_run:  # outlived what it is shown with
                                 pr = self.running_estimate(r.idx, r.obs.predicted_run, t - r.start, t)
-                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr, _view=[None, None])
+                                r.obs = observed[r.idx] = replace(r.obs, predicted_run=pr)
                                 running_view = None
                     if waiting_view is None:
                         waiting_view = tuple(wlist)
@@ -641,7 +640,8 @@ class Simulation:
                         ledger.apply(pending)
                         pending.clear()
                         book = ledger.book(t)
-                    state = builder.build(ClusterSnapshot(
+                    state = builder.build(made(
+                        ClusterSnapshot,
                         now=t,
                         slot_len=slot,
                         nodes=node_names,
@@ -723,7 +723,9 @@ class Simulation:
                         overhead = float(self.move_costs[i]) if records[i].preemptions else 0.0
                         end = t + overhead + left_s
                         tokens[i] += 1
-                        obs = RunningObs(jobs[i].job_id, tuple(d.placement), t, predicted, v.time_limit, attained[i], jobs[i].user)
+                        obs = made(RunningObs, job_id=jobs[i].job_id, placement=tuple(d.placement), start_time=t,
+                                   predicted_run=predicted, time_limit=v.time_limit, attained_before=attained[i],
+                                   user=jobs[i].user)
                         running[i] = _Running(
                             i, d.gpus, obs.placement, spans, t, end, overhead, frac[i], true_full, tokens[i], obs, batch, gtype
                         )
