@@ -86,7 +86,10 @@ class TrustBook:
         q.append(r)
         if account:
             self._join(user, account)
-            self._account.setdefault(account, deque(maxlen=self.params.window)).append(r)
+            a = self._account.get(account)
+            if a is None:
+                a = self._account[account] = deque(maxlen=self.params.window)
+            a.append(r)
         self._moved(user, account)
         self.version += 1
 
