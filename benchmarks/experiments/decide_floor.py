@@ -310,6 +310,7 @@ class ArrayDecider:
         self.n, self.w = 0, 0
         self.ids: list[str] = []
         self.kernel = None  # `_numba_kernel()` for the compiled scoring
+        self.marks: list[float] | None = None  # perf_counter at each section's end (`sections`), when a list
 
 
     def load(self, jobs: tuple) -> None:
@@ -334,8 +335,13 @@ class ArrayDecider:
         from lyasched.policy.state import FreeGpus
 
         n, w, P = self.n, self.w, self.P
+        marks = self.marks
+        if marks is not None:
+            marks.append(time.perf_counter())
         free = FreeGpus(free_t, gpn)
         F = free.total
+        if marks is not None:
+            marks.append(time.perf_counter())
         if n == 0 or F == 0:
             return []
         c = min(F, w)
@@ -366,6 +372,8 @@ class ArrayDecider:
             elif ok.any():
                 tau = _shortest_first(gpu_time[ok], need[ok], F)
         vtheta = self.V * theta
+        if marks is not None:
+            marks.append(time.perf_counter())
         spread = free.spread_mask(F)
         no_multi = not spread[:c].any()
         ct = owed = None
@@ -386,6 +394,8 @@ class ArrayDecider:
                     per_c[present] = [vtheta * (scale * (v - floor)) for v in y]
                     per_o[present] = [v * ent.get(k, 0.0) for k, v in zip(names, y)]
                     ct, owed = per_c[codes], per_o[codes]
+        if marks is not None:
+            marks.append(time.perf_counter())
         live = None
         if ct is None and vtheta >= 0 and n > 1:
             live = _live(gain, gpu_time, tau, float(blocked[0]), total_gpus, vtheta)
@@ -415,6 +425,8 @@ class ArrayDecider:
                         gpu_time, ct is None and vtheta >= 0 and n > 1, s_one, s_multi, best, top)
             cand = np.flatnonzero(top > 0)
             live = None
+            if marks is not None:
+                marks.append(time.perf_counter())
             return self._choose(s_one, s_multi, best, cand, free, F, c, n, gpn, one, multi, live)
         if live is not None:
             s_one = score(one[:, live], gc, wc, fb[live], gain[live])
@@ -446,6 +458,8 @@ class ArrayDecider:
             s_multi[~spread[:c]] = -np.inf
         best = s_one if no_multi else np.maximum(s_one, s_multi)
         cand = np.flatnonzero((best[0] if c == 1 else best.max(axis=0)) > 0)
+        if marks is not None:
+            marks.append(time.perf_counter())
         return self._choose(s_one, s_multi, best, cand, free, F, c, n, gpn, one, multi, live)
 
     def _choose(self, s_one, s_multi, best, cand, free, F, c, n, gpn, one, multi, live) -> list:
@@ -485,8 +499,12 @@ class ArrayDecider:
                 greedy = True
         if greedy:
             started = self._greedy(s1, s2, cand, free, bt, live, c)
+        if self.marks is not None:
+            self.marks.append(time.perf_counter())
         if free.total > 0 and len(started) < n:
             started += self._fill(free, started, one, multi, c, gpn)
+        if self.marks is not None:
+            self.marks.append(time.perf_counter())
         return started
 
     def _greedy(self, s1, s2, cand, free, bt, live, k) -> list:
@@ -729,6 +747,24 @@ def compare(path: str, rounds: int) -> dict:
     slots = np.random.choice(4 * n, n, replace=False)
     cols = np.r_[0:2, w:w + 2, 2 * w:2 * w + 2, 3 * w:3 * w + 2]  # c = 2: least, first, one, multi
     gather = _per_call_us(lambda: pool.take(slots[:, None] * (4 * w) + cols[None, :]), 20000)
+    # where a prototype call goes: perf_counter marks per section (calls that reach the choice)
+    sections = {}
+    for name, p in (("proto", proto), ("proto_numba", fast)):
+        if name == "proto_numba" and kernel is None:
+            continue
+        parts = np.zeros(6)
+        m = 0
+        for r in range(rounds):
+            for s, arrs, args in inputs:
+                p.P, p.codes, p.n, p.ids, p.n_masked, p.fb_plain, p.fb_kept = arrs
+                p.marks = []
+                p.decide(*args)
+                if len(p.marks) == 7:
+                    parts += np.diff(p.marks)
+                    m += 1
+        p.marks = None
+        sections[name] = {k: round(1e6 * v / max(1, m), 1) for k, v in
+                          zip(("free_gpus", "vectors_tau", "tenants", "scores", "choice", "fill"), parts)}
     # the wake-up rule's share of a call that starts nothing (the prototype leaves it out): the shipped
     # decide on those captured states, each asked twice (the second timed), with it and without
     idle = [s for s, _, _ in inputs if s.waiting and not any(st[2] for st in states if st[1] is s)]
@@ -754,7 +790,7 @@ def compare(path: str, rounds: int) -> dict:
             "in_replay_ms_mean_sampled": round(1e3 * float(sampled.mean()), 4),
             "in_replay_ms_median_sampled": round(1e3 * float(np.median(sampled)), 4),
             "captured_ms_per_call": med, "rounds": {k: [round(x, 4) for x in v] for k, v in per.items()},
-            "idle_states": len(idle), "idle_ms_per_call_with_wake": round(statistics.median(wake["with"]), 4),
+            "sections_us": sections, "idle_states": len(idle), "idle_ms_per_call_with_wake": round(statistics.median(wake["with"]), 4),
             "idle_ms_per_call_without_wake": round(statistics.median(wake["without"]), 4),
             "upkeep_us_per_arrival_plus_start": up, "upkeep_us_slim": up_slim, "gather_us_slim_per_call": gather,
             "median_waiting": n}
