@@ -1,14 +1,25 @@
-"""Two steps of lyapunov's tenant credit written for speed, checked against their plain forms:
-the waiting tenants in order of first appearance (`LyapunovPolicy._tenant_index`: the order in
-which ``set(users)`` is built, which the credit's float sums walk) and the GPUs a start's credit
-counts for (`repaying_gpus`, 0 wherever the run is not finite, NaN included)."""
+"""Steps of lyapunov's tenant credit written for speed, checked against their plain forms:
+the waiting tenants (`LyapunovPolicy._tenant_index`: in order of first appearance, the order in
+which ``set(users)`` is built, for a `_tenants_behind` of an experiment; in code order for the
+shipped one, which reads them in no order), the GPUs a start's credit counts for (`repaying_gpus`,
+0 wherever the run is not finite, NaN included) and their credit added to the scores
+(`credit_scores`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lyasched.policy.lyapunov import LyapunovPolicy, repaying_gpus
+from lyasched.policy.lyapunov import LyapunovPolicy, credit_scores, repaying_gpus
+from lyasched.policy.state import SlotState
+from lyasched.policy.tenants import TenantBook
+
+
+class _InOrder(LyapunovPolicy):
+    """The shipped term, as an experiment that overrides it: its tenants in order of first appearance."""
+
+    def _tenants_behind(self, state, users, total_gpus):  # type: ignore[no-untyped-def]
+        return super()._tenants_behind(state, users, total_gpus)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -22,10 +33,35 @@ def test_tenant_index_is_first_appearance(seed: int) -> None:
     p = rng.dirichlet(np.full(len(names), 0.3))
     codes = rng.choice(len(names), size=n, p=p).astype(np.intp)
     order, got = pol._tenant_index(codes)
+    assert order.tolist() == sorted(set(codes.tolist()))  # the shipped term: code order
+    assert got == [names[c] for c in order.tolist()]
+    assert pol._tenant_index(codes)[0] is order  # the same slot's second call: memoised
+    exp = _InOrder()
+    exp._rows.tenant_names = names
+    order, got = exp._tenant_index(codes)
     want = list(dict.fromkeys(codes.tolist()))
     assert order.tolist() == want
     assert got == [names[c] for c in want]
-    assert pol._tenant_index(codes)[0] is order  # the same slot's second call: memoised
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tenant_credit_in_code_order_is_in_first_appearance_order(seed: int) -> None:
+    """The credit and Y_k per waiting job, bit for bit, whichever order `_tenant_index` gives."""
+    rng = np.random.default_rng(seed)
+    names = [f"u{i}" for i in range(int(rng.integers(2, 30)))]
+    ent = {k: float(rng.uniform(0, 1e7)) * (rng.random() < 0.9) for k in names}
+    rec = {k: e * float(rng.uniform(0.3, 1.5)) for k, e in ent.items()}
+    book = TenantBook({}, rec, ent)
+    state = SlotState(now=1e6, slot_len=30.0, free=(0,), gpus_per_node=8, waiting=(), running=(), tenants=book)
+    p = rng.dirichlet(np.full(len(names), 0.3))
+    codes = rng.choice(len(names), size=int(rng.integers(1, 2000)), p=p).astype(np.intp)
+    got = []
+    for pol in (LyapunovPolicy(), _InOrder()):
+        pol._rows.tenant_names = names
+        credit = pol._tenant_credit(state, 3.7e5, 472, codes)
+        owed = pol._owed(state, codes) if credit is not None else None
+        got.append((None if credit is None else credit.tobytes(), None if owed is None else owed.tobytes()))
+    assert got[0] == got[1]
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -43,3 +79,34 @@ def test_repaying_gpus_is_the_masked_cap(seed: int) -> None:
     cap[~np.isfinite(run)] = 0.0
     want = np.minimum(g[None, :], cap)
     assert repaying_gpus(g, owed, run).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_credit_scores_is_the_plain_credit(seed: int) -> None:
+    """`credit_scores` against ``s += credit * repaying_gpus(...)``: the same scores bit for bit,
+    the same GPUs (bit for bit where the run is finite; zeros of either sign elsewhere)."""
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 400)), int(rng.integers(1, 17))
+    run = rng.uniform(1.0, 1e5, (n, k))
+    run[rng.random((n, k)) < 0.4] = np.inf
+    if seed % 3 == 1:
+        run[rng.random((n, k)) < 0.05] = np.nan
+    if seed % 3 == 2:
+        run[rng.random((n, k)) < 0.05] = 0.0
+    if seed % 4 == 3:
+        run[rng.random((n, k)) < 0.05] = -np.inf
+    owed = rng.uniform(0, 1e6, n) * (rng.random(n) < 0.8)
+    if seed % 5 == 4:
+        owed[rng.random(n) < 0.1] = np.inf
+    credit = rng.uniform(0, 50, n)
+    g = np.arange(1, k + 1, dtype=float)
+    s = rng.normal(0, 100, (n, k))
+    s[~np.isfinite(run)] = -np.inf  # as `_scores` scores them
+    want_s = s.copy()
+    want_g = repaying_gpus(g, owed, run)
+    want_s += credit[:, None] * want_g
+    got_g = credit_scores(s, credit, g, owed, run)
+    assert s.tobytes() == want_s.tobytes()
+    fin = np.isfinite(run)
+    assert got_g[fin].tobytes() == want_g[fin].tobytes()
+    assert np.array_equal(got_g, want_g, equal_nan=True)
