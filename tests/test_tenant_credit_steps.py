@@ -1,16 +1,15 @@
 """Steps of lyapunov's tenant credit written for speed, checked against their plain forms:
 the waiting tenants (`LyapunovPolicy._tenant_index`: in order of first appearance, the order in
 which ``set(users)`` is built, for a `_tenants_behind` of an experiment; in code order for the
-shipped one, which reads them in no order), the GPUs a start's credit counts for (`repaying_gpus`,
-0 wherever the run is not finite, NaN included) and their credit added to the scores
-(`credit_scores`)."""
+shipped one, which reads them in no order) and the GPUs a start's credit counts for
+(`repaying_gpus`, 0 wherever the run is not finite, NaN included)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lyasched.policy.lyapunov import LyapunovPolicy, credit_scores, repaying_gpus
+from lyasched.policy.lyapunov import LyapunovPolicy, repaying_gpus
 from lyasched.policy.state import SlotState
 from lyasched.policy.tenants import TenantBook
 
@@ -80,33 +79,3 @@ def test_repaying_gpus_is_the_masked_cap(seed: int) -> None:
     want = np.minimum(g[None, :], cap)
     assert repaying_gpus(g, owed, run).tobytes() == want.tobytes()
 
-
-@pytest.mark.parametrize("seed", range(20))
-def test_credit_scores_is_the_plain_credit(seed: int) -> None:
-    """`credit_scores` against ``s += credit * repaying_gpus(...)``: the same scores bit for bit,
-    the same GPUs (bit for bit where the run is finite; zeros of either sign elsewhere)."""
-    rng = np.random.default_rng(seed)
-    n, k = int(rng.integers(1, 400)), int(rng.integers(1, 17))
-    run = rng.uniform(1.0, 1e5, (n, k))
-    run[rng.random((n, k)) < 0.4] = np.inf
-    if seed % 3 == 1:
-        run[rng.random((n, k)) < 0.05] = np.nan
-    if seed % 3 == 2:
-        run[rng.random((n, k)) < 0.05] = 0.0
-    if seed % 4 == 3:
-        run[rng.random((n, k)) < 0.05] = -np.inf
-    owed = rng.uniform(0, 1e6, n) * (rng.random(n) < 0.8)
-    if seed % 5 == 4:
-        owed[rng.random(n) < 0.1] = np.inf
-    credit = rng.uniform(0, 50, n)
-    g = np.arange(1, k + 1, dtype=float)
-    s = rng.normal(0, 100, (n, k))
-    s[~np.isfinite(run)] = -np.inf  # as `_scores` scores them
-    want_s = s.copy()
-    want_g = repaying_gpus(g, owed, run)
-    want_s += credit[:, None] * want_g
-    got_g = credit_scores(s, credit, g, owed, run)
-    assert s.tobytes() == want_s.tobytes()
-    fin = np.isfinite(run)
-    assert got_g[fin].tobytes() == want_g[fin].tobytes()
-    assert np.array_equal(got_g, want_g, equal_nan=True)

@@ -194,6 +194,7 @@ class LyapunovPolicy:
         live = None
         if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
             live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
+        s_both = None  # both placements' scores side by side, when scored so (s_one and s_multi: its views)
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
@@ -205,7 +206,8 @@ class LyapunovPolicy:
             if both is not None and not no_multi and self.shortcuts:  # both placements in one pass: the same
                 # elementwise steps on the rows side by side, each column with its own count's g and weight
                 c = one.shape[1]
-                s_both = score(both, None, (np.concatenate((g, g)), np.concatenate((weight, weight))))
+                gg = np.concatenate((g, g))
+                s_both = score(both, None, (gg, np.concatenate((weight, weight))))
                 s_one, s_multi = s_both[:, :c], s_both[:, c:]
             else:
                 s_one = score(one, None)
@@ -214,11 +216,18 @@ class LyapunovPolicy:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state, codes)
-            g_one = credit_scores(s_one, credit_t, g, owed, one)
-            if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
-                g_multi = np.zeros(g_one.shape)
+            if s_both is not None and both is not None:  # both placements in one pass, as scored: the same elementwise steps
+                g_both = repaying_gpus(gg, owed, both)
+                s_both += credit_t[:, None] * g_both  # (s_one and s_multi are its views)
+                g_one, g_multi = g_both[:, :s_one.shape[1]], g_both[:, s_one.shape[1]:]
             else:
-                g_multi = credit_scores(s_multi, credit_t, g, owed, multi)
+                g_one = repaying_gpus(g, owed, one)
+                s_one += credit_t[:, None] * g_one
+                if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
+                    g_multi = np.zeros(g_one.shape)
+                else:
+                    g_multi = repaying_gpus(g, owed, multi)
+                    s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  "tenant_codes": codes, "cut_rows": fast and self.shortcuts, "no_multi": no_multi, **notes}
@@ -808,23 +817,6 @@ def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         cap = np.where(np.isfinite(run), owed[:, None] / run, 0.0)
     return np.minimum(g, cap, out=cap)
-
-
-def credit_scores(s: np.ndarray, credit: np.ndarray, g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarray:
-    """``s += credit[:, None] * repaying_gpus(g, owed, run)``, in place; returns those GPUs.
-
-    Without the mask while that changes no score: ``owed / run`` is already a zero of either sign
-    where the run is infinite (owed finite), so the mask could only turn -0.0 into 0.0 there, where
-    the score is -inf (`_scores`: a run that is not finite scores -inf), which adding a zero leaves
-    as it is; the GPUs read elsewhere (the wake-up rule, at finite scores) are the same. A NaN left
-    (a NaN run, 0 / 0, inf / inf) is what the mask is for: then the plain form."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cap = np.divide(owed[:, None], run)
-    np.minimum(g, cap, out=cap)
-    if np.isnan(np.add.reduce(cap, axis=None)):  # (the GPUs are at most g: only a NaN makes the sum one)
-        cap = repaying_gpus(g, owed, run)
-    s += credit[:, None] * cap
-    return cap
 
 
 class TenantBound:
