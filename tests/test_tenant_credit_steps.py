@@ -79,3 +79,32 @@ def test_repaying_gpus_is_the_masked_cap(seed: int) -> None:
     want = np.minimum(g[None, :], cap)
     assert repaying_gpus(g, owed, run).tobytes() == want.tobytes()
 
+
+
+class _MethodBook(TenantBook):
+    """A book whose shortfall is its method's call (as an experiment patching it would see)."""
+
+    def shortfall(self, tenant: str, slack: float, pad: float) -> float:
+        return super().shortfall(tenant, slack, pad)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tenants_behind_writes_out_the_shortfall(seed: int) -> None:
+    """`_tenants_behind` with `TenantBook.shortfall` written out: the credit, Y_k and the floor bit
+    for bit as with the method called per tenant."""
+    rng = np.random.default_rng(seed)
+    names = [f"u{i}" for i in range(int(rng.integers(2, 30)))]
+    ent = {k: float(rng.uniform(0, 1e7)) * (rng.random() < 0.8) for k in names}
+    rec = {k: e * float(rng.uniform(0.3, 1.5)) + float(rng.uniform(0, 1e4)) for k, e in ent.items()}
+    codes = rng.integers(0, len(names), size=int(rng.integers(1, 500))).astype(np.intp)
+    got = []
+    for cls in (TenantBook, _MethodBook):
+        book = cls({}, rec, ent)
+        state = SlotState(now=1e6, slot_len=30.0, free=(0,), gpus_per_node=8, waiting=(), running=(), tenants=book)
+        pol = LyapunovPolicy()
+        pol._rows.tenant_names = names
+        credit = pol._tenant_credit(state, 3.7e5, 472, codes)
+        owed = pol._owed(state, codes) if credit is not None else None
+        got.append((None if credit is None else credit.tobytes(), None if owed is None else owed.tobytes(),
+                    pol._tenant_floor, sorted(pol._tenant_y.items()) if credit is not None else None))
+    assert got[0] == got[1]

@@ -178,3 +178,22 @@ def test_tenant_wake_up_cases_spread() -> None:
         d = LyapunovPolicy()._wake_at_tenants(state, *rest) - state.now
         seen.add("now" if d == 0 else "top" if 2 * d > _WAKE_HORIZON else "mid")
     assert seen == {"now", "mid", "top"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bound_mean_entitlement_is_pythons_sum(seed: int) -> None:
+    """`TenantBound._at_many`'s mean entitlement per trial time is Python's sum of the row over
+    its length (np.cumsum there, left to right, before 3.12), and its floor Python's min, to the
+    bit: many tenants of very different entitlements, where the order of the additions shows."""
+    rng = np.random.default_rng(seed)
+    names = [f"t{k}" for k in range(int(rng.integers(9, 40)))]
+    book = TenantBook(shares={}, received={u: float(10.0 ** rng.uniform(0, 9)) for u in names},
+                      entitled={u: float(10.0 ** rng.uniform(0, 9)) * float(rng.random() < 0.9) for u in names},
+                      held={u: float(rng.integers(0, 8)) for u in names},
+                      rate={u: float(rng.uniform(0, 8)) * float(rng.random() < 0.8) for u in names})
+    bound = TenantBound(book, names, 10.0, 0.05, 32, 60.0)
+    ds = np.array([60.0 * 2.0**i for i in range(22)] + [float(rng.uniform(0, 1e7)) for _ in range(15)])
+    ent, y1, floor, scale = bound._at_many(ds)
+    for i, row in enumerate(ent.tolist()):
+        assert scale[i] == 10.0 * (sum(row) / len(row)) / float(32 * 32)
+        assert floor[i] == min(bound._y0_least, min(y1[i].tolist()))

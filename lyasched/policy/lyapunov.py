@@ -26,6 +26,7 @@ they change the decision only through a few extension points here (`_restrict`, 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, ClassVar
@@ -309,7 +310,16 @@ class LyapunovPolicy:
         if book is None or len(names) < 2:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
-        y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        if type(book).shortfall is _SHORTFALL and type(book).deficit is _DEFICIT:
+            # `TenantBook.shortfall` written out (the same operations; a method call per tenant was a third)
+            ent, rec, slack = book.entitled, book.received, self.tenant_slack
+            y: dict[str, float] = {}
+            for k in names:
+                e = ent.get(k, 0.0)
+                y[k] = 0.0 if e <= 0 else max(0.0, (e - rec.get(k, 0.0)) - slack * e - pad) / e
+            self._tenant_y = y
+        else:  # (an experiment's)
+            y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -752,6 +762,10 @@ def quiet_for(holds: Callable[[float], bool], step: float) -> float:
     return lo
 
 
+_SHORTFALL, _DEFICIT = TenantBook.shortfall, TenantBook.deficit  # as shipped (`_tenants_behind` writes them out)
+# Python's sum of floats adds left to right before 3.12 (compensated from 3.12): `TenantBound._at_many`
+# takes its rows' sums with np.cumsum then, and in Python after
+_SUM_IN_ORDER = sys.version_info < (3, 12)
 _WAKE_CELLS = 1 << 16  # trial times x configurations that `_wake_at_tenants` tests in one numpy pass
 
 
@@ -833,7 +847,7 @@ class TenantBound:
         self.g2 = float(total_gpus * total_gpus)
         self.pad = total_gpus * slot
         if codes is not None and code_names is not None:
-            present = np.unique(codes)
+            present = np.flatnonzero(np.bincount(codes, minlength=len(code_names)))  # np.unique(codes), no sort
             self.names = sorted(code_names[c] for c in present.tolist())
             col = {name: i for i, name in enumerate(self.names)}
             remap = np.zeros(len(code_names), dtype=np.intp)
@@ -859,15 +873,22 @@ class TenantBound:
 
     def _at_many(self, ds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`_at` for each d of ``ds``, a row each: elementwise the same operations; the floor and
-        the mean entitlement taken row by row in Python, as for one d (the mean's sum in order)."""
+        the mean entitlement as taken row by row in Python for one d (the mean's sum in order:
+        `np.cumsum` adds left to right, as Python's sum of floats did before 3.12)."""
         d = ds[:, None]
         rec = self._rec + self._held * d
         ent = self._ent + self._rate * d
         with np.errstate(invalid="ignore", divide="ignore"):
             y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
         least = self._y0_least
-        floor = np.array([min(least, v) for v in y1.min(axis=1).tolist()])
-        ebar = np.array([sum(row) for row in ent.tolist()]) / len(self.names)
+        m = y1.min(axis=1)
+        floor = np.where(m < least, m, least)  # Python's min(least, v) per row: v only if below (so not NaN)
+        if _SUM_IN_ORDER:  # each row's sum as Python's sum takes it, 0.0 + e_1 + e_2 + ... left to right
+            acc = np.zeros((ent.shape[0], ent.shape[1] + 1))
+            acc[:, 1:] = ent
+            ebar = np.cumsum(acc, axis=1)[:, -1] / len(self.names)
+        else:
+            ebar = np.array([sum(row) for row in ent.tolist()]) / len(self.names)
         return ent, y1, floor, self.weight * ebar / self.g2
 
     def per_gpu(self, d: float) -> np.ndarray:
