@@ -70,6 +70,7 @@ class LyapunovPolicy:
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._tenant_y: dict[str, float] = {}  # this slot's shortfall per waiting tenant (`_tenants_behind`)
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
+        self._wake_guess: tuple[int, ...] = ()  # where the last tenant wake-up search's doubling stopped (`quiet_for_many`)
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
@@ -636,7 +637,10 @@ class LyapunovPolicy:
             top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[:, who_f] * g_f
             return ~(top > 0).any(axis=1)
 
-        return state.now + quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size))
+        d = quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size), self._wake_guess)
+        i = doubling_stop(d, state.slot_len)
+        self._wake_guess = (i,)  # (the next search's likely stops: the same answers, sooner)
+        return state.now + d
 
     def _tenant_bound(self, state: SlotState, users: list[str] | None, codes: np.ndarray | None = None) -> TenantBound:
         """Bounds on the tenant credit per GPU over V*Theta of the waiting jobs' tenants
@@ -769,20 +773,33 @@ _SUM_IN_ORDER = sys.version_info < (3, 12)
 _WAKE_CELLS = 1 << 16  # trial times x configurations that `_wake_at_tenants` tests in one numpy pass
 
 
-def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, per: int) -> float:
+def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, per: int,
+                   guess: tuple[int, ...] = ()) -> float:
     """`quiet_for`, asking ``holds_at`` (``holds_at(ds)[i]``: ``holds(ds[i])``) about up to ``per``
     trial times at once: the doubling's times in blocks, stopping at the first block with a
     no, then the four halvings' 15 possible midpoints together (``per`` >= 15) or one by one.
     The same times as `quiet_for`'s, computed the same way, and the same walk over the answers,
-    so the same D (`quiet_for`'s trials are few numpy steps each on a few hundred entries)."""
+    so the same D (`quiet_for`'s trials are few numpy steps each on a few hundred entries).
+
+    ``guess``: where the doubling may stop (`doubling_stop`; the last search's, as a caller
+    expects): those stops' midpoints are asked with the doubling when all fit in one block, so
+    a right guess saves the second call. Each answer is its trial time's alone, so the same D."""
     if not step > 0:
         return quiet_for(lambda d: bool(holds_at(np.array([d]))[0]), step)
     pts = [step]
     while 2 * pts[-1] <= _WAKE_HORIZON:  # quiet_for's hi = 2 * hi, tested while <= the horizon
         pts.append(2 * pts[-1])
+    spec = [i for i in dict.fromkeys(guess) if 1 <= i < len(pts)] if per >= 15 else []
+    if spec and len(pts) + 15 * len(spec) > per:
+        spec = []
     ans: list[bool] = []
+    extra: list[bool] = []
     for i in range(0, len(pts), per):
-        got = holds_at(np.array(pts[i:i + per])).tolist()
+        if spec:  # (one block: the doubling's times, then each guessed stop's midpoints)
+            got = holds_at(np.array(pts + [m for j in spec for m in _midpoints(pts[j - 1], pts[j])])).tolist()
+            got, extra = got[:len(pts)], got[len(pts):]
+        else:
+            got = holds_at(np.array(pts[i:i + per])).tolist()
         ans += got
         if not all(got):
             break
@@ -803,16 +820,12 @@ def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, pe
             else:
                 hi = mid
         return lo
-    # every midpoint the halvings may test, as a heap: node m tests (lo, hi)'s mid; its yes child is
-    # 2m + 2 (lo = mid), its no child 2m + 1 (hi = mid)
-    span: list[tuple[float, float]] = [(lo, hi)]
-    mids: list[float] = []
-    for m in range(15):
-        a, b = span[m]
-        mid = 0.5 * (a + b)
-        mids.append(mid)
-        span += [(a, mid), (mid, b)]
-    yes = holds_at(np.array(mids)).tolist()
+    mids = _midpoints(lo, hi)
+    if i in spec:
+        at = 15 * spec.index(i)
+        yes = extra[at:at + 15]
+    else:
+        yes = holds_at(np.array(mids)).tolist()
     m = 0
     for _ in range(4):
         if yes[m]:
@@ -821,6 +834,31 @@ def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, pe
         else:
             m = 2 * m + 1
     return lo
+
+
+def _midpoints(lo: float, hi: float) -> list[float]:
+    """Every midpoint the four halvings of (lo, hi) may test, as a heap: node m tests its span's
+    mid; its yes child is 2m + 2 (lo = mid), its no child 2m + 1 (hi = mid)."""
+    span: list[tuple[float, float]] = [(lo, hi)]
+    mids: list[float] = []
+    for m in range(15):
+        a, b = span[m]
+        mid = 0.5 * (a + b)
+        mids.append(mid)
+        span += [(a, mid), (mid, b)]
+    return mids
+
+
+def doubling_stop(d: float, step: float) -> int:
+    """The doubling's first time that did not hold in a search that returned ``d`` (`quiet_for_many`'s
+    ``guess``): how many of step, 2 step, 4 step, ... are at most d."""
+    if not step > 0:
+        return 0
+    i, x = 0, step
+    while x <= d and x <= _WAKE_HORIZON:
+        i += 1
+        x = 2 * x
+    return i
 
 
 def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarray:
