@@ -70,6 +70,7 @@ class LyapunovPolicy:
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._tenant_y: dict[str, float] = {}  # this slot's shortfall per waiting tenant (`_tenants_behind`)
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
+        self._owed_of: tuple[np.ndarray, np.ndarray] | None = None  # (codes, Y_k per job) from `_tenant_credit`
         self._wake_guess: tuple[int, ...] = ()  # where the last tenant wake-up search's doubling stopped (`quiet_for_many`)
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
@@ -272,6 +273,14 @@ class LyapunovPolicy:
         behind = self._tenants_behind(state, names, total_gpus)
         if behind is None:
             return None
+        if type(self)._tenants_behind is LyapunovPolicy._tenants_behind:  # Y_k too (`_owed`'s), in one gather
+            y, ent = self._tenant_y, state.tenants.entitled
+            both = np.zeros((2, len(self._rows.tenant_names)))
+            both[0, order] = [vtheta * behind[k] for k in names]
+            both[1, order] = [y[k] * ent.get(k, 0.0) for k in names]
+            per_job = both[:, codes]
+            self._owed_of = (codes, per_job[1])
+            return per_job[0]
         per_code = np.zeros(len(self._rows.tenant_names))
         per_code[order] = [vtheta * behind[k] for k in names]
         return per_code[codes]
@@ -332,6 +341,9 @@ class LyapunovPolicy:
 
     def _owed(self, state: SlotState, codes: np.ndarray | None = None) -> np.ndarray:
         """Per waiting job, its tenant's GPU-seconds behind beyond the slack and the pad (Y_k)."""
+        took = self._owed_of
+        if codes is not None and took is not None and took[0] is codes:  # this slot's `_tenant_credit` took them
+            return took[1]
         if codes is not None:
             order, names = self._tenant_index(codes)
             per_code = np.zeros(len(self._rows.tenant_names))
