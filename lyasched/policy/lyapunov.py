@@ -275,10 +275,11 @@ class LyapunovPolicy:
             return None
         if type(self)._tenants_behind is LyapunovPolicy._tenants_behind:  # Y_k too (`_owed`'s), in one gather
             y, ent = self._tenant_y, state.tenants.entitled
-            both = np.zeros((2, len(self._rows.tenant_names)))
-            both[0, order] = [vtheta * behind[k] for k in names]
-            both[1, order] = [y[k] * ent.get(k, 0.0) for k in names]
-            per_job = both[:, codes]
+            credit, owed = [0.0] * len(self._rows.tenant_names), [0.0] * len(self._rows.tenant_names)  # per code
+            for c, k in zip(order.tolist(), names):
+                credit[c] = vtheta * behind[k]
+                owed[c] = y[k] * ent.get(k, 0.0)
+            per_job = np.array((credit, owed)).take(codes, 1)  # (as [:, codes], a few times sooner)
             self._owed_of = (codes, per_job[1])
             return per_job[0]
         per_code = np.zeros(len(self._rows.tenant_names))
@@ -646,7 +647,7 @@ class LyapunovPolicy:
             quadratic, the credit), so each answer is that test's."""
             d = ds[:, None]
             c = (self.V * (q + z + n * ds))[:, None] * bound.per_gpu_many(ds)
-            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[:, who_f] * g_f
+            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c.take(who_f, 1) * g_f
             return ~(top > 0).any(axis=1)
 
         d = quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size), self._wake_guess)
