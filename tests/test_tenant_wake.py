@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from lyasched.policy.lyapunov import _WAKE_HORIZON, LyapunovPolicy, TenantBound, quiet_for, quiet_for_many
+from lyasched.policy.lyapunov import (_WAKE_HORIZON, LyapunovPolicy, TenantBound, doubling_stop, quiet_for,
+                                      quiet_for_many)
 from lyasched.policy.state import RunningJob, SlotState, WaitingJob
 from lyasched.policy.tenants import TenantBook
 
@@ -43,9 +44,15 @@ def test_many_at_once_walks_as_quiet_for(seed: int, per: int) -> None:
     def holds_at(ds: np.ndarray) -> np.ndarray:
         asked.append(ds.size)
         assert ds.size <= max(per, 1) or ds.size == 15
+        assert len(set(ds.tolist())) == ds.size  # no time asked twice in a call
         return np.array([holds(float(d)) for d in ds])
 
     assert quiet_for_many(holds_at, step, per) == want
+    for _ in range(4):  # with guessed stops (right, wrong, out of range): the same D
+        guess = tuple(int(g) for g in rng.integers(-2, 30, int(rng.integers(1, 4))))
+        if rng.random() < 0.5:
+            guess = (doubling_stop(want, step),) + guess
+        assert quiet_for_many(holds_at, step, per, guess) == want
 
 
 def test_many_at_once_reaches_every_outcome() -> None:
@@ -178,3 +185,39 @@ def test_tenant_wake_up_cases_spread() -> None:
         d = LyapunovPolicy()._wake_at_tenants(state, *rest) - state.now
         seen.add("now" if d == 0 else "top" if 2 * d > _WAKE_HORIZON else "mid")
     assert seen == {"now", "mid", "top"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bound_mean_entitlement_is_pythons_sum(seed: int) -> None:
+    """`TenantBound._at_many`'s mean entitlement per trial time is Python's sum of the row over
+    its length (np.cumsum there, left to right, before 3.12), and its floor Python's min, to the
+    bit: many tenants of very different entitlements, where the order of the additions shows."""
+    rng = np.random.default_rng(seed)
+    names = [f"t{k}" for k in range(int(rng.integers(9, 40)))]
+    book = TenantBook(shares={}, received={u: float(10.0 ** rng.uniform(0, 9)) for u in names},
+                      entitled={u: float(10.0 ** rng.uniform(0, 9)) * float(rng.random() < 0.9) for u in names},
+                      held={u: float(rng.integers(0, 8)) for u in names},
+                      rate={u: float(rng.uniform(0, 8)) * float(rng.random() < 0.8) for u in names})
+    bound = TenantBound(book, names, 10.0, 0.05, 32, 60.0)
+    ds = np.array([60.0 * 2.0**i for i in range(22)] + [float(rng.uniform(0, 1e7)) for _ in range(15)])
+    ent, y1, floor, scale = bound._at_many(ds)
+    for i, row in enumerate(ent.tolist()):
+        assert scale[i] == 10.0 * (sum(row) / len(row)) / float(32 * 32)
+        assert floor[i] == min(bound._y0_least, min(y1[i].tolist()))
+
+
+def test_tenant_wake_up_with_the_last_stop_guessed() -> None:
+    """One policy over many slots (each search guesses where the last one stopped): each wake-up
+    is the one-at-a-time search's, and guesses were right and wrong."""
+    pol = LyapunovPolicy()
+    right = wrong = 0
+    for seed in list(SEEDS) * 2:
+        slot = _slot(seed)
+        before = pol._wake_guess
+        got = pol._wake_at_tenants(*slot)
+        assert got == _wake_one_at_a_time(pol, *slot)
+        if before and pol._wake_guess:
+            stop = pol._wake_guess[0]
+            right += stop in before
+            wrong += stop not in before
+    assert right and wrong

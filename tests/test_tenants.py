@@ -338,3 +338,24 @@ def test_tenant_owed_little_is_credited_little(policy):
     far = _state(TenantBook({}, {"a": 1e4, "b": 0.0}, {"a": 1e4, "b": 1e9}))
     *_, arr = pol._scores(far)
     assert arr["tenant_gpus"][0][b, 0] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_equal_shares_fill_many_tenants(seed):
+    """`test_equal_shares_fill_is_the_weighted_fill_float_for_float` with up to 40 tenants (a
+    replay's 15 virtual clusters, and more), integer GPU demands or any, zero demands among them."""
+    import numpy as np
+
+    from lyasched.policy.tenants import _waterfill_equal, _waterfill_weighted
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    if seed % 2:
+        vals = rng.integers(0, 64, n).astype(float)
+    else:
+        vals = rng.uniform(0, 50, n) * (rng.random(n) < 0.8)
+    demand = {f"vc{i}": float(v) for i, v in zip(rng.permutation(n), vals)}
+    cap = float(rng.integers(0, 500)) if seed % 3 else float(rng.uniform(0, 500))
+    fast = _waterfill_equal(demand, cap)
+    slow = _waterfill_weighted(demand, {}, cap)
+    assert [list(d.items()) for d in fast] == [list(d.items()) for d in slow]

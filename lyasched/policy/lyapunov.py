@@ -26,6 +26,7 @@ they change the decision only through a few extension points here (`_restrict`, 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, ClassVar
@@ -69,6 +70,8 @@ class LyapunovPolicy:
         self._tenant_floor: tuple[float, float] | None = None  # this slot's (floor, scale) of the tenant term
         self._tenant_y: dict[str, float] = {}  # this slot's shortfall per waiting tenant (`_tenants_behind`)
         self._tenant_ix: tuple[np.ndarray, np.ndarray, list[str]] | None = None  # `_tenant_index`'s last answer
+        self._owed_of: tuple[np.ndarray, np.ndarray] | None = None  # (codes, Y_k per job) from `_tenant_credit`
+        self._wake_guess: tuple[int, ...] = ()  # where the last tenant wake-up search's doubling stopped (`quiet_for_many`)
         self._type_best: np.ndarray | None = None  # decide_by_type: each job's best run over its types
         # decide_by_type: (generation, the jobs' `TypeMemo` rows, the jobs) for `RowCache.cut`'s keys
         self._type_keys: tuple[object, np.ndarray, tuple] | None = None
@@ -194,6 +197,7 @@ class LyapunovPolicy:
         live = None
         if prune and fast and credit_t is None and self.externality >= 0 and vtheta >= 0 and n > 1:  # (the bound's signs)
             live = _live(gain, gpu_time, tau, float(weight[0]), total_gpus, vtheta)
+        s_both = None  # both placements' scores side by side, when scored so (s_one and s_multi: its views)
         if live is not None:  # only the rows that may score > 0 (the wake-up rule asks for all: `decide`)
             every = finite_best, gain
             finite_best, gain = finite_best[live], gain[live]  # (read by `_score`)
@@ -205,7 +209,8 @@ class LyapunovPolicy:
             if both is not None and not no_multi and self.shortcuts:  # both placements in one pass: the same
                 # elementwise steps on the rows side by side, each column with its own count's g and weight
                 c = one.shape[1]
-                s_both = score(both, None, (np.concatenate((g, g)), np.concatenate((weight, weight))))
+                gg = np.concatenate((g, g))
+                s_both = score(both, None, (gg, np.concatenate((weight, weight))))
                 s_one, s_multi = s_both[:, :c], s_both[:, c:]
             else:
                 s_one = score(one, None)
@@ -214,13 +219,18 @@ class LyapunovPolicy:
             s_one, s_multi = score(one, fut[0]), score(multi, fut[1])
         if credit_t is not None:  # in place, -inf (not allowed) stays -inf
             owed = self._owed(state, codes)
-            g_one = repaying_gpus(g, owed, one)
-            s_one += credit_t[:, None] * g_one
-            if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
-                g_multi = np.zeros(g_one.shape)
+            if s_both is not None and both is not None:  # both placements in one pass, as scored: the same elementwise steps
+                g_both = repaying_gpus(gg, owed, both)
+                s_both += credit_t[:, None] * g_both  # (s_one and s_multi are its views)
+                g_one, g_multi = g_both[:, :s_one.shape[1]], g_both[:, s_one.shape[1]:]
             else:
-                g_multi = repaying_gpus(g, owed, multi)
-                s_multi += credit_t[:, None] * g_multi
+                g_one = repaying_gpus(g, owed, one)
+                s_one += credit_t[:, None] * g_one
+                if no_multi:  # (-inf stays -inf; the wake-up rule reads these GPUs only where a score is finite)
+                    g_multi = np.zeros(g_one.shape)
+                else:
+                    g_multi = repaying_gpus(g, owed, multi)
+                    s_multi += credit_t[:, None] * g_multi
             notes = {**notes, "tenant_credit": credit_t, "tenant_gpus": (g_one, g_multi)}
         extra = {"req": req, "run_req": run_req, "one": one, "multi": multi, "credit": credit, "gpu_time": gpu_time,
                  "tenant_codes": codes, "cut_rows": fast and self.shortcuts, "no_multi": no_multi, **notes}
@@ -263,6 +273,15 @@ class LyapunovPolicy:
         behind = self._tenants_behind(state, names, total_gpus)
         if behind is None:
             return None
+        if type(self)._tenants_behind is LyapunovPolicy._tenants_behind:  # Y_k too (`_owed`'s), in one gather
+            y, ent = self._tenant_y, state.tenants.entitled
+            credit, owed = [0.0] * len(self._rows.tenant_names), [0.0] * len(self._rows.tenant_names)  # per code
+            for c, k in zip(order.tolist(), names):
+                credit[c] = vtheta * behind[k]
+                owed[c] = y[k] * ent.get(k, 0.0)
+            per_job = np.array((credit, owed)).take(codes, 1)  # (as [:, codes], a few times sooner)
+            self._owed_of = (codes, per_job[1])
+            return per_job[0]
         per_code = np.zeros(len(self._rows.tenant_names))
         per_code[order] = [vtheta * behind[k] for k in names]
         return per_code[codes]
@@ -270,11 +289,18 @@ class LyapunovPolicy:
     def _tenant_index(self, codes: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """The distinct codes among ``codes`` in order of first appearance, and their users: the
         order in which ``set(users)`` is built from the waiting jobs' users, so the sets (and the
-        float sums walked over them) are the same as from the whole list."""
+        float sums walked over them) are the same as from the whole list. With the shipped
+        `_tenants_behind`, in code order instead (a third of the cost): it reads its set of tenants
+        through min, max, fsum and by name only, none of which depends on the order."""
         memo = self._tenant_ix
         if memo is not None and memo[0] is codes:  # the credit's, again for Y_k in the same slot
             return memo[1], memo[2]
         names = self._rows.tenant_names
+        if type(self)._tenants_behind is LyapunovPolicy._tenants_behind:
+            order = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+            got = [names[c] for c in order.tolist()]
+            self._tenant_ix = (codes, order, got)
+            return order, got
         n = codes.size
         first = np.full(len(names), n, dtype=np.intp)  # each code's first position (n: absent)
         np.minimum.at(first, codes, np.arange(n, dtype=np.intp))
@@ -295,7 +321,16 @@ class LyapunovPolicy:
         if book is None or len(names) < 2:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
-        y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        if type(book).shortfall is _SHORTFALL and type(book).deficit is _DEFICIT:
+            # `TenantBook.shortfall` written out (the same operations; a method call per tenant was a third)
+            ent, rec, slack = book.entitled, book.received, self.tenant_slack
+            y: dict[str, float] = {}
+            for k in names:
+                e = ent.get(k, 0.0)
+                y[k] = 0.0 if e <= 0 else max(0.0, (e - rec.get(k, 0.0)) - slack * e - pad) / e
+            self._tenant_y = y
+        else:  # (an experiment's)
+            y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -307,6 +342,9 @@ class LyapunovPolicy:
 
     def _owed(self, state: SlotState, codes: np.ndarray | None = None) -> np.ndarray:
         """Per waiting job, its tenant's GPU-seconds behind beyond the slack and the pad (Y_k)."""
+        took = self._owed_of
+        if codes is not None and took is not None and took[0] is codes:  # this slot's `_tenant_credit` took them
+            return took[1]
         if codes is not None:
             order, names = self._tenant_index(codes)
             per_code = np.zeros(len(self._rows.tenant_names))
@@ -609,10 +647,13 @@ class LyapunovPolicy:
             quadratic, the credit), so each answer is that test's."""
             d = ds[:, None]
             c = (self.V * (q + z + n * ds))[:, None] * bound.per_gpu_many(ds)
-            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c[:, who_f] * g_f
+            top = np.maximum(base_f, base_f + b_f * d + n * d * d) + c.take(who_f, 1) * g_f
             return ~(top > 0).any(axis=1)
 
-        return state.now + quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size))
+        d = quiet_for_many(holds_at, state.slot_len, max(1, _WAKE_CELLS // base_f.size), self._wake_guess)
+        i = doubling_stop(d, state.slot_len)
+        self._wake_guess = (i,)  # (the next search's likely stops: the same answers, sooner)
+        return state.now + d
 
     def _tenant_bound(self, state: SlotState, users: list[str] | None, codes: np.ndarray | None = None) -> TenantBound:
         """Bounds on the tenant credit per GPU over V*Theta of the waiting jobs' tenants
@@ -738,23 +779,40 @@ def quiet_for(holds: Callable[[float], bool], step: float) -> float:
     return lo
 
 
+_SHORTFALL, _DEFICIT = TenantBook.shortfall, TenantBook.deficit  # as shipped (`_tenants_behind` writes them out)
+# Python's sum of floats adds left to right before 3.12 (compensated from 3.12): `TenantBound._at_many`
+# takes its rows' sums with np.cumsum then, and in Python after
+_SUM_IN_ORDER = sys.version_info < (3, 12)
 _WAKE_CELLS = 1 << 16  # trial times x configurations that `_wake_at_tenants` tests in one numpy pass
 
 
-def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, per: int) -> float:
+def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, per: int,
+                   guess: tuple[int, ...] = ()) -> float:
     """`quiet_for`, asking ``holds_at`` (``holds_at(ds)[i]``: ``holds(ds[i])``) about up to ``per``
     trial times at once: the doubling's times in blocks, stopping at the first block with a
     no, then the four halvings' 15 possible midpoints together (``per`` >= 15) or one by one.
     The same times as `quiet_for`'s, computed the same way, and the same walk over the answers,
-    so the same D (`quiet_for`'s trials are few numpy steps each on a few hundred entries)."""
+    so the same D (`quiet_for`'s trials are few numpy steps each on a few hundred entries).
+
+    ``guess``: where the doubling may stop (`doubling_stop`; the last search's, as a caller
+    expects): those stops' midpoints are asked with the doubling when all fit in one block, so
+    a right guess saves the second call. Each answer is its trial time's alone, so the same D."""
     if not step > 0:
         return quiet_for(lambda d: bool(holds_at(np.array([d]))[0]), step)
     pts = [step]
     while 2 * pts[-1] <= _WAKE_HORIZON:  # quiet_for's hi = 2 * hi, tested while <= the horizon
         pts.append(2 * pts[-1])
+    spec = [i for i in dict.fromkeys(guess) if 1 <= i < len(pts)] if per >= 15 else []
+    if spec and len(pts) + 15 * len(spec) > per:
+        spec = []
     ans: list[bool] = []
+    extra: list[bool] = []
     for i in range(0, len(pts), per):
-        got = holds_at(np.array(pts[i:i + per])).tolist()
+        if spec:  # (one block: the doubling's times, then each guessed stop's midpoints)
+            got = holds_at(np.array(pts + [m for j in spec for m in _midpoints(pts[j - 1], pts[j])])).tolist()
+            got, extra = got[:len(pts)], got[len(pts):]
+        else:
+            got = holds_at(np.array(pts[i:i + per])).tolist()
         ans += got
         if not all(got):
             break
@@ -775,16 +833,12 @@ def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, pe
             else:
                 hi = mid
         return lo
-    # every midpoint the halvings may test, as a heap: node m tests (lo, hi)'s mid; its yes child is
-    # 2m + 2 (lo = mid), its no child 2m + 1 (hi = mid)
-    span: list[tuple[float, float]] = [(lo, hi)]
-    mids: list[float] = []
-    for m in range(15):
-        a, b = span[m]
-        mid = 0.5 * (a + b)
-        mids.append(mid)
-        span += [(a, mid), (mid, b)]
-    yes = holds_at(np.array(mids)).tolist()
+    mids = _midpoints(lo, hi)
+    if i in spec:
+        at = 15 * spec.index(i)
+        yes = extra[at:at + 15]
+    else:
+        yes = holds_at(np.array(mids)).tolist()
     m = 0
     for _ in range(4):
         if yes[m]:
@@ -793,6 +847,31 @@ def quiet_for_many(holds_at: Callable[[np.ndarray], np.ndarray], step: float, pe
         else:
             m = 2 * m + 1
     return lo
+
+
+def _midpoints(lo: float, hi: float) -> list[float]:
+    """Every midpoint the four halvings of (lo, hi) may test, as a heap: node m tests its span's
+    mid; its yes child is 2m + 2 (lo = mid), its no child 2m + 1 (hi = mid)."""
+    span: list[tuple[float, float]] = [(lo, hi)]
+    mids: list[float] = []
+    for m in range(15):
+        a, b = span[m]
+        mid = 0.5 * (a + b)
+        mids.append(mid)
+        span += [(a, mid), (mid, b)]
+    return mids
+
+
+def doubling_stop(d: float, step: float) -> int:
+    """The doubling's first time that did not hold in a search that returned ``d`` (`quiet_for_many`'s
+    ``guess``): how many of step, 2 step, 4 step, ... are at most d."""
+    if not step > 0:
+        return 0
+    i, x = 0, step
+    while x <= d and x <= _WAKE_HORIZON:
+        i += 1
+        x = 2 * x
+    return i
 
 
 def repaying_gpus(g: np.ndarray, owed: np.ndarray, run: np.ndarray) -> np.ndarray:
@@ -819,7 +898,7 @@ class TenantBound:
         self.g2 = float(total_gpus * total_gpus)
         self.pad = total_gpus * slot
         if codes is not None and code_names is not None:
-            present = np.unique(codes)
+            present = np.flatnonzero(np.bincount(codes, minlength=len(code_names)))  # np.unique(codes), no sort
             self.names = sorted(code_names[c] for c in present.tolist())
             col = {name: i for i, name in enumerate(self.names)}
             remap = np.zeros(len(code_names), dtype=np.intp)
@@ -845,15 +924,22 @@ class TenantBound:
 
     def _at_many(self, ds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`_at` for each d of ``ds``, a row each: elementwise the same operations; the floor and
-        the mean entitlement taken row by row in Python, as for one d (the mean's sum in order)."""
+        the mean entitlement as taken row by row in Python for one d (the mean's sum in order:
+        `np.cumsum` adds left to right, as Python's sum of floats did before 3.12)."""
         d = ds[:, None]
         rec = self._rec + self._held * d
         ent = self._ent + self._rate * d
         with np.errstate(invalid="ignore", divide="ignore"):
             y1 = np.where(ent > 0, np.maximum(0.0, (ent - rec) - self.slack * ent - self.pad) / ent, 0.0)
         least = self._y0_least
-        floor = np.array([min(least, v) for v in y1.min(axis=1).tolist()])
-        ebar = np.array([sum(row) for row in ent.tolist()]) / len(self.names)
+        m = y1.min(axis=1)
+        floor = np.where(m < least, m, least)  # Python's min(least, v) per row: v only if below (so not NaN)
+        if _SUM_IN_ORDER:  # each row's sum as Python's sum takes it, 0.0 + e_1 + e_2 + ... left to right
+            acc = np.zeros((ent.shape[0], ent.shape[1] + 1))
+            acc[:, 1:] = ent
+            ebar = np.cumsum(acc, axis=1)[:, -1] / len(self.names)
+        else:
+            ebar = np.array([sum(row) for row in ent.tolist()]) / len(self.names)
         return ent, y1, floor, self.weight * ebar / self.g2
 
     def per_gpu(self, d: float) -> np.ndarray:

@@ -100,28 +100,31 @@ def _waterfill_weighted(demand: Mapping[str, float], shares: Mapping[str, float]
 def _waterfill_equal(demand: Mapping[str, float], capacity: float) -> tuple[dict[str, float], dict[str, float]]:
     """`waterfill_levels` when every share is 1 (a replay's tenants, unless given shares): the
     same steps, float for float, with each round's part (``left * 1.0 / n``, the weights summing
-    to n exactly) taken once instead of per tenant."""
+    to n exactly) taken once instead of per tenant, the capped found and taken off in one pass (in
+    the same order), and the parts compared against kept as one running maximum: a tenant never
+    capped was in every round, so its largest part is the largest of all rounds."""
     ks = [k for k, d in demand.items() if d > 0]
     out = dict.fromkeys(demand, 0.0)
-    above: dict[str, float] = {}
+    top = -math.inf
     left = float(capacity)
     while ks and left > 1e-12:
         p = left * 1.0 / float(len(ks))
-        for k in ks:
-            if p > above.get(k, -math.inf):
-                above[k] = p
-        keep = [k for k in ks if not demand[k] <= p]
-        if len(keep) == len(ks):  # none capped
-            for k in ks:
-                out[k] += p
-            break
+        if p > top:
+            top = p
+        keep = []
         for k in ks:
             d = demand[k]
             if d <= p:
                 out[k] += d
                 left -= d
+            else:
+                keep.append(k)
+        if len(keep) == len(ks):  # none capped
+            for k in ks:
+                out[k] += p
+            break
         ks = keep
-    return out, {k: above.get(k, 0.0) for k in ks}
+    return out, dict.fromkeys(ks, top if top > -math.inf else 0.0)
 
 
 @dataclass(frozen=True)
