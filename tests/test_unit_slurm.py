@@ -47,10 +47,10 @@ def test_job_directories_in_tmp_are_visible_under_the_unit(tmp_path: Path, setti
     d.mkdir(exist_ok=True)
     try:
         (d / "report").write_text("x")
-        r = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", *settings, "--", "cat", str(d / "report")],
+        r = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", "-p", "Group=root", *settings, "--", "cat", str(d / "report")],
                            capture_output=True, text=True, timeout=60)
         assert (r.returncode == 0 and r.stdout == "x") == visible, r.stderr
-        w = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", *settings, "--", "touch", str(d / "new")],
+        w = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", "-p", "Group=root", *settings, "--", "touch", str(d / "new")],
                            capture_output=True, text=True, timeout=60)
         assert w.returncode != 0 and not (d / "new").exists()  # read-only, or not there at all
     finally:
@@ -59,7 +59,7 @@ def test_job_directories_in_tmp_are_visible_under_the_unit(tmp_path: Path, setti
 
 @needs_root
 def test_home_is_read_only_not_hidden() -> None:
-    r = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", "--", "sh", "-c", "ls -d /root && touch /root/x"],
+    r = subprocess.run([str(SANDBOX), str(UNIT), "-p", "User=root", "-p", "Group=root", "--", "sh", "-c", "ls -d /root && touch /root/x"],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "/root" and "Read-only file system" in r.stderr
 
