@@ -90,7 +90,7 @@ class _MethodBook(TenantBook):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_tenants_behind_writes_out_the_shortfall(seed: int) -> None:
-    """`_tenants_behind` with `TenantBook.shortfall` written out: the credit, Y_k and the floor bit
+    """`_tenants_behind` through `TenantBook.shortfalls` (one loop): the credit, Y_k and the floor bit
     for bit as with the method called per tenant."""
     rng = np.random.default_rng(seed)
     names = [f"u{i}" for i in range(int(rng.integers(2, 30)))]

@@ -321,16 +321,7 @@ class LyapunovPolicy:
         if book is None or len(names) < 2:
             return None
         pad = self._tenant_pad = total_gpus * state.slot_len  # a slot of the whole cluster: none can act sooner
-        if type(book).shortfall is _SHORTFALL and type(book).deficit is _DEFICIT:
-            # `TenantBook.shortfall` written out (the same operations; a method call per tenant was a third)
-            ent, rec, slack = book.entitled, book.received, self.tenant_slack
-            y: dict[str, float] = {}
-            for k in names:
-                e = ent.get(k, 0.0)
-                y[k] = 0.0 if e <= 0 else max(0.0, (e - rec.get(k, 0.0)) - slack * e - pad) / e
-            self._tenant_y = y
-        else:  # (an experiment's)
-            y = self._tenant_y = {k: book.shortfall(k, self.tenant_slack, pad) for k in names}
+        y = self._tenant_y = book.shortfalls(names, self.tenant_slack, pad)
         floor = min(y.values())
         if max(y.values()) - floor <= 0:
             return None
@@ -779,7 +770,6 @@ def quiet_for(holds: Callable[[float], bool], step: float) -> float:
     return lo
 
 
-_SHORTFALL, _DEFICIT = TenantBook.shortfall, TenantBook.deficit  # as shipped (`_tenants_behind` writes them out)
 # Python's sum of floats adds left to right before 3.12 (compensated from 3.12): `TenantBound._at_many`
 # takes its rows' sums with np.cumsum then, and in Python after
 _SUM_IN_ORDER = sys.version_info < (3, 12)
